@@ -1,0 +1,171 @@
+"""Typed reads of environment variables that fail with a message naming the variable.
+
+django-environ parses; these wrappers turn its assorted exceptions into one
+``ImproperlyConfigured`` that says which variable is wrong and what it should
+look like. Values of secret variables are never echoed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+env = environ.Env()
+
+
+def _bad(name: str, expected: str, raw: str | None, secret: bool = False) -> ImproperlyConfigured:
+    shown = "(hidden)" if secret else repr(raw)
+    return ImproperlyConfigured(f"{name} must be {expected}; got {shown}.")
+
+
+def is_set(name: str) -> bool:
+    return bool(env.str(name, default="").strip())
+
+
+def string(name: str, default: str = "") -> str:
+    return env.str(name, default=default).strip()
+
+
+def boolean(name: str, default: bool) -> bool:
+    raw = env.str(name, default="").strip().lower()
+    if not raw:
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise _bad(name, "true or false", raw)
+
+
+def integer(name: str, default: int, *, low: int | None = None, high: int | None = None) -> int:
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _bad(name, "an integer", raw) from None
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise _bad(name, f"an integer from {low} to {high}", raw)
+    return value
+
+
+def number(name: str, default: float, *, low: float, high: float) -> float:
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _bad(name, "a number", raw) from None
+    if not low <= value <= high:
+        raise _bad(name, f"a number from {low} to {high}", raw)
+    return value
+
+
+def optional_number(name: str, *, low: float, high: float) -> float | None:
+    if not is_set(name):
+        return None
+    return number(name, 0.0, low=low, high=high)
+
+
+def choice(name: str, default: str, choices: Iterable[str]) -> str:
+    options = list(choices)
+    raw = env.str(name, default="").strip().lower()
+    if not raw:
+        return default
+    if raw not in options:
+        raise _bad(name, "one of " + ", ".join(options), raw)
+    return raw
+
+
+def csv(name: str, default: Iterable[str] = ()) -> list[str]:
+    raw = env.str(name, default="")
+    if not raw.strip():
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def json_object(name: str, default: dict[str, Any] | None = None) -> dict[str, Any]:
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return dict(default or {})
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise _bad(name, 'a JSON object such as {"price_abc": "starter"}', raw) from None
+    if not isinstance(value, dict):
+        raise _bad(name, 'a JSON object such as {"price_abc": "starter"}', raw)
+    return value
+
+
+_RATE = re.compile(r"([0-9]+) */ *(s|sec|second|min|minute|h|hour)")
+_PERIODS = {"s": 1, "sec": 1, "second": 1, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
+
+
+def rate(name: str, default: str) -> tuple[int, int]:
+    """Return ``(count, period_seconds)`` for a value such as ``60/min``."""
+    raw = env.str(name, default="").strip() or default
+    match = _RATE.fullmatch(raw)
+    count = int(match[1]) if match else 0
+    if not match or not 1 <= count <= 1_000_000:
+        raise _bad(name, "a count from 1 to 1000000 per s, min or hour, such as 60/min", raw)
+    return count, _PERIODS[match[2]]
+
+
+def redis_url(name: str) -> str | None:
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return None
+    if not raw.startswith(("redis://", "rediss://", "unix://")):
+        raise _bad(name, "a URL like redis://:password@host:6379/0", None, True)
+    return raw
+
+
+def database_url(name: str) -> dict[str, Any]:
+    raw = env.str(name, default="").strip()
+    try:
+        config = environ.Env.db_url_config(raw)
+    except Exception:
+        raise _bad(
+            name, "a URL like postgres://user:password@host:5432/dbname", None, True
+        ) from None
+    if config.get("ENGINE") != "django.db.backends.postgresql":
+        raise ImproperlyConfigured(
+            f"{name} must be a PostgreSQL URL (postgres:// or postgresql://); "
+            "Recall needs PostgreSQL 15+ with pgvector."
+        )
+    return config
+
+
+def persisted_secret(path: Path) -> str:
+    """Return the secret stored at ``path``, creating it (mode 0600) on first use.
+
+    Used only for the single-machine default, where no one has configured
+    secrets yet; ``O_EXCL`` makes two processes starting together agree.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        for _ in range(50):
+            value = path.read_text().strip()
+            if value:
+                return value
+            time.sleep(0.02)  # the creator is between open() and write()
+        raise ImproperlyConfigured(
+            f"{path} is empty; delete it to generate a new secret."
+        ) from None
+    value = secrets.token_urlsafe(48)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return value

@@ -1,0 +1,213 @@
+"""Recall's settings, read from the environment.
+
+Every variable is listed in the README's configuration table. A malformed
+value stops start-up with ``ImproperlyConfigured`` naming the variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+from django.core.exceptions import ImproperlyConfigured
+
+from recall import env
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env.boolean("DEBUG", False)
+
+# Where the single-machine default keeps its database and generated secrets.
+RECALL_DATA_DIR = Path(
+    env.string("RECALL_DATA_DIR") or platformdirs.user_data_dir("recall", appauthor=False)
+).expanduser()
+
+EMBEDDED_DATABASE = not env.is_set("DATABASE_URL")
+
+
+def _secret(name: str, filename: str) -> str:
+    """Read a secret, or generate one on the single-machine default.
+
+    A fleet of app servers must share these, so with an external database
+    (and DEBUG off) they are required rather than invented per machine.
+    """
+    value = env.string(name)
+    if value:
+        return value
+    if EMBEDDED_DATABASE or DEBUG:
+        return env.persisted_secret(RECALL_DATA_DIR / filename)
+    raise ImproperlyConfigured(
+        f"{name} must be set when DATABASE_URL points at a shared database, "
+        "so that every app server uses the same value."
+    )
+
+
+SECRET_KEY = _secret("SECRET_KEY", "secret_key")
+# API keys are stored as HMAC-SHA256 under this secret, not SECRET_KEY, so that
+# either can be rotated alone. Old values go in API_KEY_SECRET_FALLBACKS.
+API_KEY_SECRET = _secret("API_KEY_SECRET", "api_key_secret")
+API_KEY_SECRET_FALLBACKS = env.csv("API_KEY_SECRET_FALLBACKS")
+
+ALLOWED_HOSTS = env.csv("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.csv("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "accounts",
+    "memories",
+    "billing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "recall.urls"
+ASGI_APPLICATION = "recall.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database -------------------------------------------------------------------
+
+# HNSW graph shape (applies when an index is built) and search breadth.
+# Higher values find more true neighbours at some cost; see BENCHMARKS.md.
+HNSW_M = env.integer("HNSW_M", 16, low=2, high=100)
+HNSW_EF_CONSTRUCTION = env.integer("HNSW_EF_CONSTRUCTION", 64, low=4, high=1000)
+HNSW_EF_SEARCH = env.integer("HNSW_EF_SEARCH", 100, low=1, high=1000)
+HNSW_MAX_SCAN_TUPLES = env.integer("HNSW_MAX_SCAN_TUPLES", 20000, low=100)
+
+if EMBEDDED_DATABASE:
+    _database = {"ENGINE": "recall.db", "NAME": "", "USER": "", "PASSWORD": ""}
+else:
+    _database = env.database_url("DATABASE_URL")
+# Every connection searches HNSW with iterative scans, so filters that reject
+# most neighbours (namespace, metadata, a small tenant) still fill the limit.
+_options = _database.setdefault("OPTIONS", {})
+_options["options"] = " ".join(
+    filter(
+        None,
+        [
+            _options.get("options", ""),
+            "-c hnsw.iterative_scan=relaxed_order",
+            f"-c hnsw.ef_search={HNSW_EF_SEARCH}",
+            f"-c hnsw.max_scan_tuples={HNSW_MAX_SCAN_TUPLES}",
+        ],
+    )
+)
+_database["CONN_MAX_AGE"] = env.integer("DATABASE_CONN_MAX_AGE", 300, low=0, high=86400)
+_database["CONN_HEALTH_CHECKS"] = True
+DATABASES = {"default": _database}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_USER_MODEL = "accounts.User"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Embeddings -----------------------------------------------------------------
+
+OPENAI_API_KEY = env.string("OPENAI_API_KEY")
+EMBEDDING_PROVIDER = env.choice(
+    "EMBEDDING_PROVIDER", "openai" if OPENAI_API_KEY else "local", ["local", "openai"]
+)
+OPENAI_BASE_URL = env.string("OPENAI_BASE_URL") or None
+OPENAI_EMBEDDING_MODEL = env.string("OPENAI_EMBEDDING_MODEL", "text-embedding-3-small")
+# Only needed for models whose width Recall does not know; otherwise probed.
+OPENAI_EMBEDDING_DIMENSIONS = env.integer("OPENAI_EMBEDDING_DIMENSIONS", 0, low=0, high=16000)
+OPENAI_TIMEOUT = env.number("OPENAI_TIMEOUT", 30.0, low=0.1, high=600.0)
+OPENAI_MAX_RETRIES = env.integer("OPENAI_MAX_RETRIES", 3, low=0, high=10)
+EMBEDDING_BATCH_SIZE = env.integer("EMBEDDING_BATCH_SIZE", 64, low=1, high=2048)
+RECALL_LOCAL_MODEL_DIR = env.string("RECALL_LOCAL_MODEL_DIR") or None
+# Overrides the model's own default similarity threshold for recall and forget.
+RECALL_DEFAULT_THRESHOLD = env.optional_number("RECALL_DEFAULT_THRESHOLD", low=0.0, high=1.0)
+
+if EMBEDDING_PROVIDER == "openai" and not OPENAI_API_KEY and not DEBUG:
+    raise ImproperlyConfigured(
+        "OPENAI_API_KEY must be set when EMBEDDING_PROVIDER is openai; "
+        "unset EMBEDDING_PROVIDER to use the bundled local model instead."
+    )
+
+# Memories -------------------------------------------------------------------
+
+FREE_TIER_MAX_MEMORIES = env.integer("FREE_TIER_MAX_MEMORIES", 100, low=0)
+# A forget(by_query) preview's confirmation token lives this long.
+FORGET_TOKEN_TTL_SECONDS = env.integer("FORGET_TOKEN_TTL_SECONDS", 300, low=10, high=3600)
+
+# Rate limits ----------------------------------------------------------------
+
+# Optional. When set, every app server shares one limiter through Redis;
+# otherwise each process limits on its own (see accounts/ratelimit.py).
+REDIS_URL = env.redis_url("REDIS_URL")
+# (requests, per seconds) by tier. The whole allowance may be used as a burst.
+RATE_LIMITS = {
+    "free": env.rate("RATE_LIMIT_FREE", "10/min"),
+    "starter": env.rate("RATE_LIMIT_STARTER", "60/min"),
+    "pro": env.rate("RATE_LIMIT_PRO", "60/min"),
+    "team": env.rate("RATE_LIMIT_TEAM", "60/min"),
+}
+
+# Logging --------------------------------------------------------------------
+
+LOG_LEVEL = env.choice("LOG_LEVEL", "info", ["debug", "info", "warn", "warning", "error"])
+LOG_FORMAT = env.choice("LOG_FORMAT", "console" if DEBUG else "json", ["json", "console"])
+
+_LEVELS = {
+    "debug": "DEBUG",
+    "info": "INFO",
+    "warn": "WARNING",
+    "warning": "WARNING",
+    "error": "ERROR",
+}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "json": {"()": "recall.logging.JsonFormatter"},
+        "console": {"()": "recall.logging.ConsoleFormatter"},
+    },
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},
+    },
+    "root": {"handlers": ["stderr"], "level": "WARNING"},
+    "loggers": {
+        name: {"level": _LEVELS[LOG_LEVEL]}
+        for name in ("recall", "accounts", "memories", "billing")
+    },
+}

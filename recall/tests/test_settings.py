@@ -1,0 +1,71 @@
+"""Settings fail at start-up, naming the variable, when the environment is wrong."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+
+ROOT = settings.BASE_DIR
+
+
+def load_settings(**environment: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "OPENAI_API_KEY"}}
+    env.update(environment)
+    return subprocess.run(
+        [sys.executable, "-c", "import recall.settings"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("environment", "named"),
+    [
+        ({"DEBUG": "maybe"}, "DEBUG"),
+        ({"HNSW_EF_SEARCH": "lots"}, "HNSW_EF_SEARCH"),
+        ({"HNSW_EF_SEARCH": "0"}, "HNSW_EF_SEARCH"),
+        ({"OPENAI_TIMEOUT": "-1"}, "OPENAI_TIMEOUT"),
+        ({"EMBEDDING_PROVIDER": "cohere"}, "EMBEDDING_PROVIDER"),
+        ({"RECALL_DEFAULT_THRESHOLD": "1.5"}, "RECALL_DEFAULT_THRESHOLD"),
+        ({"FREE_TIER_MAX_MEMORIES": "ten"}, "FREE_TIER_MAX_MEMORIES"),
+        ({"LOG_LEVEL": "verbose"}, "LOG_LEVEL"),
+        ({"DATABASE_URL": "mysql://u:p@h/db"}, "DATABASE_URL"),
+        ({"DATABASE_URL": "not a url"}, "DATABASE_URL"),
+    ],
+)
+def test_a_bad_value_fails_at_start_up_naming_the_variable(environment, named):
+    result = load_settings(**environment)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert named in result.stderr.splitlines()[-1]
+
+
+def test_an_external_database_requires_shared_secrets():
+    result = load_settings(DATABASE_URL="postgres://u:p@db.example.com/recall")
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set" in result.stderr
+
+
+def test_production_refuses_openai_without_a_key():
+    result = load_settings(EMBEDDING_PROVIDER="openai", DEBUG="false")
+    assert result.returncode != 0
+    assert "OPENAI_API_KEY must be set" in result.stderr
+
+
+def test_a_database_password_is_never_echoed():
+    result = load_settings(DATABASE_URL="postgres://user:hunter2-secret@/db?sslmode=bogus%")
+    assert "hunter2-secret" not in result.stderr
+
+
+def test_good_values_load(tmp_path):
+    result = load_settings(
+        DEBUG="true", HNSW_EF_SEARCH="64", RECALL_DATA_DIR=str(tmp_path), LOG_LEVEL="warn"
+    )
+    assert result.returncode == 0, result.stderr
