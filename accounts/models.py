@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import uuid
+
+from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, PermissionsMixin
+from django.db import models
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from accounts import keys
+from accounts.tiers import VALUES as TIER_VALUES
+from accounts.tiers import Tier
+from recall import tenancy
+
+
+class UserManager(BaseUserManager["User"]):
+    use_in_migrations = True
+
+    def create_user(self, email: str, password: str | None = None, **fields: object) -> User:
+        if not email:
+            raise ValueError("Users need an email address.")
+        user = self.model(email=self.normalize_email(email).lower(), **fields)
+        user.set_password(password)  # None leaves an unusable password
+        user.save(using=self._db)
+        return user
+
+    def create_superuser(self, email: str, password: str | None = None, **fields: object) -> User:
+        fields.setdefault("is_staff", True)
+        fields.setdefault("is_superuser", True)
+        return self.create_user(email, password, **fields)
+
+    def get_by_natural_key(self, username: str | None) -> User:
+        return self.get(email__iexact=username)
+
+
+class User(AbstractBaseUser, PermissionsMixin):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Stored lower-cased (see save), so the unique index is case-insensitive in effect.
+    email = models.EmailField(max_length=254, unique=True)
+    tier = models.CharField(max_length=16, choices=Tier.choices, default=Tier.FREE)
+    is_active = models.BooleanField(default=True)
+    is_staff = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = UserManager()
+
+    USERNAME_FIELD = "email"
+    EMAIL_FIELD = "email"
+
+    class Meta:
+        db_table = "users"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(tier__in=TIER_VALUES), name="users_tier_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.email
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        self.email = self.email.strip().lower()
+        super().save(*args, **kwargs)
+
+
+class ApiKeyManager(models.Manager["ApiKey"]):
+    def issue(self, *, user: User, name: str = "", tier: str | None = None) -> tuple[ApiKey, str]:
+        """Create a key for ``user`` and return it with the raw secret, the only time it exists."""
+        raw = keys.generate()
+        key = self.create(
+            user=user,
+            name=name,
+            tier=tier or user.tier,
+            prefix=keys.display_prefix(raw),
+            key_hash=keys.digest(raw),
+        )
+        return key, raw
+
+    def for_key(self, raw: str) -> ApiKey | None:
+        """Return the live key matching ``raw``, or None.
+
+        Runs on the operator path: nobody is known until the key is. Rows are
+        found by display prefix and checked by HMAC in constant time; a key
+        hashed under a fallback secret is re-hashed under the current one.
+        """
+        if not keys.is_well_formed(raw):
+            return None
+        with tenancy.operator():
+            candidates = list(
+                self.select_related("user").filter(
+                    prefix=keys.display_prefix(raw), revoked_at__isnull=True
+                )
+            )
+            for key in candidates:
+                secret = keys.matching_secret(raw, key.key_hash)
+                if secret is None:
+                    continue
+                if not key.user.is_active:
+                    return None
+                if secret != keys.current_secret():
+                    key.key_hash = keys.digest(raw)
+                    key.save(update_fields=["key_hash"])
+                return key
+        return None
+
+
+class ApiKey(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=keys.DISPLAY_LENGTH)
+    key_hash = models.CharField(max_length=64)
+    tier = models.CharField(max_length=16, choices=Tier.choices, default=Tier.FREE)
+    created_at = models.DateTimeField(db_default=Now())
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyManager()
+
+    class Meta:
+        db_table = "api_keys"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(tier__in=TIER_VALUES), name="api_keys_tier_valid"
+            ),
+            models.UniqueConstraint(fields=["key_hash"], name="api_keys_key_hash_unique"),
+        ]
+        indexes = [
+            # Used by ApiKey.objects.for_key on every uncached request.
+            models.Index(fields=["prefix"], name="api_keys_prefix_idx"),
+            # Used by the key lists in the dashboard and the self-service API.
+            models.Index(fields=["user", "created_at"], name="api_keys_user_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name or 'unnamed'})"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None

@@ -1,0 +1,56 @@
+"""The shared cast, the same in every test.
+
+* Alice owns things. ``alice_key`` is her first API key.
+* Bob holds a second key of Alice's (``bob_key``): same tenant, other key.
+* Charlie is another tenant and must never see Alice's data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from accounts.models import ApiKey, User
+from recall import tenancy
+
+
+@dataclass
+class Key:
+    key: ApiKey
+    raw: str
+
+
+@dataclass
+class Cast:
+    alice: User
+    alice_key: Key
+    bob_key: Key
+    charlie: User
+    charlie_key: Key
+
+
+def issue_key(user: User, name: str, tier: str | None = None) -> Key:
+    with tenancy.operator():
+        key, raw = ApiKey.objects.issue(user=user, name=name, tier=tier)
+    return Key(key, raw)
+
+
+@pytest.fixture
+def cast(db) -> Cast:
+    alice = User.objects.create_user("alice@example.com", "alice-password-1")
+    charlie = User.objects.create_user("charlie@example.com", "charlie-password-1")
+    return Cast(
+        alice=alice,
+        alice_key=issue_key(alice, "alice laptop"),
+        bob_key=issue_key(alice, "bob's agent"),
+        charlie=charlie,
+        charlie_key=issue_key(charlie, "charlie laptop"),
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from django.conf import settings
+
+    # Password hashing is deliberately slow; tests need it correct, not slow.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,86 @@
+"""Per-model HNSW indexes over ``memories.embedding``.
+
+The column has no fixed width, so each embedding model gets a partial
+expression index::
+
+    CREATE INDEX ... ON memories USING hnsw ((embedding::vector(384)) vector_cosine_ops)
+        WHERE embedding_model = 'all-MiniLM-L6-v2'
+
+Searches cast the column the same way and filter on the same model, which is
+what lets the planner use the index, and what keeps two models' vectors apart.
+pgvector indexes ``vector`` up to 2,000 dimensions; wider models are indexed
+as ``halfvec`` (up to 4,000), half precision being ample for ranking.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from django.conf import settings
+from django.db import connection
+
+_MODEL_ID = re.compile(r"[A-Za-z0-9._:/-]{1,100}")
+MAX_VECTOR_DIMS = 2000
+MAX_HALFVEC_DIMS = 4000
+
+
+def vector_type(dimensions: int) -> str:
+    """Return the SQL type searches and the index cast embeddings to."""
+    if dimensions <= MAX_VECTOR_DIMS:
+        return f"vector({int(dimensions)})"
+    if dimensions <= MAX_HALFVEC_DIMS:
+        return f"halfvec({int(dimensions)})"
+    raise ValueError(f"pgvector cannot index {dimensions} dimensions with HNSW")
+
+
+def index_name(model_id: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "_", model_id.lower()).strip("_")[:30]
+    digest = hashlib.sha256(model_id.encode()).hexdigest()[:8]
+    return f"memories_hnsw_{slug}_{digest}"
+
+
+def check_model_id(model_id: str) -> str:
+    if not _MODEL_ID.fullmatch(model_id):
+        raise ValueError(f"unusable embedding model id {model_id!r}")
+    return model_id
+
+
+def create_sql(model_id: str, dimensions: int) -> str:
+    check_model_id(model_id)
+    cast = vector_type(dimensions)
+    opclass = "halfvec_cosine_ops" if cast.startswith("halfvec") else "vector_cosine_ops"
+    return (
+        f"CREATE INDEX IF NOT EXISTS {index_name(model_id)} ON memories "
+        f"USING hnsw ((embedding::{cast}) {opclass}) "
+        f"WITH (m = {settings.HNSW_M}, ef_construction = {settings.HNSW_EF_CONSTRUCTION}) "
+        f"WHERE embedding_model = '{model_id}'"
+    )
+
+
+def ensure_vector_index(model_id: str, dimensions: int, using_connection=None) -> None:
+    """Create the index for ``model_id`` unless it exists. Cheap when it does."""
+    conn = using_connection or connection
+    with conn.cursor() as cursor:
+        cursor.execute(create_sql(model_id, dimensions))
+
+
+def drop_vector_index(model_id: str, using_connection=None) -> None:
+    conn = using_connection or connection
+    with conn.cursor() as cursor:
+        cursor.execute(f"DROP INDEX IF EXISTS {index_name(check_model_id(model_id))}")
+
+
+def existing_models() -> list[str]:
+    """Return the models that have an HNSW index, read back from the catalog."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'memories' "
+            "AND indexname LIKE 'memories_hnsw_%%'"
+        )
+        found = []
+        for (indexdef,) in cursor.fetchall():
+            match = re.search(r"embedding_model\)::text = '([^']+)'", indexdef)
+            if match:
+                found.append(match.group(1))
+        return found

@@ -1,0 +1,81 @@
+"""The two ways code reaches rows protected by row-level security.
+
+``memories``, ``api_keys``, ``usage_events`` and ``forget_confirmations`` have
+row-level security ENABLED and FORCED, so even the table owner that Django
+connects as sees nothing unless a policy lets it. Two policies exist:
+
+* ``tenant_isolation`` admits rows whose ``user_id`` equals the transaction's
+  ``app.current_user_id`` setting. ``tenant(user_id)`` opens a transaction,
+  switches to the ``recall_app`` role (NOBYPASSRLS, only the grants tools need)
+  and sets that id, the way PostgREST and Supabase do. Unset, the setting reads
+  as NULL and the policy admits nothing: it fails closed.
+* ``operator_access`` admits every row, but only while the active role is
+  ``recall_operator``. ``operator()`` switches to it. Admin views, webhooks,
+  API-key lookup and management commands use it, explicitly.
+
+Both switches are ``SET LOCAL``: they end with the transaction, so a pooled
+connection can never carry one request's identity into the next.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+
+APP_ROLE = "recall_app"
+OPERATOR_ROLE = "recall_operator"
+
+_active: ContextVar[str | None] = ContextVar("recall_tenancy_active", default=None)
+
+
+@contextmanager
+def tenant(user_id: uuid.UUID | str, using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """Run the block in one transaction that sees only ``user_id``'s rows."""
+    uid = str(uuid.UUID(str(user_id)))
+    # Client-side binding sends both statements in one round trip.
+    sql = f"SET LOCAL ROLE {APP_ROLE}; SELECT set_config('app.current_user_id', %s, true)"
+    with _switch(f"tenant:{uid}", sql, [uid], using):
+        yield
+
+
+@contextmanager
+def operator(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """Run the block in one transaction that may read and write every tenant's rows."""
+    with _switch("operator", f"SET LOCAL ROLE {OPERATOR_ROLE}", [], using):
+        yield
+
+
+def current() -> str | None:
+    """Return ``"operator"``, ``"tenant:<uuid>"`` or None outside both."""
+    return _active.get()
+
+
+@contextmanager
+def _switch(label: str, sql: str, params: list[str], using: str) -> Iterator[None]:
+    active = _active.get()
+    if active == label:  # re-entering the same identity changes nothing
+        yield
+        return
+    if active is not None:
+        raise RuntimeError(f"cannot enter {label.split(':')[0]} context inside {active}")
+    connection = connections[using]
+    nested = connection.in_atomic_block
+    token = _active.set(label)
+    try:
+        with transaction.atomic(using=using):
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+            yield
+            if nested:
+                # Inside an outer transaction (as in tests) SET LOCAL would
+                # outlive this block; put the session back as it was.
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SET LOCAL ROLE NONE; SELECT set_config('app.current_user_id', '', true)"
+                    )
+    finally:
+        _active.reset(token)
