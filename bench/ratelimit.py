@@ -1,0 +1,101 @@
+"""Measure rate-limit checks per second and per-check latency.
+
+    python bench/ratelimit.py                      # in-memory only
+    python bench/ratelimit.py --redis-url redis://127.0.0.1:6379/0 --threads 8
+
+Redis runs use their own key prefix (recall:bench:) and leave keys that
+expire by themselves within a minute or so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from accounts.ratelimit import (
+    FailoverRateLimiter,
+    InMemoryRateLimiter,
+    RateLimiter,
+    RedisRateLimiter,
+)
+
+
+def run(
+    limiter: RateLimiter, *, checks: int, threads: int, keys: int
+) -> tuple[float, list[int], int]:
+    """Return (seconds, per-check latencies in ns, checks allowed)."""
+    per_thread = checks // threads
+    # Fresh keys each run, so earlier runs against the same Redis leave no empty buckets.
+    run_id = time.time_ns()
+    start = threading.Barrier(threads + 1)
+    latencies: list[list[int]] = [[] for _ in range(threads)]
+    allowed = [0] * threads
+
+    def work(n: int) -> None:
+        names = [f"{run_id}-{(n * per_thread + i) % keys}" for i in range(per_thread)]
+        mine = latencies[n]
+        start.wait()
+        for name in names:
+            t0 = time.perf_counter_ns()
+            decision = limiter.check(name, 60, 1.0)
+            mine.append(time.perf_counter_ns() - t0)
+            allowed[n] += decision.allowed
+
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    began = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - began
+    return elapsed, [ns for chunk in latencies for ns in chunk], sum(allowed)
+
+
+def report(name: str, limiter: RateLimiter, args: argparse.Namespace) -> None:
+    run(limiter, checks=min(args.checks, 1000), threads=1, keys=args.keys)  # warm up
+    elapsed, latencies, allowed = run(
+        limiter, checks=args.checks, threads=args.threads, keys=args.keys
+    )
+    latencies.sort()
+    median_us = statistics.median(latencies) / 1000
+    p99_us = latencies[int(len(latencies) * 0.99) - 1] / 1000
+    print(
+        f"{name:<16} threads={args.threads:<3} checks={len(latencies):<8} "
+        f"{len(latencies) / elapsed:>12,.0f} checks/s  "
+        f"median {median_us:8.1f} us  p99 {p99_us:8.1f} us  allowed {allowed / len(latencies):.0%}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--checks", type=int, default=50_000, help="checks per backend")
+    parser.add_argument("--threads", type=int, default=1, help="threads checking at once")
+    parser.add_argument("--keys", type=int, default=1000, help="distinct keys to spread over")
+    parser.add_argument("--redis-url", help="also measure Redis and the Redis failover wrapper")
+    args = parser.parse_args()
+    if args.checks < args.threads or args.threads < 1 or args.keys < 1:
+        parser.error("need --threads >= 1, --keys >= 1 and --checks >= --threads")
+
+    report("memory", InMemoryRateLimiter(), args)
+    if args.redis_url:
+        redis_limiter = RedisRateLimiter(args.redis_url, prefix="recall:bench:")
+        try:
+            redis_limiter.client.ping()
+        except redis.RedisError as exc:
+            sys.exit(f"Cannot reach {args.redis_url}: {exc}")
+        report("redis", redis_limiter, args)
+        report("failover(redis)", FailoverRateLimiter(redis_limiter, InMemoryRateLimiter()), args)
+        redis_limiter.close()
+
+
+if __name__ == "__main__":
+    main()
