@@ -1,0 +1,452 @@
+"""The five memory operations. Every interface calls these and only these.
+
+Each returns plain data (dicts, lists, str, bool) shaped as the RecallMCP
+specification describes, and raises only ``recall.errors.RecallError``
+subclasses for anything a caller did or could fix. Input is validated in full
+before anything is written, so bad input writes nothing.
+
+Every database access runs inside ``tenancy.tenant(user_id)``: one transaction
+as ``recall_app`` with row-level security bound to the caller. The explicit
+``user_id`` filters below are for the planner's benefit; isolation does not
+depend on them. Embedding happens outside transactions so that a slow
+embedding provider never holds a database connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+from pgvector import Vector
+
+from accounts.tiers import Tier
+from memories import embeddings, validation
+from memories.indexes import vector_type
+from memories.models import ForgetConfirmation, Memory
+from recall import tenancy
+from recall.errors import (
+    ConfirmationExpired,
+    ConfirmationInvalid,
+    Conflict,
+    EmbeddingUnavailable,
+    NotFound,
+    QuotaExceeded,
+    RecallError,
+    ValidationFailed,
+)
+
+logger = logging.getLogger(__name__)
+
+
+# remember ---------------------------------------------------------------------
+
+
+def remember(
+    *,
+    user_id: uuid.UUID | str,
+    tier: str,
+    content: Any,
+    namespace: Any = "default",
+    metadata: Any = None,
+) -> dict[str, Any]:
+    """Store a memory, or return the id of the identical one already stored.
+
+    Identical means equal normalised content in the same namespace. The unique
+    constraint ``memories_dedup`` decides it, so concurrent identical calls
+    produce one row; the look-up first only saves an embedding.
+    """
+    text = validation.content(content)
+    ns = validation.namespace(namespace)
+    meta = validation.metadata(metadata)
+    digest = validation.content_hash(text)
+
+    with tenancy.tenant(user_id):
+        existing = _id_by_hash(user_id, ns, digest)
+    if existing:
+        return {"id": str(existing), "deduped": True}
+
+    embedder = embeddings.get_embedder()
+    vector = _embed(embedder, text)
+
+    with tenancy.tenant(user_id):
+        if tier == Tier.FREE:
+            _check_quota(user_id)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO memories (id, user_id, namespace, content, content_hash,"
+                " embedding, embedding_model, metadata)"
+                " VALUES (%s, %s, %s, %s, %s, %s::vector, %s, %s::jsonb)"
+                " ON CONFLICT ON CONSTRAINT memories_dedup DO NOTHING RETURNING id",
+                [
+                    uuid.uuid4(),
+                    str(user_id),
+                    ns,
+                    text,
+                    digest,
+                    Vector(vector).to_text(),
+                    embedder.model_id,
+                    json.dumps(meta),
+                ],
+            )
+            row = cursor.fetchone()
+        if row:
+            return {"id": str(row[0]), "deduped": False}
+        # A concurrent call stored the same content first.
+        return {"id": str(_id_by_hash(user_id, ns, digest)), "deduped": True}
+
+
+def _id_by_hash(user_id: uuid.UUID | str, namespace: str, digest: str) -> uuid.UUID | None:
+    return (
+        Memory.objects.filter(user_id=user_id, namespace=namespace, content_hash=digest)
+        .values_list("id", flat=True)
+        .first()
+    )
+
+
+def _check_quota(user_id: uuid.UUID | str) -> None:
+    # Serialise this user's free-tier inserts so two concurrent calls at 99
+    # memories cannot both pass the count.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [str(user_id)])
+    limit = settings.FREE_TIER_MAX_MEMORIES
+    if Memory.objects.filter(user_id=user_id).count() >= limit:
+        raise QuotaExceeded(
+            f"The free tier holds at most {limit} memories. Forget some memories, "
+            "or upgrade to a paid tier for unlimited storage."
+        )
+
+
+# recall -----------------------------------------------------------------------
+
+
+def recall(
+    *,
+    user_id: uuid.UUID | str,
+    query: Any,
+    namespace: Any = "default",
+    limit: Any = 10,
+    threshold: Any = None,
+    metadata_filter: Any = None,
+) -> list[dict[str, Any]]:
+    """Return the namespace's memories most similar to ``query``, most similar first."""
+    text = validation.query(query)
+    ns = validation.namespace(namespace)
+    count = validation.integer(
+        limit, field="limit", low=1, high=validation.RECALL_LIMIT_MAX, default=10
+    )
+    embedder = embeddings.get_embedder()
+    minimum = validation.threshold(threshold, default_threshold(embedder))
+    where = validation.metadata_filter(metadata_filter)
+
+    vector = _embed(embedder, text)
+    with tenancy.tenant(user_id):
+        found = _nearest(user_id, embedder, vector, ns, count, minimum, where)
+    return [
+        {
+            "id": str(memory.id),
+            "content": memory.content,
+            "similarity": similarity,
+            "metadata": memory.metadata,
+            "namespace": memory.namespace,
+            "created_at": iso(memory.created_at),
+        }
+        for memory, similarity in found
+    ]
+
+
+def default_threshold(embedder: embeddings.Embedder | None = None) -> float:
+    if settings.RECALL_DEFAULT_THRESHOLD is not None:
+        return settings.RECALL_DEFAULT_THRESHOLD
+    return (embedder or embeddings.get_embedder()).default_threshold
+
+
+def _nearest(
+    user_id: uuid.UUID | str,
+    embedder: embeddings.Embedder,
+    vector: np.ndarray,
+    namespace: str,
+    limit: int,
+    minimum: float,
+    metadata_filter: dict[str, Any],
+) -> list[tuple[Memory, float]]:
+    sql, params = nearest_sql(
+        user_id=user_id,
+        model_id=embedder.model_id,
+        dimensions=embedder.dimensions,
+        vector=vector,
+        namespace=namespace,
+        limit=limit,
+        minimum=minimum,
+        metadata_filter=metadata_filter,
+    )
+    rows = Memory.objects.raw(sql, params)
+    return [(row, round(1.0 - float(row.distance), 4)) for row in rows]
+
+
+def nearest_sql(
+    *,
+    user_id: uuid.UUID | str,
+    model_id: str,
+    dimensions: int,
+    vector: np.ndarray,
+    namespace: str,
+    limit: int,
+    minimum: float,
+    metadata_filter: dict[str, Any],
+) -> tuple[str, list[Any]]:
+    """Return the nearest-neighbour query and its parameters.
+
+    The inner query is the shape pgvector's HNSW index serves: ORDER BY the
+    distance to the same cast expression the index was built on, LIMIT k,
+    with the model in the WHERE clause to match the partial index. Iterative
+    index scans (set on every connection, see settings) keep the scan going
+    past rows the namespace, metadata or tenant filters reject, so a selective
+    filter still fills ``limit``. The threshold is applied outside, to the k
+    nearest, so it can never make the index scan run long.
+    """
+    cast = vector_type(dimensions)
+    clauses = ["user_id = %s", "namespace = %s", "embedding_model = %s"]
+    params: list[Any] = [Vector(vector).to_text(), str(user_id), namespace, model_id]
+    if metadata_filter:
+        clauses.append("metadata @> %s::jsonb")
+        params.append(json.dumps(metadata_filter))
+    params += [limit, 1.0 - minimum]
+    sql = f"""
+        WITH nearest AS MATERIALIZED (
+            SELECT id, user_id, namespace, content, metadata, created_at, updated_at,
+                   (embedding::{cast}) <=> %s::{cast} AS distance
+            FROM memories
+            WHERE {" AND ".join(clauses)}
+            ORDER BY distance
+            LIMIT %s
+        )
+        SELECT * FROM nearest WHERE distance <= %s ORDER BY distance, id
+    """
+    return sql, params
+
+
+# list_memories ----------------------------------------------------------------
+
+
+def list_memories(
+    *,
+    user_id: uuid.UUID | str,
+    namespace: Any = "default",
+    limit: Any = 20,
+    offset: Any = 0,
+    order: Any = "created_at",
+) -> list[dict[str, Any]]:
+    """Return a page of the namespace's memories, newest first by ``order``."""
+    ns = validation.namespace(namespace)
+    count = validation.integer(
+        limit, field="limit", low=1, high=validation.LIST_LIMIT_MAX, default=20
+    )
+    skip = validation.integer(offset, field="offset", low=0, high=validation.OFFSET_MAX, default=0)
+    column = validation.order(order)
+    with tenancy.tenant(user_id):
+        rows = list(
+            Memory.objects.filter(user_id=user_id, namespace=ns)
+            .order_by(f"-{column}", "-id")
+            .values("id", "content", "namespace", "metadata", "created_at", "updated_at")[
+                skip : skip + count
+            ]
+        )
+    return [
+        {
+            "id": str(row["id"]),
+            "content": row["content"],
+            "namespace": row["namespace"],
+            "metadata": row["metadata"],
+            "created_at": iso(row["created_at"]),
+            "updated_at": iso(row["updated_at"]),
+        }
+        for row in rows
+    ]
+
+
+# update_memory ----------------------------------------------------------------
+
+
+def update_memory(
+    *,
+    user_id: uuid.UUID | str,
+    id: Any,
+    content: Any = None,
+    metadata: Any = None,
+) -> dict[str, Any]:
+    """Replace a memory's content (re-embedding it) and/or its metadata."""
+    memory_id = validation.memory_id(id)
+    if content is None and metadata is None:
+        raise ValidationFailed("Pass content, metadata or both to update a memory.")
+    text = validation.content(content) if content is not None else None
+    meta = validation.metadata(metadata) if metadata is not None else None
+
+    with tenancy.tenant(user_id):
+        current = (
+            Memory.objects.filter(id=memory_id, user_id=user_id)
+            .values("namespace", "content_hash")
+            .first()
+        )
+    if current is None:
+        raise NotFound(f"No memory with id {memory_id}.")
+
+    changes: dict[str, Any] = {}
+    if meta is not None:
+        changes["metadata"] = meta
+    if text is not None:
+        digest = validation.content_hash(text)
+        if digest != current["content_hash"]:
+            embedder = embeddings.get_embedder()
+            changes.update(
+                content=text,
+                content_hash=digest,
+                embedding=_embed(embedder, text),
+                embedding_model=embedder.model_id,
+            )
+    if not changes:
+        return {"success": True}
+
+    with tenancy.tenant(user_id):
+        try:
+            with transaction.atomic():
+                updated = Memory.objects.filter(id=memory_id, user_id=user_id).update(**changes)
+        except IntegrityError:
+            other = _id_by_hash(user_id, current["namespace"], changes["content_hash"])
+            raise Conflict(
+                f"Another memory in namespace '{current['namespace']}' already has this "
+                f"content (id {other}). Update or forget that one instead.",
+                conflicting_id=str(other),
+            ) from None
+    if not updated:
+        raise NotFound(f"No memory with id {memory_id}.")
+    return {"success": True}
+
+
+# forget -----------------------------------------------------------------------
+
+
+def forget_by_id(*, user_id: uuid.UUID | str, id: Any) -> dict[str, Any]:
+    memory_id = validation.memory_id(id)
+    with tenancy.tenant(user_id):
+        deleted, _ = Memory.objects.filter(id=memory_id, user_id=user_id).delete()
+    if not deleted:
+        raise NotFound(f"No memory with id {memory_id}.")
+    return {"success": True}
+
+
+def forget_preview(
+    *,
+    user_id: uuid.UUID | str,
+    query: Any,
+    namespace: Any = "default",
+    limit: Any = 10,
+    threshold: Any = None,
+    metadata_filter: Any = None,
+) -> dict[str, Any]:
+    """Find what a query would delete and return a token that deletes exactly that.
+
+    Nothing is deleted here. With no matches there is nothing to confirm, so
+    no token is issued.
+    """
+    text = validation.query(query)
+    ns = validation.namespace(namespace)
+    count = validation.integer(
+        limit, field="limit", low=1, high=validation.RECALL_LIMIT_MAX, default=10
+    )
+    embedder = embeddings.get_embedder()
+    minimum = validation.threshold(threshold, default_threshold(embedder))
+    where = validation.metadata_filter(metadata_filter)
+
+    vector = _embed(embedder, text)
+    token = secrets.token_urlsafe(32)
+    expires_at = timezone.now() + timedelta(seconds=settings.FORGET_TOKEN_TTL_SECONDS)
+    with tenancy.tenant(user_id):
+        found = _nearest(user_id, embedder, vector, ns, count, minimum, where)
+        ForgetConfirmation.objects.filter(user_id=user_id, expires_at__lt=timezone.now()).delete()
+        if found:
+            ForgetConfirmation.objects.create(
+                token_hash=_token_hash(token),
+                user_id=user_id,
+                memory_ids=[memory.id for memory, _ in found],
+                expires_at=expires_at,
+            )
+    matches = [
+        {"id": str(memory.id), "content": memory.content, "similarity": similarity}
+        for memory, similarity in found
+    ]
+    return {
+        "preview": True,
+        "matches": matches,
+        "total_matches": len(matches),
+        "confirmation_token": token if found else None,
+        "expires_at": iso(expires_at) if found else None,
+    }
+
+
+def forget_confirm(*, user_id: uuid.UUID | str, confirmation_token: Any) -> dict[str, Any]:
+    """Delete exactly the memories a preview listed. The token works once, for 5 minutes.
+
+    A token that is unknown, already used or another user's is the same
+    ``confirmation_invalid``: row-level security hides other users' tokens.
+    """
+    if not isinstance(confirmation_token, str) or not 0 < len(confirmation_token) <= 256:
+        raise ValidationFailed("confirmation_token must be the token a preview returned.")
+    with tenancy.tenant(user_id):
+        # Deleting the confirmation first claims it: of two concurrent
+        # confirmations, the second finds nothing.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DELETE FROM forget_confirmations WHERE token_hash = %s"
+                " RETURNING memory_ids, expires_at <= statement_timestamp()",
+                [_token_hash(confirmation_token)],
+            )
+            claimed = cursor.fetchone()
+        if claimed is None:
+            raise ConfirmationInvalid(
+                "This confirmation token is not valid: it may have been used already. "
+                "Run forget with mode by_query and a query to get a new one."
+            )
+        memory_ids, expired = claimed
+        deleted = 0
+        if not expired:
+            deleted, _ = Memory.objects.filter(user_id=user_id, id__in=memory_ids).delete()
+    if expired:
+        raise ConfirmationExpired(
+            "This confirmation token has expired. Run the by_query preview again to get a new one."
+        )
+    return {"success": True, "deleted_count": deleted}
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# shared -----------------------------------------------------------------------
+
+
+def _embed(embedder: embeddings.Embedder, text: str) -> np.ndarray:
+    try:
+        return embedder.embed_one(text)
+    except RecallError:
+        raise
+    except Exception:
+        logger.exception("embedding failed", extra={"model": embedder.model_id})
+        raise EmbeddingUnavailable(
+            "The embedding model could not process this request. Try again shortly."
+        ) from None
+
+
+def iso(moment: datetime) -> str:
+    """Format as the specification does: UTC, milliseconds, ``Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + (
+        f"{moment.microsecond // 1000:03d}Z"
+    )

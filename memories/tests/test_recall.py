@@ -1,0 +1,190 @@
+from __future__ import annotations
+
+import pytest
+
+from accounts.tiers import Tier
+from memories import services
+from recall.errors import ValidationFailed
+
+FRAMEWORKS = (
+    "The user prefers Python for data analysis and prefers FastAPI over Flask for web services."
+)
+DISTRACTORS = [
+    "The user's cat is called Miso and sleeps on the keyboard.",
+    "Dinner reservations are at 7pm on Friday at the Thai place.",
+    "The quarterly tax filing is due on the fifteenth of April.",
+    "The user runs five kilometres every Sunday morning.",
+    "Grandmother's birthday is on the third of June.",
+    "The office thermostat is set to 21 degrees.",
+    "The user is allergic to peanuts and shellfish.",
+    "The car needs new winter tyres before December.",
+    "The user's favourite film is Spirited Away.",
+    "Book club meets on the last Thursday of each month.",
+    "The garden hose leaks near the tap.",
+    "The user wants to learn to play the cello.",
+]
+
+
+def remember_all(user_id, contents, namespace="default", metadata=None):
+    return [
+        services.remember(
+            user_id=user_id, tier=Tier.PRO, content=c, namespace=namespace, metadata=metadata
+        )["id"]
+        for c in contents
+    ]
+
+
+def test_it_ranks_the_relevant_memory_first_among_distractors(cast):
+    remember_all(cast.alice.id, [*DISTRACTORS[:6], FRAMEWORKS, *DISTRACTORS[6:]])
+
+    results = services.recall(
+        user_id=cast.alice.id, query="What are the user's web framework preferences?", threshold=0
+    )
+
+    assert results[0]["content"] == FRAMEWORKS
+    similarities = [r["similarity"] for r in results]
+    assert similarities == sorted(similarities, reverse=True)
+
+
+def test_the_limit_defaults_to_ten(cast):
+    remember_all(
+        cast.alice.id, [f"Note {n}: the user builds web APIs in Python." for n in range(12)]
+    )
+
+    results = services.recall(user_id=cast.alice.id, query="Python web APIs", threshold=0)
+
+    assert len(results) == 10
+
+
+def test_each_result_has_the_specified_fields(cast):
+    [memory_id] = remember_all(cast.alice.id, [FRAMEWORKS], "preferences", {"source": "chat"})
+
+    [result] = services.recall(
+        user_id=cast.alice.id, query="web frameworks", namespace="preferences", threshold=0
+    )
+
+    assert set(result) == {"id", "content", "similarity", "metadata", "namespace", "created_at"}
+    assert result["id"] == memory_id
+    assert result["metadata"] == {"source": "chat"}
+    assert result["namespace"] == "preferences"
+    assert result["created_at"].endswith("Z")
+    assert 0 < result["similarity"] <= 1
+
+
+def test_the_threshold_drops_weak_matches(cast):
+    remember_all(cast.alice.id, [FRAMEWORKS, *DISTRACTORS])
+
+    results = services.recall(
+        user_id=cast.alice.id, query="Which web framework does the user like?", threshold=0.45
+    )
+
+    assert [r["content"] for r in results] == [FRAMEWORKS]
+
+
+def test_the_default_threshold_keeps_a_clear_match_and_drops_unrelated_ones(cast):
+    remember_all(cast.alice.id, [FRAMEWORKS, *DISTRACTORS])
+
+    results = services.recall(
+        user_id=cast.alice.id, query="What web framework does the user prefer?"
+    )
+
+    assert results and results[0]["content"] == FRAMEWORKS
+    assert "The garden hose leaks near the tap." not in [r["content"] for r in results]
+
+
+def test_it_searches_only_the_given_namespace(cast):
+    remember_all(cast.alice.id, [FRAMEWORKS], namespace="work")
+    remember_all(cast.alice.id, DISTRACTORS[:3], namespace="home")
+
+    results = services.recall(
+        user_id=cast.alice.id, query="web framework", namespace="home", threshold=0
+    )
+
+    assert FRAMEWORKS not in [r["content"] for r in results]
+    assert {r["namespace"] for r in results} == {"home"}
+
+
+def test_the_limit_caps_the_results(cast):
+    remember_all(
+        cast.alice.id, [f"Note {n}: the user builds web APIs in Python." for n in range(5)]
+    )
+    assert len(services.recall(user_id=cast.alice.id, query="Python", limit=3, threshold=0)) == 3
+
+
+def test_metadata_filter_requires_every_key_to_match(cast):
+    services.remember(
+        user_id=cast.alice.id,
+        tier=Tier.PRO,
+        content=FRAMEWORKS,
+        metadata={"source": "conversation", "confidence": 0.95, "pinned": True},
+    )
+    services.remember(
+        user_id=cast.alice.id,
+        tier=Tier.PRO,
+        content="The user prefers Django for web apps.",
+        metadata={"source": "import", "confidence": 0.95},
+    )
+
+    def contents(**filters):
+        found = services.recall(
+            user_id=cast.alice.id, query="web framework", threshold=0, metadata_filter=filters
+        )
+        return [r["content"] for r in found]
+
+    assert contents(source="conversation") == [FRAMEWORKS]
+    assert contents(confidence=0.95, pinned=True) == [FRAMEWORKS]
+    assert len(contents(confidence=0.95)) == 2
+    assert contents(source="conversation", confidence=0.5) == []
+    assert contents(missing=None) == []
+
+
+def test_alice_never_recalls_charlies_memories(cast):
+    remember_all(cast.charlie.id, [FRAMEWORKS])
+    remember_all(cast.alice.id, DISTRACTORS[:2])
+
+    results = services.recall(user_id=cast.alice.id, query=FRAMEWORKS, threshold=0)
+
+    assert FRAMEWORKS not in [r["content"] for r in results]
+    assert len(results) == 2
+
+
+def test_an_empty_namespace_returns_no_results(cast):
+    assert services.recall(user_id=cast.alice.id, query="anything", threshold=0) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"query": ""}, "query must not be empty"),
+        ({"query": "q" * 10_001}, "maximum is 10,000"),
+        ({"query": None}, "query must be a string"),
+        ({"limit": 0}, "limit must be an integer from 1 to 50"),
+        ({"limit": 51}, "limit must be an integer from 1 to 50"),
+        ({"limit": 2.5}, "limit must be an integer"),
+        ({"limit": "10"}, "limit must be an integer"),
+        ({"limit": True}, "limit must be an integer"),
+        ({"threshold": -0.01}, "threshold must be a number from 0 to 1"),
+        ({"threshold": 1.01}, "threshold must be a number from 0 to 1"),
+        ({"threshold": "high"}, "threshold must be a number"),
+        ({"threshold": float("nan")}, "threshold must be a number"),
+        ({"namespace": "bad namespace"}, "namespace must be"),
+        ({"metadata_filter": {f"k{n}": n for n in range(9)}}, "at most 8 keys"),
+        ({"metadata_filter": {"tags": ["a"]}}, "strings, numbers, booleans or null"),
+        ({"metadata_filter": {"nested": {"a": 1}}}, "strings, numbers, booleans or null"),
+        ({"metadata_filter": {"": 1}}, "non-empty strings"),
+        ({"metadata_filter": "source=chat"}, "metadata_filter must be a JSON object"),
+    ],
+)
+def test_it_refuses_bad_input(cast, kwargs, fragment):
+    arguments = {"query": "valid query", **kwargs}
+    with pytest.raises(ValidationFailed) as caught:
+        services.recall(user_id=cast.alice.id, **arguments)
+    assert fragment in caught.value.message
+
+
+def test_bounds_are_inclusive(cast):
+    remember_all(cast.alice.id, DISTRACTORS[:2])
+    assert services.recall(user_id=cast.alice.id, query="q" * 10_000, limit=50, threshold=0)
+    assert services.recall(user_id=cast.alice.id, query="cat", limit=1, threshold=1.0) == []
+    eight = {f"k{n}": n for n in range(8)}
+    assert services.recall(user_id=cast.alice.id, query="cat", metadata_filter=eight) == []
