@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -139,6 +140,8 @@ def database_url(name: str) -> dict[str, Any]:
         raise _bad(
             name, "a URL like postgres://user:password@host:5432/dbname", None, True
         ) from None
+    # libpq writes a Unix socket directory percent-encoded in the host part.
+    config["HOST"] = unquote(str(config.get("HOST") or ""))
     if config.get("ENGINE") != "django.db.backends.postgresql":
         raise ImproperlyConfigured(
             f"{name} must be a PostgreSQL URL (postgres:// or postgresql://); "

@@ -62,6 +62,13 @@ class EmbeddingUnavailable(RecallError):
     http_status = 503
 
 
+class RateLimited(RecallError):
+    """Raised only where no HTTP 429 can be sent (stdio); HTTP refuses in the gate."""
+
+    code = "rate_limited"
+    http_status = 429
+
+
 class InternalError(RecallError):
     code = "internal_error"
     http_status = 500

@@ -2,7 +2,10 @@
 
 Callers pass structured fields through ``extra=``. Anything sensitive must be
 reduced before it gets here (see ``fingerprint``); the formatters print what
-they are given.
+they are given, except exception messages: the JSON formatter logs an
+exception's type and frames only, since database and provider errors can quote
+the content or query that caused them. The console formatter, for
+development, prints full tracebacks.
 """
 
 from __future__ import annotations
@@ -10,10 +13,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import traceback
 from datetime import UTC, datetime
 
 # Attributes every LogRecord has; anything else came from ``extra=``.
-_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",  # uvicorn's ANSI-coloured copy of the message
+}
 
 
 def fingerprint(text: str) -> str:
@@ -34,9 +43,9 @@ class JsonFormatter(logging.Formatter):
             "event": record.getMessage(),
         }
         entry.update(_fields(record))
-        if record.exc_info:
-            entry["exc_type"] = record.exc_info[0].__name__ if record.exc_info[0] else None
-            entry["traceback"] = self.formatException(record.exc_info)
+        if record.exc_info and record.exc_info[1] is not None:
+            # Type and frames only: exception messages can quote user content.
+            entry.update(describe_exception(record.exc_info[1]))
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
@@ -50,3 +59,16 @@ class ConsoleFormatter(logging.Formatter):
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
+
+
+def describe_exception(exc: BaseException) -> dict[str, object]:
+    """Describe an exception for the log by type and stack frames only.
+
+    The message is left out on purpose: exception text from the database or a
+    provider can quote the content or query that caused it.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    return {
+        "exc_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "frames": [f"{frame.filename}:{frame.lineno} in {frame.name}" for frame in frames[-10:]],
+    }

@@ -119,6 +119,7 @@ _options["options"] = " ".join(
         ],
     )
 )
+_options.setdefault("connect_timeout", 5)
 _database["CONN_MAX_AGE"] = env.integer("DATABASE_CONN_MAX_AGE", 300, low=0, high=86400)
 _database["CONN_HEALTH_CHECKS"] = True
 DATABASES = {"default": _database}
@@ -183,6 +184,28 @@ RATE_LIMITS = {
     "team": env.rate("RATE_LIMIT_TEAM", "60/min"),
 }
 
+# Serving --------------------------------------------------------------------------
+
+HOST = env.string("HOST", "127.0.0.1")
+PORT = env.integer("PORT", 8080, low=1, high=65535)
+TRANSPORT = env.choice("TRANSPORT", "http", ["http", "stdio"])
+# Proxies whose X-Forwarded-For/-Proto headers uvicorn trusts (comma-separated IPs, or *).
+FORWARDED_ALLOW_IPS = env.string("FORWARDED_ALLOW_IPS", "127.0.0.1")
+# Tool calls run in this many worker threads per process, each with its own
+# database connection.
+WORKER_THREADS = env.integer("WORKER_THREADS", 16, low=1, high=256)
+# The first user `recall serve` creates on an empty database.
+RECALL_ADMIN_EMAIL = env.string("RECALL_ADMIN_EMAIL", "admin@localhost")
+# The API key `recall stdio` acts as.
+RECALL_API_KEY = env.string("RECALL_API_KEY")
+
+# Authentication ---------------------------------------------------------------
+
+# Found API keys are cached this long at most; see accounts/auth.py for how
+# revocations reach other instances sooner.
+AUTH_CACHE_TTL_SECONDS = env.integer("AUTH_CACHE_TTL_SECONDS", 300, low=0, high=3600)
+AUTH_CACHE_SYNC_SECONDS = env.number("AUTH_CACHE_SYNC_SECONDS", 2.0, low=0.0, high=60.0)
+
 # Logging --------------------------------------------------------------------
 
 LOG_LEVEL = env.choice("LOG_LEVEL", "info", ["debug", "info", "warn", "warning", "error"])
@@ -207,7 +230,10 @@ LOGGING = {
     },
     "root": {"handlers": ["stderr"], "level": "WARNING"},
     "loggers": {
-        name: {"level": _LEVELS[LOG_LEVEL]}
-        for name in ("recall", "accounts", "memories", "billing")
+        **{
+            name: {"level": _LEVELS[LOG_LEVEL]}
+            for name in ("recall", "accounts", "memories", "billing", "dashboard")
+        },
+        "uvicorn.error": {"level": _LEVELS[LOG_LEVEL]},
     },
 }

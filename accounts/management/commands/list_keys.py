@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from accounts.models import ApiKey
+from recall import tenancy
+
+
+class Command(BaseCommand):
+    help = "List API keys (never their secrets), optionally for one user."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("email", nargs="?", help="Only this user's keys.")
+        parser.add_argument("--all", action="store_true", help="Include revoked keys.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with tenancy.operator():
+            found = ApiKey.objects.select_related("user").order_by("user__email", "created_at")
+            if options["email"]:
+                found = found.filter(user__email__iexact=options["email"].strip())
+            if not options["all"]:
+                found = found.filter(revoked_at__isnull=True)
+            rows = list(found)
+        for key in rows:
+            state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "live"
+            used = f"{key.last_used_at:%Y-%m-%d %H:%M}" if key.last_used_at else "never"
+            self.stdout.write(
+                f"{key.id}  {key.prefix}…  {key.tier:<7}  {state:<16}  last used {used:<16}  "
+                f"{key.user.email}  {key.name}"
+            )
+        self.stdout.write(f"{len(rows)} keys.")

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from accounts import services
+from accounts.models import ApiKey
+from recall import tenancy
+
+
+class Command(BaseCommand):
+    help = (
+        "Revoke an API key by id or display prefix (recall_live_XXXXXXXX). "
+        "It stops working at once on this server, and within seconds on others sharing Redis."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("key", help="The key's id, or its display prefix as listed.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        wanted = options["key"].strip().rstrip("…")
+        with tenancy.operator():
+            try:
+                matches = list(ApiKey.objects.filter(id=uuid.UUID(wanted)))
+            except ValueError:
+                matches = list(ApiKey.objects.filter(prefix=wanted))
+        if not matches:
+            raise CommandError(f"No API key matches {wanted}.")
+        if len(matches) > 1:
+            raise CommandError(f"{len(matches)} keys share that prefix; revoke by id instead.")
+        revoked = services.revoke_keys([matches[0].id])
+        if revoked:
+            self.stdout.write(f"Revoked key {matches[0].prefix}… ({matches[0].id}).")
+        else:
+            self.stdout.write(f"Key {matches[0].prefix}… was already revoked.")

@@ -1,0 +1,143 @@
+"""Users, API keys and tiers: the operations every interface shares.
+
+Functions that act for a signed-in user or a key holder take ``user_id`` and
+run on the tenant path; operator functions (admin, webhooks, CLI) say so in
+their names or docstrings and run on the operator path. Anything that changes
+what a key may do ends with ``auth.invalidate()`` so the change takes effect
+on the MCP endpoint at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.db import connection, models, transaction
+from django.utils import timezone
+
+from accounts import auth, tiers
+from accounts.models import ApiKey, User
+from recall import tenancy
+from recall.errors import NotFound, QuotaExceeded, ValidationFailed
+
+
+def check_tier(tier: object) -> str:
+    if tier not in tiers.VALUES:
+        raise ValidationFailed("tier must be one of " + ", ".join(tiers.VALUES) + ".")
+    return str(tier)
+
+
+def create_user(*, email: str, password: str | None = None, tier: str = "free", **extra) -> User:
+    """Create a user (operator path: users are not tenant rows)."""
+    check_tier(tier)
+    email = User.objects.normalize_email(email).strip().lower()
+    if not email or "@" not in email:
+        raise ValidationFailed("email must be an email address.")
+    if User.objects.filter(email=email).exists():
+        raise ValidationFailed(f"A user with email {email} already exists.")
+    return User.objects.create_user(email, password, tier=tier, **extra)
+
+
+def issue_key(*, user: User, name: str = "", tier: str | None = None) -> tuple[ApiKey, str]:
+    """Issue a key for ``user`` (operator path). Returns the key and its secret, shown once."""
+    tier = check_tier(tier or user.tier)
+    if len(name) > 100:
+        raise ValidationFailed("name must be at most 100 characters.")
+    with tenancy.operator():
+        return ApiKey.objects.issue(user=user, name=name, tier=tier)
+
+
+def revoke_keys(key_ids: Iterable[uuid.UUID | str]) -> int:
+    """Revoke keys by id (operator path). Returns how many were live."""
+    with tenancy.operator():
+        revoked = ApiKey.objects.filter(id__in=list(key_ids), revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+    _invalidate()
+    return revoked
+
+
+def revoke_own_key(*, user_id: uuid.UUID | str, key_id: uuid.UUID | str) -> None:
+    """Revoke one of the caller's own keys (tenant path): another user's key is not found."""
+    try:
+        key_uuid = uuid.UUID(str(key_id))
+    except ValueError:
+        raise NotFound("No such API key.") from None
+    with tenancy.tenant(user_id):
+        key = ApiKey.objects.filter(id=key_uuid).first()
+        if key is None:
+            raise NotFound("No such API key.")
+        if key.revoked_at is None:
+            ApiKey.objects.filter(id=key_uuid).update(revoked_at=timezone.now())
+    _invalidate()
+
+
+def set_key_tier(key_ids: Iterable[uuid.UUID | str], tier: str) -> int:
+    """Change keys' tier (operator path)."""
+    tier = check_tier(tier)
+    with tenancy.operator():
+        changed = ApiKey.objects.filter(id__in=list(key_ids)).update(tier=tier)
+    _invalidate()
+    return changed
+
+
+def set_user_tier(*, user_id: uuid.UUID | str, tier: str) -> None:
+    """Set a user's tier and every one of their keys' (operator path: billing and admin)."""
+    tier = check_tier(tier)
+    with transaction.atomic():
+        User.objects.filter(id=user_id).update(tier=tier)
+        with tenancy.operator():
+            ApiKey.objects.filter(user_id=user_id).update(tier=tier)
+    _invalidate()
+
+
+def _invalidate() -> None:
+    # Now, and again once the surrounding transaction (an admin request, a
+    # webhook) commits: a request that authenticates in between still reads
+    # the old row and would cache it until the TTL runs out.
+    auth.invalidate()
+    transaction.on_commit(auth.invalidate)
+
+
+# Self-service: a user's own keys, on the tenant path ---------------------------
+
+
+def issue_own_key(
+    *, user_id: uuid.UUID | str, max_tier: str, name: str = "", tier: str | None = None
+) -> tuple[ApiKey, str]:
+    """Issue a key for the caller, at most ``max_tier``. Returns the key and its secret, shown once.
+
+    ``max_tier`` is the tier of the key making the request, or the user's own
+    tier from the dashboard: no one can mint a key that does more than they can.
+    """
+    tier = check_tier(tier or max_tier)
+    if tiers.rank(tier) > tiers.rank(max_tier):
+        raise ValidationFailed(f"tier must not be above {max_tier}, the tier of this key.")
+    if not isinstance(name, str) or len(name) > 100:
+        raise ValidationFailed("name must be a string of at most 100 characters.")
+    user = User.objects.get(id=user_id)
+    limit = settings.MAX_KEYS_PER_USER
+    with tenancy.tenant(user_id):
+        # Serialise this user's issuing so two concurrent requests at the cap
+        # cannot both pass the count.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", [f"keys:{user_id}"]
+            )
+        if ApiKey.objects.filter(user_id=user_id, revoked_at__isnull=True).count() >= limit:
+            raise QuotaExceeded(
+                f"You already have {limit} live API keys, the most allowed. "
+                "Revoke one you no longer use, then try again."
+            )
+        return ApiKey.objects.issue(user=user, name=name.strip(), tier=tier)
+
+
+def list_own_keys(*, user_id: uuid.UUID | str, limit: int = 100) -> list[ApiKey]:
+    """Return the caller's keys, live ones first, then newest first (tenant path)."""
+    with tenancy.tenant(user_id):
+        return list(
+            ApiKey.objects.filter(user_id=user_id)
+            .defer("key_hash")
+            .order_by(models.F("revoked_at").desc(nulls_first=True), "-created_at")[:limit]
+        )

@@ -1,0 +1,3 @@
+from recall.cli import main
+
+main()

@@ -1,0 +1,411 @@
+"""The one ASGI application uvicorn serves.
+
+Routes, in order:
+
+* ``GET /health``: liveness; answers from memory, touches no database.
+* ``GET /ready``: readiness; 200 when the database answers and the embedding
+  model is loaded, else 503 with the reason.
+* ``/mcp``: the MCP endpoint, through the gate below, then the SDK's
+  stateless Streamable HTTP handler with JSON responses. Served directly, so
+  ``POST /mcp`` gets no 307 to ``/mcp/``.
+* ``/static/...``: the dashboard's own CSS, from the app static directories.
+* everything else: Django (dashboard, admin, JSON API, webhooks).
+
+This app, not Django, owns the ASGI lifespan: Django's handler refuses
+lifespan events, and a mounted app's lifespan would never run. Startup runs
+the MCP session manager, starts loading the embedding model and sizes the
+worker-thread pool; shutdown flushes queued usage events.
+
+The gate in front of ``/mcp``, in order: request id, Host and Origin checks
+against ``ALLOWED_HOSTS`` (the SDK's own check is off: it cannot express
+Django's ``.example.com`` or ``*`` entries, and by default allows only
+localhost), POST only, bearer API key (401), body size, and for
+``tools/call`` the token bucket of the key's tier (429 with ``Retry-After``,
+recorded as a ``rate_limited`` usage event; the tool never runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import anyio
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recall.settings")
+django.setup(set_prefix=False)
+
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.core.asgi import get_asgi_application  # noqa: E402
+from django.db import close_old_connections, connection  # noqa: E402
+from django.http.request import split_domain_port, validate_host  # noqa: E402
+from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
+
+from accounts import auth, ratelimit  # noqa: E402
+from billing import usage  # noqa: E402
+from memories import embeddings  # noqa: E402
+from memories.mcp import build_server  # noqa: E402
+from recall import context  # noqa: E402
+
+logger = logging.getLogger("recall.http")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+MAX_BODY_BYTES = 1024 * 1024
+# JSON-RPC error codes for refusals by the gate, outside the SDK's own.
+RPC_UNAUTHORIZED = -32050
+RPC_RATE_LIMITED = -32051
+RPC_REFUSED = -32052
+
+
+class Recall:
+    def __init__(self) -> None:
+        self.django = get_asgi_application()
+        self.static = ASGIStaticFilesHandler(self.django)
+        self.mcp = build_server()
+        self.mcp.streamable_http_app(
+            streamable_http_path="/mcp",
+            stateless_http=True,
+            json_response=True,
+            max_request_body_size=MAX_BODY_BYTES,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        self.sessions = self.mcp.session_manager
+        self.embedder_error: str | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.lifespan(receive, send)
+            return
+        path = scope.get("path", "")
+        if scope["type"] == "http":
+            if path == "/health":
+                await send_json(send, 200, {"status": "ok"})
+                return
+            if path == "/ready":
+                await self.ready(send)
+                return
+            if path in ("/mcp", "/mcp/"):
+                await self.gate(scope, receive, send)
+                return
+            if path.startswith("/" + settings.STATIC_URL.lstrip("/")):
+                await self.static(scope, receive, send)
+                return
+        await self.django(scope, receive, send)
+
+    # lifespan ------------------------------------------------------------------
+
+    async def lifespan(self, receive: Receive, send: Send) -> None:
+        await receive()  # lifespan.startup
+        try:
+            async with self.sessions.run():
+                limiter = anyio.to_thread.current_default_thread_limiter()
+                limiter.total_tokens = settings.WORKER_THREADS
+                threading.Thread(
+                    target=self._load_embedder, name="embedder-load", daemon=True
+                ).start()
+                await send({"type": "lifespan.startup.complete"})
+                await receive()  # lifespan.shutdown
+                await anyio.to_thread.run_sync(usage.get_recorder().stop)
+        except BaseException as exc:
+            logger.error("startup failed", extra={"exc_type": type(exc).__name__})
+            await send({"type": "lifespan.startup.failed", "message": "startup failed"})
+            return
+        await send({"type": "lifespan.shutdown.complete"})
+
+    def _load_embedder(self) -> None:
+        try:
+            embeddings.get_embedder().load()
+        except Exception as exc:
+            self.embedder_error = type(exc).__name__
+            logger.error("embedding model failed to load", extra={"exc_type": type(exc).__name__})
+
+    # /ready --------------------------------------------------------------------
+
+    async def ready(self, send: Send) -> None:
+        checks = {"database": "ok", "embedder": "ok"}
+        try:
+            await asyncio.wait_for(anyio.to_thread.run_sync(_ping_database), timeout=5)
+        except Exception:
+            checks["database"] = "unavailable: the database did not answer"
+        embedder = embeddings.get_embedder()
+        if not embedder.is_loaded:
+            checks["embedder"] = (
+                f"unavailable: the model failed to load ({self.embedder_error})"
+                if self.embedder_error
+                else "loading"
+            )
+        ok = all(value == "ok" for value in checks.values())
+        await send_json(
+            send, 200 if ok else 503, {"status": "ready" if ok else "unavailable", "checks": checks}
+        )
+
+    # /mcp ----------------------------------------------------------------------
+
+    async def gate(self, scope: Scope, receive: Receive, send: Send) -> None:
+        rid = context.new_request_id(header(scope, b"x-request-id"))
+        extra_headers: list[tuple[bytes, bytes]] = [(b"x-request-id", rid.encode())]
+
+        async def respond(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *extra_headers]}
+            await send(message)
+
+        host = header(scope, b"host") or ""
+        domain, _ = split_domain_port(host)
+        if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+            await send_json(respond, 421, refusal(RPC_REFUSED, "bad_host", "Invalid Host header."))
+            return
+        origin = header(scope, b"origin")
+        if origin and not origin_allowed(origin):
+            await send_json(respond, 403, refusal(RPC_REFUSED, "bad_origin", "Origin not allowed."))
+            return
+        if scope["method"] != "POST":
+            # Stateless with JSON responses: no server-to-client stream to GET,
+            # no session to DELETE.
+            await send_json(
+                respond,
+                405,
+                refusal(RPC_REFUSED, "method_not_allowed", "Use POST for MCP requests."),
+                [(b"allow", b"POST")],
+            )
+            return
+
+        raw_key = bearer(scope)
+        caller = await authenticate(raw_key) if raw_key else None
+        if caller is None:
+            challenge = b'Bearer realm="recall"'
+            if raw_key:
+                challenge += b', error="invalid_token"'
+            await send_json(
+                respond,
+                401,
+                refusal(
+                    RPC_UNAUTHORIZED,
+                    "unauthorized",
+                    "Missing or invalid API key. Send Authorization: Bearer recall_live_...",
+                ),
+                [(b"www-authenticate", challenge)],
+            )
+            return
+
+        body = await read_body(receive)
+        if body is None:
+            await send_json(
+                respond, 413, refusal(RPC_REFUSED, "validation_failed", "Request body too large.")
+            )
+            return
+
+        tool, call_id = tool_called(body)
+        if tool is not None:
+            decision, meta = await check_rate(caller)
+            if meta is not None:
+                extra_headers.extend(
+                    (k.lower().encode(), v.encode()) for k, v in meta.headers().items()
+                )
+            if not decision.allowed:
+                usage.record(
+                    usage.Event(
+                        user_id=caller.user_id,
+                        api_key_id=caller.api_key_id,
+                        request_id=rid,
+                        tool_name=tool[:64],
+                        success=False,
+                        error_code="rate_limited",
+                        latency_ms=0,
+                        tokens_consumed=0,
+                    )
+                )
+                wait = max(1, math.ceil(decision.retry_after))
+                logger.info(
+                    "rate limited",
+                    extra={
+                        "request_id": rid,
+                        "tool": tool[:64],
+                        "api_key_id": str(caller.api_key_id),
+                        "retry_after_s": wait,
+                    },
+                )
+                if not any(name == b"retry-after" for name, _ in extra_headers):
+                    extra_headers.append((b"retry-after", str(wait).encode()))
+                await send_json(
+                    respond,
+                    429,
+                    refusal(
+                        RPC_RATE_LIMITED,
+                        "rate_limited",
+                        f"Rate limit for the {caller.tier} tier exceeded. Retry in {wait} s.",
+                        call_id,
+                    ),
+                )
+                return
+
+        auth_token = auth.current.set(caller)
+        rid_token = context.request_id.set(rid)
+        try:
+            await self.sessions.handle_request(scope, replay(body), respond)
+        finally:
+            auth.current.reset(auth_token)
+            context.request_id.reset(rid_token)
+
+
+# helpers ---------------------------------------------------------------------------
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def bearer(scope: Scope) -> str | None:
+    value = header(scope, b"authorization") or ""
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def origin_allowed(origin: str) -> bool:
+    if origin in settings.CSRF_TRUSTED_ORIGINS:
+        return True
+    _, _, rest = origin.partition("://")
+    domain, _ = split_domain_port(rest.split("/", 1)[0])
+    return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
+
+
+async def authenticate(raw_key: str) -> auth.AuthContext | None:
+    cached = auth.cached(raw_key)
+    if cached is not None:
+        return cached
+    return await anyio.to_thread.run_sync(_authenticate_in_thread, raw_key)
+
+
+def _authenticate_in_thread(raw_key: str) -> auth.AuthContext | None:
+    close_old_connections()
+    try:
+        return auth.authenticate(raw_key)
+    finally:
+        close_old_connections()
+
+
+async def check_rate(
+    caller: auth.AuthContext,
+) -> tuple[ratelimit.RateDecision, ratelimit.DecisionMeta | None]:
+    capacity, refill = ratelimit.limit_for_tier(caller.tier)
+    key = f"key:{caller.api_key_id}"
+
+    def check() -> tuple[ratelimit.RateDecision, ratelimit.DecisionMeta | None]:
+        return ratelimit.get_rate_limiter().check(
+            key, capacity, refill
+        ), ratelimit.last_decision_meta()
+
+    if settings.REDIS_URL:  # network I/O: keep it off the event loop
+        return await anyio.to_thread.run_sync(check)
+    return check()
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+def replay(body: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await anyio.sleep_forever()  # the SDK never reads past the body
+        raise AssertionError("unreachable")
+
+    return receive
+
+
+def tool_called(body: bytes) -> tuple[str | None, Any]:
+    """Return the tool a single JSON-RPC ``tools/call`` names and the call's id.
+
+    Anything else (other methods, batches, malformed JSON) gives (None, None)
+    and is left to the SDK to answer or refuse.
+    """
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None, None
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return None, None
+    params = message.get("params")
+    name = params.get("name") if isinstance(params, dict) else None
+    call_id = message.get("id")
+    return (name if isinstance(name, str) else ""), (
+        call_id if isinstance(call_id, str | int) and not isinstance(call_id, bool) else None
+    )
+
+
+def refusal(rpc_code: int, code: str, message: str, call_id: Any = None) -> dict[str, Any]:
+    """A JSON-RPC error body, so MCP clients surface the message, carrying our error shape."""
+    return {
+        "jsonrpc": "2.0",
+        "id": call_id,
+        "error": {
+            "code": rpc_code,
+            "message": message,
+            "data": {"error": {"code": code, "message": message}},
+        },
+    }
+
+
+async def send_json(
+    send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"cache-control", b"no-store"),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _ping_database() -> None:
+    close_old_connections()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    finally:
+        connection.close()
+
+
+application = Recall()

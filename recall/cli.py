@@ -1,0 +1,93 @@
+"""The ``recall`` command.
+
+    recall serve                 migrate, load the model, serve HTTP on PORT (default 8080)
+    recall stdio                 serve the same tools over stdio, as RECALL_API_KEY's user
+    recall create-user EMAIL     create a user (--tier, --password, --staff)
+    recall create-key EMAIL      issue an API key, printed once (--name, --tier)
+    recall list-keys [EMAIL]     list keys without their secrets (--all for revoked too)
+    recall revoke-key ID|PREFIX  revoke a key
+    recall manage ...            any Django management command (migrate, reembed, ...)
+
+With DATABASE_URL unset, every command uses the embedded PostgreSQL in
+RECALL_DATA_DIR, starting it if needed. TRANSPORT=stdio makes ``serve``
+behave as ``stdio``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+ADMIN_COMMANDS = {
+    "create-user": "create_user",
+    "create-key": "create_key",
+    "list-keys": "list_keys",
+    "revoke-key": "revoke_key",
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recall.settings")
+    if not args or args[0] in ("-h", "--help", "help"):
+        sys.stdout.write(__doc__ or "")
+        return
+    command, rest = args[0], args[1:]
+    if command == "serve":
+        serve()
+    elif command == "stdio":
+        stdio()
+    elif command in ADMIN_COMMANDS:
+        _django(["recall", ADMIN_COMMANDS[command], *rest])
+    elif command == "manage":
+        _django(["recall", *rest])
+    else:
+        sys.stderr.write(f"recall: unknown command {command!r}; see `recall --help`.\n")
+        raise SystemExit(2)
+
+
+def _django(argv: list[str]) -> None:
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(argv)
+
+
+def serve() -> None:
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    if settings.TRANSPORT == "stdio":
+        stdio()
+        return
+
+    import uvicorn
+
+    from recall import startup
+
+    startup.prepare(sys.stdout)
+    logging.getLogger("recall.startup").info(
+        "serving", extra={"host": settings.HOST, "port": settings.PORT}
+    )
+    uvicorn.run(
+        "recall.asgi:application",
+        host=settings.HOST,
+        port=settings.PORT,
+        lifespan="on",
+        log_config=None,  # our LOGGING handles uvicorn's loggers
+        access_log=False,  # tool calls log themselves, with request ids
+        proxy_headers=True,
+        forwarded_allow_ips=settings.FORWARDED_ALLOW_IPS,
+        timeout_graceful_shutdown=10,
+    )
+
+
+def stdio() -> None:
+    import django
+
+    django.setup()
+    from recall import stdio as runner
+
+    runner.run()

@@ -1,0 +1,37 @@
+"""Serve the MCP tools over stdio, for desktop clients that launch a subprocess.
+
+The process acts as the user behind ``RECALL_API_KEY``, with the same tier
+limits and usage events as HTTP. stdout carries the protocol, so everything
+else, logs included, goes to stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+from django.conf import settings
+
+from accounts import auth
+from billing import usage
+from memories.mcp import build_server
+from recall import context, startup
+
+
+def run() -> None:
+    raw = settings.RECALL_API_KEY
+    if not raw:
+        sys.stderr.write("recall stdio: set RECALL_API_KEY to the API key this process acts as.\n")
+        raise SystemExit(2)
+    startup.prepare(sys.stderr, announce_urls=False)
+    caller = auth.authenticate(raw)
+    if caller is None:
+        sys.stderr.write("recall stdio: RECALL_API_KEY is not a valid, live API key.\n")
+        raise SystemExit(2)
+    auth.current.set(caller)
+    context.transport.set("stdio")
+    server = build_server()
+    try:
+        anyio.run(server.run_stdio_async)
+    finally:
+        usage.get_recorder().stop()

@@ -1,0 +1,137 @@
+"""Run the real server for tests: uvicorn, on a loopback port, against the test database.
+
+``LiveServer`` starts ``recall.asgi:application`` under uvicorn in a
+subprocess, pointed at the database pytest-django created, with the same
+secrets as the test process (so keys issued in a test authenticate), and
+waits until ``/ready`` says the database and the embedding model are up.
+Tests using it must commit their data: mark them
+``@pytest.mark.django_db(transaction=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connection
+
+# Tagged on the server's database connections, so tests can see when it is busy.
+SERVER_APPLICATION_NAME = "recall-live-server"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def database_url() -> str:
+    """Return a URL for the database the tests are using right now."""
+    params = connection.get_connection_params()
+    host = params.get("host") or ""
+    user = quote(params.get("user") or "", safe="")
+    password = quote(params.get("password") or "", safe="")
+    credentials = f"{user}:{password}@" if password else f"{user}@"
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"postgres://{credentials}{quote(host, safe='')}{port}/{params['dbname']}"
+
+
+class LiveServer:
+    def __init__(self, env: dict[str, str] | None = None, *, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.mcp_url = f"{self.url}/mcp"
+        self.extra_env = env or {}
+        self.log_path = Path(tempfile.mkstemp(prefix="recall-server-", suffix=".log")[1])
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def environment(self) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "SECRET_KEY": settings.SECRET_KEY,
+            "API_KEY_SECRET": settings.API_KEY_SECRET,
+            "DATABASE_CONN_MAX_AGE": "0",
+            "LOG_FORMAT": "json",
+            "LOG_LEVEL": "info",
+            "PYTHONUNBUFFERED": "1",
+            "PGAPPNAME": SERVER_APPLICATION_NAME,
+        }
+        env.update(self.extra_env)
+        return env
+
+    def start(self, timeout: float = 90.0) -> LiveServer:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(  # noqa: S603 - fixed argv
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "recall.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--lifespan",
+                "on",
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            cwd=settings.BASE_DIR,
+            env=self.environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.logs()[-4000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/ready", timeout=2) as response:  # noqa: S310
+                    if response.status == 200:
+                        return
+            except urllib.error.HTTPError as error:
+                last = error.read().decode(errors="replace")
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+                last = repr(error)
+            time.sleep(0.2)
+        raise RuntimeError(f"server not ready in {timeout}s ({last}):\n{self.logs()[-4000:]}")
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        code = self.process.returncode
+        self.process = None
+        return code
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def __enter__(self) -> LiveServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
