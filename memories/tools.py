@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -183,9 +183,17 @@ def _caller() -> auth.AuthContext:
     return caller
 
 
+def _tidy_connections() -> None:
+    # No request_started/finished signals fire for MCP calls, so expire old
+    # connections here. Never inside an outer transaction (a test's): closing
+    # would end it.
+    if not connection.in_atomic_block:
+        close_old_connections()
+
+
 def _run(tool: str, call: Callable[[auth.AuthContext], CallToolResult]) -> CallToolResult:
     """Run one tool body: fresh DB connection state, errors as results, nothing leaked."""
-    close_old_connections()
+    _tidy_connections()
     try:
         return call(_caller())
     except RecallError as error:
@@ -194,7 +202,7 @@ def _run(tool: str, call: Callable[[auth.AuthContext], CallToolResult]) -> CallT
         logger.error("tool failed", extra={"tool": tool, **describe_exception(exc)})
         return failure(InternalError("Something went wrong on our side. Try again shortly."))
     finally:
-        close_old_connections()
+        _tidy_connections()
 
 
 # The tools ---------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 ADMIN_COMMANDS = {
@@ -68,6 +69,11 @@ def serve() -> None:
     from recall import startup
 
     startup.prepare(sys.stdout)
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
+    # signal with the handlers it found. Make those a normal exit, so atexit
+    # hooks run (they stop the embedded PostgreSQL) and the exit code is 0.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _exit_cleanly)
     logging.getLogger("recall.startup").info(
         "serving", extra={"host": settings.HOST, "port": settings.PORT}
     )
@@ -82,6 +88,10 @@ def serve() -> None:
         forwarded_allow_ips=settings.FORWARDED_ALLOW_IPS,
         timeout_graceful_shutdown=10,
     )
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def stdio() -> None:

@@ -1,0 +1,136 @@
+"""The `recall` command: one command to serve, and the operator's key commands."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+
+from accounts.models import ApiKey, User
+from recall import tenancy
+from recall.testing import free_port
+from recall.tests.clients import call, structured
+
+pytestmark = pytest.mark.slow
+
+
+def recall_command(*args: str, env: dict[str, str], timeout: float = 300):
+    return subprocess.run(
+        [sys.executable, "-m", "recall", *args],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_serve(data_dir: Path, port: int) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL"}}
+    env.update(RECALL_DATA_DIR=str(data_dir), PORT=str(port))
+    return subprocess.Popen(
+        [sys.executable, "-m", "recall", "serve"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_ready(url: str, process: subprocess.Popen[str], timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr.read()
+        try:
+            if httpx2.get(f"{url}/ready").status_code == 200:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError("recall serve did not become ready")
+
+
+def test_serve_starts_everything_on_a_fresh_machine_and_stops_cleanly(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    first = start_serve(tmp_path, port)
+    try:
+        wait_ready(url, first)
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err
+    key = re.search(r"API key:\s+(recall_live_[A-Za-z0-9_-]{32})", out).group(1)
+    assert '"Authorization": "Bearer ' + key in out  # a ready-to-paste client configuration
+    assert re.search(r"sign in as admin@localhost / \S+", out)
+    assert not (tmp_path / "pgdata" / "postmaster.pid").exists()  # the database stopped too
+
+    # Second run: same data, no new secrets printed, and the first key works.
+    second = start_serve(tmp_path, port)
+    try:
+        wait_ready(url, second)
+        result = call(f"{url}/mcp", key, "remember", {"content": "Survives restarts."})
+        assert structured(result)["deduped"] is False
+        second.send_signal(signal.SIGINT)
+        out, _ = second.communicate(timeout=60)
+    finally:
+        if second.poll() is None:
+            second.kill()
+    assert "API key:" not in out
+    assert second.returncode == 0
+
+
+@pytest.mark.django_db
+def test_operators_create_users_and_keys_and_revoke_them(capsys):
+    call_command("create_user", "dana@example.com", "--tier", "pro")
+    assert "Created user dana@example.com (pro)" in capsys.readouterr().out
+
+    call_command("create_key", "DANA@example.com", "--name", "laptop")
+    captured = capsys.readouterr()
+    raw = captured.out.strip()
+    assert re.fullmatch(r"recall_live_[A-Za-z0-9_-]{32}", raw)
+    assert "cannot be shown again" in captured.err
+
+    call_command("list_keys", "dana@example.com")
+    listed = capsys.readouterr().out
+    assert raw[:20] in listed and raw not in listed and "pro" in listed and "1 keys." in listed
+
+    call_command("revoke_key", raw[:20])
+    assert "Revoked key" in capsys.readouterr().out
+    assert ApiKey.objects.for_key(raw) is None
+    with tenancy.operator():
+        assert ApiKey.objects.get(user__email="dana@example.com").revoked_at is not None
+    assert User.objects.get(email="dana@example.com").tier == "pro"
+
+
+@pytest.mark.django_db
+def test_operator_commands_explain_their_errors():
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="No user with email"):
+        call_command("create_key", "nobody@example.com")
+    call_command("create_user", "erin@example.com")
+    with pytest.raises(CommandError, match="already exists"):
+        call_command("create_user", "Erin@example.com")
+    with pytest.raises(CommandError, match="No API key matches"):
+        call_command("revoke_key", "recall_live_nothing")
+
+
+def test_the_cli_explains_itself():
+    env = dict(os.environ)
+    helped = recall_command("--help", env=env)
+    assert helped.returncode == 0 and "recall serve" in helped.stdout
+    unknown = recall_command("frobnicate", env=env)
+    assert unknown.returncode == 2 and "unknown command" in unknown.stderr

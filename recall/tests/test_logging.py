@@ -1,0 +1,66 @@
+"""Logs are structured, correlate by request id, and never hold content, queries or keys."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from recall.logging import fingerprint
+from recall.testing import LiveServer
+from recall.tests.clients import calls, raw_call
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+CONTENT = "Alice's passport number is X1234567 and she banks with Zephyr Credit Union."
+QUERY = "Which credit union does Alice bank with?"
+
+
+def test_a_full_session_logs_no_content_query_or_key(cast):
+    key = cast.alice_key.raw
+    with LiveServer(env={"LOG_LEVEL": "debug"}) as server:
+        calls(
+            server.mcp_url,
+            key,
+            [
+                ("remember", {"content": CONTENT, "metadata": {"note": CONTENT}}),
+                ("recall", {"query": QUERY}),
+                ("list_memories", {}),
+                ("forget", {"mode": "by_query", "query": QUERY}),
+                (
+                    "update_memory",
+                    {"id": "00000000-0000-4000-8000-000000000000", "content": CONTENT},
+                ),
+                ("recall", {"query": QUERY, "limit": 500}),
+            ],
+        )
+        raw_call(server.mcp_url, key + "x", "recall", {"query": QUERY})  # a bad key
+        response = raw_call(
+            server.mcp_url, key, "recall", {"query": QUERY}, headers={"X-Request-ID": "req-777"}
+        )
+        assert response.status_code == 200
+    logs = server.logs()
+
+    for secret in (CONTENT, QUERY, key, "X1234567", "Zephyr"):
+        assert secret not in logs
+    lines = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
+    started = [line for line in lines if line["event"] == "tool call started"]
+    finished = [line for line in lines if line["event"] == "tool call finished"]
+    assert len(started) == len(finished) == 7
+    assert started[0]["content_sha256"] == fingerprint(CONTENT)
+    assert started[1]["query_sha256"] == fingerprint(QUERY)
+    assert all(isinstance(line["elapsed_ms"], int) for line in finished)
+    assert [line["error_code"] for line in finished] == [
+        None,
+        None,
+        None,
+        None,
+        "not_found",
+        "validation_failed",
+        None,
+    ]
+    assert finished[-1]["request_id"] == "req-777"
+    assert {line["level"] for line in lines} <= {"debug", "info", "warning", "error"}
+    assert not any(
+        "embedding" in line and isinstance(line.get("embedding"), list) for line in lines
+    )

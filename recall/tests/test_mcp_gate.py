@@ -1,0 +1,202 @@
+"""The HTTP front door of /mcp: routing, Host and Origin, auth, request ids, usage events."""
+
+from __future__ import annotations
+
+import httpx2
+import pytest
+from django.utils import timezone
+
+from accounts.models import ApiKey
+from recall import tenancy
+from recall.testing import LiveServer
+from recall.tests.clients import call, calls, raw_call
+from recall.tests.conftest import usage_events
+
+pytestmark = pytest.mark.slow
+
+
+def test_health_answers_without_the_database(live):
+    response = httpx2.get(f"{live.url}/health")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_ready_reports_the_database_and_the_model(live):
+    response = httpx2.get(f"{live.url}/ready")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ready", "checks": {"database": "ok", "embedder": "ok"}}
+
+
+@pytest.mark.parametrize("path", ["/mcp", "/mcp/"])
+def test_post_mcp_answers_directly_without_a_redirect(live, cast, path):
+    response = raw_call(live.url + path, cast.alice_key.raw, "list_memories", {})
+    assert response.status_code == 200
+    assert response.json()["result"]["structuredContent"]["memories"] == []
+
+
+def test_get_and_delete_are_refused_with_405(live, cast):
+    headers = {"Authorization": f"Bearer {cast.alice_key.raw}"}
+    for method in ("GET", "DELETE"):
+        response = httpx2.request(method, live.mcp_url, headers=headers)
+        assert response.status_code == 405
+        assert response.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        None,
+        "",
+        "Bearer",
+        "Basic dXNlcjpwYXNz",
+        "Bearer not-a-recall-key",
+        "Bearer recall_live_short",
+        "Bearer recall_live_" + "A" * 32,  # well formed, unknown
+    ],
+)
+def test_it_refuses_missing_malformed_and_unknown_keys(live, authorization):
+    headers = {"Content-Type": "application/json"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    response = httpx2.post(live.mcp_url, headers=headers, content=b"{}")
+
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith('Bearer realm="recall"')
+    body = response.json()
+    assert body["error"]["data"]["error"]["code"] == "unauthorized"
+    # The same words whether or not a key exists.
+    assert body["error"]["message"] == (
+        "Missing or invalid API key. Send Authorization: Bearer recall_live_..."
+    )
+
+
+def test_it_refuses_a_revoked_key(live, cast):
+    with tenancy.operator():
+        ApiKey.objects.filter(id=cast.bob_key.key.id).update(revoked_at=timezone.now())
+
+    assert raw_call(live.mcp_url, cast.bob_key.raw, "list_memories", {}).status_code == 401
+    assert raw_call(live.mcp_url, cast.alice_key.raw, "list_memories", {}).status_code == 200
+
+
+def test_the_request_id_is_echoed_and_recorded(live, cast):
+    response = raw_call(
+        live.mcp_url,
+        cast.alice_key.raw,
+        "list_memories",
+        {},
+        headers={"X-Request-ID": "trace-42.a"},
+    )
+    generated = raw_call(live.mcp_url, cast.alice_key.raw, "list_memories", {})
+    injected = raw_call(
+        live.mcp_url,
+        cast.alice_key.raw,
+        "list_memories",
+        {},
+        headers={"X-Request-ID": 'evil" id with spaces'},
+    )
+
+    assert response.headers["x-request-id"] == "trace-42.a"
+    assert len(generated.headers["x-request-id"]) == 32
+    assert injected.headers["x-request-id"] != 'evil" id with spaces'
+    events = usage_events(3)
+    assert [e.request_id for e in events] == [
+        "trace-42.a",
+        generated.headers["x-request-id"],
+        injected.headers["x-request-id"],
+    ]
+
+
+def test_every_tool_call_leaves_exactly_one_usage_event(live, cast):
+    results = calls(
+        live.mcp_url,
+        cast.alice_key.raw,
+        [
+            ("remember", {"content": "one"}),
+            ("remember", {"content": "one"}),  # deduplicated: still a call
+            ("recall", {"query": "one"}),
+            ("recall", {"query": "x", "limit": 99}),  # validation error: still a call
+            ("list_memories", {}),
+            ("update_memory", {"id": "00000000-0000-4000-8000-000000000000", "metadata": {}}),
+            ("forget", {"mode": "by_query", "query": "one"}),
+        ],
+    )
+    call(live.mcp_url, cast.bob_key.raw, "list_memories", {})
+
+    events = usage_events(8)
+    assert len(events) == 8
+    assert [e.tool_name for e in events] == [
+        "remember",
+        "remember",
+        "recall",
+        "recall",
+        "list_memories",
+        "update_memory",
+        "forget",
+        "list_memories",
+    ]
+    assert [e.error_code for e in events] == [
+        None,
+        None,
+        None,
+        "validation_failed",
+        None,
+        "not_found",
+        None,
+        None,
+    ]
+    assert [e.success for e in events] == [r.is_error is False for r in results] + [True]
+    assert {e.user_id for e in events} == {cast.alice.id}
+    assert [e.api_key_id for e in events] == [cast.alice_key.key.id] * 7 + [cast.bob_key.key.id]
+    assert all(e.tokens_consumed == 1 and e.latency_ms >= 0 for e in events)
+    # Events are the user's own rows: row-level security applies to them.
+    with tenancy.tenant(cast.charlie.id):
+        from billing.models import UsageEvent
+
+        assert UsageEvent.objects.count() == 0
+
+
+def test_listing_tools_is_not_a_tool_call(live, cast):
+    from recall.tests.clients import list_tools
+
+    list_tools(live.mcp_url, cast.alice_key.raw)
+    call(live.mcp_url, cast.alice_key.raw, "list_memories", {})
+    assert len(usage_events(1)) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_host_and_origin_follow_allowed_hosts(cast):
+    env = {"ALLOWED_HOSTS": "recall.example.com,.tenant.example.org,127.0.0.1"}
+    with LiveServer(env=env) as server:
+
+        def post(host: str, origin: str | None = None) -> int:
+            headers = {"Host": host}
+            if origin:
+                headers["Origin"] = origin
+            return raw_call(
+                server.mcp_url, cast.alice_key.raw, "list_memories", {}, headers=headers
+            ).status_code
+
+        assert post("recall.example.com") == 200
+        assert post("recall.example.com:8443") == 200
+        assert post("eu.tenant.example.org") == 200
+        assert post("evil.example.net") == 421
+        assert post("recall.example.com", origin="https://recall.example.com") == 200
+        assert post("recall.example.com", origin="https://evil.example.net") == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_last_used_at_is_flushed_when_the_server_stops(cast):
+    with LiveServer() as server:
+        call(server.mcp_url, cast.alice_key.raw, "list_memories", {})
+        before = timezone.now()
+    with tenancy.operator():
+        key = ApiKey.objects.get(id=cast.alice_key.key.id)
+        untouched = ApiKey.objects.get(id=cast.bob_key.key.id)
+    assert key.last_used_at is not None and key.last_used_at <= before
+    assert untouched.last_used_at is None
+
+
+def test_an_oversized_body_is_refused(live, cast):
+    response = raw_call(live.mcp_url, cast.alice_key.raw, "remember", {"content": "x" * 1_100_000})
+    assert response.status_code == 413
+    assert response.json()["error"]["data"]["error"]["code"] == "validation_failed"

@@ -1,0 +1,138 @@
+"""Tier rate limits on the real server: 429 with Retry-After, before any tool runs."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+
+import pytest
+
+from accounts.tests.redis_server import RedisServer, RedisServerMissing
+from memories.models import Memory
+from recall import tenancy
+from recall.testing import LiveServer
+from recall.tests.clients import raw_call
+from recall.tests.conftest import usage_events
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def redis():
+    try:
+        server = RedisServer.start_new()
+    except RedisServerMissing as exc:
+        pytest.skip(str(exc))
+    yield server
+    server.close()
+
+
+def remember(server: LiveServer, key: str, n: int):
+    return raw_call(server.mcp_url, key, "remember", {"content": f"memory {n}"}, call_id=n)
+
+
+def test_the_free_tier_gets_ten_calls_a_minute_then_429(cast):
+    with LiveServer() as server:  # the real limits: free is 10/min
+        answers = [remember(server, cast.alice_key.raw, n) for n in range(11)]
+
+    assert [a.status_code for a in answers] == [200] * 10 + [429]
+    refused = answers[-1]
+    retry_after = int(refused.headers["retry-after"])
+    assert 1 <= retry_after <= 6  # one token comes back every 6 s
+    assert refused.headers["ratelimit-limit"] == "10"
+    assert refused.headers["ratelimit-remaining"] == "0"
+    body = refused.json()
+    assert body["id"] == 10
+    assert body["error"]["data"]["error"]["code"] == "rate_limited"
+    # The refused call never reached the tool: nine memories... ten, not eleven.
+    with tenancy.operator():
+        assert Memory.objects.count() == 10
+    events = usage_events(11)
+    assert len(events) == 11
+    last = events[-1]
+    assert (last.tool_name, last.success, last.error_code, last.tokens_consumed) == (
+        "remember",
+        False,
+        "rate_limited",
+        0,
+    )
+    assert last.request_id == refused.headers["x-request-id"]
+    assert all(e.tokens_consumed == 1 for e in events[:10])
+
+
+def test_limits_are_per_key_and_follow_the_tier(cast):
+    from conftest import issue_key
+
+    pro = issue_key(cast.charlie, "pro key", tier="pro")
+    with LiveServer(env={"RATE_LIMIT_FREE": "2/min", "RATE_LIMIT_PRO": "5/min"}) as server:
+        alice = [remember(server, cast.alice_key.raw, n).status_code for n in range(3)]
+        bob = [remember(server, cast.bob_key.raw, n + 10).status_code for n in range(3)]
+        charlie = [remember(server, pro.raw, n).status_code for n in range(6)]
+
+    assert alice == [200, 200, 429]
+    assert bob == [200, 200, 429]  # Bob's key has its own bucket
+    assert charlie == [200] * 5 + [429]
+
+
+def test_protocol_chatter_does_not_spend_tokens(cast):
+    import httpx2
+
+    headers = {
+        "Authorization": f"Bearer {cast.alice_key.raw}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    with LiveServer(env={"RATE_LIMIT_FREE": "1/min"}) as server:
+        for n in range(5):
+            listed = httpx2.post(
+                server.mcp_url,
+                headers=headers,
+                json={"jsonrpc": "2.0", "id": n, "method": "tools/list"},
+            )
+            assert listed.status_code == 200
+        assert remember(server, cast.alice_key.raw, 1).status_code == 200
+        assert remember(server, cast.alice_key.raw, 2).status_code == 429
+
+
+def test_two_servers_sharing_redis_admit_no_more_than_capacity(cast, redis):
+    env = {"REDIS_URL": redis.url, "RATE_LIMIT_FREE": "8/min"}
+    with (
+        LiveServer(env=env) as first,
+        LiveServer(env=env) as second,
+        concurrent.futures.ThreadPoolExecutor(8) as pool,
+    ):
+        answers = list(
+            pool.map(
+                lambda n: remember(first if n % 2 else second, cast.alice_key.raw, n).status_code,
+                range(20),
+            )
+        )
+    assert answers.count(200) == 8
+    assert answers.count(429) == 12
+
+
+def test_with_redis_down_servers_fail_open_to_their_own_limiter(cast, redis):
+    env = {"REDIS_URL": redis.url, "RATE_LIMIT_FREE": "3/min"}
+    with LiveServer(env=env) as first, LiveServer(env=env) as second:
+        assert remember(first, cast.alice_key.raw, 0).status_code == 200
+        redis.stop()  # killed mid-test
+        # Each process now enforces the limit on its own: requests are still
+        # answered, and each server admits at most its own allowance.
+        first_answers = [remember(first, cast.alice_key.raw, n).status_code for n in range(1, 6)]
+        second_answers = [remember(second, cast.alice_key.raw, n).status_code for n in range(6, 11)]
+        logs = first.logs()
+
+    assert first_answers == [200, 200, 200, 429, 429] or first_answers == [200, 200, 429, 429, 429]
+    assert second_answers == [200, 200, 200, 429, 429]
+    # One warning for the outage, not one per request.
+    assert logs.count("Shared rate limiter unavailable") == 1
+
+
+def test_retry_after_is_whole_seconds_rounded_up(cast):
+    with LiveServer(env={"RATE_LIMIT_FREE": "1/hour"}) as server:
+        assert remember(server, cast.alice_key.raw, 0).status_code == 200
+        refused = remember(server, cast.alice_key.raw, 1)
+    seconds = int(refused.headers["retry-after"])
+    assert seconds == math.ceil(seconds)
+    assert 3590 <= seconds <= 3600
