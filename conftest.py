@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import pytest
@@ -54,3 +55,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
     # Password hashing is deliberately slow; tests need it correct, not slow.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """With RECALL_NO_SKIPS=1 (CI), a skipped test fails: a missing server is a broken build."""
+    outcome = yield
+    report = outcome.get_result()
+    strict = os.environ.get("RECALL_NO_SKIPS") == "1"
+    if strict and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped, but RECALL_NO_SKIPS=1: {report.longrepr}"
