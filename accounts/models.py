@@ -119,6 +119,7 @@ class ApiKey(models.Model):
 
     class Meta:
         db_table = "api_keys"
+        verbose_name = "API key"
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(tier__in=TIER_VALUES), name="api_keys_tier_valid"

@@ -9,7 +9,11 @@ class UsageEvent(models.Model):
     """One authenticated tool call: the unit of billing and of the usage dashboard."""
 
     id = models.BigAutoField(primary_key=True)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: usage_events_user_time_idx leads with user_id, and
+    # every index on this table costs a write per tool call.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     api_key = models.ForeignKey(
         "accounts.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -26,10 +30,114 @@ class UsageEvent(models.Model):
         db_table = "usage_events"
         indexes = [
             # Used by the usage dashboard: one user's events over a date range.
+            # Also serves the admin's user filter.
             models.Index(fields=["user", "occurred_at"], name="usage_events_user_time_idx"),
-            # Used to correlate a log line with its event.
+            # Used to correlate a log line with its event (and the admin's search).
             models.Index(fields=["request_id"], name="usage_events_request_idx"),
+            # Used by the admin list and the CSV export, newest first, and by the
+            # admin's date filter: ORDER BY occurred_at DESC, id DESC LIMIT 100.
+            models.Index(fields=["occurred_at", "id"], name="usage_events_time_idx"),
+            # Used by the admin's tool filter:
+            # WHERE tool_name = %s ORDER BY occurred_at DESC.
+            models.Index(fields=["tool_name", "occurred_at"], name="usage_events_tool_time_idx"),
+            # Used by the admin's error-code filter:
+            # WHERE error_code = %s ORDER BY occurred_at DESC. Partial, because
+            # successes, most of the table, have no code.
+            models.Index(
+                fields=["error_code", "occurred_at"],
+                name="usage_events_error_time_idx",
+                condition=models.Q(error_code__isnull=False),
+            ),
+            # Used by the admin's success filter when it asks for failures:
+            # WHERE NOT success ORDER BY occurred_at DESC.
+            models.Index(
+                fields=["occurred_at"],
+                name="usage_events_failed_time_idx",
+                condition=models.Q(success=False),
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.tool_name} {self.request_id}"
+
+
+class BillingAccount(models.Model):
+    """A user's link to Stripe. The tier itself lives on the user and their keys."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="billing"
+    )
+    # Set by checkout.session.completed; the webhook finds users by it.
+    stripe_customer_id = models.CharField(max_length=255, unique=True, null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "billing_accounts"
+
+    def __str__(self) -> str:
+        return self.stripe_customer_id or "(no Stripe customer)"
+
+
+class SubscriptionManager(models.Manager["Subscription"]):
+    def for_user(self, user_id: object) -> models.QuerySet[Subscription]:
+        return self.filter(user_id=user_id).order_by("-event_created")
+
+
+class Subscription(models.Model):
+    """One Stripe subscription as of the newest event applied to it.
+
+    ``event_created`` is that event's ``created`` time. Stripe does not
+    deliver in order, so an event older than it is stale and changes nothing.
+    """
+
+    id = models.CharField(max_length=255, primary_key=True)  # Stripe's sub_...
+    customer_id = models.CharField(max_length=255)
+    # Unknown until the customer is linked to a user (checkout, or metadata).
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="subscriptions",
+    )
+    status = models.CharField(max_length=32)
+    price_id = models.CharField(max_length=255, blank=True)
+    event_id = models.CharField(max_length=255)
+    event_created = models.DateTimeField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = SubscriptionManager()
+
+    class Meta:
+        db_table = "billing_subscriptions"
+        indexes = [
+            # Used when checkout links a customer: its subscriptions get the user.
+            models.Index(fields=["customer_id"], name="billing_subs_customer_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+
+class WebhookEvent(models.Model):
+    """A webhook delivery already handled: a replay is acknowledged and does nothing."""
+
+    class Source(models.TextChoices):
+        STRIPE = "stripe", "Stripe"
+        MCPIZE = "mcpize", "MCPize"
+
+    source = models.CharField(max_length=16, choices=Source.choices)
+    # Stripe's event id; for MCPize the Idempotency-Key header or the signature.
+    event_id = models.CharField(max_length=255)
+    event_type = models.CharField(max_length=100, blank=True)
+    received_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "billing_webhook_events"
+        constraints = [
+            models.UniqueConstraint(fields=["source", "event_id"], name="billing_webhook_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.event_id}"

@@ -33,6 +33,7 @@ class Memory(models.Model):
 
     class Meta:
         db_table = "memories"
+        verbose_name_plural = "memories"
         constraints = [
             models.UniqueConstraint(
                 fields=["user", "namespace", "content_hash"], name="memories_dedup"

@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "accounts",
     "memories",
     "billing",
+    "dashboard",
 ]
 
 MIDDLEWARE = [
@@ -72,6 +73,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Staff requests under /admin/ run on the operator path (see the module).
+    "recall.middleware.OperatorAdminMiddleware",
 ]
 
 ROOT_URLCONF = "recall.urls"
@@ -205,6 +208,47 @@ RECALL_API_KEY = env.string("RECALL_API_KEY")
 # revocations reach other instances sooner.
 AUTH_CACHE_TTL_SECONDS = env.integer("AUTH_CACHE_TTL_SECONDS", 300, low=0, high=3600)
 AUTH_CACHE_SYNC_SECONDS = env.number("AUTH_CACHE_SYNC_SECONDS", 2.0, low=0.0, high=60.0)
+
+# Keys, billing and the dashboard ----------------------------------------------
+
+# How many unrevoked API keys one user may hold at once.
+MAX_KEYS_PER_USER = env.integer("MAX_KEYS_PER_USER", 10, low=1, high=1000)
+# Off by default: operators create accounts in the admin.
+SIGNUP_ENABLED = env.boolean("SIGNUP_ENABLED", False)
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard:usage"
+LOGOUT_REDIRECT_URL = "login"
+
+# Password-reset mail. The console backend prints messages to the server log,
+# which is enough until an operator configures SMTP.
+EMAIL_BACKEND = env.string("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env.string("EMAIL_HOST", "localhost")
+EMAIL_PORT = env.integer("EMAIL_PORT", 25, low=1, high=65535)
+EMAIL_HOST_USER = env.string("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env.string("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env.boolean("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env.string("DEFAULT_FROM_EMAIL", "Recall <noreply@localhost>")
+
+# Stripe. Without STRIPE_WEBHOOK_SECRET the webhook answers 404; without
+# STRIPE_SECRET_KEY and prices the dashboard offers no upgrade.
+STRIPE_SECRET_KEY = env.string("STRIPE_SECRET_KEY")
+STRIPE_WEBHOOK_SECRET = env.string("STRIPE_WEBHOOK_SECRET")
+# Signatures older than this many seconds are refused (Stripe's default is 300).
+STRIPE_WEBHOOK_TOLERANCE = env.integer("STRIPE_WEBHOOK_TOLERANCE", 300, low=1, high=86400)
+# Only tests and Stripe's mock server change this.
+STRIPE_API_BASE = env.string("STRIPE_API_BASE", "https://api.stripe.com")
+STRIPE_PRICE_TO_TIER: dict[str, str] = env.json_object("STRIPE_PRICE_TO_TIER")
+for _price, _tier in STRIPE_PRICE_TO_TIER.items():
+    if _tier not in ("starter", "pro", "team"):
+        raise ImproperlyConfigured(
+            "STRIPE_PRICE_TO_TIER must map Stripe price ids to starter, pro or team, "
+            f'such as {{"price_abc": "starter"}}; {_price!r} maps to {_tier!r}.'
+        )
+
+# MCPize. Without the secret its webhook answers 404.
+MCPIZE_BILLING_WEBHOOK_SECRET = env.string("MCPIZE_BILLING_WEBHOOK_SECRET")
+# Refuse deliveries without X-MCPize-Timestamp, which alone make replays detectable.
+MCPIZE_REQUIRE_TIMESTAMP = env.boolean("MCPIZE_REQUIRE_TIMESTAMP", False)
 
 # Logging --------------------------------------------------------------------
 

@@ -1,0 +1,269 @@
+"""The operators' admin for users and API keys.
+
+Every request here runs on the operator path (recall/middleware.py). Tier
+changes and revocations go through accounts/services.py, which invalidates
+the auth cache, so they take effect on the MCP endpoint at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth import admin as auth_admin
+from django.contrib.auth import forms as auth_forms
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from accounts import services, tiers
+from accounts.models import ApiKey, User
+from billing.models import Subscription, UsageEvent
+from memories.models import Memory
+from recall.admin_tools import EstimatedCountPaginator
+
+logger = logging.getLogger(__name__)
+
+admin.site.site_header = "Recall operations"
+admin.site.site_title = "Recall operations"
+admin.site.index_title = "Users, keys, memories and usage"
+
+
+def _count_per_user(queryset: QuerySet[Any]) -> Coalesce:
+    # A correlated subquery, not a JOIN + GROUP BY: joining memories and keys
+    # together would multiply rows. PostgreSQL evaluates it after the page's
+    # LIMIT, so a list page costs one index count per row shown.
+    counted = queryset.filter(user=OuterRef("pk")).order_by().values("user").annotate(n=Count("*"))
+    return Coalesce(Subquery(counted.values("n"), output_field=IntegerField()), 0)
+
+
+def _email(value: str) -> str:
+    return User.objects.normalize_email(value or "").strip().lower()
+
+
+class UserCreationForm(auth_forms.AdminUserCreationForm):
+    class Meta:
+        model = User
+        fields = ("email", "tier")
+
+    def clean_email(self) -> str:
+        email = _email(self.cleaned_data.get("email", ""))
+        if User.objects.filter(email=email).exists():
+            raise forms.ValidationError("A user with this email already exists.")
+        return email
+
+
+class UserChangeForm(auth_forms.UserChangeForm):
+    class Meta:
+        model = User
+        fields = "__all__"
+
+    def clean_email(self) -> str:
+        email = _email(self.cleaned_data.get("email", ""))
+        if User.objects.filter(email=email).exclude(pk=self.instance.pk).exists():
+            raise forms.ValidationError("A user with this email already exists.")
+        return email
+
+
+def _user_tier_action(tier: tiers.Tier) -> Any:
+    def action(modeladmin: UserAdmin, request: HttpRequest, queryset: QuerySet[User]) -> None:
+        ids = list(queryset.values_list("id", flat=True))
+        for user_id in ids:
+            services.set_user_tier(user_id=user_id, tier=tier.value)
+        modeladmin.message_user(request, f"{len(ids)} user(s) and their keys are now {tier.label}.")
+
+    action.__name__ = f"set_users_tier_{tier.value}"
+    return admin.action(description=f"Set tier to {tier.label} (user and all keys)")(action)
+
+
+@admin.register(User)
+class UserAdmin(auth_admin.UserAdmin):
+    form = UserChangeForm
+    add_form = UserCreationForm
+    list_display = ("email", "tier", "memory_count", "key_count", "created_at", "is_staff")
+    list_filter = ("tier", "is_staff", "is_active")
+    search_fields = ("email",)
+    ordering = ("-created_at",)
+    readonly_fields = ("created_at", "last_login")
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    fieldsets = (
+        (None, {"fields": ("email", "password")}),
+        ("Plan", {"fields": ("tier",)}),
+        (
+            "Permissions",
+            {"fields": ("is_active", "is_staff", "is_superuser", "groups", "user_permissions")},
+        ),
+        ("Dates", {"fields": ("created_at", "last_login")}),
+    )
+    add_fieldsets = (
+        (
+            None,
+            {
+                "classes": ("wide",),
+                "fields": ("email", "tier", "usable_password", "password1", "password2"),
+            },
+        ),
+    )
+    actions = [_user_tier_action(tier) for tier in tiers.ORDER]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[User]:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                memory_total=_count_per_user(Memory.objects.all()),
+                live_keys=_count_per_user(ApiKey.objects.filter(revoked_at__isnull=True)),
+            )
+        )
+
+    # Not sortable: ordering by a count would compute it for every user.
+    @admin.display(description="memories")
+    def memory_count(self, obj: Any) -> int:
+        return obj.memory_total
+
+    @admin.display(description="live keys")
+    def key_count(self, obj: Any) -> int:
+        return obj.live_keys
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        """Summarise what deleting users takes with it, by counting.
+
+        Django would load and list every related row, and a user can have
+        millions of usage events. Their keys, memories, usage and billing rows
+        go with them by design, so the read-only admins of those models do not
+        stand in the way either.
+        """
+        users = list(objs)
+        ids = [user.pk for user in users]
+        counts = {
+            "memories": Memory.objects.filter(user_id__in=ids).count(),
+            "API keys": ApiKey.objects.filter(user_id__in=ids).count(),
+            "usage events": UsageEvent.objects.filter(user_id__in=ids).count(),
+            "subscriptions": Subscription.objects.filter(user_id__in=ids).count(),
+        }
+        listed: list[Any] = [str(user) for user in users]
+        listed.append([f"{count} {name}" for name, count in counts.items() if count])
+        model_count = {"users": len(users), **{k: v for k, v in counts.items() if v}}
+        perms_needed = set() if self.has_delete_permission(request) else {"user"}
+        return listed, model_count, perms_needed, []
+
+    def save_model(self, request: HttpRequest, obj: User, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if change and "tier" in form.changed_data:
+            # The user's keys follow, and the auth cache forgets the old tier.
+            services.set_user_tier(user_id=obj.pk, tier=obj.tier)
+
+
+class KeyStatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("live", "Live"), ("revoked", "Revoked")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
+        if self.value() == "live":
+            return queryset.filter(revoked_at__isnull=True)
+        if self.value() == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        return queryset
+
+
+class ApiKeyAddForm(forms.ModelForm):
+    class Meta:
+        model = ApiKey
+        fields = ("user", "name", "tier")
+
+
+def _key_tier_action(tier: tiers.Tier) -> Any:
+    def action(modeladmin: ApiKeyAdmin, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        changed = services.set_key_tier(list(queryset.values_list("id", flat=True)), tier.value)
+        modeladmin.message_user(request, f"{changed} key(s) are now {tier.label}.")
+
+    action.__name__ = f"set_keys_tier_{tier.value}"
+    return admin.action(description=f"Set tier to {tier.label}")(action)
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = (
+        "prefix",
+        "name",
+        "user",
+        "tier",
+        "is_live",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    list_filter = ("tier", KeyStatusFilter)
+    search_fields = ("user__email", "prefix", "name")
+    list_select_related = ("user",)
+    autocomplete_fields = ("user",)
+    ordering = ("-created_at",)
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    actions = ["revoke", *(_key_tier_action(tier) for tier in tiers.ORDER)]
+
+    @admin.display(boolean=True, description="live")
+    def is_live(self, obj: ApiKey) -> bool:
+        return obj.revoked_at is None
+
+    def get_form(self, request: HttpRequest, obj: ApiKey | None = None, **kwargs: Any) -> Any:
+        if obj is None:
+            kwargs["form"] = ApiKeyAddForm
+        return super().get_form(request, obj, **kwargs)
+
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
+        if obj is None:
+            return ("user", "name", "tier")
+        # The hash is never shown; the secret was never stored.
+        return ("user", "name", "prefix", "tier", "created_at", "last_used_at", "revoked_at")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
+        if obj is None:
+            return ()
+        return ("user", "prefix", "created_at", "last_used_at", "revoked_at")
+
+    def get_actions(self, request: HttpRequest) -> Any:
+        # Revoke, don't delete: a revoked key keeps its usage attributable.
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        if change:
+            obj.save(update_fields=["name"])
+            if "tier" in form.changed_data:
+                services.set_key_tier([obj.pk], obj.tier)
+            return
+        key, raw = services.issue_key(user=obj.user, name=obj.name, tier=obj.tier)
+        # The admin logs and links to the object it was given: make it the issued key.
+        obj.pk, obj.prefix, obj.key_hash, obj.created_at = (
+            key.pk,
+            key.prefix,
+            key.key_hash,
+            key.created_at,
+        )
+        obj._state.adding = False
+        obj._state.db = key._state.db
+        messages.warning(
+            request,
+            format_html(
+                "The new API key is <code>{}</code>. Copy it now: it will not be shown again.",
+                raw,
+            ),
+        )
+        logger.info(
+            "api key issued by operator",
+            extra={"key_id": str(key.pk), "user_id": str(key.user_id), "operator": request.user.pk},
+        )
+
+    @admin.action(description="Revoke selected keys")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        revoked = services.revoke_keys(list(queryset.values_list("id", flat=True)))
+        self.message_user(request, f"Revoked {revoked} key(s).")

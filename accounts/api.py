@@ -1,0 +1,147 @@
+"""Self-service API keys over JSON, authenticated by an API key.
+
+* ``GET /api/keys`` lists the caller's keys, never their secrets.
+* ``POST /api/keys`` with ``{"name"?, "tier"?}`` issues a key and returns its
+  secret, the only time it is shown.
+* ``DELETE /api/keys/<id>`` revokes one of the caller's keys.
+
+Every request needs ``Authorization: Bearer recall_live_...`` and draws from
+the same token bucket as the key's MCP calls. The caller is the key's user:
+everything runs on that user's tenant path, so another user's key id is
+``not_found``, exactly like an id that does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from accounts import auth, services
+from accounts.auth import AuthContext
+from accounts.models import ApiKey
+from accounts.ratelimit import get_rate_limiter, last_decision_meta, limit_for_tier
+from billing import usage
+from memories.services import iso
+from recall.errors import RateLimited, RecallError, ValidationFailed
+
+# One body for a missing, malformed, unknown or revoked key: it must not say
+# which, or it would tell a guesser when a key exists.
+UNAUTHORIZED = {
+    "error": {
+        "code": "unauthorized",
+        "message": "Missing or invalid API key. Send Authorization: Bearer recall_live_...",
+    }
+}
+
+View = Callable[..., HttpResponse]
+
+
+def error(exc: RecallError, headers: dict[str, str] | None = None) -> JsonResponse:
+    return JsonResponse(exc.as_dict(), status=exc.http_status, headers=headers)
+
+
+def bearer(request: HttpRequest) -> str | None:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def key_api(*methods: str) -> Callable[[View], View]:
+    """Authenticate, rate-limit and shape errors for a view taking ``(request, caller, ...)``."""
+
+    def decorate(view: View) -> View:
+        @csrf_exempt  # bearer auth: a browser never sends this header on its own
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in methods:
+                body = {"error": {"code": "method_not_allowed", "message": "Method not allowed."}}
+                return JsonResponse(body, status=405, headers={"Allow": ", ".join(methods)})
+            raw = bearer(request)
+            caller = auth.authenticate(raw) if raw else None
+            if caller is None:
+                challenge = 'Bearer realm="recall"' + (', error="invalid_token"' if raw else "")
+                return JsonResponse(
+                    UNAUTHORIZED, status=401, headers={"WWW-Authenticate": challenge}
+                )
+            decision = get_rate_limiter().check(
+                f"key:{caller.api_key_id}", *limit_for_tier(caller.tier)
+            )
+            meta = last_decision_meta()
+            headers = meta.headers() if meta is not None else {}
+            if not decision.allowed:
+                wait = max(1, math.ceil(decision.retry_after))
+                headers["Retry-After"] = str(wait)
+                limited = RateLimited(
+                    f"Rate limit for the {caller.tier} tier exceeded. Retry in {wait} s."
+                )
+                return error(limited, headers)
+            usage.get_recorder().touch_key(caller.api_key_id)
+            try:
+                response = view(request, caller, *args, **kwargs)
+            except RecallError as exc:
+                response = error(exc)
+            for name, value in headers.items():
+                response.headers[name] = value
+            # Responses may carry a secret; no cache may keep one.
+            response.headers["Cache-Control"] = "no-store"
+            return response
+
+        return wrapper
+
+    return decorate
+
+
+def json_body(request: HttpRequest) -> dict[str, Any]:
+    if not request.body.strip():
+        return {}
+    try:
+        body = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        raise ValidationFailed("The request body must be JSON.") from None
+    if not isinstance(body, dict):
+        raise ValidationFailed('The request body must be a JSON object, such as {"name": "ci"}.')
+    return body
+
+
+def key_json(key: ApiKey) -> dict[str, Any]:
+    return {
+        "id": str(key.id),
+        "name": key.name,
+        "prefix": key.prefix,
+        "tier": key.tier,
+        "created_at": iso(key.created_at),
+        "last_used_at": iso(key.last_used_at) if key.last_used_at else None,
+        "revoked_at": iso(key.revoked_at) if key.revoked_at else None,
+    }
+
+
+@key_api("GET", "POST")
+def keys(request: HttpRequest, caller: AuthContext) -> HttpResponse:
+    if request.method == "GET":
+        found = services.list_own_keys(user_id=caller.user_id)
+        return JsonResponse({"keys": [key_json(key) for key in found]})
+
+    body = json_body(request)
+    unknown = set(body) - {"name", "tier"}
+    if unknown:
+        raise ValidationFailed(f"Unknown fields: {', '.join(sorted(unknown))}. Send name and tier.")
+    name = body.get("name", "")
+    if not isinstance(name, str):
+        raise ValidationFailed("name must be a string.")
+    key, raw = services.issue_own_key(
+        user_id=caller.user_id, max_tier=caller.tier, name=name, tier=body.get("tier")
+    )
+    return JsonResponse({**key_json(key), "key": raw}, status=201)
+
+
+@key_api("DELETE")
+def key(request: HttpRequest, caller: AuthContext, key_id: str) -> HttpResponse:
+    services.revoke_own_key(user_id=caller.user_id, key_id=key_id)
+    return JsonResponse({"success": True})

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import pytest
+
+from accounts import auth, keys
+from accounts.models import ApiKey
+from accounts.tests.api_client import call
+from conftest import issue_key
+from recall import tenancy
+
+
+@pytest.fixture(autouse=True)
+def fresh_auth():
+    auth.reset()
+
+
+def test_it_returns_a_new_key_once(cast, client):
+    response = call(client, "POST", "/api/keys", cast.alice_key.raw, {"name": "ci"})
+
+    assert response.status_code == 201
+    body = response.json()
+    assert keys.is_well_formed(body["key"])
+    assert body["name"] == "ci"
+    assert body["tier"] == "free"
+    assert body["prefix"] == body["key"][: keys.DISPLAY_LENGTH]
+    assert response["Cache-Control"] == "no-store"
+    # The new key works, belongs to Alice, and is stored only as a hash.
+    assert auth.authenticate(body["key"]).user_id == cast.alice.id
+    with tenancy.operator():
+        stored = ApiKey.objects.get(id=body["id"])
+    assert body["key"] not in (stored.key_hash, stored.prefix)
+    listed = call(client, "GET", "/api/keys", cast.alice_key.raw).content.decode()
+    assert body["key"] not in listed
+
+
+def test_a_body_is_optional(cast, client):
+    response = call(client, "POST", "/api/keys", cast.alice_key.raw)
+
+    assert response.status_code == 201
+    assert response.json()["name"] == ""
+
+
+def test_it_issues_a_lower_tier_than_its_own(cast, client):
+    pro = issue_key(cast.alice, "pro key", tier="pro")
+
+    response = call(client, "POST", "/api/keys", pro.raw, {"tier": "starter"})
+
+    assert response.status_code == 201
+    assert response.json()["tier"] == "starter"
+
+
+def test_the_default_tier_is_the_calling_keys(cast, client):
+    team = issue_key(cast.alice, "team key", tier="team")
+
+    response = call(client, "POST", "/api/keys", team.raw, {})
+
+    assert response.json()["tier"] == "team"
+
+
+def test_a_key_cannot_issue_a_higher_tier_than_its_own(cast, client):
+    response = call(client, "POST", "/api/keys", cast.alice_key.raw, {"tier": "pro"})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "validation_failed"
+    with tenancy.operator():
+        assert ApiKey.objects.filter(user=cast.alice).count() == 2
+
+
+def test_the_number_of_live_keys_is_capped(cast, client, settings):
+    settings.MAX_KEYS_PER_USER = 3  # Alice holds two already
+    assert call(client, "POST", "/api/keys", cast.alice_key.raw).status_code == 201
+
+    refused = call(client, "POST", "/api/keys", cast.alice_key.raw)
+
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "quota_exceeded"
+    # Revoked keys do not count.
+    call(client, "DELETE", f"/api/keys/{cast.bob_key.key.id}", cast.alice_key.raw)
+    assert call(client, "POST", "/api/keys", cast.alice_key.raw).status_code == 201
+
+
+def test_the_cap_is_per_user(cast, client, settings):
+    settings.MAX_KEYS_PER_USER = 2  # Alice is at the cap, Charlie is not
+
+    assert call(client, "POST", "/api/keys", cast.alice_key.raw).status_code == 403
+    assert call(client, "POST", "/api/keys", cast.charlie_key.raw).status_code == 201
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"name": ',
+        "[1, 2]",
+        '"ci"',
+        {"name": 7},
+        {"name": "x" * 101},
+        {"tier": "platinum"},
+        {"owner": "charlie"},
+    ],
+    ids=["bad-json", "array", "string", "name-type", "name-length", "tier", "unknown-field"],
+)
+def test_bad_input_is_a_validation_error_and_issues_nothing(cast, client, body):
+    response = call(client, "POST", "/api/keys", cast.alice_key.raw, body)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "validation_failed"
+    with tenancy.operator():
+        assert ApiKey.objects.filter(user=cast.alice).count() == 2
+
+
+def test_the_new_key_belongs_to_the_caller_whatever_the_body_says(cast, client):
+    response = call(client, "POST", "/api/keys", cast.charlie_key.raw, {"name": "mine"})
+
+    with tenancy.operator():
+        assert ApiKey.objects.get(id=response.json()["id"]).user_id == cast.charlie.id

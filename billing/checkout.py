@@ -1,0 +1,98 @@
+"""Stripe Checkout and the customer portal, for the dashboard's Plan page.
+
+Both are offered only when ``STRIPE_SECRET_KEY`` and ``STRIPE_PRICE_TO_TIER``
+are set. Nothing here changes a tier: Stripe reports the outcome to the
+webhook, which does (see billing/services.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import stripe
+from django.conf import settings
+
+from accounts import tiers
+from accounts.models import User
+from billing.models import BillingAccount
+from recall.errors import RecallError, ValidationFailed
+
+logger = logging.getLogger(__name__)
+
+
+UNAVAILABLE = "Payments are unavailable right now. Try again shortly."
+
+
+class PaymentsUnavailable(RecallError):
+    code = "payments_unavailable"
+    http_status = 503
+
+
+def is_configured() -> bool:
+    return bool(settings.STRIPE_SECRET_KEY and settings.STRIPE_PRICE_TO_TIER)
+
+
+def prices_by_tier() -> dict[str, str]:
+    """Return one price per paid tier, cheapest tier first."""
+    found: dict[str, str] = {}
+    for price, tier in settings.STRIPE_PRICE_TO_TIER.items():
+        found.setdefault(tier, price)
+    return dict(sorted(found.items(), key=lambda item: tiers.rank(item[0])))
+
+
+def client() -> stripe.StripeClient:
+    # A client of our own rather than stripe's module globals, so the API
+    # base (tests point it at a local fake) never leaks into other code.
+    return stripe.StripeClient(
+        settings.STRIPE_SECRET_KEY,
+        base_addresses={"api": settings.STRIPE_API_BASE},
+        max_network_retries=1,
+    )
+
+
+def customer_id(user: User) -> str | None:
+    account = BillingAccount.objects.filter(user=user).only("stripe_customer_id").first()
+    return account.stripe_customer_id if account else None
+
+
+def start_checkout(*, user: User, tier: str, success_url: str, cancel_url: str) -> str:
+    """Create a Checkout session for ``tier`` and return the URL to send the user to."""
+    price = prices_by_tier().get(tier)
+    if price is None:
+        raise ValidationFailed(f"The {tier} tier cannot be bought here.")
+    params: dict = {
+        "mode": "subscription",
+        "line_items": [{"price": price, "quantity": 1}],
+        # Both carry the user: the session's for checkout.session.completed,
+        # the subscription's for subscription events that arrive first.
+        "client_reference_id": str(user.id),
+        "subscription_data": {"metadata": {"recall_user_id": str(user.id)}},
+        "success_url": success_url,
+        "cancel_url": cancel_url,
+    }
+    known = customer_id(user)
+    if known:
+        params["customer"] = known
+    else:
+        params["customer_email"] = user.email
+    try:
+        session = client().v1.checkout.sessions.create(params=params)
+    except stripe.StripeError as exc:
+        logger.warning("stripe checkout failed", extra={"error": type(exc).__name__})
+        raise PaymentsUnavailable(UNAVAILABLE) from None
+    return session.url
+
+
+def portal_url(*, user: User, return_url: str) -> str:
+    """Create a customer-portal session and return its URL."""
+    known = customer_id(user)
+    if not known:
+        raise ValidationFailed("There is no subscription to manage yet.")
+    try:
+        session = client().v1.billing_portal.sessions.create(
+            params={"customer": known, "return_url": return_url}
+        )
+    except stripe.StripeError as exc:
+        logger.warning("stripe portal failed", extra={"error": type(exc).__name__})
+        raise PaymentsUnavailable(UNAVAILABLE) from None
+    return session.url

@@ -1,0 +1,373 @@
+"""Billing: tiers from Stripe and MCPize, and the usage figures the dashboard shows.
+
+Webhook handlers are operator functions: they run in ``tenancy.operator()``
+because changing a tier rewrites every one of the user's API keys, which are
+tenant rows. Each delivery is claimed in ``WebhookEvent`` inside the same
+transaction that applies it, so a replay does nothing and a delivery that
+fails half-way leaves no claim behind and can be retried.
+
+How a Stripe subscription becomes a tier
+    Each subscription's newest state is kept in ``Subscription``. A user's
+    tier is the best tier among their subscriptions whose status still grants
+    one (``GRANTING``), or free when none does: so a deleted, unpaid or
+    expired subscription drops the user to free, and the end of an old
+    subscription does not undo a newer one. Stripe does not deliver events in
+    order; an event older (by its ``created`` time) than the newest one
+    applied to its subscription changes nothing. Events created in the same
+    second are applied in arrival order, except that nothing revives a
+    subscription that has ended.
+
+    Prices map to tiers through ``STRIPE_PRICE_TO_TIER``. A subscription
+    whose price is not in the map is stored but does not change the tier
+    while it is active: it is logged, for an operator to add the price.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count, Q
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from accounts import services as accounts_services
+from accounts import tiers
+from accounts.models import User
+from billing.models import BillingAccount, Subscription, UsageEvent, WebhookEvent
+from memories.models import Memory
+from recall import tenancy
+from recall.errors import NotFound, ValidationFailed
+
+logger = logging.getLogger(__name__)
+
+# Statuses under which a subscription still grants its tier. past_due is
+# Stripe's retry period after a failed payment; unpaid is where it ends up.
+GRANTING = frozenset({"active", "trialing", "past_due"})
+# Statuses a subscription never leaves.
+ENDED = frozenset({"canceled", "incomplete_expired"})
+
+SUBSCRIPTION_EVENTS = (
+    "customer.subscription.created",
+    "customer.subscription.updated",
+    "customer.subscription.deleted",
+)
+
+
+def claim_delivery(*, source: str, event_id: str, event_type: str = "") -> bool:
+    """Record a webhook delivery as handled; return False if it was handled before.
+
+    Call inside the transaction that applies the delivery. A concurrent
+    duplicate waits on the unique constraint until the first commits.
+    """
+    _, created = WebhookEvent.objects.get_or_create(
+        source=source, event_id=event_id[:255], defaults={"event_type": event_type[:100]}
+    )
+    return created
+
+
+def _lock(name: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))", [name])
+
+
+# Stripe -------------------------------------------------------------------------
+
+
+def tier_for_price(price_id: str) -> str | None:
+    return settings.STRIPE_PRICE_TO_TIER.get(price_id)
+
+
+def handle_stripe_event(event: dict[str, Any]) -> str:
+    """Apply a verified Stripe event once (operator path). Return what happened, for the log."""
+    kind = event.get("type", "")
+    handler = _STRIPE_HANDLERS.get(kind)
+    if handler is None:
+        return "ignored"
+    obj = (event.get("data") or {}).get("object") or {}
+    if kind == "customer.subscription.deleted":
+        obj = {**obj, "status": "canceled"}
+    created = datetime.fromtimestamp(int(event.get("created") or 0), UTC)
+    with tenancy.operator():
+        if not claim_delivery(source="stripe", event_id=event["id"], event_type=kind):
+            return "duplicate"
+        outcome = handler(obj, event["id"], created)
+    logger.info(
+        "stripe event handled", extra={"event_id": event["id"], "type": kind, "outcome": outcome}
+    )
+    return outcome
+
+
+def _checkout_completed(session: dict[str, Any], event_id: str, created: datetime) -> str:
+    customer_id = session.get("customer")
+    if not customer_id:
+        return "no_customer"
+    email = (session.get("customer_details") or {}).get("email") or session.get("customer_email")
+    user = link_stripe_customer(
+        customer_id=customer_id, user_id=session.get("client_reference_id"), email=email
+    )
+    return "linked" if user else "unknown_user"
+
+
+def link_stripe_customer(
+    *, customer_id: str, user_id: str | None = None, email: str | None = None
+) -> User | None:
+    """Link a Stripe customer to the user Checkout was for (operator path).
+
+    Finds the user by ``client_reference_id`` (our user id), falling back to
+    the email address. Subscriptions that arrived before the link get the
+    user now, and the user's tier follows them.
+    """
+    user = _user_by_id(user_id) or _user_by_email(email)
+    if user is None:
+        logger.warning(
+            "stripe checkout for an unknown user", extra={"stripe_customer": customer_id}
+        )
+        return None
+    _lock(f"stripe-customer:{customer_id}")
+    # A customer belongs to one user; a re-used customer moves to the new one.
+    BillingAccount.objects.filter(stripe_customer_id=customer_id).exclude(user=user).update(
+        stripe_customer_id=None
+    )
+    BillingAccount.objects.update_or_create(user=user, defaults={"stripe_customer_id": customer_id})
+    Subscription.objects.filter(customer_id=customer_id).update(user=user)
+    sync_tier(user_id=user.id)
+    return user
+
+
+def _subscription_changed(sub: dict[str, Any], event_id: str, created: datetime) -> str:
+    sub_id = sub.get("id")
+    customer_id = sub.get("customer")
+    if not sub_id or not customer_id:
+        return "malformed"
+    status = sub.get("status") or "canceled"
+    _lock(f"stripe-customer:{customer_id}")
+    current = Subscription.objects.filter(id=sub_id).first()
+    if current is not None and (
+        created < current.event_created
+        or (created == current.event_created and current.status in ENDED and status not in ENDED)
+    ):
+        logger.info(
+            "stale stripe event ignored",
+            extra={"event_id": event_id, "subscription": sub_id, "applied": current.event_id},
+        )
+        return "stale"
+
+    price_id = _best_price(_price_ids(sub))
+    user = _user_for_customer(customer_id)
+    if user is None:
+        # Our Checkout sessions tag the subscription with the user, so an
+        # event that beats checkout.session.completed here still finds them.
+        user = _user_by_id((sub.get("metadata") or {}).get("recall_user_id"))
+        if user is not None:
+            BillingAccount.objects.get_or_create(
+                user=user, defaults={"stripe_customer_id": customer_id}
+            )
+    if user is None and current is not None:
+        user = current.user
+    Subscription.objects.update_or_create(
+        id=sub_id,
+        defaults={
+            "customer_id": customer_id,
+            "user": user,
+            "status": status,
+            "price_id": price_id,
+            "event_id": event_id,
+            "event_created": created,
+        },
+    )
+    if user is None:
+        # Checkout's own event links the customer; the tier follows then.
+        return "unlinked"
+    if status in GRANTING and tier_for_price(price_id) is None:
+        logger.warning(
+            "stripe price not in STRIPE_PRICE_TO_TIER; tier left unchanged",
+            extra={"price": price_id, "subscription": sub_id, "user_id": str(user.id)},
+        )
+        return "unknown_price"
+    sync_tier(user_id=user.id)
+    return "applied"
+
+
+_STRIPE_HANDLERS: dict[str, Callable[[dict[str, Any], str, datetime], str]] = {
+    "checkout.session.completed": _checkout_completed,
+    **dict.fromkeys(SUBSCRIPTION_EVENTS, _subscription_changed),
+}
+
+
+def sync_tier(*, user_id: uuid.UUID | str) -> str | None:
+    """Set the user's tier from their Stripe subscriptions (operator path). Return the new tier.
+
+    Leaves the tier alone for a user with no subscriptions (an operator may
+    have set it), and while any live subscription has an unmapped price.
+    """
+    subscriptions = list(Subscription.objects.filter(user_id=user_id))
+    if not subscriptions:
+        return None
+    best = tiers.Tier.FREE.value
+    for sub in subscriptions:
+        if sub.status not in GRANTING:
+            continue
+        tier = tier_for_price(sub.price_id)
+        if tier is None:
+            return None
+        if tiers.rank(tier) > tiers.rank(best):
+            best = tier
+    user = User.objects.filter(id=user_id).only("tier").first()
+    if user is not None and user.tier != best:
+        accounts_services.set_user_tier(user_id=user_id, tier=best)
+        logger.info(
+            "tier changed by stripe", extra={"user_id": str(user_id), "from": user.tier, "to": best}
+        )
+    return best
+
+
+def _price_ids(sub: dict[str, Any]) -> list[str]:
+    items = ((sub.get("items") or {}).get("data")) or []
+    found = [((item.get("price") or {}).get("id")) for item in items]
+    if not found and sub.get("plan"):
+        found = [sub["plan"].get("id")]
+    return [price for price in found if isinstance(price, str)]
+
+
+def _best_price(price_ids: Iterable[str]) -> str:
+    """Return the price of the highest tier, or the first price if none is mapped."""
+    prices = list(price_ids)
+    mapped = [p for p in prices if tier_for_price(p)]
+    if mapped:
+        return max(mapped, key=lambda p: tiers.rank(tier_for_price(p) or "free"))
+    return prices[0] if prices else ""
+
+
+def _user_for_customer(customer_id: str) -> User | None:
+    account = (
+        BillingAccount.objects.select_related("user").filter(stripe_customer_id=customer_id).first()
+    )
+    return account.user if account else None
+
+
+def _user_by_id(value: object) -> User | None:
+    try:
+        user_id = uuid.UUID(str(value))
+    except ValueError:
+        return None
+    return User.objects.filter(id=user_id).first()
+
+
+def _user_by_email(email: object) -> User | None:
+    if not isinstance(email, str) or "@" not in email:
+        return None
+    return User.objects.filter(email=email.strip().lower()).first()
+
+
+# MCPize -------------------------------------------------------------------------
+
+
+def apply_mcpize_tier(*, user_id: object, tier: object, delivery_key: str | None) -> bool:
+    """Set a user's tier as MCPize says (operator path). Return False for a replayed delivery."""
+    tier = accounts_services.check_tier(tier)
+    try:
+        uid = uuid.UUID(str(user_id))
+    except ValueError:
+        raise ValidationFailed("userId must be a Recall user id (a UUID).") from None
+    with tenancy.operator():
+        if not User.objects.filter(id=uid).exists():
+            raise NotFound("No user with this userId.")
+        if delivery_key and not claim_delivery(
+            source="mcpize", event_id=delivery_key, event_type="subscription"
+        ):
+            return False
+        accounts_services.set_user_tier(user_id=uid, tier=tier)
+    logger.info("tier changed by mcpize", extra={"user_id": str(uid), "to": tier})
+    return True
+
+
+# Usage, for the dashboard (tenant path) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class UsageSummary:
+    days: list[date]
+    # Calls per day, one list per tool, aligned with ``days``.
+    calls: dict[str, list[int]]
+    total: int
+    failed: int  # failures other than rate limiting
+    rate_limited: int
+    p50_ms: float | None
+    p95_ms: float | None
+
+    @property
+    def error_rate(self) -> float | None:
+        served = self.total - self.rate_limited
+        return self.failed / served if served else None
+
+
+def usage_summary(
+    *, user_id: uuid.UUID | str, days: int = 30, today: date | None = None
+) -> UsageSummary:
+    """Summarise the user's calls over the last ``days`` days, today included (UTC)."""
+    today = today or timezone.now().astimezone(UTC).date()
+    first = today - timedelta(days=days - 1)
+    since = datetime(first.year, first.month, first.day, tzinfo=UTC)
+    window = list(first + timedelta(days=n) for n in range(days))
+    limited = Q(error_code="rate_limited")
+    with tenancy.tenant(user_id):
+        events = UsageEvent.objects.filter(user_id=user_id, occurred_at__gte=since)
+        per_day = (
+            events.annotate(day=TruncDate("occurred_at", tzinfo=UTC))
+            .values("day", "tool_name")
+            .annotate(n=Count("id"))
+        )
+        calls: dict[str, list[int]] = {}
+        for row in per_day:
+            series = calls.setdefault(row["tool_name"], [0] * days)
+            index = (row["day"] - first).days
+            if 0 <= index < days:
+                series[index] += row["n"]
+        totals = events.aggregate(
+            total=Count("id"),
+            failed=Count("id", filter=Q(success=False) & ~limited),
+            rate_limited=Count("id", filter=limited),
+        )
+        with connection.cursor() as cursor:
+            # Rate-limited calls never ran, so their zero latency is left out.
+            cursor.execute(
+                "SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY latency_ms)"
+                " FROM usage_events WHERE user_id = %s AND occurred_at >= %s"
+                " AND error_code IS DISTINCT FROM 'rate_limited'",
+                [str(user_id), since],
+            )
+            percentiles = cursor.fetchone()[0] or [None, None]
+    return UsageSummary(
+        days=window,
+        calls=dict(sorted(calls.items())),
+        total=totals["total"],
+        failed=totals["failed"],
+        rate_limited=totals["rate_limited"],
+        p50_ms=percentiles[0],
+        p95_ms=percentiles[1],
+    )
+
+
+@dataclass(frozen=True)
+class Quota:
+    used: int
+    limit: int | None  # None: unlimited
+
+    @property
+    def fraction(self) -> float | None:
+        return min(1.0, self.used / self.limit) if self.limit else None
+
+
+def memory_quota(*, user_id: uuid.UUID | str, tier: str) -> Quota:
+    """Return how many memories the user holds against their tier's limit (tenant path)."""
+    with tenancy.tenant(user_id):
+        used = Memory.objects.filter(user_id=user_id).count()
+    limit = settings.FREE_TIER_MAX_MEMORIES if tier == tiers.Tier.FREE else None
+    return Quota(used=used, limit=limit)

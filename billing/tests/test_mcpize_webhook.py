@@ -1,0 +1,193 @@
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+
+import pytest
+
+from accounts import auth
+from accounts.models import ApiKey, User
+from billing.models import WebhookEvent
+from recall import tenancy
+
+SECRET = "mcpize-test-secret"
+URL = "/webhooks/mcpize/subscription"
+
+
+@pytest.fixture(autouse=True)
+def mcpize_settings(settings):
+    settings.MCPIZE_BILLING_WEBHOOK_SECRET = SECRET
+    auth.reset()
+
+
+def sign(body: bytes, timestamp: str | None = None, secret: str = SECRET) -> str:
+    # Written out here rather than imported, so the test pins the documented scheme.
+    signed = f"{timestamp}.".encode() + body if timestamp else body
+    return hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+
+
+def post(client, payload, *, signature=None, timestamp=None, headers=None, raw=None):
+    body = raw if raw is not None else json.dumps(payload).encode()
+    extra = {
+        "HTTP_X_MCPIZE_SIGNATURE": signature if signature is not None else sign(body, timestamp)
+    }
+    if timestamp is not None:
+        extra["HTTP_X_MCPIZE_TIMESTAMP"] = timestamp
+    for name, value in (headers or {}).items():
+        extra["HTTP_" + name.upper().replace("-", "_")] = value
+    return client.post(URL, body, content_type="application/json", **extra)
+
+
+def tier_of(user: User) -> str:
+    return User.objects.get(id=user.id).tier
+
+
+def test_a_signed_delivery_sets_the_tier_of_the_user_and_every_key(cast, client):
+    response = post(client, {"userId": str(cast.alice.id), "tier": "pro"})
+
+    assert response.status_code == 200
+    assert response.json() == {"success": True, "duplicate": False}
+    assert tier_of(cast.alice) == "pro"
+    with tenancy.operator():
+        assert set(ApiKey.objects.filter(user=cast.alice).values_list("tier", flat=True)) == {"pro"}
+    assert tier_of(cast.charlie) == "free"
+
+
+def test_the_new_tier_reaches_cached_keys_at_once(cast, client):
+    assert auth.authenticate(cast.bob_key.raw).tier == "free"
+
+    post(client, {"userId": str(cast.alice.id), "tier": "team"})
+
+    assert auth.authenticate(cast.bob_key.raw).tier == "team"
+
+
+def test_a_timestamped_delivery_signs_the_timestamp_too(cast, client):
+    now = str(int(time.time()))
+    body = json.dumps({"userId": str(cast.alice.id), "tier": "starter"}).encode()
+
+    unsigned_timestamp = post(client, None, raw=body, timestamp=now, signature=sign(body))
+    assert unsigned_timestamp.status_code == 401
+
+    response = post(client, None, raw=body, timestamp=now)
+    assert response.status_code == 200
+    assert tier_of(cast.alice) == "starter"
+
+
+@pytest.mark.parametrize("age", [301, -301])
+def test_a_delivery_outside_five_minutes_is_refused(cast, client, age):
+    then = str(int(time.time()) - age)
+
+    response = post(client, {"userId": str(cast.alice.id), "tier": "pro"}, timestamp=then)
+
+    assert response.status_code == 401
+    assert tier_of(cast.alice) == "free"
+
+
+def test_a_replayed_timestamped_delivery_does_nothing(cast, client):
+    now = str(int(time.time()))
+    body = json.dumps({"userId": str(cast.alice.id), "tier": "pro"}).encode()
+    post(client, None, raw=body, timestamp=now)
+    User.objects.filter(id=cast.alice.id).update(tier="free")  # changed since, by someone else
+
+    replay = post(client, None, raw=body, timestamp=now)
+
+    assert replay.status_code == 200
+    assert replay.json()["duplicate"] is True
+    assert tier_of(cast.alice) == "free"
+
+
+def test_an_idempotency_key_is_handled_once(cast, client):
+    headers = {"Idempotency-Key": "delivery-42"}
+    post(client, {"userId": str(cast.alice.id), "tier": "pro"}, headers=headers)
+    User.objects.filter(id=cast.alice.id).update(tier="free")
+
+    again = post(client, {"userId": str(cast.alice.id), "tier": "pro"}, headers=headers)
+
+    assert again.json()["duplicate"] is True
+    assert tier_of(cast.alice) == "free"
+    assert WebhookEvent.objects.filter(source="mcpize", event_id="delivery-42").count() == 1
+
+
+def test_an_untimestamped_repeat_of_the_same_body_is_applied(cast, client):
+    # pro, then free, then pro again: the third body equals the first, legitimately.
+    post(client, {"userId": str(cast.alice.id), "tier": "pro"})
+    post(client, {"userId": str(cast.alice.id), "tier": "free"})
+    post(client, {"userId": str(cast.alice.id), "tier": "pro"})
+
+    assert tier_of(cast.alice) == "pro"
+
+
+def test_it_can_require_a_timestamp(cast, client, settings):
+    settings.MCPIZE_REQUIRE_TIMESTAMP = True
+
+    response = post(client, {"userId": str(cast.alice.id), "tier": "pro"})
+
+    assert response.status_code == 401
+    assert tier_of(cast.alice) == "free"
+
+
+@pytest.mark.parametrize(
+    "signature",
+    ["", "0" * 64, "not hex at all", "é" * 64],
+    ids=["missing", "zeros", "garbage", "non-ascii"],
+)
+def test_a_bad_signature_is_refused_and_changes_nothing(cast, client, signature):
+    response = post(client, {"userId": str(cast.alice.id), "tier": "pro"}, signature=signature)
+
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert tier_of(cast.alice) == "free"
+
+
+def test_a_signature_under_another_secret_is_refused(cast, client):
+    body = json.dumps({"userId": str(cast.alice.id), "tier": "pro"}).encode()
+
+    response = post(client, None, raw=body, signature=sign(body, secret="guess"))
+
+    assert response.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("payload", "status"),
+    [
+        ({"userId": "ALICE", "tier": "pro"}, 400),
+        ({"tier": "pro"}, 400),
+        ({"userId": "00000000-0000-0000-0000-000000000000", "tier": "pro"}, 404),
+        (["not", "an", "object"], 400),
+    ],
+)
+def test_it_validates_the_user_id(cast, client, payload, status):
+    response = post(client, payload)
+
+    assert response.status_code == status
+    assert "error" in response.json()
+
+
+@pytest.mark.parametrize("tier", ["platinum", "", None, 3])
+def test_it_validates_the_tier(cast, client, tier):
+    response = post(client, {"userId": str(cast.alice.id), "tier": tier})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "validation_failed"
+    assert tier_of(cast.alice) == "free"
+
+
+def test_a_body_that_is_not_json_is_refused(cast, client):
+    response = post(client, None, raw=b"userId=1&tier=pro")
+
+    assert response.status_code == 400
+
+
+def test_without_a_secret_it_answers_404_and_logs_why(cast, client, settings, caplog):
+    settings.MCPIZE_BILLING_WEBHOOK_SECRET = ""
+    with caplog.at_level(logging.WARNING, logger="billing"):
+        response = post(client, {"userId": str(cast.alice.id), "tier": "pro"})
+
+    assert response.status_code == 404
+    assert any(
+        getattr(r, "missing", None) == "MCPIZE_BILLING_WEBHOOK_SECRET" for r in caplog.records
+    )
+    assert tier_of(cast.alice) == "free"

@@ -1,0 +1,293 @@
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import pytest
+import stripe
+
+from accounts import auth, ratelimit
+from accounts.models import ApiKey, User
+from billing.models import BillingAccount, Subscription, WebhookEvent
+from billing.tests.stripe_events import (
+    PRICES,
+    SECRET,
+    checkout_completed,
+    deliver,
+    event,
+    subscription,
+)
+from memories import services as memories
+from memories.models import Memory
+from recall import tenancy
+from recall.errors import QuotaExceeded
+
+
+@pytest.fixture(autouse=True)
+def stripe_settings(settings):
+    settings.STRIPE_WEBHOOK_SECRET = SECRET
+    settings.STRIPE_PRICE_TO_TIER = PRICES
+    auth.reset()
+
+
+def tier_of(user: User) -> str:
+    return User.objects.get(id=user.id).tier
+
+
+def key_tiers(user: User) -> set[str]:
+    with tenancy.operator():
+        return set(ApiKey.objects.filter(user=user).values_list("tier", flat=True))
+
+
+@pytest.fixture
+def linked(cast, client):
+    """Alice has checked out: her Stripe customer is cus_alice."""
+    deliver(client, checkout_completed(client_reference_id=str(cast.alice.id)))
+    return cast
+
+
+# checkout.session.completed --------------------------------------------------------
+
+
+def test_checkout_links_the_customer_through_client_reference_id(cast, client):
+    response = deliver(client, checkout_completed(client_reference_id=str(cast.alice.id)))
+
+    assert response.status_code == 200
+    assert BillingAccount.objects.get(user=cast.alice).stripe_customer_id == "cus_alice"
+
+
+def test_checkout_falls_back_to_the_email_address(cast, client):
+    deliver(client, checkout_completed(customer="cus_c", email="Charlie@Example.com"))
+
+    assert BillingAccount.objects.get(user=cast.charlie).stripe_customer_id == "cus_c"
+
+
+def test_checkout_for_an_unknown_user_is_acknowledged_and_changes_nothing(cast, client, caplog):
+    with caplog.at_level(logging.WARNING, logger="billing"):
+        response = deliver(
+            client, checkout_completed(client_reference_id="not-a-uuid", email="who@nowhere.test")
+        )
+
+    assert response.status_code == 200
+    assert not BillingAccount.objects.exists()
+    assert "unknown user" in caplog.text
+
+
+# customer.subscription.* -----------------------------------------------------------
+
+
+def test_a_new_subscription_sets_the_tier_of_the_user_and_every_key(linked, client):
+    response = deliver(client, subscription(price="price_pro"))
+
+    assert response.status_code == 200
+    assert response.json()["outcome"] == "applied"
+    assert tier_of(linked.alice) == "pro"
+    assert key_tiers(linked.alice) == {"pro"}
+    assert tier_of(linked.charlie) == "free"
+
+
+def test_the_new_tier_reaches_the_auth_cache_and_the_rate_limiter_at_once(linked, client):
+    before = auth.authenticate(linked.alice_key.raw)  # now cached as free
+    assert before.tier == "free"
+
+    deliver(client, subscription(price="price_team"))
+
+    after = auth.authenticate(linked.alice_key.raw)
+    assert after.tier == "team"
+    assert ratelimit.limit_for_tier(after.tier)[0] == 60
+
+
+def test_an_updated_subscription_changes_the_tier(linked, client):
+    now = int(time.time())
+    deliver(client, subscription(price="price_starter", created=now - 10))
+    deliver(client, subscription("customer.subscription.updated", price="price_team", created=now))
+
+    assert tier_of(linked.alice) == "team"
+
+
+def test_a_deleted_subscription_drops_the_user_to_free(linked, client):
+    now = int(time.time())
+    deliver(client, subscription(price="price_pro", created=now - 10))
+    deliver(
+        client,
+        subscription("customer.subscription.deleted", status="canceled", created=now),
+    )
+
+    assert tier_of(linked.alice) == "free"
+    assert key_tiers(linked.alice) == {"free"}
+
+
+@pytest.mark.parametrize("status", ["unpaid", "canceled", "incomplete_expired"])
+def test_an_unpaid_or_ended_subscription_drops_the_user_to_free(linked, client, status):
+    now = int(time.time())
+    deliver(client, subscription(price="price_pro", created=now - 10))
+    deliver(client, subscription("updated", status=status, created=now))
+
+    assert tier_of(linked.alice) == "free"
+
+
+def test_a_past_due_subscription_keeps_its_tier_while_stripe_retries(linked, client):
+    now = int(time.time())
+    deliver(client, subscription(price="price_pro", created=now - 10))
+    deliver(client, subscription("updated", status="past_due", created=now))
+
+    assert tier_of(linked.alice) == "pro"
+
+
+def test_an_unknown_price_is_logged_and_leaves_the_tier_unchanged(linked, client, caplog):
+    deliver(client, subscription(price="price_starter", created=int(time.time()) - 10))
+    with caplog.at_level(logging.WARNING, logger="billing"):
+        response = deliver(client, subscription("updated", price="price_mystery"))
+
+    assert response.json()["outcome"] == "unknown_price"
+    assert tier_of(linked.alice) == "starter"
+    assert "STRIPE_PRICE_TO_TIER" in caplog.text
+
+
+def test_the_free_quota_is_lifted_by_an_upgrade_and_imposed_by_a_downgrade(
+    linked, client, settings
+):
+    settings.FREE_TIER_MAX_MEMORIES = 2
+    with tenancy.tenant(linked.alice.id):
+        for n in range(2):
+            Memory.objects.create(
+                user=linked.alice,
+                content=f"m{n}",
+                content_hash=f"h{n}",
+                embedding=[1, 0],
+                embedding_model="test",
+            )
+
+    def remember(content: str) -> dict:
+        # As the MCP tool does: the tier comes from the authenticated key.
+        caller = auth.authenticate(linked.alice_key.raw)
+        return memories.remember(user_id=caller.user_id, tier=caller.tier, content=content)
+
+    with pytest.raises(QuotaExceeded):
+        remember("a third memory")
+
+    now = int(time.time())
+    deliver(client, subscription(price="price_starter", created=now - 10))
+    assert remember("a third memory")["deduped"] is False
+
+    deliver(client, subscription("deleted", status="canceled", created=now))
+    with pytest.raises(QuotaExceeded):
+        remember("a fourth memory")
+
+
+def test_a_subscription_that_arrives_before_checkout_applies_once_checkout_links_it(cast, client):
+    first = deliver(client, subscription(price="price_pro"))
+    assert first.json()["outcome"] == "unlinked"
+    assert tier_of(cast.alice) == "free"
+
+    deliver(client, checkout_completed(client_reference_id=str(cast.alice.id)))
+
+    assert tier_of(cast.alice) == "pro"
+
+
+def test_a_subscription_tagged_by_our_checkout_finds_its_user_without_the_link(cast, client):
+    deliver(
+        client,
+        subscription(price="price_pro", metadata={"recall_user_id": str(cast.alice.id)}),
+    )
+
+    assert tier_of(cast.alice) == "pro"
+    assert BillingAccount.objects.get(user=cast.alice).stripe_customer_id == "cus_alice"
+
+
+def test_the_end_of_an_old_subscription_does_not_undo_a_newer_one(linked, client):
+    now = int(time.time())
+    deliver(client, subscription(id="sub_old", price="price_starter", created=now - 30))
+    deliver(client, subscription(id="sub_new", price="price_team", created=now - 20))
+    deliver(client, subscription("deleted", id="sub_old", status="canceled", created=now - 10))
+
+    assert tier_of(linked.alice) == "team"
+
+
+def test_unknown_event_types_are_acknowledged_and_ignored(linked, client):
+    response = deliver(client, event("invoice.paid", {"id": "in_1", "customer": "cus_alice"}))
+
+    assert response.status_code == 200
+    assert response.json()["outcome"] == "ignored"
+    assert not WebhookEvent.objects.filter(event_type="invoice.paid").exists()
+
+
+# Replays and ordering ---------------------------------------------------------------
+
+
+def test_a_replayed_event_is_acknowledged_and_does_nothing(linked, client):
+    created = subscription(price="price_pro")
+    deliver(client, created)
+    User.objects.filter(id=linked.alice.id).update(tier="free")  # an operator steps in
+
+    again = deliver(client, created)
+
+    assert again.status_code == 200
+    assert again.json()["outcome"] == "duplicate"
+    assert tier_of(linked.alice) == "free"
+    assert WebhookEvent.objects.filter(event_id=created["id"]).count() == 1
+
+
+def test_an_older_update_delivered_late_does_not_win(linked, client):
+    now = int(time.time())
+    newer = subscription("updated", price="price_team", created=now)
+    older = subscription("updated", price="price_starter", created=now - 60)
+
+    deliver(client, newer)
+    response = deliver(client, older)
+
+    assert response.json()["outcome"] == "stale"
+    assert tier_of(linked.alice) == "team"
+    assert Subscription.objects.get(id="sub_alice").event_id == newer["id"]
+
+
+def test_a_deletion_wins_over_an_update_from_the_same_second(linked, client):
+    now = int(time.time())
+    deliver(client, subscription(price="price_pro", created=now - 10))
+    deliver(client, subscription("deleted", status="canceled", created=now))
+    deliver(client, subscription("updated", status="active", price="price_pro", created=now))
+
+    assert tier_of(linked.alice) == "free"
+
+
+# Signatures and configuration -------------------------------------------------------
+
+
+def signed(payload: str, secret: str = SECRET, timestamp: int | None = None) -> str:
+    return stripe.WebhookSignature.generate_signature_header(payload, secret, timestamp)
+
+
+@pytest.mark.parametrize(
+    "make_header",
+    [
+        pytest.param(lambda body: "", id="missing"),
+        pytest.param(lambda body: signed(body, secret="whsec_someone_else"), id="wrong-secret"),
+        pytest.param(lambda body: signed(body, timestamp=int(time.time()) - 600), id="too-old"),
+        pytest.param(lambda body: signed(body + " "), id="other-body"),
+        pytest.param(lambda body: "t=1,v1=deadbeef", id="garbage"),
+    ],
+)
+def test_a_bad_signature_is_refused_and_changes_nothing(cast, client, make_header):
+    payload = subscription(price="price_pro", metadata={"recall_user_id": str(cast.alice.id)})
+    body = json.dumps(payload)
+
+    response = deliver(client, body, signature=make_header(body))
+
+    assert response.status_code == 400
+    assert tier_of(cast.alice) == "free"
+    assert not WebhookEvent.objects.exists()
+    assert not Subscription.objects.exists()
+
+
+def test_without_a_webhook_secret_it_answers_404_and_logs_why(cast, client, settings, caplog):
+    settings.STRIPE_WEBHOOK_SECRET = ""
+    with caplog.at_level(logging.WARNING, logger="billing"):
+        response = deliver(client, subscription(price="price_pro"))
+
+    assert response.status_code == 404
+    assert "STRIPE_WEBHOOK_SECRET" in str([r.__dict__ for r in caplog.records])
+
+
+def test_it_accepts_only_post(client):
+    assert client.get("/billing/stripe/webhook").status_code == 405

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib.auth import forms as auth_forms
+
+from accounts import tiers
+from accounts.models import User
+
+
+class KeyForm(forms.Form):
+    name = forms.CharField(
+        max_length=100,
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "e.g. laptop, CI, research agent"}),
+    )
+    tier = forms.ChoiceField()
+
+    def __init__(self, *args: Any, max_tier: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Only tiers up to the user's own: the service refuses anything above.
+        allowed = [t for t in tiers.ORDER if tiers.rank(t) <= tiers.rank(max_tier)]
+        self.fields["tier"].choices = [(t.value, t.label) for t in allowed]
+        self.fields["tier"].initial = max_tier
+
+
+class SignupForm(auth_forms.BaseUserCreationForm):
+    class Meta:
+        model = User
+        fields = ("email",)
+
+    def clean_email(self) -> str:
+        email = User.objects.normalize_email(self.cleaned_data.get("email", "")).strip().lower()
+        if User.objects.filter(email=email).exists():
+            raise forms.ValidationError("An account with this email already exists.")
+        return email

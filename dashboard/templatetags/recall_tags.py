@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from django import template
+from django.conf import settings
+
+register = template.Library()
+
+
+@register.simple_tag
+def signup_enabled() -> bool:
+    return settings.SIGNUP_ENABLED
+
+
+@register.simple_tag
+def free_tier_limit() -> int:
+    return settings.FREE_TIER_MAX_MEMORIES
+
+
+@register.filter
+def percent(value: float | None) -> str:
+    """Format a fraction as a percentage, with a decimal only where it matters."""
+    if value is None:
+        return "\u2013"  # an en dash: no value
+    shown = value * 100
+    return f"{shown:.1f}%" if 0 < shown < 10 else f"{shown:.0f}%"
+
+
+@register.filter
+def millis(value: float | None) -> str:
+    if value is None:
+        return "\u2013"  # an en dash: no value
+    return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.0f} ms"
+
+
+@register.filter
+def when(value: str | None) -> str:
+    """Show a service timestamp (ISO 8601, UTC) the way people read dates."""
+    if not value:
+        return ""
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    return f"{moment:%b} {moment.day}, {moment:%Y %H:%M} UTC"

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from accounts.models import User
+from billing.models import UsageEvent
+from memories.models import Memory
+from recall import tenancy
+
+
+def store(user: User, content: str, namespace: str = "default") -> Memory:
+    """Store a memory without embedding it, for pages that only list."""
+    with tenancy.tenant(user.id):
+        return Memory.objects.create(
+            user=user,
+            namespace=namespace,
+            content=content,
+            content_hash=str(hash((namespace, content))),
+            embedding=[1, 0],
+            embedding_model="t",
+        )
+
+
+def record(
+    user: User,
+    tool: str,
+    *,
+    when: datetime | None = None,
+    latency_ms: int = 10,
+    error_code: str | None = None,
+) -> None:
+    with tenancy.tenant(user.id):
+        UsageEvent.objects.create(
+            user=user,
+            request_id="r",
+            tool_name=tool,
+            latency_ms=latency_ms,
+            success=error_code is None,
+            error_code=error_code,
+            occurred_at=when or timezone.now(),
+        )
+
+
+def days_ago(n: int) -> datetime:
+    return timezone.now() - timedelta(days=n)
+
+
+@pytest.fixture
+def alice_client(cast, client):
+    client.force_login(cast.alice)
+    return client
+
+
+@pytest.fixture
+def charlie_client(cast):
+    from django.test import Client
+
+    other = Client()
+    other.force_login(cast.charlie)
+    return other

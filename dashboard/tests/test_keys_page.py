@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from accounts import auth
+from accounts.models import ApiKey
+from recall import tenancy
+
+URL = "/keys/"
+SECRET = re.compile(r"recall_live_[A-Za-z0-9_-]{32}")
+
+
+@pytest.fixture(autouse=True)
+def fresh_auth():
+    auth.reset()
+
+
+def test_it_lists_the_users_keys_with_last_used(cast, alice_client):
+    text = alice_client.get(URL).content.decode()
+
+    assert cast.alice_key.key.prefix in text
+    assert cast.bob_key.key.prefix in text
+    assert cast.charlie_key.key.prefix not in text
+    assert "never" in text  # last used
+    assert not SECRET.search(text)
+
+
+def test_a_new_key_is_shown_once_and_works(cast, alice_client):
+    response = alice_client.post(URL, {"name": "laptop", "tier": "free"})
+
+    raw = SECRET.search(response.content.decode())[0]
+    assert response["Cache-Control"] == "no-store"
+    assert "will not be shown again" in response.content.decode()
+    caller = auth.authenticate(raw)
+    assert caller.user_id == cast.alice.id
+    assert raw not in alice_client.get(URL).content.decode()
+    # The snippet under it is ready to paste.
+    assert f"Bearer {raw}" in response.content.decode()
+
+
+def test_the_tier_cannot_be_above_the_users(cast, alice_client):
+    response = alice_client.post(URL, {"name": "greedy", "tier": "team"})
+
+    assert not SECRET.search(response.content.decode())
+    with tenancy.operator():
+        assert ApiKey.objects.filter(user=cast.alice).count() == 2
+    assert 'value="team"' not in alice_client.get(URL).content.decode()
+
+
+def test_a_pro_user_may_create_lower_tiers(cast, alice_client):
+    type(cast.alice).objects.filter(id=cast.alice.id).update(tier="pro")
+
+    response = alice_client.post(URL, {"name": "cheap", "tier": "starter"})
+
+    assert auth.authenticate(SECRET.search(response.content.decode())[0]).tier == "starter"
+
+
+def test_the_key_cap_is_explained(cast, alice_client, settings):
+    settings.MAX_KEYS_PER_USER = 2
+
+    response = alice_client.post(URL, {"name": "third", "tier": "free"})
+
+    assert not SECRET.search(response.content.decode())
+    assert "the most allowed" in response.content.decode()
+
+
+def test_revoking_takes_effect_at_once(cast, alice_client):
+    assert auth.authenticate(cast.bob_key.raw) is not None
+
+    response = alice_client.post(f"/keys/{cast.bob_key.key.id}/revoke/")
+
+    assert response.status_code == 302
+    assert auth.authenticate(cast.bob_key.raw) is None
+    assert "revoked" in alice_client.get(URL).content.decode()
+
+
+def test_charlie_cannot_revoke_alices_key(cast, charlie_client):
+    response = charlie_client.post(f"/keys/{cast.alice_key.key.id}/revoke/")
+
+    assert response.status_code == 404
+    assert auth.authenticate(cast.alice_key.raw) is not None
+
+
+def test_revoking_needs_post(cast, alice_client):
+    assert alice_client.get(f"/keys/{cast.bob_key.key.id}/revoke/").status_code == 405
+
+
+@pytest.mark.parametrize(
+    ("path", "data"),
+    [(URL, {"name": "x", "tier": "free"}), ("/keys/{bob}/revoke/", {})],
+)
+def test_forms_are_csrf_protected(cast, path, data):
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(cast.alice)
+
+    response = strict.post(path.format(bob=cast.bob_key.key.id), data)
+
+    assert response.status_code == 403
+    with tenancy.operator():
+        assert ApiKey.objects.filter(user=cast.alice, revoked_at__isnull=True).count() == 2

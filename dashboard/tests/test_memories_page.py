@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from accounts.tiers import Tier
+from dashboard.tests.conftest import store
+from memories import services
+from memories.models import Memory
+from recall import tenancy
+
+URL = "/memories/"
+FRAMEWORKS = (
+    "The user prefers Python for data analysis and prefers FastAPI over Flask for web services."
+)
+
+
+def listed(response) -> list[str]:
+    return re.findall(r'data-memory-id="([^"]+)"', response.content.decode())
+
+
+def test_it_lists_a_namespace_newest_first(cast, alice_client):
+    first = store(cast.alice, "first note")
+    second = store(cast.alice, "second note")
+    store(cast.alice, "elsewhere", namespace="work")
+
+    response = alice_client.get(URL)
+
+    assert listed(response) == [str(second.id), str(first.id)]
+    text = response.content.decode()
+    assert "default (2)" in text and "work (1)" in text
+
+
+def test_it_filters_by_namespace(cast, alice_client):
+    work = store(cast.alice, "a work note", namespace="work")
+    store(cast.alice, "a default note")
+
+    assert listed(alice_client.get(URL, {"namespace": "work"})) == [str(work.id)]
+
+
+def test_it_pages_through_long_namespaces(cast, alice_client):
+    for n in range(25):
+        store(cast.alice, f"note {n}")
+
+    first = alice_client.get(URL)
+    second = alice_client.get(URL, {"offset": 20})
+
+    assert len(listed(first)) == 20
+    assert len(listed(second)) == 5
+    assert not set(listed(first)) & set(listed(second))
+    assert "offset=20" in first.content.decode()
+
+
+def test_it_searches_by_meaning(cast, alice_client):
+    services.remember(user_id=cast.alice.id, tier=Tier.FREE, content=FRAMEWORKS)
+    services.remember(user_id=cast.alice.id, tier=Tier.FREE, content="The cat is called Miso.")
+
+    response = alice_client.get(URL, {"q": "What web framework does the user prefer?"})
+
+    text = response.content.decode()
+    assert "FastAPI" in text
+    assert "Miso" not in text
+    assert "similarity" in text
+
+
+def test_content_is_escaped(cast, alice_client):
+    store(cast.alice, "<script>alert('x')</script>")
+
+    text = alice_client.get(URL).content.decode()
+
+    assert "<script>alert" not in text
+    assert "&lt;script&gt;" in text
+
+
+def test_it_deletes_a_memory(cast, alice_client):
+    memory = store(cast.alice, "forget me")
+
+    response = alice_client.post(f"/memories/{memory.id}/delete/", {"next": "/memories/?x=1"})
+
+    assert response.status_code == 302
+    assert response["Location"] == "/memories/?x=1"
+    with tenancy.operator():
+        assert not Memory.objects.filter(id=memory.id).exists()
+
+
+def test_it_never_redirects_off_site_after_a_delete(cast, alice_client):
+    memory = store(cast.alice, "forget me")
+
+    response = alice_client.post(
+        f"/memories/{memory.id}/delete/", {"next": "https://evil.example/"}
+    )
+
+    assert response["Location"] == "/memories/"
+
+
+def test_charlie_never_sees_or_deletes_alices_memories(cast, alice_client, charlie_client):
+    services.remember(user_id=cast.alice.id, tier=Tier.FREE, content="Alice's door code is 4512")
+    with tenancy.tenant(cast.alice.id):
+        memory = Memory.objects.get(user=cast.alice)
+
+    assert "4512" not in charlie_client.get(URL).content.decode()
+    assert "4512" not in charlie_client.get(URL, {"q": "door code"}).content.decode()
+    assert charlie_client.post(f"/memories/{memory.id}/delete/").status_code == 404
+    with tenancy.operator():
+        assert Memory.objects.filter(id=memory.id).exists()
+
+
+def test_with_no_memories_it_explains_what_to_do(cast, alice_client):
+    text = alice_client.get(URL).content.decode()
+
+    assert "No memories yet" in text
+    assert "remember" in text
+    assert "/mcp" in text
+
+
+def test_deleting_is_csrf_protected(cast):
+    memory = store(cast.alice, "keep me")
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(cast.alice)
+
+    assert strict.post(f"/memories/{memory.id}/delete/").status_code == 403
+
+
+@pytest.mark.parametrize("offset", ["-5", "x"])
+def test_a_bad_offset_starts_at_the_top(cast, alice_client, offset):
+    store(cast.alice, "only note")
+
+    assert len(listed(alice_client.get(URL, {"offset": offset}))) == 1

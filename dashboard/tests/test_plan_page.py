@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import pytest
+
+from billing.models import BillingAccount
+from billing.tests.fake_stripe import FakeStripe
+
+URL = "/plan/"
+PRICES = {"price_starter": "starter", "price_pro": "pro", "price_team": "team"}
+
+
+@pytest.fixture
+def fake_stripe(settings):
+    fake = FakeStripe().start()
+    settings.STRIPE_SECRET_KEY = "sk_test_recall"
+    settings.STRIPE_PRICE_TO_TIER = PRICES
+    settings.STRIPE_API_BASE = fake.url
+    yield fake
+    fake.stop()
+
+
+def test_it_shows_the_current_tier_and_the_limits(cast, alice_client):
+    text = alice_client.get(URL).content.decode()
+
+    assert "data-current-tier>Free<" in text
+    assert "10 per minute" in text
+    assert "unlimited" in text
+
+
+def test_without_stripe_it_offers_no_upgrade(cast, alice_client):
+    text = alice_client.get(URL).content.decode()
+
+    assert "Upgrade" not in text
+    assert "managed by its operator" in text
+    assert alice_client.post("/plan/checkout/", {"tier": "pro"}).status_code == 404
+    assert alice_client.post("/plan/portal/").status_code == 404
+
+
+def test_with_stripe_it_offers_the_tiers_above_the_current_one(cast, alice_client, fake_stripe):
+    type(cast.alice).objects.filter(id=cast.alice.id).update(tier="starter")
+
+    text = alice_client.get(URL).content.decode()
+
+    assert "Upgrade to Pro" in text
+    assert "Upgrade to Team" in text
+    assert "Upgrade to Starter" not in text
+
+
+def test_upgrading_starts_stripe_checkout_for_this_user(cast, alice_client, fake_stripe):
+    response = alice_client.post("/plan/checkout/", {"tier": "pro"})
+
+    assert response.status_code == 302
+    assert response["Location"].startswith("https://checkout.stripe.test/c/pay/cs_test_")
+    [sent] = fake_stripe.requests
+    assert sent.path == "/v1/checkout/sessions"
+    assert sent.headers["Authorization"] == "Bearer sk_test_recall"
+    assert sent.form["mode"] == "subscription"
+    assert sent.form["line_items[0][price]"] == "price_pro"
+    assert sent.form["client_reference_id"] == str(cast.alice.id)
+    assert sent.form["customer_email"] == "alice@example.com"
+    assert sent.form["subscription_data[metadata][recall_user_id]"] == str(cast.alice.id)
+    assert sent.form["success_url"] == "http://testserver/plan/?checkout=success"
+    assert sent.form["cancel_url"] == "http://testserver/plan/?checkout=cancelled"
+
+
+def test_a_linked_customer_checks_out_as_itself(cast, alice_client, fake_stripe):
+    BillingAccount.objects.create(user=cast.alice, stripe_customer_id="cus_alice")
+
+    alice_client.post("/plan/checkout/", {"tier": "team"})
+
+    [sent] = fake_stripe.requests
+    assert sent.form["customer"] == "cus_alice"
+    assert "customer_email" not in sent.form
+
+
+def test_a_tier_without_a_price_cannot_be_bought(cast, alice_client, fake_stripe):
+    response = alice_client.post("/plan/checkout/", {"tier": "free"}, follow=True)
+
+    assert fake_stripe.requests == []
+    assert "cannot be bought here" in response.content.decode()
+
+
+def test_the_portal_opens_for_a_linked_customer(cast, alice_client, fake_stripe):
+    BillingAccount.objects.create(user=cast.alice, stripe_customer_id="cus_alice")
+    assert "Manage billing" in alice_client.get(URL).content.decode()
+
+    response = alice_client.post("/plan/portal/")
+
+    assert response.status_code == 302
+    assert response["Location"].startswith("https://billing.stripe.test/p/session/")
+    [sent] = fake_stripe.requests
+    assert sent.path == "/v1/billing_portal/sessions"
+    assert sent.form == {"customer": "cus_alice", "return_url": "http://testserver/plan/"}
+
+
+def test_there_is_no_portal_before_a_first_checkout(cast, alice_client, fake_stripe):
+    assert "Manage billing" not in alice_client.get(URL).content.decode()
+
+    response = alice_client.post("/plan/portal/", follow=True)
+
+    assert fake_stripe.requests == []
+    assert "no subscription to manage" in response.content.decode()
+
+
+def test_a_stripe_outage_is_explained_not_raised(cast, alice_client, fake_stripe):
+    fake_stripe.fail_with = 500
+
+    response = alice_client.post("/plan/checkout/", {"tier": "pro"}, follow=True)
+
+    assert response.status_code == 200
+    assert "Payments are unavailable right now" in response.content.decode()
+
+
+def test_charlie_checks_out_as_charlie(cast, charlie_client, fake_stripe):
+    BillingAccount.objects.create(user=cast.alice, stripe_customer_id="cus_alice")
+
+    charlie_client.post("/plan/checkout/", {"tier": "pro"})
+    charlie_client.post("/plan/portal/")
+
+    [sent] = fake_stripe.requests  # no portal for Charlie: he has no customer
+    assert sent.form["client_reference_id"] == str(cast.charlie.id)
+    assert sent.form["customer_email"] == "charlie@example.com"
+
+
+def test_returning_from_checkout_says_what_happens_next(cast, alice_client):
+    text = alice_client.get(URL, {"checkout": "success"}).content.decode()
+
+    assert "applies as soon as Stripe confirms it" in text

@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from dashboard import views
+
+app_name = "dashboard"
+
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("usage/", views.usage, name="usage"),
+    path("keys/", views.keys, name="keys"),
+    path("keys/<uuid:key_id>/revoke/", views.revoke_key, name="revoke-key"),
+    path("memories/", views.memories, name="memories"),
+    path("memories/<uuid:memory_id>/delete/", views.delete_memory, name="delete-memory"),
+    path("plan/", views.plan, name="plan"),
+    path("plan/checkout/", views.start_checkout, name="checkout"),
+    path("plan/portal/", views.billing_portal, name="portal"),
+    path("signup/", views.signup, name="signup"),
+]

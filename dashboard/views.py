@@ -1,0 +1,309 @@
+"""The signed-in user's dashboard: usage, keys, memories and plan.
+
+Every view acts for ``request.user`` only, through the same services as the
+MCP tools and the JSON API, on the tenant path: a page can show or change
+nothing of another user's, and an id that belongs to someone else is a 404,
+like one that does not exist.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from accounts import services as accounts_services
+from accounts import tiers
+from billing import checkout
+from billing import services as billing_services
+from billing.models import Subscription
+from dashboard.charts import stacked_bars
+from dashboard.forms import KeyForm, SignupForm
+from memories import services as memory_services
+from memories.models import Memory
+from recall import tenancy
+from recall.errors import NotFound, RecallError
+
+PAGE_SIZE = 20
+USAGE_WINDOWS = (7, 30, 90)
+
+
+def _connect(request: HttpRequest, raw_key: str | None = None) -> dict[str, Any]:
+    """Return what the "connect a client" snippets need."""
+    return {
+        "mcp_url": request.build_absolute_uri("/mcp"),
+        "snippet_key": raw_key or "recall_live_YOUR_KEY",
+    }
+
+
+@login_required
+def index(request: HttpRequest) -> HttpResponse:
+    return redirect("dashboard:usage")
+
+
+# Usage --------------------------------------------------------------------------
+
+
+@login_required
+def usage(request: HttpRequest) -> HttpResponse:
+    try:
+        days = int(request.GET.get("days", 30))
+    except ValueError:
+        days = 30
+    if days not in USAGE_WINDOWS:
+        days = 30
+    user = request.user
+    summary = billing_services.usage_summary(user_id=user.id, days=days)
+    quota = billing_services.memory_quota(user_id=user.id, tier=user.tier)
+    chart = stacked_bars(summary.days, summary.calls, label=f"Calls per day, last {days} days")
+    return render(
+        request,
+        "dashboard/usage.html",
+        {
+            "section": "usage",
+            "summary": summary,
+            "quota": quota,
+            "chart": chart,
+            "days": days,
+            "windows": USAGE_WINDOWS,
+            **_connect(request),
+        },
+    )
+
+
+# Keys ---------------------------------------------------------------------------
+
+
+@login_required
+def keys(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    form = KeyForm(request.POST or None, max_tier=user.tier)
+    new_key: str | None = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            _, new_key = accounts_services.issue_own_key(
+                user_id=user.id,
+                max_tier=user.tier,
+                name=form.cleaned_data["name"],
+                tier=form.cleaned_data["tier"],
+            )
+        except RecallError as exc:
+            form.add_error(None, exc.message)
+        else:
+            # Rendered, not redirected: the secret must not be stored in a
+            # session or a cookie on its way to the next page.
+            form = KeyForm(max_tier=user.tier)
+    response = render(
+        request,
+        "dashboard/keys.html",
+        {
+            "section": "keys",
+            "form": form,
+            "keys": accounts_services.list_own_keys(user_id=user.id),
+            "new_key": new_key,
+            "max_keys": settings.MAX_KEYS_PER_USER,
+            **_connect(request, new_key),
+        },
+    )
+    if new_key:
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_POST
+def revoke_key(request: HttpRequest, key_id: uuid.UUID) -> HttpResponse:
+    try:
+        accounts_services.revoke_own_key(user_id=request.user.id, key_id=key_id)
+    except NotFound:
+        raise Http404("No such key.") from None
+    messages.success(request, "Key revoked. Clients using it are refused from now on.")
+    return redirect("dashboard:keys")
+
+
+# Memories -------------------------------------------------------------------------
+
+
+def _namespaces(user_id: uuid.UUID) -> list[dict[str, Any]]:
+    with tenancy.tenant(user_id):
+        return list(
+            Memory.objects.filter(user_id=user_id)
+            .values("namespace")
+            .annotate(count=Count("id"))
+            .order_by("namespace")
+        )
+
+
+@login_required
+def memories(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    namespaces = _namespaces(user.id)
+    names = [row["namespace"] for row in namespaces]
+    default = "default" if "default" in names or not names else names[0]
+    namespace = request.GET.get("namespace") or default
+    query = request.GET.get("q", "").strip()
+    try:
+        offset = max(0, int(request.GET.get("offset", 0)))
+    except ValueError:
+        offset = 0
+
+    error = None
+    results: list[dict[str, Any]] = []
+    more = False
+    try:
+        if query:
+            results = memory_services.recall(
+                user_id=user.id, query=query, namespace=namespace, limit=PAGE_SIZE
+            )
+        else:
+            results = memory_services.list_memories(
+                user_id=user.id, namespace=namespace, limit=PAGE_SIZE + 1, offset=offset
+            )
+            more = len(results) > PAGE_SIZE
+            results = results[:PAGE_SIZE]
+    except RecallError as exc:
+        error = exc.message
+    return render(
+        request,
+        "dashboard/memories.html",
+        {
+            "section": "memories",
+            "namespaces": namespaces,
+            "namespace": namespace,
+            "query": query,
+            "results": results,
+            "error": error,
+            "offset": offset,
+            "newer": max(0, offset - PAGE_SIZE) if offset else None,
+            "older": offset + PAGE_SIZE if more else None,
+            **_connect(request),
+        },
+    )
+
+
+@login_required
+@require_POST
+def delete_memory(request: HttpRequest, memory_id: uuid.UUID) -> HttpResponse:
+    try:
+        memory_services.forget_by_id(user_id=request.user.id, id=str(memory_id))
+    except NotFound:
+        raise Http404("No such memory.") from None
+    messages.success(request, "Memory deleted.")
+    back = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
+        return HttpResponseRedirect(back)
+    return redirect("dashboard:memories")
+
+
+# Plan ------------------------------------------------------------------------------
+
+
+@login_required
+def plan(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    current = tiers.rank(user.tier)
+    offers = (
+        [
+            {"tier": tier, "label": tiers.Tier(tier).label}
+            for tier in checkout.prices_by_tier()
+            if tiers.rank(tier) > current
+        ]
+        if checkout.is_configured()
+        else []
+    )
+    rows = []
+    for tier in tiers.ORDER:
+        count, period = settings.RATE_LIMITS[tier.value]
+        rows.append(
+            {
+                "tier": tier.value,
+                "label": tier.label,
+                "rate": f"{count} per {_period(period)}",
+                "memories": settings.FREE_TIER_MAX_MEMORIES if tier == tiers.Tier.FREE else None,
+                "current": tier.value == user.tier,
+            }
+        )
+    return render(
+        request,
+        "dashboard/plan.html",
+        {
+            "section": "plan",
+            "tier_label": tiers.Tier(user.tier).label,
+            "rows": rows,
+            "offers": offers,
+            "stripe": checkout.is_configured(),
+            "can_manage": checkout.is_configured() and bool(checkout.customer_id(user)),
+            "subscriptions": list(Subscription.objects.for_user(user.id)[:5]),
+            "outcome": request.GET.get("checkout"),
+        },
+    )
+
+
+def _period(seconds: int) -> str:
+    return {1: "second", 60: "minute", 3600: "hour"}.get(seconds, f"{seconds} s")
+
+
+@login_required
+@require_POST
+def start_checkout(request: HttpRequest) -> HttpResponse:
+    if not checkout.is_configured():
+        raise Http404("Payments are not configured.")
+    back = request.build_absolute_uri(reverse("dashboard:plan"))
+    try:
+        url = checkout.start_checkout(
+            user=request.user,
+            tier=request.POST.get("tier", ""),
+            success_url=f"{back}?checkout=success",
+            cancel_url=f"{back}?checkout=cancelled",
+        )
+    except RecallError as exc:
+        messages.error(request, exc.message)
+        return redirect("dashboard:plan")
+    return HttpResponseRedirect(url)
+
+
+@login_required
+@require_POST
+def billing_portal(request: HttpRequest) -> HttpResponse:
+    if not checkout.is_configured():
+        raise Http404("Payments are not configured.")
+    try:
+        url = checkout.portal_url(
+            user=request.user, return_url=request.build_absolute_uri(reverse("dashboard:plan"))
+        )
+    except RecallError as exc:
+        messages.error(request, exc.message)
+        return redirect("dashboard:plan")
+    return HttpResponseRedirect(url)
+
+
+# Sign-up ---------------------------------------------------------------------------
+
+
+def signup(request: HttpRequest) -> HttpResponse:
+    if not settings.SIGNUP_ENABLED:
+        raise Http404("Sign-up is off.")
+    if request.user.is_authenticated:
+        return redirect("dashboard:usage")
+    form = SignupForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            user = accounts_services.create_user(
+                email=form.cleaned_data["email"], password=form.cleaned_data["password1"]
+            )
+        except RecallError as exc:
+            form.add_error("email", exc.message)
+        else:
+            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            return redirect("dashboard:keys")
+    return render(request, "registration/signup.html", {"form": form})
