@@ -2,8 +2,11 @@
 # embedded database is for single-machine use and is not used in containers.
 FROM python:3.11-slim
 
+# PYTHONPATH makes the code run from /app, where templates/ lives beside it.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    PYTHONPATH=/app \
+    HOST=0.0.0.0 \
     PORT=8080
 
 RUN useradd --create-home --uid 10001 recall
@@ -14,10 +17,11 @@ COPY recall ./recall
 COPY accounts ./accounts
 COPY memories ./memories
 COPY billing ./billing
+COPY dashboard ./dashboard
 COPY templates ./templates
 COPY manage.py ./
-RUN pip install --no-cache-dir -c constraints.txt . \
-    && python manage.py collectstatic --noinput
+# Static files are served by the app itself from the app directories.
+RUN pip install --no-cache-dir -c constraints.txt .
 
 USER recall
 EXPOSE 8080

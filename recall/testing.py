@@ -93,7 +93,11 @@ class LiveServer:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()  # never leave a half-started server behind
+            raise
         return self
 
     def wait_ready(self, timeout: float = 90.0) -> None:
