@@ -139,3 +139,42 @@ class LiveServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def load_settings(
+    code: str = "import recall.settings", **environment: str
+) -> subprocess.CompletedProcess[str]:
+    """Import the settings in a fresh interpreter with ``environment`` and return the outcome."""
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "OPENAI_API_KEY"}}
+    env.update(environment)
+    return subprocess.run(  # noqa: S603 - fixed argv
+        [sys.executable, "-c", code],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def fill_memories(user_id: object, count: int) -> None:
+    """Store ``count`` placeholder memories for a user (operator path), e.g. to reach a quota.
+
+    Their vectors are zero: fine for counting and listing, useless for search.
+    """
+    from memories import embeddings
+    from memories.models import Memory
+    from recall import tenancy
+
+    model_id, dimensions = embeddings.model_spec()
+    with tenancy.operator():
+        Memory.objects.bulk_create(
+            Memory(
+                user_id=user_id,
+                content=f"placeholder {n}",
+                content_hash=f"{user_id}-{n}",
+                embedding=[0.0] * dimensions,
+                embedding_model=model_id,
+            )
+            for n in range(count)
+        )

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
-from django.conf import settings
+
+from recall import testing
 
 
-def load_settings(**environment: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "OPENAI_API_KEY"}}
-    env.update(environment)
-    return subprocess.run(
-        [sys.executable, "-c", "from recall import settings; print(settings.STRIPE_PRICE_TO_TIER)"],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+def load_settings(**environment: str):
+    return testing.load_settings(
+        "from recall import settings; print(settings.STRIPE_PRICE_TO_TIER)", **environment
     )
 
 

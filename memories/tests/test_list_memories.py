@@ -4,9 +4,8 @@ import pytest
 
 from accounts.tiers import Tier
 from memories import services
-from memories.models import Memory
-from recall import tenancy
 from recall.errors import ValidationFailed
+from recall.testing import fill_memories
 
 
 def remember(user_id, content, namespace="default"):
@@ -49,18 +48,7 @@ def test_it_orders_by_updated_at_when_asked(cast):
 
 
 def test_it_defaults_to_twenty_results(cast):
-    with tenancy.tenant(cast.alice.id):
-        # Rows without real embeddings are fine for listing.
-        Memory.objects.bulk_create(
-            Memory(
-                user_id=cast.alice.id,
-                content=f"m{n}",
-                content_hash=f"{n:064x}",
-                embedding=[0.0] * 384,
-                embedding_model="all-MiniLM-L6-v2",
-            )
-            for n in range(25)
-        )
+    fill_memories(cast.alice.id, 25)
     assert len(services.list_memories(user_id=cast.alice.id)) == 20
     assert len(services.list_memories(user_id=cast.alice.id, limit=100)) == 25
 

@@ -5,9 +5,23 @@ import time
 import pytest
 from django.db import connection
 
+from accounts import auth
+from accounts.tests.redis_server import RedisServer, RedisServerMissing
 from billing.models import UsageEvent
 from recall import tenancy
 from recall.testing import SERVER_APPLICATION_NAME, LiveServer
+
+
+@pytest.fixture
+def redis():
+    """A redis-server of the test's own, to share between servers or kill mid-test."""
+    try:
+        server = RedisServer.start_new()
+    except RedisServerMissing as exc:
+        pytest.skip(str(exc))
+    yield server
+    server.close()
+    auth.reset()  # drop any client this process made for it
 
 
 @pytest.fixture(scope="session")

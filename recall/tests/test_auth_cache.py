@@ -8,24 +8,10 @@ import pytest
 from django.test import override_settings
 
 from accounts import auth, services
-from accounts.tests.redis_server import RedisServer, RedisServerMissing
-from memories.models import Memory
-from recall import tenancy
-from recall.testing import LiveServer
+from recall.testing import LiveServer, fill_memories
 from recall.tests.clients import raw_call
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def redis():
-    try:
-        server = RedisServer.start_new()
-    except RedisServerMissing as exc:
-        pytest.skip(str(exc))
-    yield server
-    server.close()
-    auth.reset()
 
 
 def eventually(predicate, timeout: float = 10.0) -> float:
@@ -55,17 +41,7 @@ def test_a_key_revoked_elsewhere_stops_working_within_seconds(cast, redis):
 
 
 def test_an_upgrade_elsewhere_lifts_the_free_quota_within_seconds(cast, redis):
-    with tenancy.operator():
-        Memory.objects.bulk_create(
-            Memory(
-                user_id=cast.alice.id,
-                content=f"m{n}",
-                content_hash=f"{n:064x}",
-                embedding=[0.0] * 384,
-                embedding_model="all-MiniLM-L6-v2",
-            )
-            for n in range(100)
-        )
+    fill_memories(cast.alice.id, 100)
 
     def remember() -> dict:
         response = raw_call(server.mcp_url, cast.alice_key.raw, "remember", {"content": "more"})

@@ -7,7 +7,6 @@ import math
 
 import pytest
 
-from accounts.tests.redis_server import RedisServer, RedisServerMissing
 from memories.models import Memory
 from recall import tenancy
 from recall.testing import LiveServer
@@ -15,16 +14,6 @@ from recall.tests.clients import raw_call
 from recall.tests.conftest import usage_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def redis():
-    try:
-        server = RedisServer.start_new()
-    except RedisServerMissing as exc:
-        pytest.skip(str(exc))
-    yield server
-    server.close()
 
 
 def remember(server: LiveServer, key: str, n: int):

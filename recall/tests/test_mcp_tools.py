@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from memories.models import ForgetConfirmation, Memory
 from recall import tenancy
+from recall.testing import fill_memories
 from recall.tests.clients import MODES, call, calls, list_tools, structured, text
 
 pytestmark = pytest.mark.slow
@@ -214,17 +215,7 @@ def test_an_expired_confirmation_is_refused(live, cast):
 
 
 def test_the_free_quota_is_enforced_over_http(live, cast, settings):
-    with tenancy.operator():
-        Memory.objects.bulk_create(
-            Memory(
-                user_id=cast.alice.id,
-                content=f"m{n}",
-                content_hash=f"{n:064x}",
-                embedding=[0.0] * 384,
-                embedding_model="all-MiniLM-L6-v2",
-            )
-            for n in range(100)
-        )
+    fill_memories(cast.alice.id, 100)
     result = call(live.mcp_url, cast.alice_key.raw, "remember", {"content": "the 101st memory"})
     assert error_of(result)["code"] == "quota_exceeded"
 

@@ -2,27 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
-from django.conf import settings
 
-ROOT = settings.BASE_DIR
-
-
-def load_settings(**environment: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "OPENAI_API_KEY"}}
-    env.update(environment)
-    return subprocess.run(
-        [sys.executable, "-c", "import recall.settings"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from recall.testing import load_settings
 
 
 @pytest.mark.parametrize(
