@@ -19,6 +19,7 @@ import json
 import logging
 import secrets
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -138,18 +139,9 @@ def recall(
     metadata_filter: Any = None,
 ) -> list[dict[str, Any]]:
     """Return the namespace's memories most similar to ``query``, most similar first."""
-    text = validation.query(query)
-    ns = validation.namespace(namespace)
-    count = validation.integer(
-        limit, field="limit", low=1, high=validation.RECALL_LIMIT_MAX, default=10
-    )
-    embedder = embeddings.get_embedder()
-    minimum = validation.threshold(threshold, default_threshold(embedder))
-    where = validation.metadata_filter(metadata_filter)
-
-    vector = _embed(embedder, text)
+    search = _search(query, namespace, limit, threshold, metadata_filter)
     with tenancy.tenant(user_id):
-        found = _nearest(user_id, embedder, vector, ns, count, minimum, where)
+        found = _nearest(user_id, search)
     return [
         {
             "id": str(memory.id),
@@ -169,24 +161,41 @@ def default_threshold(embedder: embeddings.Embedder | None = None) -> float:
     return (embedder or embeddings.get_embedder()).default_threshold
 
 
-def _nearest(
-    user_id: uuid.UUID | str,
-    embedder: embeddings.Embedder,
-    vector: np.ndarray,
-    namespace: str,
-    limit: int,
-    minimum: float,
-    metadata_filter: dict[str, Any],
-) -> list[tuple[Memory, float]]:
+@dataclass(frozen=True)
+class _Search:
+    embedder: embeddings.Embedder
+    vector: np.ndarray
+    namespace: str
+    limit: int
+    minimum: float
+    metadata_filter: dict[str, Any]
+
+
+def _search(
+    query: Any, namespace: Any, limit: Any, threshold: Any, metadata_filter: Any
+) -> _Search:
+    """Validate a search's arguments (recall and forget's preview share them), then embed."""
+    text = validation.query(query)
+    ns = validation.namespace(namespace)
+    count = validation.integer(
+        limit, field="limit", low=1, high=validation.RECALL_LIMIT_MAX, default=10
+    )
+    embedder = embeddings.get_embedder()
+    minimum = validation.threshold(threshold, default_threshold(embedder))
+    where = validation.metadata_filter(metadata_filter)
+    return _Search(embedder, _embed(embedder, text), ns, count, minimum, where)
+
+
+def _nearest(user_id: uuid.UUID | str, search: _Search) -> list[tuple[Memory, float]]:
     sql, params = nearest_sql(
         user_id=user_id,
-        model_id=embedder.model_id,
-        dimensions=embedder.dimensions,
-        vector=vector,
-        namespace=namespace,
-        limit=limit,
-        minimum=minimum,
-        metadata_filter=metadata_filter,
+        model_id=search.embedder.model_id,
+        dimensions=search.embedder.dimensions,
+        vector=search.vector,
+        namespace=search.namespace,
+        limit=search.limit,
+        minimum=search.minimum,
+        metadata_filter=search.metadata_filter,
     )
     rows = Memory.objects.raw(sql, params)
     return [(row, round(1.0 - float(row.distance), 4)) for row in rows]
@@ -357,20 +366,11 @@ def forget_preview(
     Nothing is deleted here. With no matches there is nothing to confirm, so
     no token is issued.
     """
-    text = validation.query(query)
-    ns = validation.namespace(namespace)
-    count = validation.integer(
-        limit, field="limit", low=1, high=validation.RECALL_LIMIT_MAX, default=10
-    )
-    embedder = embeddings.get_embedder()
-    minimum = validation.threshold(threshold, default_threshold(embedder))
-    where = validation.metadata_filter(metadata_filter)
-
-    vector = _embed(embedder, text)
+    search = _search(query, namespace, limit, threshold, metadata_filter)
     token = secrets.token_urlsafe(32)
     expires_at = timezone.now() + timedelta(seconds=settings.FORGET_TOKEN_TTL_SECONDS)
     with tenancy.tenant(user_id):
-        found = _nearest(user_id, embedder, vector, ns, count, minimum, where)
+        found = _nearest(user_id, search)
         ForgetConfirmation.objects.filter(user_id=user_id, expires_at__lt=timezone.now()).delete()
         if found:
             ForgetConfirmation.objects.create(
