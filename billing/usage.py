@@ -33,6 +33,12 @@ QUEUE_SIZE = 10_000
 BATCH_SIZE = 500
 FLUSH_INTERVAL = 0.5  # seconds between idle checks for last_used_at and shutdown
 LAST_USED_INTERVAL = 30.0  # seconds between last_used_at writes
+# Seconds a woken writer waits for more events before it writes. A write
+# costs the same round trips (health check, BEGIN with the role switch,
+# INSERT, COMMIT) for one event as for hundreds. Measured at about 60 tool
+# calls a second (bench/http.py --profile): 3.7 events per write without the
+# wait, 4.4 with it; the gain grows with the call rate.
+LINGER = 0.05
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,8 @@ class UsageRecorder:
         while not self._stopping:
             self._wake.wait(FLUSH_INTERVAL)
             self._wake.clear()
+            if self._queue.qsize() < BATCH_SIZE:
+                time.sleep(LINGER)
             while True:
                 batch = self._take(BATCH_SIZE)
                 if not batch:

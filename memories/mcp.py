@@ -28,7 +28,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR
+from mcp_types import INTERNAL_ERROR, CallToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
@@ -191,7 +191,14 @@ def _error_result(ctx: ServerRequestContext[Any, Any], error: RecallError) -> di
 
 
 def _error_code(result: HandlerResult) -> str | None:
-    data = result.model_dump(by_alias=True) if hasattr(result, "model_dump") else result
+    if isinstance(result, CallToolResult):
+        # Read the two fields rather than dumping the whole result (every
+        # recalled memory's content) just to look at them.
+        if not result.is_error:
+            return None
+        data: Any = {"isError": True, "structuredContent": result.structured_content}
+    else:
+        data = result.model_dump(by_alias=True) if hasattr(result, "model_dump") else result
     if not isinstance(data, dict) or not data.get("isError"):
         return None
     structured = data.get("structuredContent")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 
 import pytest
@@ -86,3 +87,22 @@ def test_last_used_at_is_written_in_one_batch(cast):
     assert used[cast.alice_key.key.id] is not None
     assert used[cast.bob_key.key.id] is not None
     assert used[cast.charlie_key.key.id] is None
+
+
+def test_events_that_arrive_together_are_written_in_one_transaction(cast):
+    recorder = usage.UsageRecorder()
+    written: list[int] = []
+    write = recorder._write
+    recorder._write = lambda batch: (written.append(len(batch)), write(batch))
+    recorder.record(event(cast.alice.id))  # starts the writer
+    recorder.flush()
+    written.clear()
+
+    for _ in range(5):
+        recorder.record(event(cast.alice.id))
+        time.sleep(0.002)
+    recorder.stop()
+
+    assert written == [5]
+    with tenancy.tenant(cast.alice.id):
+        assert UsageEvent.objects.count() == 6

@@ -227,6 +227,146 @@ def test_it_rejects_a_string_where_a_list_of_texts_belongs(local):
         local.embed("one text")
 
 
+# Batching concurrent callers ------------------------------------------------------
+
+
+def test_it_gives_concurrent_callers_the_vectors_they_get_one_by_one(local):
+    texts = [f"Caller {i} asks what the user said about topic {i * 3}." for i in range(32)]
+    expected = local.embed(texts)
+    start = threading.Barrier(len(texts))
+    runs_before = local._batcher.runs
+
+    def call(text: str) -> np.ndarray:
+        start.wait()
+        return local.embed_one(text)
+
+    with ThreadPoolExecutor(max_workers=len(texts)) as pool:
+        got = np.stack(list(pool.map(call, texts)))
+
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    # Callers that arrived while the model ran were served together.
+    assert local._batcher.runs - runs_before < len(texts)
+
+
+class GatedRun:
+    """A stand-in for the model run: records each batch, can hold the first one."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.batches: list[list[str]] = []
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.fail = fail
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        self.batches.append(list(texts))
+        self.started.set()
+        self.release.wait(10)
+        if self.fail is not None and len(self.batches) > 1:
+            raise self.fail
+        return np.array([[float(len(text)), 1.0] for text in texts], dtype=np.float32)
+
+
+def submit_in_threads(batcher: embeddings.Batcher, texts: list[str]) -> list[Any]:
+    results: list[Any] = [None] * len(texts)
+
+    def call(index: int) -> None:
+        try:
+            results[index] = batcher.submit(texts[index])
+        except Exception as exc:
+            results[index] = exc
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    return [threads, results]
+
+
+def test_it_runs_texts_that_queue_during_a_run_as_the_next_batch():
+    run = GatedRun()
+    batcher = embeddings.Batcher(run)
+    threads, results = submit_in_threads(batcher, ["first"])
+    assert run.started.wait(5)
+    more_threads, more = submit_in_threads(batcher, ["a", "bb", "ccc", "dddd"])
+    deadline = time.monotonic() + 5
+    while len(batcher._queue) < 4 and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+    run.release.set()
+    for thread in threads + more_threads:
+        thread.join(5)
+
+    assert run.batches[0] == ["first"]
+    assert sorted(run.batches[1]) == ["a", "bb", "ccc", "dddd"]
+    assert [row[0] for row in results + more] == [5.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_it_runs_a_lone_text_at_once_in_the_callers_thread():
+    callers = []
+
+    def run(texts: list[str]) -> np.ndarray:
+        callers.append(threading.current_thread())
+        return np.ones((len(texts), 2), dtype=np.float32)
+
+    batcher = embeddings.Batcher(run)
+    for _ in range(5):
+        batcher.submit("alone")
+
+    assert callers == [threading.current_thread()] * 5
+    assert batcher._thread is None  # no hand-off, no batching thread
+
+
+def test_it_passes_a_failure_to_every_caller_of_the_batch():
+    run = GatedRun(fail=EmbeddingUnavailable("The local embedding model failed to run."))
+    batcher = embeddings.Batcher(run)
+    threads, results = submit_in_threads(batcher, ["first"])
+    assert run.started.wait(5)
+    more_threads, more = submit_in_threads(batcher, ["a", "b", "c"])
+    deadline = time.monotonic() + 5
+    while len(batcher._queue) < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+    run.release.set()
+    for thread in threads + more_threads:
+        thread.join(5)
+
+    assert results[0][0] == 5.0  # the first batch succeeded
+    assert all(isinstance(error, EmbeddingUnavailable) for error in more)
+    assert len({id(error) for error in more}) == 3  # each caller raises its own
+    assert {error.message for error in more} == {"The local embedding model failed to run."}
+    # The batcher carries on after a failed batch.
+    run.fail = None
+    assert batcher.submit("later")[0] == 5.0
+
+
+def test_it_stops_its_thread_when_idle_and_starts_it_again():
+    batcher = embeddings.Batcher(GatedRun(), idle_exit=0.05)
+
+    for _ in range(2):
+        run = GatedRun()
+        batcher._run = run
+        threads, _ = submit_in_threads(batcher, ["first"])
+        assert run.started.wait(5)
+        queued, results = submit_in_threads(batcher, ["queued"])
+        assert batcher._thread is not None
+        run.release.set()
+        for thread in threads + queued:
+            thread.join(5)
+        assert results[0][0] == 6.0
+        deadline = time.monotonic() + 5
+        while batcher._thread is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert batcher._thread is None
+
+
+def test_it_splits_runs_where_padding_would_waste_work():
+    lengths = [10, 10, 11, 12, 20, 21, 40]
+
+    # No run padded by more than a fifth of its work...
+    assert embeddings._chunks(list(range(7)), lengths, size=8) == [[0, 1, 2, 3], [4, 5], [6]]
+    # ...and none longer than the batch size.
+    assert embeddings._chunks(list(range(7)), lengths, size=2) == [[0, 1], [2, 3], [4, 5], [6]]
+
+
 # Other local models --------------------------------------------------------------
 
 
