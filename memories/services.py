@@ -140,7 +140,7 @@ def recall(
 ) -> list[dict[str, Any]]:
     """Return the namespace's memories most similar to ``query``, most similar first."""
     search = _search(query, namespace, limit, threshold, metadata_filter)
-    with tenancy.tenant(user_id):
+    with tenancy.tenant(user_id, local_settings=SEARCH_SETTINGS):
         found = _nearest(user_id, search)
     return [
         {
@@ -159,6 +159,13 @@ def default_threshold(embedder: embeddings.Embedder | None = None) -> float:
     if settings.RECALL_DEFAULT_THRESHOLD is not None:
         return settings.RECALL_DEFAULT_THRESHOLD
     return (embedder or embeddings.get_embedder()).default_threshold
+
+
+# A search transaction's planner settings. The nearest-neighbour statement
+# counts the namespace through its b-tree; at some table shapes the planner
+# would rather read the whole table (and sort it) to count a few thousand
+# rows. Every path a search needs has an index, so table scans are off.
+SEARCH_SETTINGS = {"enable_seqscan": "off"}
 
 
 @dataclass(frozen=True)
@@ -214,32 +221,68 @@ def nearest_sql(
 ) -> tuple[str, list[Any]]:
     """Return the nearest-neighbour query and its parameters.
 
-    The inner query is the shape pgvector's HNSW index serves: ORDER BY the
-    distance to the same cast expression the index was built on, LIMIT k,
-    with the model in the WHERE clause to match the partial index. Iterative
-    index scans (set on every connection, see settings) keep the scan going
-    past rows the namespace, metadata or tenant filters reject, so a selective
-    filter still fills ``limit``. The threshold is applied outside, to the k
-    nearest, so it can never make the index scan run long.
+    Two branches, one of which runs, chosen inside the statement:
+
+    * A namespace holding at most ``RECALL_EXACT_SEARCH_MAX`` memories is
+      ranked exactly: every row is compared with the query. That costs a
+      millisecond or two at these sizes and is always right. HNSW is not,
+      and it is at its weakest exactly here: a young graph, or one holding
+      many identical vectors (common phrases stored by many tenants), can
+      leave freshly inserted elements unreachable from the entry point, so an
+      index scan would silently miss them. The branch orders by
+      ``cosine_distance()``, a function call the index cannot serve, so the
+      planner never picks the index for it whatever its statistics say.
+    * A larger namespace is searched through the per-model HNSW index: ORDER
+      BY the distance operator on the same cast expression the index was
+      built on, LIMIT k, with the model in the WHERE clause to match the
+      partial index. Iterative index scans (set on every connection, see
+      settings) keep the scan going past rows the namespace, metadata or
+      tenant filters reject, so a selective filter still fills ``limit``.
+
+    The size test counts entries of the (user, namespace, updated_at) index up
+    to the cut-off and no further, so it stays cheap for a namespace of any
+    size; its ORDER BY is what steers the planner to that index. The threshold is applied
+    outside, to the k nearest, so it can never make the index scan run long.
     """
     cast = vector_type(dimensions)
+    exact_max = settings.RECALL_EXACT_SEARCH_MAX
+    query = Vector(vector).to_text()
     clauses = ["user_id = %s", "namespace = %s", "embedding_model = %s"]
-    params: list[Any] = [Vector(vector).to_text(), str(user_id), namespace, model_id]
+    filters: list[Any] = [str(user_id), namespace, model_id]
     if metadata_filter:
         clauses.append("metadata @> %s::jsonb")
-        params.append(json.dumps(metadata_filter))
-    params += [limit, 1.0 - minimum]
+        filters.append(json.dumps(metadata_filter))
+    where = " AND ".join(clauses)
+    columns = "id, user_id, namespace, content, metadata, created_at, updated_at"
     sql = f"""
-        WITH nearest AS MATERIALIZED (
-            SELECT id, user_id, namespace, content, metadata, created_at, updated_at,
-                   (embedding::{cast}) <=> %s::{cast} AS distance
-            FROM memories
-            WHERE {" AND ".join(clauses)}
-            ORDER BY distance
-            LIMIT %s
+        WITH small AS MATERIALIZED (
+            SELECT count(*) <= %s AS yes FROM (
+                SELECT 1 FROM memories WHERE user_id = %s AND namespace = %s
+                ORDER BY updated_at DESC LIMIT %s
+            ) AS capped
+        ),
+        nearest AS MATERIALIZED (
+            (
+                SELECT {columns},
+                       cosine_distance(embedding::{cast}, %s::{cast}) AS distance
+                FROM memories
+                WHERE {where} AND (SELECT yes FROM small)
+                ORDER BY distance
+                LIMIT %s
+            )
+            UNION ALL
+            (
+                SELECT {columns}, (embedding::{cast}) <=> %s::{cast} AS distance
+                FROM memories
+                WHERE {where} AND NOT (SELECT yes FROM small)
+                ORDER BY distance
+                LIMIT %s
+            )
         )
         SELECT * FROM nearest WHERE distance <= %s ORDER BY distance, id
     """
+    params: list[Any] = [exact_max, str(user_id), namespace, exact_max + 1]
+    params += [query, *filters, limit, query, *filters, limit, 1.0 - minimum]
     return sql, params
 
 
@@ -369,7 +412,7 @@ def forget_preview(
     search = _search(query, namespace, limit, threshold, metadata_filter)
     token = secrets.token_urlsafe(32)
     expires_at = timezone.now() + timedelta(seconds=settings.FORGET_TOKEN_TTL_SECONDS)
-    with tenancy.tenant(user_id):
+    with tenancy.tenant(user_id, local_settings=SEARCH_SETTINGS):
         found = _nearest(user_id, search)
         ForgetConfirmation.objects.filter(user_id=user_id, expires_at__lt=timezone.now()).delete()
         if found:

@@ -103,6 +103,9 @@ HNSW_M = env.integer("HNSW_M", 16, low=2, high=100)
 HNSW_EF_CONSTRUCTION = env.integer("HNSW_EF_CONSTRUCTION", 64, low=4, high=1000)
 HNSW_EF_SEARCH = env.integer("HNSW_EF_SEARCH", 100, low=1, high=1000)
 HNSW_MAX_SCAN_TUPLES = env.integer("HNSW_MAX_SCAN_TUPLES", 20000, low=100)
+# Namespaces up to this many memories are ranked by an exact scan instead of
+# the HNSW index: exact results, at a cost that stays low up to here.
+RECALL_EXACT_SEARCH_MAX = env.integer("RECALL_EXACT_SEARCH_MAX", 5000, low=0, high=1_000_000)
 
 if EMBEDDED_DATABASE:
     _database = {"ENGINE": "recall.db", "NAME": "", "USER": "", "PASSWORD": ""}

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+from django.db import transaction
 
 from accounts.tiers import Tier
 from memories import services
@@ -188,3 +191,26 @@ def test_bounds_are_inclusive(cast):
     assert services.recall(user_id=cast.alice.id, query="cat", limit=1, threshold=1.0) == []
     eight = {f"k{n}": n for n in range(8)}
     assert services.recall(user_id=cast.alice.id, query="cat", metadata_filter=eight) == []
+
+
+class _Undo(Exception):
+    pass
+
+
+def test_a_small_namespace_is_ranked_exactly_even_when_the_graph_is_degenerate(cast):
+    # Many identical vectors (here: the same four sentences, stored and rolled
+    # back twenty times) saturate HNSW neighbour lists, and elements inserted
+    # afterwards can become unreachable from the graph's entry point. Before
+    # small namespaces were ranked by an exact scan, this lost every memory.
+    for _ in range(20):
+        with contextlib.suppress(_Undo), transaction.atomic():
+            for n in range(3):
+                services.remember(user_id=cast.alice.id, tier=Tier.PRO, content=f"alice {n}")
+            services.remember(user_id=cast.charlie.id, tier=Tier.PRO, content="charlie 0")
+            raise _Undo
+    contents = [*DISTRACTORS, FRAMEWORKS]
+    ids = remember_all(cast.alice.id, contents)
+
+    for memory_id, content in zip(ids, contents, strict=True):
+        found = services.recall(user_id=cast.alice.id, query=content, limit=1, threshold=0)
+        assert [r["id"] for r in found] == [memory_id]

@@ -97,7 +97,7 @@ def table(django_db_setup, django_db_blocker):
             User.objects.filter(id__in=[big.id, small.id]).delete()
 
 
-def explain(user: User, **kwargs) -> str:
+def explain(user: User, analyze: bool = False, **kwargs) -> str:
     embedder = embeddings.get_embedder()
     sql, params = services.nearest_sql(
         user_id=user.id,
@@ -109,8 +109,11 @@ def explain(user: User, **kwargs) -> str:
         minimum=0.0,
         metadata_filter=kwargs.get("metadata_filter", {}),
     )
-    with tenancy.tenant(user.id), connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + sql, params)
+    with (
+        tenancy.tenant(user.id, local_settings=services.SEARCH_SETTINGS),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(("EXPLAIN (ANALYZE, COSTS OFF) " if analyze else "EXPLAIN ") + sql, params)
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
@@ -119,6 +122,47 @@ def test_recall_uses_the_hnsw_index_at_ten_thousand_rows(db, table):
     big, _ = table
     plan = explain(big)
     assert "Index Scan using memories_hnsw_" in plan, plan
+
+
+def branch_ran(plan: str, *, exact: bool) -> bool:
+    """Say whether the exact (or else the index) branch of an analysed plan ran."""
+    gate = "One-Time Filter: ((InitPlan" if exact else "One-Time Filter: ((NOT (InitPlan"
+    lines = plan.splitlines()
+    at = next(n for n, line in enumerate(lines) if gate in line)
+    child = next(line for line in lines[at + 1 :] if "->" in line)
+    return "never executed" not in child
+
+
+@pytest.mark.slow
+def test_a_big_namespace_is_searched_through_the_index(db, table):
+    big, _ = table
+    plan = explain(big, analyze=True)
+    assert branch_ran(plan, exact=False) and not branch_ran(plan, exact=True), plan
+    assert "Index Scan using memories_hnsw_" in plan
+
+
+@pytest.mark.slow
+def test_a_small_namespace_is_ranked_by_an_exact_scan(db, table):
+    _, small = table
+    plan = explain(small, analyze=True)
+    assert branch_ran(plan, exact=True) and not branch_ran(plan, exact=False), plan
+
+
+@pytest.mark.slow
+def test_the_exact_scan_cut_off_is_a_setting(db, table, settings):
+    big, small = table
+    settings.RECALL_EXACT_SEARCH_MAX = BIG
+    assert branch_ran(explain(big, analyze=True), exact=True)
+    settings.RECALL_EXACT_SEARCH_MAX = 0
+    assert branch_ran(explain(small, analyze=True), exact=False)
+
+
+@pytest.mark.slow
+def test_the_size_test_reads_an_index_not_the_table(db, table):
+    big, _ = table
+    plan = explain(big, analyze=True)
+    small_cte = plan[plan.index("CTE small") : plan.index("CTE nearest")]
+    assert "Seq Scan" not in small_cte, small_cte
 
 
 @pytest.mark.slow

@@ -142,3 +142,16 @@ def test_contexts_do_not_nest_across_identities(two_tenants):
             pass
         with pytest.raises(RuntimeError, match="cannot enter"), tenancy.operator():
             pass
+
+
+def show(name: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting(%s)", [name])
+        return cursor.fetchone()[0]
+
+
+def test_local_settings_last_for_the_block_only(two_tenants):
+    with tenancy.tenant(two_tenants.alice.id, local_settings={"enable_seqscan": "off"}):
+        assert show("enable_seqscan") == "off"
+        assert raw_count() == 3
+    assert show("enable_seqscan") == "on"
