@@ -105,7 +105,7 @@ HNSW_EF_SEARCH = env.integer("HNSW_EF_SEARCH", 100, low=1, high=1000)
 HNSW_MAX_SCAN_TUPLES = env.integer("HNSW_MAX_SCAN_TUPLES", 20000, low=100)
 # Namespaces up to this many memories are ranked by an exact scan instead of
 # the HNSW index: exact results, at a cost that stays low up to here.
-RECALL_EXACT_SEARCH_MAX = env.integer("RECALL_EXACT_SEARCH_MAX", 5000, low=0, high=1_000_000)
+RECALL_EXACT_SEARCH_MAX = env.integer("RECALL_EXACT_SEARCH_MAX", 2000, low=0, high=1_000_000)
 
 if EMBEDDED_DATABASE:
     _database = {"ENGINE": "recall.db", "NAME": "", "USER": "", "PASSWORD": ""}
