@@ -27,11 +27,10 @@ import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
-from pgvector import Vector
 
 from accounts.tiers import Tier
 from memories import embeddings, validation
-from memories.indexes import vector_type
+from memories.indexes import vector_literal, vector_type
 from memories.models import ForgetConfirmation, Memory
 from recall import tenancy
 from recall.errors import (
@@ -93,7 +92,7 @@ def remember(
                     ns,
                     text,
                     digest,
-                    Vector(vector).to_text(),
+                    vector_literal(vector),
                     embedder.model_id,
                     json.dumps(meta),
                 ],
@@ -246,7 +245,7 @@ def nearest_sql(
     """
     cast = vector_type(dimensions)
     exact_max = settings.RECALL_EXACT_SEARCH_MAX
-    query = Vector(vector).to_text()
+    query = vector_literal(vector)
     clauses = ["user_id = %s", "namespace = %s", "embedding_model = %s"]
     filters: list[Any] = [str(user_id), namespace, model_id]
     if metadata_filter:
@@ -255,7 +254,8 @@ def nearest_sql(
     where = " AND ".join(clauses)
     columns = "id, user_id, namespace, content, metadata, created_at, updated_at"
     sql = f"""
-        WITH small AS MATERIALIZED (
+        WITH query AS MATERIALIZED (SELECT %s::{cast} AS vector),
+        small AS MATERIALIZED (
             SELECT count(*) <= %s AS yes FROM (
                 SELECT 1 FROM memories WHERE user_id = %s AND namespace = %s
                 ORDER BY updated_at DESC LIMIT %s
@@ -264,7 +264,7 @@ def nearest_sql(
         nearest AS MATERIALIZED (
             (
                 SELECT {columns},
-                       cosine_distance(embedding::{cast}, %s::{cast}) AS distance
+                       cosine_distance(embedding::{cast}, (SELECT vector FROM query)) AS distance
                 FROM memories
                 WHERE {where} AND (SELECT yes FROM small)
                 ORDER BY distance
@@ -272,7 +272,8 @@ def nearest_sql(
             )
             UNION ALL
             (
-                SELECT {columns}, (embedding::{cast}) <=> %s::{cast} AS distance
+                SELECT {columns},
+                       (embedding::{cast}) <=> (SELECT vector FROM query) AS distance
                 FROM memories
                 WHERE {where} AND NOT (SELECT yes FROM small)
                 ORDER BY distance
@@ -281,8 +282,8 @@ def nearest_sql(
         )
         SELECT * FROM nearest WHERE distance <= %s ORDER BY distance, id
     """
-    params: list[Any] = [exact_max, str(user_id), namespace, exact_max + 1]
-    params += [query, *filters, limit, query, *filters, limit, 1.0 - minimum]
+    params: list[Any] = [query, exact_max, str(user_id), namespace, exact_max + 1]
+    params += [*filters, limit, *filters, limit, 1.0 - minimum]
     return sql, params
 
 

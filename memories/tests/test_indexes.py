@@ -1,0 +1,26 @@
+"""How vectors and indexes are spelled for PostgreSQL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from django.db import connection
+
+from memories.indexes import vector_literal
+
+
+def test_the_vector_literal_gives_back_the_exact_float32_components(db):
+    vector = np.random.default_rng(3).normal(size=384).astype(np.float32)
+    vector[:3] = [1e-38, -3.4028235e38, 0.0]
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::vector::real[]", [vector_literal(vector)])
+        stored = np.array(cursor.fetchone()[0], dtype=np.float32)
+
+    assert np.array_equal(stored, vector)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_vector_that_is_not_finite_is_refused(bad):
+    with pytest.raises(ValueError, match="finite"):
+        vector_literal(np.array([0.5, bad], dtype=np.float32))
