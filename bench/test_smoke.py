@@ -1,0 +1,101 @@
+"""Each benchmark script runs end to end in its smoke mode.
+
+These check that the scripts work and report what they should, not how fast
+anything is: the smoke sizes are far too small to mean anything. Each script
+starts its own throwaway PostgreSQL, as it does for real runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent
+
+
+def run(script: str, *args: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
+    out = tmp_path / f"{script}.json"
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / f"{script}.py"), "--smoke", "--json", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(out.read_text()), done.stdout
+
+
+@pytest.fixture(scope="module")
+def scale(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    return run("scale", tmp_path=tmp_path_factory.mktemp("scale"))
+
+
+def test_scale_smoke_reports_every_measurement(scale: tuple[dict[str, Any], str]) -> None:
+    report, stdout = scale
+
+    assert {"machine", "database", "config", "results"} <= report.keys()
+    layouts = {(r["size"], r["layout"]) for r in report["results"]}
+    assert layouts == {(240, "one"), (240, "spread")}
+    for result in report["results"]:
+        assert result["load"]["rows_per_s"] > 0
+        assert result["index"]["index_mib"] > 0
+        for key in ("recall_raw_sql_ms", "recall_service_ms", "recall_service_embedded_ms"):
+            assert {"p50", "p95", "p99"} <= result[key].keys()
+        assert 0.0 <= result["recall_at_10"] <= 1.0
+        assert set(result["filters"]) == {"1%", "5%"}
+        assert "offset_0_ms" in result["list"]
+        assert {"stubbed_ms", "embedded_ms", "stubbed_per_s"} <= result["remember"].keys()
+        assert {"by_id_ms", "preview_ms", "confirm_ms"} <= result["forget"].keys()
+        assert result["forget"]["deleted_by_query"] > 0
+        assert result["ef_search_sweep"] and result["scan_sweep"]
+        assert result["memory"]["query"]["python_rss_mib"] > 0
+    assert "size/layout" in stdout
+
+
+def test_retrieval_smoke_reports_every_metric(tmp_path: Path) -> None:
+    report, stdout = run("retrieval", tmp_path=tmp_path)
+
+    turns = report["locomo"]["turns"]
+    for key in ("recall@5", "recall@10", "hit@5", "hit@10", "mrr", "ndcg@10"):
+        assert key in turns["overall_1_4"]
+    assert set(turns["by_category"]) == {"1", "2", "3", "4", "5"}
+    assert turns["category_5"]["questions"] == 1
+    assert "turns+hybrid" in report["locomo"]
+    assert {"ndcg@10", "recall@100", "mrr"} <= report["scifact"]["dense"].keys()
+    assert "hybrid" in report["scifact"]
+    assert {"locomo", "scifact"} <= report["similarity"].keys()
+    assert "SciFact" in stdout
+
+
+def test_plots_draw_small_pngs_from_a_scale_report(
+    scale: tuple[dict[str, Any], str], tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    from bench import plots
+
+    written = plots.plot_scale([scale[0]], tmp_path)
+
+    assert written
+    for path in written:
+        assert 0 < path.stat().st_size < 200_000
+
+
+def test_plots_render_the_benchmarks_tables_from_a_scale_report(
+    scale: tuple[dict[str, Any], str],
+) -> None:
+    from bench import plots
+
+    tables = plots.markdown_tables([scale[0]])
+
+    rows = [line for line in tables.splitlines() if line.startswith("| 240 / ")]
+    assert len(rows) == 4  # two layouts, in each of the two tables
+    assert all("—" not in row.split("|")[5] for row in rows[:2])  # statement latencies present
