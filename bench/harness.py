@@ -26,7 +26,7 @@ import numpy as np
 
 # Settings that would point a benchmark at something other than the bundled
 # model and a private database.
-_FOREIGN = (
+FOREIGN_SETTINGS = (
     "DATABASE_URL",
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
@@ -42,7 +42,7 @@ def configure(database_url: str | None = None, workdir: Path | None = None) -> s
 
     Return a description of the database for the report.
     """
-    for name in _FOREIGN:
+    for name in FOREIGN_SETTINGS:
         os.environ.pop(name, None)
     os.environ.setdefault("LOG_LEVEL", "warning")
     os.environ["DJANGO_SETTINGS_MODULE"] = "recall.settings"

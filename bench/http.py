@@ -84,6 +84,8 @@ from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
 
+from bench.harness import FOREIGN_SETTINGS  # noqa: E402
+
 REPO = _HERE.parent
 PROTOCOL_VERSION = "2025-11-25"
 # uvicorn closes a kept-alive connection after 5 idle seconds; reconnect first.
@@ -93,17 +95,6 @@ MIXES: dict[str, dict[str, float]] = {
     "recall-heavy": {"recall": 0.9, "remember": 0.1},
     "remember-heavy": {"remember": 0.7, "recall": 0.2, "list_memories": 0.1},
 }
-# Settings that would point the server at something other than the bundled
-# model and its own private database.
-_FOREIGN = (
-    "DATABASE_URL",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "EMBEDDING_PROVIDER",
-    "RECALL_LOCAL_MODEL_DIR",
-    "RECALL_DEFAULT_THRESHOLD",
-    "REDIS_URL",
-)
 
 
 # Texts --------------------------------------------------------------------------
@@ -623,7 +614,7 @@ class Server:
         self.mcp_url = f"{self.url}/mcp"
         self.log_path = self.data_dir / "server.log"
         self.pg_stats = pg_stats
-        self.env = {k: v for k, v in os.environ.items() if k not in _FOREIGN}
+        self.env = {k: v for k, v in os.environ.items() if k not in FOREIGN_SETTINGS}
         self.env.update(
             {
                 "RECALL_DATA_DIR": str(self.data_dir),
