@@ -10,6 +10,7 @@ Tests using it must commit their data: mark them
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -19,7 +20,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from django.conf import settings
@@ -155,6 +158,31 @@ def load_settings(
         text=True,
         timeout=60,
     )
+
+
+def store_memory(
+    user: Any,
+    content: str,
+    namespace: str = "default",
+    embedding: Sequence[float] = (1.0, 0.0),
+) -> Any:
+    """Store one memory without running the model, through the user's tenant path.
+
+    For pages and admin views that list memories; the vector means nothing.
+    """
+    from memories.models import Memory
+    from recall import tenancy
+
+    digest = hashlib.sha256(f"{namespace}\0{content}".encode()).hexdigest()
+    with tenancy.tenant(user.id):
+        return Memory.objects.create(
+            user=user,
+            namespace=namespace,
+            content=content,
+            content_hash=digest,
+            embedding=list(embedding),
+            embedding_model="t",
+        )
 
 
 def fill_memories(user_id: object, count: int) -> None:

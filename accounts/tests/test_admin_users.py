@@ -5,22 +5,15 @@ import pytest
 from accounts import auth
 from accounts.models import ApiKey, User
 from conftest import issue_key
-from memories.models import Memory
 from recall import tenancy
+from recall.testing import store_memory
 
 URL = "/admin/accounts/user/"
 
 
 def store(user: User, n: int) -> None:
-    with tenancy.tenant(user.id):
-        for i in range(n):
-            Memory.objects.create(
-                user=user,
-                content=f"m{i}",
-                content_hash=f"h{i}",
-                embedding=[1, 0],
-                embedding_model="t",
-            )
+    for i in range(n):
+        store_memory(user, f"m{i}")
 
 
 def row_of(response, email: str) -> str:

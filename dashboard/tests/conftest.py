@@ -7,21 +7,7 @@ from django.utils import timezone
 
 from accounts.models import User
 from billing.models import UsageEvent
-from memories.models import Memory
 from recall import tenancy
-
-
-def store(user: User, content: str, namespace: str = "default") -> Memory:
-    """Store a memory without embedding it, for pages that only list."""
-    with tenancy.tenant(user.id):
-        return Memory.objects.create(
-            user=user,
-            namespace=namespace,
-            content=content,
-            content_hash=str(hash((namespace, content))),
-            embedding=[1, 0],
-            embedding_model="t",
-        )
 
 
 def record(

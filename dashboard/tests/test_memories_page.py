@@ -6,10 +6,10 @@ import pytest
 from django.test import Client
 
 from accounts.tiers import Tier
-from dashboard.tests.conftest import store
 from memories import services
 from memories.models import Memory
 from recall import tenancy
+from recall.testing import store_memory
 
 URL = "/memories/"
 FRAMEWORKS = (
@@ -22,9 +22,9 @@ def listed(response) -> list[str]:
 
 
 def test_it_lists_a_namespace_newest_first(cast, alice_client):
-    first = store(cast.alice, "first note")
-    second = store(cast.alice, "second note")
-    store(cast.alice, "elsewhere", namespace="work")
+    first = store_memory(cast.alice, "first note")
+    second = store_memory(cast.alice, "second note")
+    store_memory(cast.alice, "elsewhere", namespace="work")
 
     response = alice_client.get(URL)
 
@@ -34,15 +34,15 @@ def test_it_lists_a_namespace_newest_first(cast, alice_client):
 
 
 def test_it_filters_by_namespace(cast, alice_client):
-    work = store(cast.alice, "a work note", namespace="work")
-    store(cast.alice, "a default note")
+    work = store_memory(cast.alice, "a work note", namespace="work")
+    store_memory(cast.alice, "a default note")
 
     assert listed(alice_client.get(URL, {"namespace": "work"})) == [str(work.id)]
 
 
 def test_it_pages_through_long_namespaces(cast, alice_client):
     for n in range(25):
-        store(cast.alice, f"note {n}")
+        store_memory(cast.alice, f"note {n}")
 
     first = alice_client.get(URL)
     second = alice_client.get(URL, {"offset": 20})
@@ -66,7 +66,7 @@ def test_it_searches_by_meaning(cast, alice_client):
 
 
 def test_content_is_escaped(cast, alice_client):
-    store(cast.alice, "<script>alert('x')</script>")
+    store_memory(cast.alice, "<script>alert('x')</script>")
 
     text = alice_client.get(URL).content.decode()
 
@@ -75,7 +75,7 @@ def test_content_is_escaped(cast, alice_client):
 
 
 def test_it_deletes_a_memory(cast, alice_client):
-    memory = store(cast.alice, "forget me")
+    memory = store_memory(cast.alice, "forget me")
 
     response = alice_client.post(f"/memories/{memory.id}/delete/", {"next": "/memories/?x=1"})
 
@@ -86,7 +86,7 @@ def test_it_deletes_a_memory(cast, alice_client):
 
 
 def test_it_never_redirects_off_site_after_a_delete(cast, alice_client):
-    memory = store(cast.alice, "forget me")
+    memory = store_memory(cast.alice, "forget me")
 
     response = alice_client.post(
         f"/memories/{memory.id}/delete/", {"next": "https://evil.example/"}
@@ -116,7 +116,7 @@ def test_with_no_memories_it_explains_what_to_do(cast, alice_client):
 
 
 def test_deleting_is_csrf_protected(cast):
-    memory = store(cast.alice, "keep me")
+    memory = store_memory(cast.alice, "keep me")
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(cast.alice)
 
@@ -125,6 +125,6 @@ def test_deleting_is_csrf_protected(cast):
 
 @pytest.mark.parametrize("offset", ["-5", "x"])
 def test_a_bad_offset_starts_at_the_top(cast, alice_client, offset):
-    store(cast.alice, "only note")
+    store_memory(cast.alice, "only note")
 
     assert len(listed(alice_client.get(URL, {"offset": offset}))) == 1

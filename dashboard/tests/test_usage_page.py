@@ -4,7 +4,8 @@ import re
 
 import pytest
 
-from dashboard.tests.conftest import days_ago, record, store
+from dashboard.tests.conftest import days_ago, record
+from recall.testing import store_memory
 
 URL = "/usage/"
 
@@ -49,7 +50,7 @@ def test_it_shows_error_rate_latency_rate_limiting_and_quota(cast, alice_client,
     record(cast.alice, "remember", error_code="rate_limited", latency_ms=0)
     record(cast.alice, "remember", error_code="rate_limited", latency_ms=0)
     for n in range(4):
-        store(cast.alice, f"memory {n}")
+        store_memory(cast.alice, f"memory {n}")
 
     response = alice_client.get(URL)
 
@@ -84,7 +85,7 @@ def test_a_strange_window_falls_back_to_30_days(cast, alice_client, days):
 def test_charlie_never_sees_alices_usage(cast, alice_client, charlie_client):
     record(cast.alice, "recall")
     record(cast.alice, "forget")
-    store(cast.alice, "alice's memory")
+    store_memory(cast.alice, "alice's memory")
 
     response = charlie_client.get(URL)
 

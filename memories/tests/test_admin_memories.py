@@ -8,21 +8,14 @@ from django.contrib.admin.models import DELETION, LogEntry
 from accounts.models import User
 from memories.models import Memory
 from recall import tenancy
+from recall.testing import store_memory
 
 URL = "/admin/memories/memory/"
 LONG = "The user prefers the Helix editor. " * 20  # 700 characters
 
 
 def store(user: User, content: str, namespace: str = "default") -> Memory:
-    with tenancy.tenant(user.id):
-        return Memory.objects.create(
-            user=user,
-            namespace=namespace,
-            content=content,
-            content_hash=str(hash((namespace, content))),
-            embedding=[0.25, 0.5, 0.75],
-            embedding_model="t",
-        )
+    return store_memory(user, content, namespace, embedding=(0.25, 0.5, 0.75))
 
 
 @pytest.fixture

@@ -12,13 +12,7 @@ from accounts.models import ApiKey, User
 from memories.models import Memory
 from recall import tenancy
 from recall.middleware import OperatorAdminMiddleware
-
-
-def store(user: User, content: str) -> None:
-    with tenancy.tenant(user.id):
-        Memory.objects.create(
-            user=user, content=content, content_hash=content, embedding=[1, 0], embedding_model="t"
-        )
+from recall.testing import store_memory
 
 
 def seen_by(request) -> str | None:
@@ -82,8 +76,8 @@ def test_a_failed_admin_request_keeps_none_of_its_writes(staff, cast):
 
 
 def test_deleting_a_user_in_the_admin_deletes_their_hidden_rows(cast, admin_client):
-    store(cast.alice, "alice's first memory")
-    store(cast.charlie, "charlie's memory")
+    store_memory(cast.alice, "alice's first memory")
+    store_memory(cast.charlie, "charlie's memory")
 
     response = admin_client.post(f"/admin/accounts/user/{cast.alice.id}/delete/", {"post": "yes"})
 
@@ -98,7 +92,7 @@ def test_deleting_a_user_in_the_admin_deletes_their_hidden_rows(cast, admin_clie
 def test_deleting_a_user_off_the_operator_path_fails_on_the_hidden_rows(cast):
     # Why the admin needs the operator path: Django collects related rows
     # itself, row-level security hides them, and the foreign key refuses.
-    store(cast.alice, "alice's memory")
+    store_memory(cast.alice, "alice's memory")
 
     with pytest.raises(IntegrityError), transaction.atomic():
         User.objects.get(id=cast.alice.id).delete()
