@@ -95,8 +95,19 @@ async def _async_rows(rows: Iterator[str]) -> AsyncIterator[str]:
         yield chunk
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(UsageEvent)
-class UsageEventAdmin(admin.ModelAdmin):
+class UsageEventAdmin(ReadOnlyAdmin):
     list_display = (
         "occurred_at",
         "user",
@@ -117,15 +128,6 @@ class UsageEventAdmin(admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     change_list_template = "admin/billing/usageevent/change_list.html"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_urls(self) -> list[Any]:
         export = path(
@@ -157,17 +159,6 @@ class UsageEventAdmin(admin.ModelAdmin):
             content_type="text/csv; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="usage-{stamp}.csv"'},
         )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(BillingAccount)
