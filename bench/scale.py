@@ -924,42 +924,40 @@ class Bench:
         return out
 
     def measure_remember(self, table: Table) -> dict[str, Any]:
-        from memories import services
-
         rng = np.random.default_rng(self.args.seed + 1)
         out: dict[str, Any] = {}
         count = self.args.writes
         tenants = rng.integers(0, len(table.users), count)
         stamp = uuid.uuid4().hex[:8]
         with harness.using_embedder(self.stub):
-            times = []
-            started = time.perf_counter()
-            for n in range(count):
-                text = f"remember {stamp} {n}: {self.texts[n % len(self.texts)]}"
-                ms, _ = harness.timed(
-                    lambda text=text, n=n: services.remember(
-                        user_id=table.users[tenants[n]], tier="pro", content=text
-                    )
-                )
-                times.append(ms)
-            out["stubbed_ms"] = harness.percentiles(times)
-            out["stubbed_per_s"] = round(count / (time.perf_counter() - started), 1)
+            texts = [
+                f"remember {stamp} {n}: {self.texts[n % len(self.texts)]}" for n in range(count)
+            ]
+            users = [table.users[tenants[n]] for n in range(count)]
+            out["stubbed_ms"], out["stubbed_per_s"] = self._time_remember(users, texts)
             out["stubbed_async_commit_ms"] = self.measure_async_commit(table, tenants, stamp)
         with harness.using_embedder(self.real):
             calls = self.args.embedded_calls
-            times = []
-            started = time.perf_counter()
-            for n in range(calls):
-                text = f"remember embedded {stamp} {n}: {self.texts[-1 - n]}"
-                ms, _ = harness.timed(
-                    lambda text=text, n=n: services.remember(
-                        user_id=table.users[tenants[n % count]], tier="pro", content=text
-                    )
-                )
-                times.append(ms)
-            out["embedded_ms"] = harness.percentiles(times)
-            out["embedded_per_s"] = round(calls / (time.perf_counter() - started), 1)
+            texts = [f"remember embedded {stamp} {n}: {self.texts[-1 - n]}" for n in range(calls)]
+            users = [table.users[tenants[n % count]] for n in range(calls)]
+            out["embedded_ms"], out["embedded_per_s"] = self._time_remember(users, texts)
         return out
+
+    @staticmethod
+    def _time_remember(users: list[Any], texts: list[str]) -> tuple[dict[str, Any], float]:
+        """Call remember once per text; return its percentiles and calls per second."""
+        from memories import services
+
+        times = []
+        started = time.perf_counter()
+        for user_id, text in zip(users, texts, strict=True):
+            ms, _ = harness.timed(
+                lambda user_id=user_id, text=text: services.remember(
+                    user_id=user_id, tier="pro", content=text
+                )
+            )
+            times.append(ms)
+        return harness.percentiles(times), round(len(texts) / (time.perf_counter() - started), 1)
 
     def measure_async_commit(self, table: Table, tenants: np.ndarray, stamp: str) -> dict[str, Any]:
         """Time remember with synchronous_commit on and off, call by call in turn.
