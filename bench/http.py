@@ -793,7 +793,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "check_rate (recall/asgi.py",
         ),
     ),
-    ("embedding", ("memories/embeddings.py", "onnxruntime", "tokenizers")),
+    ("embedding", ("memories/embeddings/", "onnxruntime", "tokenizers")),
     ("logging", ("logging/__init__.py", "recall/logging.py", "json/encoder.py")),
     ("database", ("psycopg", "django/db", "recall/tenancy.py", "pgvector")),
     (

@@ -64,7 +64,7 @@ def test_profile_samples_are_attributed_to_layers():
     worker = "Thread._bootstrap (threading.py:1);_run (memories/tools.py:1)"
     raw = "\n".join(
         [
-            f"{worker};LocalEmbedder._run_batch (memories/embeddings.py:1);"
+            f"{worker};LocalEmbedder._run_batch (memories/embeddings/local.py:1);"
             "Session.run (onnxruntime/capi/x.py:1) 50",
             f"{worker};tenant (recall/tenancy.py:1);Connection.wait (psycopg/connection.py:1) 20",
             f"{worker};tenant (recall/tenancy.py:1);Cursor.execute (psycopg/cursor.py:1) 10",

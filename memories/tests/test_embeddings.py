@@ -27,6 +27,7 @@ import pytest
 
 from memories import embeddings
 from memories.embeddings import LocalEmbedder, OpenAIEmbedder
+from memories.embeddings import local as local_provider
 from recall.errors import EmbeddingUnavailable
 
 API_KEY = "sk-test-0123456789abcdefSECRET"
@@ -178,7 +179,7 @@ def test_it_loads_on_first_embed():
 def test_it_refuses_a_model_file_whose_hash_is_wrong(tmp_path, monkeypatch):
     forged = tmp_path / "model.onnx"
     forged.write_bytes(b"not the model")
-    monkeypatch.setattr(embeddings, "_bundled_onnx_path", lambda: forged)
+    monkeypatch.setattr(local_provider, "_bundled_onnx_path", lambda: forged)
 
     with pytest.raises(EmbeddingUnavailable) as caught:
         LocalEmbedder().load()
@@ -189,7 +190,7 @@ def test_it_refuses_a_model_file_whose_hash_is_wrong(tmp_path, monkeypatch):
 
 def test_it_reports_a_missing_model_file(tmp_path, monkeypatch):
     missing = tmp_path / "gone" / "model.onnx"
-    monkeypatch.setattr(embeddings, "_bundled_onnx_path", lambda: missing)
+    monkeypatch.setattr(local_provider, "_bundled_onnx_path", lambda: missing)
 
     with pytest.raises(EmbeddingUnavailable) as caught:
         LocalEmbedder().embed_one(SECRET_TEXT)
@@ -203,12 +204,12 @@ def test_it_hashes_a_model_file_once_per_process(tmp_path):
     path.write_bytes(b"original bytes")
     digest = hashlib.sha256(b"original bytes").hexdigest()
 
-    embeddings._verify(path, digest)
+    local_provider._verify(path, digest)
     path.write_bytes(b"changed after the first check")
-    embeddings._verify(path, digest)
+    local_provider._verify(path, digest)
 
     with pytest.raises(EmbeddingUnavailable):
-        embeddings._verify(tmp_path / "other.bin", digest)
+        local_provider._verify(tmp_path / "other.bin", digest)
 
 
 def test_it_ships_the_tokenizer_it_pins():
@@ -362,9 +363,9 @@ def test_it_splits_runs_where_padding_would_waste_work():
     lengths = [10, 10, 11, 12, 20, 21, 40]
 
     # No run padded by more than a fifth of its work...
-    assert embeddings._chunks(list(range(7)), lengths, size=8) == [[0, 1, 2, 3], [4, 5], [6]]
+    assert local_provider._chunks(list(range(7)), lengths, size=8) == [[0, 1, 2, 3], [4, 5], [6]]
     # ...and none longer than the batch size.
-    assert embeddings._chunks(list(range(7)), lengths, size=2) == [[0, 1], [2, 3], [4, 5], [6]]
+    assert local_provider._chunks(list(range(7)), lengths, size=2) == [[0, 1], [2, 3], [4, 5], [6]]
 
 
 # Other local models --------------------------------------------------------------
@@ -374,7 +375,7 @@ def copy_bundled_model(directory: Path, *, onnx_subdir: bool = False, **config: 
     directory.mkdir(parents=True)
     onnx = directory / "onnx" / "model.onnx" if onnx_subdir else directory / "model.onnx"
     onnx.parent.mkdir(exist_ok=True)
-    shutil.copyfile(embeddings._bundled_onnx_path(), onnx)
+    shutil.copyfile(local_provider._bundled_onnx_path(), onnx)
     shutil.copyfile(embeddings.BUNDLED_DIR / "tokenizer.json", directory / "tokenizer.json")
     if config:
         (directory / "config.json").write_text(json.dumps(config))
@@ -456,7 +457,7 @@ class PooledSession:
 
 def test_it_uses_an_already_pooled_output_as_it_is(tmp_path, monkeypatch):
     session = PooledSession()
-    monkeypatch.setattr(embeddings, "_load_session", lambda path: session)
+    monkeypatch.setattr(local_provider, "_load_session", lambda path: session)
     embedder = LocalEmbedder(copy_bundled_model(tmp_path / "pooled", hidden_size=2))
 
     vectors = embedder.embed(["four words right here", "hi"])
