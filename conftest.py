@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
+from accounts import auth
 from accounts.models import ApiKey, User
 from recall import tenancy
 
@@ -35,6 +37,18 @@ def issue_key(user: User, name: str, tier: str | None = None) -> Key:
     with tenancy.operator():
         key, raw = ApiKey.objects.issue(user=user, name=name, tier=tier)
     return Key(key, raw)
+
+
+@pytest.fixture(autouse=True)
+def fresh_auth_cache() -> Iterator[None]:
+    """Start and end every test with an empty auth cache and no Redis client.
+
+    Without it a key cached by one test would still authenticate in the next,
+    after its row is gone, and a Redis client would outlive its server.
+    """
+    auth.reset()
+    yield
+    auth.reset()
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from django.contrib.messages import get_messages
 from django.utils import timezone
 
@@ -11,11 +10,6 @@ from accounts.models import ApiKey
 from recall import tenancy
 
 URL = "/admin/accounts/apikey/"
-
-
-@pytest.fixture(autouse=True)
-def fresh_auth():
-    auth.reset()
 
 
 def test_adding_a_key_shows_the_secret_once(cast, admin_client):

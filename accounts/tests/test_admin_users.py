@@ -72,7 +72,6 @@ def test_it_filters_by_tier(cast, admin_client):
 
 
 def test_changing_the_tier_moves_every_key_and_the_auth_cache(cast, admin_client):
-    auth.reset()
     assert auth.authenticate(cast.bob_key.raw).tier == "free"
     form = admin_client.get(f"{URL}{cast.alice.id}/change/").context["adminform"].form
     data = {k: v for k, v in form.initial.items() if v is not None and k != "password"}
@@ -91,7 +90,6 @@ def test_changing_the_tier_moves_every_key_and_the_auth_cache(cast, admin_client
 
 
 def test_the_tier_action_sets_users_and_their_keys(cast, admin_client):
-    auth.reset()
     auth.authenticate(cast.charlie_key.raw)
 
     admin_client.post(

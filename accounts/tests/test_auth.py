@@ -2,20 +2,12 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from django.utils import timezone
 
 from accounts import auth
 from accounts.auth import AuthCache, AuthContext
 from accounts.models import ApiKey
 from recall import tenancy
-
-
-@pytest.fixture(autouse=True)
-def fresh_cache():
-    auth.reset()
-    yield
-    auth.reset()
 
 
 def context(n: int) -> AuthContext:

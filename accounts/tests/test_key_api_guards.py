@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from accounts import auth, ratelimit
+from accounts import ratelimit
 from accounts.models import ApiKey
 from accounts.tests.api_client import call
 from recall import tenancy
@@ -15,7 +15,6 @@ ENDPOINTS = [("GET", "/api/keys"), ("POST", "/api/keys"), ("DELETE", "/api/keys/
 
 @pytest.fixture(autouse=True)
 def fresh_state():
-    auth.reset()
     ratelimit.reset_rate_limiter()
     yield
     ratelimit.reset_rate_limiter()

@@ -20,7 +20,6 @@ URL = "/webhooks/mcpize/subscription"
 @pytest.fixture(autouse=True)
 def mcpize_settings(settings):
     settings.MCPIZE_BILLING_WEBHOOK_SECRET = SECRET
-    auth.reset()
 
 
 def sign(body: bytes, timestamp: str | None = None, secret: str = SECRET) -> str:

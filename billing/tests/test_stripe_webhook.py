@@ -28,7 +28,6 @@ from recall.errors import QuotaExceeded
 def stripe_settings(settings):
     settings.STRIPE_WEBHOOK_SECRET = SECRET
     settings.STRIPE_PRICE_TO_TIER = PRICES
-    auth.reset()
 
 
 def tier_of(user: User) -> str:

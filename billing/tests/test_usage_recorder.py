@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 
 import pytest
@@ -92,17 +91,26 @@ def test_last_used_at_is_written_in_one_batch(cast):
 def test_events_that_arrive_together_are_written_in_one_transaction(cast):
     recorder = usage.UsageRecorder()
     written: list[int] = []
+    writing, release = threading.Event(), threading.Event()
     write = recorder._write
-    recorder._write = lambda batch: (written.append(len(batch)), write(batch))
-    recorder.record(event(cast.alice.id))  # starts the writer
-    recorder.flush()
-    written.clear()
 
+    def held_write(batch: list[usage.Event]) -> None:
+        written.append(len(batch))
+        if len(written) == 1:
+            # Hold the first write, so the next five arrive while it is in
+            # flight, however the threads are scheduled.
+            writing.set()
+            release.wait(10)
+        write(batch)
+
+    recorder._write = held_write
+    recorder.record(event(cast.alice.id))
+    assert writing.wait(10)
     for _ in range(5):
         recorder.record(event(cast.alice.id))
-        time.sleep(0.002)
+    release.set()
     recorder.stop()
 
-    assert written == [5]
+    assert written == [1, 5]
     with tenancy.tenant(cast.alice.id):
         assert UsageEvent.objects.count() == 6

@@ -13,11 +13,6 @@ URL = "/keys/"
 SECRET = re.compile(r"recall_live_[A-Za-z0-9_-]{32}")
 
 
-@pytest.fixture(autouse=True)
-def fresh_auth():
-    auth.reset()
-
-
 def test_it_lists_the_users_keys_with_last_used(cast, alice_client):
     text = alice_client.get(URL).content.decode()
 

@@ -9,7 +9,7 @@ from django.test import override_settings
 
 from accounts import auth, services
 from recall.testing import LiveServer, fill_memories
-from recall.tests.clients import raw_call
+from tests.clients import raw_call
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

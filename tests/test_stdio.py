@@ -13,8 +13,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from recall.testing import database_url
-from recall.tests.clients import MODES, structured
-from recall.tests.conftest import usage_events
+from tests.clients import MODES, structured
+from tests.conftest import usage_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

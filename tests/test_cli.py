@@ -18,7 +18,7 @@ from django.core.management import call_command
 from accounts.models import ApiKey, User
 from recall import tenancy
 from recall.testing import free_port
-from recall.tests.clients import call, structured
+from tests.clients import call, structured
 
 pytestmark = pytest.mark.slow
 

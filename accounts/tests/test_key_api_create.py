@@ -9,11 +9,6 @@ from conftest import issue_key
 from recall import tenancy
 
 
-@pytest.fixture(autouse=True)
-def fresh_auth():
-    auth.reset()
-
-
 def test_it_returns_a_new_key_once(cast, client):
     response = call(client, "POST", "/api/keys", cast.alice_key.raw, {"name": "ci"})
 

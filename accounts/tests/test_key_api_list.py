@@ -1,11 +1,9 @@
 from __future__ import annotations
 
-from accounts import auth
 from accounts.tests.api_client import call
 
 
 def test_it_lists_the_callers_keys_without_secrets(cast, client):
-    auth.reset()
     response = call(client, "GET", "/api/keys", cast.bob_key.raw)
 
     assert response.status_code == 200

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from recall.testing import LiveServer, free_port
-from recall.tests.clients import raw_call
+from tests.clients import raw_call
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

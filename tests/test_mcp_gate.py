@@ -9,8 +9,8 @@ from django.utils import timezone
 from accounts.models import ApiKey
 from recall import tenancy
 from recall.testing import LiveServer
-from recall.tests.clients import call, calls, raw_call
-from recall.tests.conftest import usage_events
+from tests.clients import call, calls, raw_call
+from tests.conftest import usage_events
 
 pytestmark = pytest.mark.slow
 
@@ -156,7 +156,7 @@ def test_every_tool_call_leaves_exactly_one_usage_event(live, cast):
 
 
 def test_listing_tools_is_not_a_tool_call(live, cast):
-    from recall.tests.clients import list_tools
+    from tests.clients import list_tools
 
     list_tools(live.mcp_url, cast.alice_key.raw)
     call(live.mcp_url, cast.alice_key.raw, "list_memories", {})

@@ -1,3 +1,10 @@
+"""End-to-end suites: each drives the whole server, as clients do.
+
+Real uvicorn on loopback ports, the SDK's clients over real sockets, `recall
+stdio` subprocesses, MCP Inspector's CLI and real redis-server processes. Each
+app's own unit tests live in that app's ``tests/``.
+"""
+
 from __future__ import annotations
 
 import time
@@ -5,7 +12,6 @@ import time
 import pytest
 from django.db import connection
 
-from accounts import auth
 from accounts.tests.redis_server import RedisServer, RedisServerMissing
 from billing.models import UsageEvent
 from recall import tenancy
@@ -21,7 +27,6 @@ def redis():
         pytest.skip(str(exc))
     yield server
     server.close()
-    auth.reset()  # drop any client this process made for it
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from django.utils import timezone
 from memories.models import ForgetConfirmation, Memory
 from recall import tenancy
 from recall.testing import fill_memories
-from recall.tests.clients import MODES, call, calls, list_tools, structured, text
+from tests.clients import MODES, call, calls, list_tools, structured, text
 
 pytestmark = pytest.mark.slow
 

@@ -2,17 +2,10 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
 from accounts import auth
 from accounts.models import ApiKey
 from accounts.tests.api_client import call
 from recall import tenancy
-
-
-@pytest.fixture(autouse=True)
-def fresh_auth():
-    auth.reset()
 
 
 def test_it_revokes_a_key_at_once(cast, client):

@@ -10,8 +10,8 @@ import pytest
 from memories.models import Memory
 from recall import tenancy
 from recall.testing import LiveServer
-from recall.tests.clients import raw_call
-from recall.tests.conftest import usage_events
+from tests.clients import raw_call
+from tests.conftest import usage_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -8,7 +8,7 @@ import pytest
 
 from recall.logging import fingerprint
 from recall.testing import LiveServer
-from recall.tests.clients import calls, raw_call
+from tests.clients import calls, raw_call
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
