@@ -14,7 +14,6 @@ everything runs on that user's tenant path, so another user's key id is
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -22,13 +21,12 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from accounts import auth, services
+from accounts import admission, auth, services
 from accounts.auth import AuthContext
 from accounts.models import ApiKey
-from accounts.ratelimit import get_rate_limiter, last_decision_meta, limit_for_tier
 from billing import usage
 from memories.services import iso
-from recall.errors import RateLimited, RecallError, ValidationFailed
+from recall.errors import RecallError, ValidationFailed
 
 # One body for a missing, malformed, unknown or revoked key: it must not say
 # which, or it would tell a guesser when a key exists.
@@ -70,24 +68,15 @@ def key_api(*methods: str) -> Callable[[View], View]:
                 return JsonResponse(
                     UNAUTHORIZED, status=401, headers={"WWW-Authenticate": challenge}
                 )
-            decision = get_rate_limiter().check(
-                f"key:{caller.api_key_id}", *limit_for_tier(caller.tier)
-            )
-            meta = last_decision_meta()
-            headers = meta.headers() if meta is not None else {}
-            if not decision.allowed:
-                wait = max(1, math.ceil(decision.retry_after))
-                headers["Retry-After"] = str(wait)
-                limited = RateLimited(
-                    f"Rate limit for the {caller.tier} tier exceeded. Retry in {wait} s."
-                )
-                return error(limited, headers)
+            admitted = admission.admit(caller)
+            if admitted.error is not None:
+                return error(admitted.error, admitted.headers)
             usage.get_recorder().touch_key(caller.api_key_id)
             try:
                 response = view(request, caller, *args, **kwargs)
             except RecallError as exc:
                 response = error(exc)
-            for name, value in headers.items():
+            for name, value in admitted.headers.items():
                 response.headers[name] = value
             # Responses may carry a secret; no cache may keep one.
             response.headers["Cache-Control"] = "no-store"

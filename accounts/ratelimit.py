@@ -34,10 +34,12 @@ Failure policy (``FailoverRateLimiter``, used whenever ``REDIS_URL`` is set)
     unreachable Redis delays a request by at most about twice that, and only
     for the request that found the outage or probes it.
 
-Headers and logs
-    ``check()`` returns a ``RateDecision``. ``last_decision_meta()`` returns
-    the same decision with the limit, the time until the bucket is full and
-    the backend that decided, for response headers and log lines.
+Decisions
+    ``check()`` returns a ``RateDecision``: whether the request may go ahead,
+    the limit and what remains of it, the time until a retry can succeed and
+    until the bucket is full again, and the backend that decided. Transports
+    do not call ``check()`` themselves: ``accounts/admission.py`` turns the
+    decision into the answer every one of them gives.
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -78,14 +79,7 @@ class RateDecision:
     # Seconds until one whole token is available: above zero whenever the
     # request was denied, so math.ceil() of it is a usable Retry-After.
     retry_after: float
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionMeta:
-    allowed: bool
     limit: int  # the bucket's capacity
-    remaining: int
-    retry_after: float
     reset_after: float  # seconds until the bucket is full again
     # Which limiter decided: "memory" also means a Redis outage when REDIS_URL is set.
     backend: str
@@ -102,30 +96,13 @@ class DecisionMeta:
         return headers
 
 
-_last_meta: ContextVar[DecisionMeta | None] = ContextVar("recall_rate_limit_meta", default=None)
-
-
-def last_decision_meta() -> DecisionMeta | None:
-    """Return the metadata of the last check() made in this thread or asyncio task.
-
-    The value lives in a context variable, so requests served concurrently in
-    other threads or tasks never see each other's. A value set inside
-    ``asyncio.to_thread()`` or ``anyio.to_thread.run_sync()`` stays in the copy
-    of the context those ran in and is not visible to the awaiting coroutine;
-    asgiref's ``sync_to_async()`` does copy it back. When in doubt, read it in
-    the function that called ``check()``.
-    """
-    return _last_meta.get()
-
-
 def _decide(
     allowed: bool, tokens: float, capacity: int, refill_per_s: float, backend: str
 ) -> RateDecision:
     remaining = math.floor(tokens + EPSILON)
     retry_after = 0.0 if allowed else (1.0 - tokens) / refill_per_s
     reset_after = max(0.0, capacity - tokens) / refill_per_s
-    _last_meta.set(DecisionMeta(allowed, capacity, remaining, retry_after, reset_after, backend))
-    return RateDecision(allowed, remaining, retry_after)
+    return RateDecision(allowed, remaining, retry_after, capacity, reset_after, backend)
 
 
 def _validate(capacity: int, refill_per_s: float) -> None:

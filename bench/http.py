@@ -790,7 +790,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "accounts/keys.py",
             "accounts/ratelimit.py",
             "authenticate (recall/asgi.py",
-            "check_rate (recall/asgi.py",
+            "accounts/admission.py",
         ),
     ),
     ("embedding", ("memories/embeddings/", "onnxruntime", "tokenizers")),

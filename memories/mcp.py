@@ -19,11 +19,9 @@ error shape: some clients (the TypeScript SDK 1.x, MCP Inspector) check
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Any
 
-import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
@@ -32,11 +30,11 @@ from mcp_types import INTERNAL_ERROR, CallToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from accounts import auth, ratelimit
+from accounts import admission, auth
 from billing import usage
 from memories import tools
 from recall import context
-from recall.errors import RateLimited, RecallError, ValidationFailed
+from recall.errors import RecallError, ValidationFailed
 from recall.logging import describe_exception, fingerprint
 
 logger = logging.getLogger("recall.mcp")
@@ -77,7 +75,7 @@ def build_server() -> MCPServer:
             rid_token = context.request_id.set(context.new_request_id())
         try:
             if context.transport.get() == "stdio":
-                refused = await _stdio_rate_limit(ctx, name)
+                refused = await _admit_stdio_call(ctx, name)
                 if refused is not None:
                     return refused
             fields = _log_fields(name, arguments)
@@ -131,30 +129,18 @@ async def contain_failures(
         raise MCPError(code=INTERNAL_ERROR, message="Internal server error") from None
 
 
-async def _stdio_rate_limit(ctx: ServerRequestContext[Any, Any], name: object) -> HandlerResult:
-    """Apply the key's token bucket to a stdio tool call, as the HTTP gate does for HTTP."""
+async def _admit_stdio_call(ctx: ServerRequestContext[Any, Any], name: object) -> HandlerResult:
+    """Refuse a stdio tool call the key's rate limit does not admit; HTTP's gate does the same."""
     caller = auth.current.get()
     if caller is None:
         return None
-    capacity, refill = ratelimit.limit_for_tier(caller.tier)
-    decision = await anyio.to_thread.run_sync(
-        ratelimit.get_rate_limiter().check, f"key:{caller.api_key_id}", capacity, refill
-    )
-    if decision.allowed:
+    tool = name if isinstance(name, str) else ""
+    admitted = await admission.aadmit(caller, tool=tool, request_id=context.request_id.get())
+    if admitted.error is None:
         return None
-    wait = max(1, math.ceil(decision.retry_after))
-    _record(name, "rate_limited", 0, tokens=0)
-    logger.info(
-        "rate limited",
-        extra={
-            "request_id": context.request_id.get(),
-            "tool": str(name)[:64],
-            "retry_after_s": wait,
-        },
-    )
-    return _error_result(
-        ctx, RateLimited(f"Rate limit for the {caller.tier} tier exceeded. Retry in {wait} s.")
-    )
+    if admitted.event is not None:
+        usage.record(admitted.event)
+    return _error_result(ctx, admitted.error)
 
 
 def _argument_problem(tool: Tool | None, name: object, arguments: object) -> str | None:
@@ -207,7 +193,7 @@ def _error_code(result: HandlerResult) -> str | None:
     return "internal_error"
 
 
-def _record(name: object, error_code: str | None, elapsed_ms: int, tokens: int = 1) -> None:
+def _record(name: object, error_code: str | None, elapsed_ms: int) -> None:
     caller = auth.current.get()
     if caller is None:
         return
@@ -220,7 +206,6 @@ def _record(name: object, error_code: str | None, elapsed_ms: int, tokens: int =
             success=error_code is None,
             error_code=error_code,
             latency_ms=elapsed_ms,
-            tokens_consumed=tokens,
         )
     )
     usage.get_recorder().touch_key(caller.api_key_id)

@@ -20,8 +20,9 @@ The gate in front of ``/mcp``, in order: request id, Host and Origin checks
 against ``ALLOWED_HOSTS`` (the SDK's own check is off: it cannot express
 Django's ``.example.com`` or ``*`` entries, and by default allows only
 localhost), POST only, bearer API key (401), body size, and for
-``tools/call`` the token bucket of the key's tier (429 with ``Retry-After``,
-recorded as a ``rate_limited`` usage event; the tool never runs).
+``tools/call`` the key's rate-limit admission (``accounts/admission.py``: 429
+with ``Retry-After``, recorded as a ``rate_limited`` usage event; the tool
+never runs).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import os
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -48,7 +48,7 @@ from django.db import close_old_connections, connection  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 
-from accounts import auth, ratelimit  # noqa: E402
+from accounts import admission, auth  # noqa: E402
 from billing import usage  # noqa: E402
 from memories import embeddings  # noqa: E402
 from memories.mcp import build_server  # noqa: E402
@@ -60,6 +60,8 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+# What the gate answers instead of serving: status, JSON body, extra headers.
+Refusal = tuple[int, dict[str, Any], list[tuple[bytes, bytes]]]
 
 MAX_BODY_BYTES = 1024 * 1024
 # JSON-RPC error codes for refusals by the gate, outside the SDK's own.
@@ -161,93 +163,32 @@ class Recall:
                 message = {**message, "headers": [*message.get("headers", []), *extra_headers]}
             await send(message)
 
-        host = header(scope, b"host") or ""
-        domain, _ = split_domain_port(host)
-        if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
-            await send_json(respond, 421, refusal(RPC_REFUSED, "bad_host", "Invalid Host header."))
+        refused = screen(scope)
+        if refused is not None:
+            await send_json(respond, *refused)
             return
-        origin = header(scope, b"origin")
-        if origin and not origin_allowed(origin):
-            await send_json(respond, 403, refusal(RPC_REFUSED, "bad_origin", "Origin not allowed."))
-            return
-        if scope["method"] != "POST":
-            # Stateless with JSON responses: no server-to-client stream to GET,
-            # no session to DELETE.
-            await send_json(
-                respond,
-                405,
-                refusal(RPC_REFUSED, "method_not_allowed", "Use POST for MCP requests."),
-                [(b"allow", b"POST")],
-            )
-            return
-
         raw_key = bearer(scope)
         caller = await authenticate(raw_key) if raw_key else None
         if caller is None:
-            challenge = b'Bearer realm="recall"'
-            if raw_key:
-                challenge += b', error="invalid_token"'
-            await send_json(
-                respond,
-                401,
-                refusal(
-                    RPC_UNAUTHORIZED,
-                    "unauthorized",
-                    "Missing or invalid API key. Send Authorization: Bearer recall_live_...",
-                ),
-                [(b"www-authenticate", challenge)],
-            )
+            await send_json(respond, *unauthorized(raw_key))
             return
-
         body = await read_body(receive)
         if body is None:
-            await send_json(
-                respond, 413, refusal(RPC_REFUSED, "validation_failed", "Request body too large.")
-            )
+            await send_json(respond, 413, refusal("validation_failed", "Request body too large."))
             return
 
         tool, call_id = tool_called(body)
         if tool is not None:
-            decision, meta = await check_rate(caller)
-            if meta is not None:
-                extra_headers.extend(
-                    (k.lower().encode(), v.encode()) for k, v in meta.headers().items()
-                )
-            if not decision.allowed:
-                usage.record(
-                    usage.Event(
-                        user_id=caller.user_id,
-                        api_key_id=caller.api_key_id,
-                        request_id=rid,
-                        tool_name=tool[:64],
-                        success=False,
-                        error_code="rate_limited",
-                        latency_ms=0,
-                        tokens_consumed=0,
-                    )
-                )
-                wait = max(1, math.ceil(decision.retry_after))
-                logger.info(
-                    "rate limited",
-                    extra={
-                        "request_id": rid,
-                        "tool": tool[:64],
-                        "api_key_id": str(caller.api_key_id),
-                        "retry_after_s": wait,
-                    },
-                )
-                if not any(name == b"retry-after" for name, _ in extra_headers):
-                    extra_headers.append((b"retry-after", str(wait).encode()))
-                await send_json(
-                    respond,
-                    429,
-                    refusal(
-                        RPC_RATE_LIMITED,
-                        "rate_limited",
-                        f"Rate limit for the {caller.tier} tier exceeded. Retry in {wait} s.",
-                        call_id,
-                    ),
-                )
+            admitted = await admission.aadmit(caller, tool=tool, request_id=rid)
+            extra_headers.extend(
+                (k.lower().encode(), v.encode()) for k, v in admitted.headers.items()
+            )
+            if admitted.error is not None:
+                if admitted.event is not None:
+                    usage.record(admitted.event)
+                message = admitted.error.message
+                limited = refusal("rate_limited", message, call_id, RPC_RATE_LIMITED)
+                await send_json(respond, 429, limited)
                 return
 
         auth_token = auth.current.set(caller)
@@ -277,6 +218,31 @@ def bearer(scope: Scope) -> str | None:
     return token.strip()
 
 
+def screen(scope: Scope) -> Refusal | None:
+    """Refuse a request whose Host, Origin or method /mcp never serves, before any auth."""
+    domain, _ = split_domain_port(header(scope, b"host") or "")
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return 421, refusal("bad_host", "Invalid Host header."), []
+    origin = header(scope, b"origin")
+    if origin and not origin_allowed(origin):
+        return 403, refusal("bad_origin", "Origin not allowed."), []
+    if scope["method"] != "POST":
+        # Stateless with JSON responses: no server-to-client stream to GET,
+        # no session to DELETE.
+        body = refusal("method_not_allowed", "Use POST for MCP requests.")
+        return 405, body, [(b"allow", b"POST")]
+    return None
+
+
+def unauthorized(raw_key: str | None) -> Refusal:
+    challenge = b'Bearer realm="recall"'
+    if raw_key:
+        challenge += b', error="invalid_token"'
+    message = "Missing or invalid API key. Send Authorization: Bearer recall_live_..."
+    body = refusal("unauthorized", message, rpc_code=RPC_UNAUTHORIZED)
+    return 401, body, [(b"www-authenticate", challenge)]
+
+
 def origin_allowed(origin: str) -> bool:
     if origin in settings.CSRF_TRUSTED_ORIGINS:
         return True
@@ -298,22 +264,6 @@ def _authenticate_in_thread(raw_key: str) -> auth.AuthContext | None:
         return auth.authenticate(raw_key)
     finally:
         close_old_connections()
-
-
-async def check_rate(
-    caller: auth.AuthContext,
-) -> tuple[ratelimit.RateDecision, ratelimit.DecisionMeta | None]:
-    capacity, refill = ratelimit.limit_for_tier(caller.tier)
-    key = f"key:{caller.api_key_id}"
-
-    def check() -> tuple[ratelimit.RateDecision, ratelimit.DecisionMeta | None]:
-        return ratelimit.get_rate_limiter().check(
-            key, capacity, refill
-        ), ratelimit.last_decision_meta()
-
-    if settings.REDIS_URL:  # network I/O: keep it off the event loop
-        return await anyio.to_thread.run_sync(check)
-    return check()
 
 
 async def read_body(receive: Receive) -> bytes | None:
@@ -367,7 +317,9 @@ def tool_called(body: bytes) -> tuple[str | None, Any]:
     )
 
 
-def refusal(rpc_code: int, code: str, message: str, call_id: Any = None) -> dict[str, Any]:
+def refusal(
+    code: str, message: str, call_id: Any = None, rpc_code: int = RPC_REFUSED
+) -> dict[str, Any]:
     """A JSON-RPC error body, so MCP clients surface the message, carrying our error shape."""
     return {
         "jsonrpc": "2.0",

@@ -63,7 +63,7 @@ class EmbeddingUnavailable(RecallError):
 
 
 class RateLimited(RecallError):
-    """Raised only where no HTTP 429 can be sent (stdio); HTTP refuses in the gate."""
+    """The caller's key is out of tokens for now; see accounts/admission.py."""
 
     code = "rate_limited"
     http_status = 429

@@ -18,7 +18,6 @@ from accounts.ratelimit import (
     InMemoryRateLimiter,
     LimiterUnavailable,
     RedisRateLimiter,
-    last_decision_meta,
 )
 from accounts.tests.conftest import FakeClock
 
@@ -54,9 +53,7 @@ def test_it_allows_a_burst_up_to_capacity_then_denies(limiter):
 
     assert [d.allowed for d in decisions] == [True] * CAPACITY + [False, False]
     assert [d.remaining for d in decisions] == [*range(CAPACITY - 1, -1, -1), 0, 0]
-    meta = last_decision_meta()
-    assert meta is not None
-    assert (meta.backend, meta.limit) == ("redis", CAPACITY)
+    assert {(d.backend, d.limit) for d in decisions} == {("redis", CAPACITY)}
 
 
 def test_it_refills_lazily_as_time_passes(limiter):
@@ -181,15 +178,16 @@ def warnings_from(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 def test_it_fails_open_to_local_limits_when_redis_dies(own_redis_server, fake_clock, caplog):
     limiter, primary = failover(own_redis_server.url, fake_clock)
     for _ in range(3):
-        assert limiter.check("alice", CAPACITY, NO_REFILL).allowed
-        assert last_decision_meta().backend == "redis"
+        decision = limiter.check("alice", CAPACITY, NO_REFILL)
+        assert decision.allowed
+        assert decision.backend == "redis"
 
     own_redis_server.stop()
     with caplog.at_level(logging.INFO, logger="accounts.ratelimit"):
         decisions = []
         for _ in range(CAPACITY + 5):
             decisions.append(limiter.check("bob", CAPACITY, NO_REFILL))
-            assert last_decision_meta().backend == "memory"
+            assert decisions[-1].backend == "memory"
 
     # Still limited, by this process alone.
     assert [d.allowed for d in decisions] == [True] * CAPACITY + [False] * 5
@@ -216,25 +214,25 @@ def test_it_probes_once_per_backoff_and_resumes_shared_limits(own_redis_server, 
         assert len(warnings_from(caplog)) == 1
 
         own_redis_server.start()
-        limiter.check("alice", CAPACITY, NO_REFILL)
-        assert last_decision_meta().backend == "memory"  # the backoff has not run out
+        decision = limiter.check("alice", CAPACITY, NO_REFILL)
+        assert decision.backend == "memory"  # the backoff has not run out
         assert primary.calls == 3
 
         fake_clock.advance(5.0)
-        limiter.check("alice", CAPACITY, NO_REFILL)
-        assert last_decision_meta().backend == "redis"
+        decision = limiter.check("alice", CAPACITY, NO_REFILL)
+        assert decision.backend == "redis"
         assert not limiter.degraded
 
     assert len(warnings_from(caplog)) == 1
     assert any("back" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
     # Both "processes" draw from Redis again, so together they get one allowance.
-    admitted = sum(
-        process.check("charlie", 4, NO_REFILL).allowed
+    decisions = [
+        process.check("charlie", 4, NO_REFILL)
         for _ in range(6)
         for process in (limiter, other_process)
-    )
-    assert admitted == 4
-    assert last_decision_meta().backend == "redis"
+    ]
+    assert sum(decision.allowed for decision in decisions) == 4
+    assert {decision.backend for decision in decisions} == {"redis"}
     limiter.close()
     other_process.close()
 
@@ -253,7 +251,7 @@ class FlakyLimiter:
             raise LimiterUnavailable("down")
         self.entered.set()
         self.release.wait(timeout=10)
-        return ratelimit.RateDecision(True, 0, 0.0)
+        return ratelimit.RateDecision(True, 0, 0.0, 1, 0.0, "test")
 
     def close(self) -> None:
         pass
@@ -325,8 +323,7 @@ def test_with_redis_the_process_uses_redis_with_a_local_fallback(settings, redis
         assert isinstance(limiter.fallback, InMemoryRateLimiter)
         assert ratelimit.get_rate_limiter() is limiter
 
-        limiter.check("alice", CAPACITY, RATE)
-        assert last_decision_meta().backend == "redis"
+        assert limiter.check("alice", CAPACITY, RATE).backend == "redis"
         assert redis.Redis.from_url(redis_url).exists("recall:rl:alice")
     finally:
         ratelimit.reset_rate_limiter()

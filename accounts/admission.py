@@ -1,0 +1,95 @@
+"""Rate-limit admission: whether a caller's request may run now.
+
+One rule for every transport. The HTTP gate (for each ``tools/call``), the
+stdio server (for each tool call) and the self-service key API (for each
+request) call ``admit()`` and act on the ``Admission`` it returns: the
+``RateLimit-*`` headers go on the response either way; a refusal is answered
+with ``Admission.error`` and ``Retry-After``, and a refused tool call leaves
+the usage event ``Admission.event`` for the transport to record. The tool
+never runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import anyio
+from django.conf import settings
+
+from accounts import ratelimit
+from accounts.auth import AuthContext
+from billing import usage
+from recall.errors import RateLimited
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Admission:
+    # Whole seconds until a retry can succeed, rounded up; 0 when admitted.
+    retry_after: int
+    # RateLimit-* headers (IETF draft names), and Retry-After when refused.
+    headers: dict[str, str]
+    # The refusal, in the project's error vocabulary; None when admitted.
+    error: RateLimited | None = None
+    # What a refused tool call leaves in usage_events; None otherwise.
+    event: usage.Event | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return self.error is None
+
+
+def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "") -> Admission:
+    """Take one token from the caller's key, or refuse the request.
+
+    Pass ``tool`` for a tool call: its refusal comes with a ``rate_limited``
+    usage event that consumed no tokens. Other requests (the key API) leave
+    no usage event.
+    """
+    capacity, refill_per_s = ratelimit.limit_for_tier(caller.tier)
+    decision = ratelimit.get_rate_limiter().check(
+        f"key:{caller.api_key_id}", capacity, refill_per_s
+    )
+    headers = decision.headers()
+    if decision.allowed:
+        return Admission(retry_after=0, headers=headers)
+
+    wait = max(1, math.ceil(decision.retry_after))
+    headers["Retry-After"] = str(wait)
+    event = None
+    if tool is not None:
+        event = usage.Event(
+            user_id=caller.user_id,
+            api_key_id=caller.api_key_id,
+            request_id=request_id,
+            tool_name=tool[:64],
+            success=False,
+            error_code="rate_limited",
+            latency_ms=0,
+            tokens_consumed=0,
+        )
+    logger.info(
+        "rate limited",
+        extra={
+            "request_id": request_id,
+            "tool": tool[:64] if tool is not None else None,
+            "api_key_id": str(caller.api_key_id),
+            "retry_after_s": wait,
+        },
+    )
+    error = RateLimited(f"Rate limit for the {caller.tier} tier exceeded. Retry in {wait} s.")
+    return Admission(retry_after=wait, headers=headers, error=error, event=event)
+
+
+async def aadmit(
+    caller: AuthContext, *, tool: str | None = None, request_id: str = ""
+) -> Admission:
+    """``admit()`` for async transports: with Redis, off the event loop."""
+    if settings.REDIS_URL:  # network I/O
+        return await anyio.to_thread.run_sync(
+            lambda: admit(caller, tool=tool, request_id=request_id)
+        )
+    return admit(caller, tool=tool, request_id=request_id)

@@ -1,0 +1,126 @@
+"""admit(): the one rate-limit decision the HTTP gate, stdio and the key API all act on."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from accounts import admission, auth, ratelimit
+from accounts.auth import AuthContext
+from accounts.ratelimit import InMemoryRateLimiter
+from accounts.tests.conftest import FakeClock
+
+
+@pytest.fixture
+def limiter(monkeypatch, fake_clock: FakeClock) -> InMemoryRateLimiter:
+    limiter = InMemoryRateLimiter(clock=fake_clock)
+    monkeypatch.setattr(ratelimit, "get_rate_limiter", lambda: limiter)
+    return limiter
+
+
+@pytest.fixture
+def alice(cast) -> AuthContext:
+    caller = auth.authenticate(cast.alice_key.raw)
+    assert caller is not None
+    return caller
+
+
+def spend(caller: AuthContext, n: int) -> None:
+    for _ in range(n):
+        assert admission.admit(caller).allowed
+
+
+def test_it_admits_a_call_and_describes_the_bucket(alice, limiter):
+    admitted = admission.admit(alice, tool="recall", request_id="r-1")
+
+    assert admitted.allowed
+    assert (admitted.error, admitted.event, admitted.retry_after) == (None, None, 0)
+    assert admitted.headers == {
+        "RateLimit-Limit": "10",
+        "RateLimit-Remaining": "9",
+        "RateLimit-Reset": "6",
+    }
+
+
+def test_it_refuses_a_tool_call_past_the_limit_with_retry_after_and_a_usage_event(alice, limiter):
+    spend(alice, 10)
+
+    refused = admission.admit(alice, tool="remember", request_id="r-11")
+
+    assert not refused.allowed
+    assert refused.retry_after == 6  # the free tier's 10 a minute: one token every 6 s
+    assert refused.headers["Retry-After"] == "6"
+    assert refused.headers["RateLimit-Remaining"] == "0"
+    assert refused.error is not None
+    assert refused.error.code == "rate_limited"
+    assert refused.error.message == "Rate limit for the free tier exceeded. Retry in 6 s."
+    event = refused.event
+    assert event is not None
+    assert (event.user_id, event.api_key_id, event.request_id) == (
+        alice.user_id,
+        alice.api_key_id,
+        "r-11",
+    )
+    assert (event.tool_name, event.success, event.error_code) == ("remember", False, "rate_limited")
+    assert (event.latency_ms, event.tokens_consumed) == (0, 0)
+
+
+def test_a_refused_request_that_calls_no_tool_leaves_no_usage_event(alice, limiter):
+    spend(alice, 10)
+
+    refused = admission.admit(alice)
+
+    assert refused.error is not None
+    assert refused.event is None
+
+
+def test_retry_after_is_whole_seconds_rounded_up_and_never_zero(alice, limiter, fake_clock):
+    spend(alice, 10)
+    fake_clock.advance(5.9)  # 0.1 s short of the next token
+
+    refused = admission.admit(alice, tool="recall")
+
+    assert refused.retry_after == 1
+    assert refused.headers["Retry-After"] == "1"
+    assert refused.error is not None
+    assert refused.error.message.endswith("Retry in 1 s.")
+
+
+def test_each_key_has_its_own_bucket(cast, alice, limiter):
+    bob = auth.authenticate(cast.bob_key.raw)
+    assert bob is not None
+    spend(alice, 10)
+
+    assert not admission.admit(alice).allowed
+    assert admission.admit(bob).allowed
+
+
+def test_the_limit_follows_the_keys_tier(cast, limiter, settings):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "pro": (3, 60)}
+    pro = AuthContext(user_id=cast.charlie.id, api_key_id=cast.charlie_key.key.id, tier="pro")
+    spend(pro, 3)
+
+    refused = admission.admit(pro, tool="recall")
+
+    assert refused.error is not None
+    assert refused.error.message == "Rate limit for the pro tier exceeded. Retry in 20 s."
+
+
+def test_a_long_tool_name_is_cut_to_fit_the_usage_event(alice, limiter):
+    spend(alice, 10)
+
+    refused = admission.admit(alice, tool="x" * 500)
+
+    assert refused.event is not None
+    assert refused.event.tool_name == "x" * 64
+
+
+def test_async_transports_get_the_same_decision(alice, limiter):
+    spend(alice, 10)
+
+    refused = asyncio.run(admission.aadmit(alice, tool="recall", request_id="r-async"))
+
+    assert refused.error is not None
+    assert refused.event is not None
+    assert refused.event.request_id == "r-async"
