@@ -14,16 +14,15 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import forms as auth_forms
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
 from accounts import services, tiers
 from accounts.models import ApiKey, User
-from billing.models import Subscription, UsageEvent
-from memories.models import Memory
-from recall.admin_tools import EstimatedCountPaginator
+from billing import services as billing_services
+from memories import services as memory_services
+from recall.admin_tools import EstimatedCountPaginator, count_per_user
 
 logger = logging.getLogger(__name__)
 
@@ -32,25 +31,13 @@ admin.site.site_title = "Recall operations"
 admin.site.index_title = "Users, keys, memories and usage"
 
 
-def _count_per_user(queryset: QuerySet[Any]) -> Coalesce:
-    # A correlated subquery, not a JOIN + GROUP BY: joining memories and keys
-    # together would multiply rows. PostgreSQL evaluates it after the page's
-    # LIMIT, so a list page costs one index count per row shown.
-    counted = queryset.filter(user=OuterRef("pk")).order_by().values("user").annotate(n=Count("*"))
-    return Coalesce(Subquery(counted.values("n"), output_field=IntegerField()), 0)
-
-
-def _email(value: str) -> str:
-    return User.objects.normalize_email(value or "").strip().lower()
-
-
 class UserCreationForm(auth_forms.AdminUserCreationForm):
     class Meta:
         model = User
         fields = ("email", "tier")
 
     def clean_email(self) -> str:
-        email = _email(self.cleaned_data.get("email", ""))
+        email = User.objects.normalize_email(self.cleaned_data.get("email"))
         if User.objects.filter(email=email).exists():
             raise forms.ValidationError("A user with this email already exists.")
         return email
@@ -62,7 +49,7 @@ class UserChangeForm(auth_forms.UserChangeForm):
         fields = "__all__"
 
     def clean_email(self) -> str:
-        email = _email(self.cleaned_data.get("email", ""))
+        email = User.objects.normalize_email(self.cleaned_data.get("email"))
         if User.objects.filter(email=email).exclude(pk=self.instance.pk).exists():
             raise forms.ValidationError("A user with this email already exists.")
         return email
@@ -115,8 +102,8 @@ class UserAdmin(auth_admin.UserAdmin):
             super()
             .get_queryset(request)
             .annotate(
-                memory_total=_count_per_user(Memory.objects.all()),
-                live_keys=_count_per_user(ApiKey.objects.filter(revoked_at__isnull=True)),
+                memory_total=memory_services.memories_per_user(),
+                live_keys=count_per_user(ApiKey.objects.filter(revoked_at__isnull=True)),
             )
         )
 
@@ -140,10 +127,10 @@ class UserAdmin(auth_admin.UserAdmin):
         users = list(objs)
         ids = [user.pk for user in users]
         counts = {
-            "memories": Memory.objects.filter(user_id__in=ids).count(),
+            "memories": memory_services.count_memories(user_ids=ids),
             "API keys": ApiKey.objects.filter(user_id__in=ids).count(),
-            "usage events": UsageEvent.objects.filter(user_id__in=ids).count(),
-            "subscriptions": Subscription.objects.filter(user_id__in=ids).count(),
+            "usage events": billing_services.count_usage_events(user_ids=ids),
+            "subscriptions": billing_services.count_subscriptions(user_ids=ids),
         }
         listed: list[Any] = [str(user) for user in users]
         listed.append([f"{count} {name}" for name, count in counts.items() if count])

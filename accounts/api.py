@@ -25,8 +25,8 @@ from accounts import admission, auth, services
 from accounts.auth import AuthContext
 from accounts.models import ApiKey
 from billing import usage
-from memories.services import iso
 from recall.errors import RecallError, ValidationFailed
+from recall.timestamps import iso
 
 # One body for a missing, malformed, unknown or revoked key: it must not say
 # which, or it would tell a guesser when a key exists.

@@ -160,7 +160,7 @@ def cached(raw: str) -> AuthContext | None:
 
 def authenticate(raw: str) -> AuthContext | None:
     """Return who ``raw`` authenticates, or None for a missing, unknown or revoked key."""
-    from accounts.models import ApiKey
+    from accounts import services
 
     if not keys.is_well_formed(raw):
         return None
@@ -170,7 +170,7 @@ def authenticate(raw: str) -> AuthContext | None:
     context = cache.get(digest)
     if context is not None:
         return context
-    key = ApiKey.objects.for_key(raw)
+    key = services.find_live_key(raw=raw)
     if key is None:
         return None
     context = AuthContext(user_id=key.user_id, api_key_id=key.id, tier=key.tier)

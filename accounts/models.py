@@ -16,10 +16,19 @@ from recall import tenancy
 class UserManager(BaseUserManager["User"]):
     use_in_migrations = True
 
+    @classmethod
+    def normalize_email(cls, email: str | None) -> str:
+        """Return ``email`` as it is stored and looked up: trimmed, all lower case.
+
+        Django lower-cases only the domain. Recall treats the whole address as
+        case-insensitive, so one person cannot sign up twice as Alice@ and alice@.
+        """
+        return super().normalize_email((email or "").strip()).lower()
+
     def create_user(self, email: str, password: str | None = None, **fields: object) -> User:
         if not email:
             raise ValueError("Users need an email address.")
-        user = self.model(email=self.normalize_email(email).lower(), **fields)
+        user = self.model(email=self.normalize_email(email), **fields)
         user.set_password(password)  # None leaves an unusable password
         user.save(using=self._db)
         return user
@@ -35,7 +44,7 @@ class UserManager(BaseUserManager["User"]):
 
 class User(AbstractBaseUser, PermissionsMixin):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    # Stored lower-cased (see save), so the unique index is case-insensitive in effect.
+    # Stored normalised (see save), so the unique index is case-insensitive in effect.
     email = models.EmailField(max_length=254, unique=True)
     tier = models.CharField(max_length=16, choices=Tier.choices, default=Tier.FREE)
     is_active = models.BooleanField(default=True)
@@ -59,7 +68,7 @@ class User(AbstractBaseUser, PermissionsMixin):
         return self.email
 
     def save(self, *args: object, **kwargs: object) -> None:
-        self.email = self.email.strip().lower()
+        self.email = User.objects.normalize_email(self.email)
         super().save(*args, **kwargs)
 
 

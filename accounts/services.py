@@ -10,7 +10,9 @@ on the MCP endpoint at once.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, models, transaction
@@ -31,7 +33,7 @@ def check_tier(tier: object) -> str:
 def create_user(*, email: str, password: str | None = None, tier: str = "free", **extra) -> User:
     """Create a user (operator path: users are not tenant rows)."""
     check_tier(tier)
-    email = User.objects.normalize_email(email).strip().lower()
+    email = User.objects.normalize_email(email)
     if not email or "@" not in email:
         raise ValidationFailed("email must be an email address.")
     if User.objects.filter(email=email).exists():
@@ -140,4 +142,70 @@ def list_own_keys(*, user_id: uuid.UUID | str, limit: int = 100) -> list[ApiKey]
             ApiKey.objects.filter(user_id=user_id)
             .defer("key_hash")
             .order_by(models.F("revoked_at").desc(nulls_first=True), "-created_at")[:limit]
+        )
+
+
+# Tier limits -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    tier: str
+    label: str
+    calls: int
+    period_s: int
+
+    @property
+    def rate(self) -> str:
+        """Say the rate as people do: "10 per minute"."""
+        unit = {1: "second", 60: "minute", 3600: "hour"}.get(self.period_s, f"{self.period_s} s")
+        return f"{self.calls} per {unit}"
+
+
+def rate_limits() -> list[RateLimit]:
+    """Return every tier's rate limit, from the least capable tier to the most."""
+    return [
+        RateLimit(tier.value, tier.label, *settings.RATE_LIMITS[tier.value]) for tier in tiers.ORDER
+    ]
+
+
+# Lookups for the CLI and the auth cache, on the operator path --------------------
+
+
+def find_user(*, email: str) -> User | None:
+    """Return the user with this email address, however it is capitalised."""
+    return User.objects.filter(email=User.objects.normalize_email(email)).first()
+
+
+def find_live_key(*, raw: str) -> ApiKey | None:
+    """Return the live key whose secret is ``raw``, or None (operator path)."""
+    return ApiKey.objects.for_key(raw)
+
+
+def find_keys(*, id_or_prefix: str) -> list[ApiKey]:
+    """Return the keys with this id, or with this display prefix (operator path)."""
+    with tenancy.operator():
+        try:
+            return list(ApiKey.objects.filter(id=uuid.UUID(id_or_prefix)))
+        except ValueError:
+            return list(ApiKey.objects.filter(prefix=id_or_prefix))
+
+
+def list_keys(*, email: str | None = None, include_revoked: bool = False) -> list[ApiKey]:
+    """Return keys with their users, by user email then age, never secrets (operator path)."""
+    with tenancy.operator():
+        found = ApiKey.objects.select_related("user").order_by("user__email", "created_at")
+        if email:
+            found = found.filter(user__email=User.objects.normalize_email(email))
+        if not include_revoked:
+            found = found.filter(revoked_at__isnull=True)
+        return list(found)
+
+
+def record_key_use(last_used: Mapping[uuid.UUID, datetime]) -> None:
+    """Move keys' ``last_used_at`` forward to these times, never back (operator path)."""
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.executemany(
+            "UPDATE api_keys SET last_used_at = GREATEST(last_used_at, %s) WHERE id = %s",
+            [(when, key_id) for key_id, when in last_used.items()],
         )

@@ -1,4 +1,4 @@
-"""Billing: tiers from Stripe and MCPize, and the usage figures the dashboard shows.
+"""Billing: tiers from Stripe and MCPize, and usage events: written, counted and summarised.
 
 Webhook handlers are operator functions: they run in ``tenancy.operator()``
 because changing a tier rewrites every one of the user's API keys, which are
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -41,7 +41,7 @@ from accounts import services as accounts_services
 from accounts import tiers
 from accounts.models import User
 from billing.models import BillingAccount, Subscription, UsageEvent, WebhookEvent
-from memories.models import Memory
+from billing.usage import Event
 from recall import tenancy
 from recall.errors import NotFound, ValidationFailed
 
@@ -263,7 +263,7 @@ def _user_by_id(value: object) -> User | None:
 def _user_by_email(email: object) -> User | None:
     if not isinstance(email, str) or "@" not in email:
         return None
-    return User.objects.filter(email=email.strip().lower()).first()
+    return User.objects.filter(email=User.objects.normalize_email(email)).first()
 
 
 # MCPize -------------------------------------------------------------------------
@@ -288,7 +288,7 @@ def apply_mcpize_tier(*, user_id: object, tier: object, delivery_key: str | None
     return True
 
 
-# Usage, for the dashboard (tenant path) ------------------------------------------
+# Usage events --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -355,19 +355,37 @@ def usage_summary(
     )
 
 
-@dataclass(frozen=True)
-class Quota:
-    used: int
-    limit: int | None  # None: unlimited
-
-    @property
-    def fraction(self) -> float | None:
-        return min(1.0, self.used / self.limit) if self.limit else None
-
-
-def memory_quota(*, user_id: uuid.UUID | str, tier: str) -> Quota:
-    """Return how many memories the user holds against their tier's limit (tenant path)."""
+def save_usage_events(*, user_id: uuid.UUID | str, events: Sequence[Event]) -> None:
+    """Insert one user's usage events in one tenant transaction (the usage recorder's writer)."""
     with tenancy.tenant(user_id):
-        used = Memory.objects.filter(user_id=user_id).count()
-    limit = settings.FREE_TIER_MAX_MEMORIES if tier == tiers.Tier.FREE else None
-    return Quota(used=used, limit=limit)
+        UsageEvent.objects.bulk_create(
+            UsageEvent(
+                user_id=e.user_id,
+                api_key_id=e.api_key_id,
+                request_id=e.request_id,
+                tool_name=e.tool_name,
+                tokens_consumed=e.tokens_consumed,
+                latency_ms=e.latency_ms,
+                success=e.success,
+                error_code=e.error_code,
+                occurred_at=e.occurred_at,
+            )
+            for e in events
+        )
+
+
+def count_usage_events(*, user_ids: Iterable[uuid.UUID | str]) -> int:
+    """Return how many usage events these users have together (operator path)."""
+    with tenancy.operator():
+        return UsageEvent.objects.filter(user_id__in=list(user_ids)).count()
+
+
+# Subscriptions, for the dashboard and the admin ---------------------------------
+
+
+def recent_subscriptions(*, user_id: uuid.UUID | str, limit: int = 5) -> list[Subscription]:
+    return list(Subscription.objects.for_user(user_id)[:limit])
+
+
+def count_subscriptions(*, user_ids: Iterable[uuid.UUID | str]) -> int:
+    return Subscription.objects.filter(user_id__in=list(user_ids)).count()

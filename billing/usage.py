@@ -2,14 +2,16 @@
 
 ``record()`` puts the event on a bounded in-process queue and returns at once.
 A writer thread drains the queue in batches and inserts each user's events
-inside that user's tenant transaction, so the ``usage_events`` row-level
-security policies apply to the writer exactly as to everyone else. If the
+inside that user's tenant transaction (``billing.services.save_usage_events``),
+so the ``usage_events`` row-level security policies apply to the writer
+exactly as to everyone else. If the
 queue is full (the database is down or far behind), the event is dropped and
 a warning is logged: a tool call is never held up for its own bookkeeping.
 ``flush()`` drains what is queued; the server calls it at shutdown.
 
 The same thread also writes API keys' ``last_used_at``, batched: calls note
-the time in memory and one UPDATE per flush persists the latest of each key.
+the time in memory and each flush hands the latest of each key to
+``accounts.services.record_key_use``.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.db import close_old_connections, connection
-
-from recall import tenancy
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class UsageRecorder:
         return batch
 
     def _write(self, batch: list[Event]) -> None:
-        from billing.models import UsageEvent
+        from billing import services
 
         by_user: dict[uuid.UUID, list[Event]] = defaultdict(list)
         for event in batch:
@@ -155,21 +155,7 @@ class UsageRecorder:
         for user_id, events in by_user.items():
             try:
                 close_old_connections()
-                with tenancy.tenant(user_id):
-                    UsageEvent.objects.bulk_create(
-                        UsageEvent(
-                            user_id=e.user_id,
-                            api_key_id=e.api_key_id,
-                            request_id=e.request_id,
-                            tool_name=e.tool_name,
-                            tokens_consumed=e.tokens_consumed,
-                            latency_ms=e.latency_ms,
-                            success=e.success,
-                            error_code=e.error_code,
-                            occurred_at=e.occurred_at,
-                        )
-                        for e in events
-                    )
+                services.save_usage_events(user_id=user_id, events=events)
             except Exception:
                 self.dropped += len(events)
                 logger.warning(
@@ -186,13 +172,11 @@ class UsageRecorder:
         self._last_used_written = time.monotonic()
         if not pending:
             return
+        from accounts import services
+
         try:
             close_old_connections()
-            with tenancy.operator(), connection.cursor() as cursor:
-                cursor.executemany(
-                    "UPDATE api_keys SET last_used_at = GREATEST(last_used_at, %s) WHERE id = %s",
-                    [(when, key_id) for key_id, when in pending.items()],
-                )
+            services.record_key_use(pending)
         except Exception:
             logger.warning("last_used_at update failed", exc_info=True)
 

@@ -31,7 +31,7 @@ class SignupForm(auth_forms.BaseUserCreationForm):
         fields = ("email",)
 
     def clean_email(self) -> str:
-        email = User.objects.normalize_email(self.cleaned_data.get("email", "")).strip().lower()
+        email = User.objects.normalize_email(self.cleaned_data.get("email"))
         if User.objects.filter(email=email).exists():
             raise forms.ValidationError("An account with this email already exists.")
         return email

@@ -15,7 +15,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -26,12 +25,9 @@ from accounts import services as accounts_services
 from accounts import tiers
 from billing import checkout
 from billing import services as billing_services
-from billing.models import Subscription
 from dashboard.charts import stacked_bars
 from dashboard.forms import KeyForm, SignupForm
 from memories import services as memory_services
-from memories.models import Memory
-from recall import tenancy
 from recall.errors import NotFound, RecallError
 
 PAGE_SIZE = 20
@@ -64,7 +60,7 @@ def usage(request: HttpRequest) -> HttpResponse:
         days = 30
     user = request.user
     summary = billing_services.usage_summary(user_id=user.id, days=days)
-    quota = billing_services.memory_quota(user_id=user.id, tier=user.tier)
+    quota = memory_services.memory_quota(user_id=user.id, tier=user.tier)
     chart = stacked_bars(summary.days, summary.calls, label=f"Calls per day, last {days} days")
     return render(
         request,
@@ -134,20 +130,10 @@ def revoke_key(request: HttpRequest, key_id: uuid.UUID) -> HttpResponse:
 # Memories -------------------------------------------------------------------------
 
 
-def _namespaces(user_id: uuid.UUID) -> list[dict[str, Any]]:
-    with tenancy.tenant(user_id):
-        return list(
-            Memory.objects.filter(user_id=user_id)
-            .values("namespace")
-            .annotate(count=Count("id"))
-            .order_by("namespace")
-        )
-
-
 @login_required
 def memories(request: HttpRequest) -> HttpResponse:
     user = request.user
-    namespaces = _namespaces(user.id)
+    namespaces = memory_services.list_namespaces(user_id=user.id)
     names = [row["namespace"] for row in namespaces]
     default = "default" if "default" in names or not names else names[0]
     namespace = request.GET.get("namespace") or default
@@ -221,18 +207,16 @@ def plan(request: HttpRequest) -> HttpResponse:
         if checkout.is_configured()
         else []
     )
-    rows = []
-    for tier in tiers.ORDER:
-        count, period = settings.RATE_LIMITS[tier.value]
-        rows.append(
-            {
-                "tier": tier.value,
-                "label": tier.label,
-                "rate": f"{count} per {_period(period)}",
-                "memories": settings.FREE_TIER_MAX_MEMORIES if tier == tiers.Tier.FREE else None,
-                "current": tier.value == user.tier,
-            }
-        )
+    rows = [
+        {
+            "tier": limit.tier,
+            "label": limit.label,
+            "rate": limit.rate,
+            "memories": memory_services.memory_limit(limit.tier),
+            "current": limit.tier == user.tier,
+        }
+        for limit in accounts_services.rate_limits()
+    ]
     return render(
         request,
         "dashboard/plan.html",
@@ -243,14 +227,10 @@ def plan(request: HttpRequest) -> HttpResponse:
             "offers": offers,
             "stripe": checkout.is_configured(),
             "can_manage": checkout.is_configured() and bool(checkout.customer_id(user)),
-            "subscriptions": list(Subscription.objects.for_user(user.id)[:5]),
+            "subscriptions": billing_services.recent_subscriptions(user_id=user.id),
             "outcome": request.GET.get("checkout"),
         },
     )
-
-
-def _period(seconds: int) -> str:
-    return {1: "second", 60: "minute", 3600: "hour"}.get(seconds, f"{seconds} s")
 
 
 @login_required

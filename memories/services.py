@@ -1,15 +1,22 @@
-"""The five memory operations. Every interface calls these and only these.
+"""Memories: the five operations, and everything else other code needs of the table.
 
-Each returns plain data (dicts, lists, str, bool) shaped as the RecallMCP
-specification describes, and raises only ``recall.errors.RecallError``
-subclasses for anything a caller did or could fix. Input is validated in full
-before anything is written, so bad input writes nothing.
+Every interface calls these and only these: the MCP tools, the dashboard,
+the admin, management commands, and other apps (the admin's counts, the
+usage page's quota). ``recall/tests/test_architecture.py`` keeps it so.
 
-Every database access runs inside ``tenancy.tenant(user_id)``: one transaction
-as ``recall_app`` with row-level security bound to the caller. The explicit
-``user_id`` filters below are for the planner's benefit; isolation does not
-depend on them. Embedding happens outside transactions so that a slow
-embedding provider never holds a database connection.
+The five operations return plain data (dicts, lists, str, bool) shaped as
+the RecallMCP specification describes, and raise only
+``recall.errors.RecallError`` subclasses for anything a caller did or could
+fix. Input is validated in full before anything is written, so bad input
+writes nothing.
+
+Functions that act for a user run inside ``tenancy.tenant(user_id)``: one
+transaction as ``recall_app`` with row-level security bound to the caller.
+The explicit ``user_id`` filters below are for the planner's benefit;
+isolation does not depend on them. The few that act for an operator
+(re-embedding, counts across users) say "operator path" and run in
+``tenancy.operator()``. Embedding happens outside transactions so that a
+slow embedding provider never holds a database connection.
 """
 
 from __future__ import annotations
@@ -18,21 +25,26 @@ import hashlib
 import json
 import logging
 import secrets
+import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Count
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from accounts.tiers import Tier
-from memories import embeddings, validation
+from memories import embeddings, indexes, validation
 from memories.indexes import vector_literal, vector_type
 from memories.models import ForgetConfirmation, Memory
 from recall import tenancy
+from recall.admin_tools import count_per_user
 from recall.errors import (
     ConfirmationExpired,
     ConfirmationInvalid,
@@ -43,6 +55,7 @@ from recall.errors import (
     RecallError,
     ValidationFailed,
 )
+from recall.timestamps import iso
 
 logger = logging.getLogger(__name__)
 
@@ -489,8 +502,143 @@ def _embed(embedder: embeddings.Embedder, text: str) -> np.ndarray:
         ) from None
 
 
-def iso(moment: datetime) -> str:
-    """Format as the specification does: UTC, milliseconds, ``Z``."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + (
-        f"{moment.microsecond // 1000:03d}Z"
+# namespaces and counts ----------------------------------------------------------
+
+
+def list_namespaces(*, user_id: uuid.UUID | str) -> list[dict[str, Any]]:
+    """Return the user's namespaces with how many memories each holds, by name."""
+    with tenancy.tenant(user_id):
+        return list(
+            Memory.objects.filter(user_id=user_id)
+            .values("namespace")
+            .annotate(count=Count("id"))
+            .order_by("namespace")
+        )
+
+
+@dataclass(frozen=True)
+class Quota:
+    used: int
+    limit: int | None  # None: unlimited
+
+    @property
+    def fraction(self) -> float | None:
+        return min(1.0, self.used / self.limit) if self.limit else None
+
+
+def memory_limit(tier: str) -> int | None:
+    """Return how many memories a tier may hold, or None for no limit."""
+    return settings.FREE_TIER_MAX_MEMORIES if tier == Tier.FREE else None
+
+
+def memory_quota(*, user_id: uuid.UUID | str, tier: str) -> Quota:
+    """Return how many memories the user holds against their tier's limit (tenant path)."""
+    with tenancy.tenant(user_id):
+        used = Memory.objects.filter(user_id=user_id).count()
+    return Quota(used=used, limit=memory_limit(tier))
+
+
+def count_memories(*, user_ids: Iterable[uuid.UUID | str]) -> int:
+    """Return how many memories these users hold together (operator path)."""
+    with tenancy.operator():
+        return Memory.objects.filter(user_id__in=list(user_ids)).count()
+
+
+def memories_per_user() -> Coalesce:
+    """Return an annotation counting each user's memories, for a queryset of users.
+
+    A correlated subquery, not a JOIN + GROUP BY, so it can sit beside other
+    per-user counts without multiplying rows; PostgreSQL evaluates it after
+    the page's LIMIT, one index count per row shown.
+    """
+    return count_per_user(Memory.objects.all())
+
+
+# re-embedding --------------------------------------------------------------------
+
+
+def has_stale_embeddings(*, model_id: str) -> bool:
+    """Say whether any memory was embedded by a model other than ``model_id`` (operator path)."""
+    with tenancy.operator():
+        return Memory.objects.exclude(embedding_model=model_id).exists()
+
+
+@dataclass(frozen=True)
+class Reembedding:
+    model: str
+    total: int  # memories embedded by another model when it started
+    done: int = 0
+    # Memories whose content changed meanwhile: their update already embedded
+    # them with the current model.
+    skipped: int = 0
+    dropped: tuple[str, ...] = ()  # models whose HNSW index was dropped
+    seconds: float = 0.0
+
+
+def reembed(
+    *,
+    batch_size: int = 64,
+    dry_run: bool = False,
+    drop_old_indexes: bool = False,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> Reembedding:
+    """Re-embed every memory whose vector came from another model (operator path).
+
+    Builds the configured model's HNSW index first. ``progress`` is called
+    after each batch with the memories seen so far, the total and the seconds
+    elapsed. With ``drop_old_indexes``, afterwards drops the HNSW indexes of
+    models no memory uses any more.
+    """
+    embedder = embeddings.get_embedder()
+    embedder.load()
+    model = embedder.model_id
+    # DDL runs as the connecting (owner) role, not on the operator path.
+    indexes.ensure_vector_index(model, embedder.dimensions)
+    with tenancy.operator():
+        total = Memory.objects.exclude(embedding_model=model).count()
+    if dry_run or total == 0:
+        return Reembedding(model=model, total=total)
+
+    done = skipped = 0
+    last_id = None
+    started = time.monotonic()
+    while True:
+        with tenancy.operator():
+            batch = Memory.objects.exclude(embedding_model=model).order_by("id")
+            if last_id is not None:
+                batch = batch.filter(id__gt=last_id)
+            rows = list(batch.values("id", "content", "content_hash")[:batch_size])
+        if not rows:
+            break
+        vectors = embedder.embed([row["content"] for row in rows])
+        with tenancy.operator():
+            for row, vector in zip(rows, vectors, strict=True):
+                # The hash guard skips a memory whose content changed meanwhile;
+                # its update already embedded it with the current model.
+                changed = (
+                    Memory.objects.filter(id=row["id"], content_hash=row["content_hash"])
+                    .exclude(embedding_model=model)
+                    .update(embedding=vector, embedding_model=model)
+                )
+                done += changed
+                skipped += 1 - changed
+        last_id = rows[-1]["id"]
+        if progress is not None:
+            progress(done + skipped, total, time.monotonic() - started)
+
+    dropped: list[str] = []
+    if drop_old_indexes:
+        with tenancy.operator():
+            in_use = set(Memory.objects.values_list("embedding_model", flat=True).distinct())
+        for old in indexes.existing_models():
+            if old not in in_use and old != model:
+                indexes.drop_vector_index(old)
+                dropped.append(old)
+    return Reembedding(
+        model=model,
+        total=total,
+        done=done,
+        skipped=skipped,
+        dropped=tuple(dropped),
+        seconds=time.monotonic() - started,
     )

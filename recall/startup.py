@@ -58,15 +58,11 @@ def migrate() -> None:
 
 
 def check_embeddings() -> None:
-    from memories import embeddings, indexes
-    from memories.models import Memory
-    from recall import tenancy
+    from memories import embeddings, indexes, services
 
     model_id, dimensions = embeddings.model_spec()
     indexes.ensure_vector_index(model_id, dimensions)
-    with tenancy.operator():
-        stale = Memory.objects.exclude(embedding_model=model_id).exists()
-    if stale:
+    if services.has_stale_embeddings(model_id=model_id):
         logger.warning(
             "some memories were embedded by another model and are invisible to recall "
             "until you run `manage.py reembed`",

@@ -7,9 +7,13 @@ benchmarks aside) and fails naming the file and line that breaks it.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from django.apps import apps
+from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ("accounts", "billing", "dashboard", "memories", "recall")
@@ -100,4 +104,128 @@ def test_the_admission_rules_catch_a_transport_that_limits_on_its_own(tmp_path):
         "memories/mcp.py:1 uses limit_for_tier",
         "memories/mcp.py:3 uses get_rate_limiter",
         "memories/mcp.py:3 uses limit_for_tier",
+    ]
+
+
+# An app's tables only through its services ---------------------------------------
+
+# The tables under forced row-level security (recall/tenancy.py). Every read
+# or write of them must choose the tenant or the operator path, and an app's
+# services are where that choice is made: so only the owning app's services,
+# models and admin (which runs on the operator path) may touch them.
+GUARDED_TABLES = {"memories", "forget_confirmations", "api_keys", "usage_events"}
+OWNER_MODULES = ("services.py", "models.py", "admin.py")
+MANAGERS = {"objects", "_default_manager", "_base_manager"}
+# Raw SQL naming a table: FROM t, JOIN t, INTO t, UPDATE t, TABLE t.
+SQL_TABLE = re.compile(r"\b(?:from|join|into|update|table)\s+(?:only\s+)?\"?([a-z_]+)", re.I)
+
+
+def guarded_models() -> dict[str, str]:
+    """Return the guarded tables' model names, each with the app that owns it."""
+    return {
+        model.__name__: model._meta.app_label
+        for model in apps.get_models()
+        if model._meta.db_table in GUARDED_TABLES
+    }
+
+
+def table_owners() -> dict[str, str]:
+    return {
+        model._meta.db_table: model._meta.app_label
+        for model in apps.get_models()
+        if model._meta.db_table in GUARDED_TABLES
+    }
+
+
+def may_touch(path: str, app: str) -> bool:
+    return path.split("/") in ([app, name] for name in OWNER_MODULES)
+
+
+def model_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def table_trespasses(root: Path = ROOT) -> list[str]:
+    """Return every place outside the owner's services, models and admin that touches a table."""
+    models, tables = guarded_models(), table_owners()
+    found: set[tuple[str, int, str]] = set()
+    for module in modules(root):
+        for node in ast.walk(module.tree):
+            touched = None
+            if isinstance(node, ast.Attribute) and node.attr in MANAGERS:
+                name = model_name(node.value)
+                if name in models:
+                    touched = (models[name], f"{name}.{node.attr}")
+            elif isinstance(node, ast.Call):
+                name = model_name(node.func)
+                if name in models:
+                    touched = (models[name], f"{name}(...)")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for table in SQL_TABLE.findall(node.value):
+                    if table.lower() in tables:
+                        touched = (tables[table.lower()], f"SQL on {table.lower()}")
+            if touched is not None and not may_touch(module.path, touched[0]):
+                found.add((module.path, node.lineno, touched[1]))
+    return [f"{path}:{line} {what}" for path, line, what in sorted(found)]
+
+
+def test_the_guarded_tables_are_the_ones_under_row_level_security(db):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname FROM pg_class WHERE relforcerowsecurity AND relkind = 'r'"
+            " AND relnamespace = 'public'::regnamespace"
+        )
+        forced = {name for (name,) in cursor.fetchall()}
+
+    assert forced == GUARDED_TABLES
+    assert set(guarded_models()) == {"Memory", "ForgetConfirmation", "ApiKey", "UsageEvent"}
+
+
+def test_only_the_owning_apps_services_models_and_admin_touch_its_tables():
+    assert table_trespasses() == []
+
+
+def test_the_table_rule_catches_queries_and_sql_from_other_modules(tmp_path):
+    def plant(path: str, source: str) -> None:
+        file = tmp_path / path
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(source)
+
+    plant(
+        "dashboard/views.py",
+        "from memories.models import Memory\n"
+        "def namespaces(user_id):\n"
+        "    return Memory.objects.filter(user_id=user_id).values('namespace')\n",
+    )
+    plant(
+        "billing/usage.py",
+        "from billing import models\n"
+        "def write(cursor, events):\n"
+        "    cursor.execute('UPDATE api_keys SET last_used_at = now() WHERE id = %s', [1])\n"
+        "    models.UsageEvent._default_manager.bulk_create(models.UsageEvent() for e in events)\n",
+    )
+    plant(
+        "billing/services.py",
+        "from memories.models import Memory\n"
+        "def quota(user_id):\n"
+        "    return Memory.objects.filter(user_id=user_id).count()\n",
+    )
+    plant(
+        "memories/services.py",
+        "from memories.models import Memory\n"
+        "def count():\n"
+        "    return Memory.objects.count()  # its own table: allowed\n",
+    )
+    plant("memories/tests/test_x.py", "Memory.objects.all()  # tests are free to\n")
+
+    assert table_trespasses(tmp_path) == [
+        "billing/services.py:3 Memory.objects",
+        "billing/usage.py:3 SQL on api_keys",
+        "billing/usage.py:4 UsageEvent(...)",
+        "billing/usage.py:4 UsageEvent._default_manager",
+        "dashboard/views.py:3 Memory.objects",
     ]

@@ -5,7 +5,6 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import services, tiers
-from accounts.models import User
 from recall.errors import RecallError
 
 
@@ -18,7 +17,7 @@ class Command(BaseCommand):
         parser.add_argument("--tier", choices=tiers.VALUES, help="Defaults to the user's own tier.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user = User.objects.filter(email__iexact=options["email"].strip()).first()
+        user = services.find_user(email=options["email"])
         if user is None:
             raise CommandError(f"No user with email {options['email']}.")
         try:

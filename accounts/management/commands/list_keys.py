@@ -4,8 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from accounts.models import ApiKey
-from recall import tenancy
+from accounts import services
 
 
 class Command(BaseCommand):
@@ -16,13 +15,7 @@ class Command(BaseCommand):
         parser.add_argument("--all", action="store_true", help="Include revoked keys.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with tenancy.operator():
-            found = ApiKey.objects.select_related("user").order_by("user__email", "created_at")
-            if options["email"]:
-                found = found.filter(user__email__iexact=options["email"].strip())
-            if not options["all"]:
-                found = found.filter(revoked_at__isnull=True)
-            rows = list(found)
+        rows = services.list_keys(email=options["email"], include_revoked=options["all"])
         for key in rows:
             state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "live"
             used = f"{key.last_used_at:%Y-%m-%d %H:%M}" if key.last_used_at else "never"

@@ -1,13 +1,10 @@
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import services
-from accounts.models import ApiKey
-from recall import tenancy
 
 
 class Command(BaseCommand):
@@ -21,11 +18,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         wanted = options["key"].strip().rstrip("…")
-        with tenancy.operator():
-            try:
-                matches = list(ApiKey.objects.filter(id=uuid.UUID(wanted)))
-            except ValueError:
-                matches = list(ApiKey.objects.filter(prefix=wanted))
+        matches = services.find_keys(id_or_prefix=wanted)
         if not matches:
             raise CommandError(f"No API key matches {wanted}.")
         if len(matches) > 1:

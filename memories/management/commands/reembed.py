@@ -1,13 +1,10 @@
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from memories import embeddings, indexes
-from memories.models import Memory
-from recall import tenancy
+from memories import services
 
 
 class Command(BaseCommand):
@@ -29,62 +26,27 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        embedder = embeddings.get_embedder()
-        embedder.load()
-        model = embedder.model_id
-        # DDL runs as the connecting (owner) role, not on the operator path.
-        indexes.ensure_vector_index(model, embedder.dimensions)
-        with tenancy.operator():
-            total = Memory.objects.exclude(embedding_model=model).count()
-        if options["dry_run"] or total == 0:
-            self.stdout.write(f"{total} memories to re-embed with {model}; nothing changed.")
+        result = services.reembed(
+            batch_size=options["batch_size"],
+            dry_run=options["dry_run"],
+            drop_old_indexes=options["drop_old_indexes"],
+            progress=self._progress,
+        )
+        if options["dry_run"] or result.total == 0:
+            self.stdout.write(
+                f"{result.total} memories to re-embed with {result.model}; nothing changed."
+            )
             return
-
-        done = skipped = 0
-        last_id = None
-        started = time.monotonic()
-        while True:
-            with tenancy.operator():
-                batch = Memory.objects.exclude(embedding_model=model).order_by("id")
-                if last_id is not None:
-                    batch = batch.filter(id__gt=last_id)
-                rows = list(batch.values("id", "content", "content_hash")[: options["batch_size"]])
-            if not rows:
-                break
-            vectors = embedder.embed([row["content"] for row in rows])
-            with tenancy.operator():
-                for row, vector in zip(rows, vectors, strict=True):
-                    # The hash guard skips a memory whose content changed meanwhile;
-                    # its update already embedded it with the current model.
-                    changed = (
-                        Memory.objects.filter(id=row["id"], content_hash=row["content_hash"])
-                        .exclude(embedding_model=model)
-                        .update(embedding=vector, embedding_model=model)
-                    )
-                    done += changed
-                    skipped += 1 - changed
-            last_id = rows[-1]["id"]
-            self._progress(done + skipped, total, started)
-
-        dropped: list[str] = []
-        if options["drop_old_indexes"]:
-            with tenancy.operator():
-                in_use = set(Memory.objects.values_list("embedding_model", flat=True).distinct())
-            for old in indexes.existing_models():
-                if old not in in_use and old != model:
-                    indexes.drop_vector_index(old)
-                    dropped.append(old)
         self.stderr.write("")
-        summary = f"Re-embedded {done} memories with {model} in {time.monotonic() - started:.1f}s"
-        if skipped:
-            summary += f"; {skipped} changed meanwhile and were already current"
-        if dropped:
-            summary += f"; dropped indexes for {', '.join(dropped)}"
+        summary = f"Re-embedded {result.done} memories with {result.model} in {result.seconds:.1f}s"
+        if result.skipped:
+            summary += f"; {result.skipped} changed meanwhile and were already current"
+        if result.dropped:
+            summary += f"; dropped indexes for {', '.join(result.dropped)}"
         self.stdout.write(summary + ".")
 
-    def _progress(self, seen: int, total: int, started: float) -> None:
-        elapsed = max(time.monotonic() - started, 1e-6)
-        rate = seen / elapsed
+    def _progress(self, seen: int, total: int, elapsed: float) -> None:
+        rate = seen / max(elapsed, 1e-6)
         remaining = max(total - seen, 0) / rate if rate else 0.0
         width = 30
         filled = int(width * min(seen / total, 1.0))
