@@ -188,10 +188,18 @@ class _Search:
     limit: int
     minimum: float
     metadata_filter: dict[str, Any]
+    # Where the query's vector came from: "cache", "shared-cache" or "model".
+    vector_source: str = "model"
 
 
 def _search(
-    query: Any, namespace: Any, limit: Any, threshold: Any, metadata_filter: Any
+    query: Any,
+    namespace: Any,
+    limit: Any,
+    threshold: Any,
+    metadata_filter: Any,
+    *,
+    use_cache: bool = True,
 ) -> _Search:
     """Validate a search's arguments (recall and forget's preview share them), then embed."""
     text = validation.query(query)
@@ -202,7 +210,8 @@ def _search(
     embedder = embeddings.get_embedder()
     minimum = validation.threshold(threshold, default_threshold(embedder))
     where = validation.metadata_filter(metadata_filter)
-    return _Search(embedder, _embed(embedder, text), ns, count, minimum, where)
+    vector, source = _embed_query(embedder, text, use_cache=use_cache)
+    return _Search(embedder, vector, ns, count, minimum, where, source)
 
 
 def _nearest(user_id: uuid.UUID | str, search: _Search) -> list[tuple[Memory, float]]:
@@ -493,6 +502,21 @@ def _token_hash(token: str) -> str:
 def _embed(embedder: embeddings.Embedder, text: str) -> np.ndarray:
     try:
         return embedder.embed_one(text)
+    except RecallError:
+        raise
+    except Exception:
+        logger.exception("embedding failed", extra={"model": embedder.model_id})
+        raise EmbeddingUnavailable(
+            "The embedding model could not process this request. Try again shortly."
+        ) from None
+
+
+def _embed_query(
+    embedder: embeddings.Embedder, text: str, *, use_cache: bool
+) -> tuple[np.ndarray, str]:
+    """Embed a query through the query cache (memories/embeddings/cache.py)."""
+    try:
+        return embeddings.get_query_cache().embed(embedder, text, use_cache=use_cache)
     except RecallError:
         raise
     except Exception:

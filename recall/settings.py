@@ -171,6 +171,12 @@ if EMBEDDING_PROVIDER == "openai" and not OPENAI_API_KEY and not DEBUG:
         "unset EMBEDDING_PROVIDER to use the bundled local model instead."
     )
 
+# Query vectors kept for repeated queries (memories/embeddings/cache.py): at
+# most this many per process, each for this long; shared through Redis when
+# REDIS_URL is set. 0 turns the cache off.
+QUERY_CACHE_SIZE = env.integer("QUERY_CACHE_SIZE", 10_000, low=0, high=10_000_000)
+QUERY_CACHE_TTL_SECONDS = env.integer("QUERY_CACHE_TTL_SECONDS", 86_400, low=1, high=30 * 86_400)
+
 # Memories -------------------------------------------------------------------
 
 FREE_TIER_MAX_MEMORIES = env.integer("FREE_TIER_MAX_MEMORIES", 100, low=0)

@@ -9,7 +9,10 @@ first use and rebuilt when an embedding setting changes. One module per part:
   run in process by onnxruntime;
 - ``batcher``: how concurrent single-text embeddings share one model run;
 - ``openai``: OpenAI's embeddings endpoint, or any server speaking its wire
-  format.
+  format;
+- ``cache``: query vectors kept for repeated queries, in process and in Redis.
+
+``embed_query()`` is how searches embed their query: through the cache.
 
 Every failure of a provider surfaces as ``EmbeddingUnavailable``. Its message
 never repeats the input text, the API key or the provider's own error text.
@@ -25,6 +28,7 @@ from django.core.signals import setting_changed
 
 from memories.embeddings.base import Embedder, clean_model_id
 from memories.embeddings.batcher import Batcher
+from memories.embeddings.cache import QueryCache
 from memories.embeddings.local import (
     BUNDLED_DIMENSIONS,
     BUNDLED_DIR,
@@ -58,12 +62,16 @@ __all__ = [
     "Embedder",
     "LocalEmbedder",
     "OpenAIEmbedder",
+    "QueryCache",
     "build_embedder",
     "clean_model_id",
+    "embed_query",
     "get_embedder",
+    "get_query_cache",
     "intra_op_threads",
     "model_spec",
     "reset_embedder",
+    "reset_query_cache",
 ]
 
 _embedder: Embedder | None = None
@@ -108,6 +116,40 @@ def reset_embedder() -> None:
         _embedder = None
 
 
+_query_cache: QueryCache | None = None
+
+
+def get_query_cache() -> QueryCache:
+    global _query_cache
+    cache = _query_cache
+    if cache is None:
+        with _embedder_lock:
+            if _query_cache is None:
+                _query_cache = QueryCache(
+                    max_entries=settings.QUERY_CACHE_SIZE,
+                    ttl=settings.QUERY_CACHE_TTL_SECONDS,
+                    redis_url=settings.REDIS_URL,
+                )
+            cache = _query_cache
+    return cache
+
+
+def reset_query_cache() -> None:
+    global _query_cache
+    with _embedder_lock:
+        if _query_cache is not None:
+            _query_cache.close()
+        _query_cache = None
+
+
+def embed_query(text: str, *, use_cache: bool = True) -> tuple[Any, str]:
+    """Return the configured model's vector for a normalised query, and where it came from.
+
+    The source is ``"cache"``, ``"shared-cache"`` (Redis) or ``"model"``.
+    """
+    return get_query_cache().embed(get_embedder(), text, use_cache=use_cache)
+
+
 def model_spec() -> tuple[str, int]:
     """Return ``(model_id, dimensions)`` of the configured model.
 
@@ -132,10 +174,15 @@ _SETTINGS = {
 }
 
 
+_CACHE_SETTINGS = {"QUERY_CACHE_SIZE", "QUERY_CACHE_TTL_SECONDS", "REDIS_URL"}
+
+
 def _settings_changed(*, setting: str, **kwargs: Any) -> None:
     # So that override_settings in tests takes effect without a manual reset.
     if setting in _SETTINGS:
         reset_embedder()
+    if setting in _SETTINGS | _CACHE_SETTINGS:
+        reset_query_cache()
 
 
 setting_changed.connect(_settings_changed)
