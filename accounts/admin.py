@@ -200,10 +200,12 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def is_live(self, obj: ApiKey) -> bool:
         return obj.revoked_at is None
 
-    def get_form(self, request: HttpRequest, obj: ApiKey | None = None, **kwargs: Any) -> Any:
+    def get_form(
+        self, request: HttpRequest, obj: ApiKey | None = None, change: bool = False, **kwargs: Any
+    ) -> type[forms.ModelForm[ApiKey]]:
         if obj is None:
             kwargs["form"] = ApiKeyAddForm
-        return super().get_form(request, obj, **kwargs)
+        return super().get_form(request, obj, change, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
         if obj is None:

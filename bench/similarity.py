@@ -122,13 +122,10 @@ def locomo_pairs(
     return queries, turns, related, unrelated
 
 
-def scifact_pairs(
-    data: Path, rng: random.Random, negatives: int
-) -> tuple[list[str], list[str], list[str], list[list[tuple[int, int]]]]:
-    abstracts: dict[int, tuple[str, list[str]]] = {}
-    with (data / "scifact" / "corpus.csv").open(newline="") as f:
-        for row in csv.DictReader(f):
-            abstracts[int(row["doc_id"])] = (row["title"], split_abstract(row["abstract"]))
+def scifact_claims(
+    data: Path,
+) -> tuple[dict[int, str], dict[int, set[int]], dict[int, set[tuple[int, int]]]]:
+    """Return SciFact's training claims, the abstracts each cites, and its evidence sentences."""
     claims: dict[int, str] = {}
     cited: dict[int, set[int]] = {}
     evidence: dict[int, set[tuple[int, int]]] = {}
@@ -140,10 +137,21 @@ def scifact_pairs(
                 int(d) for d in re.findall(r"\d+", row["cited_doc_ids"])
             )
             if row["evidence_doc_id"]:
-                doc = int(row["evidence_doc_id"])
+                evidence_doc = int(row["evidence_doc_id"])
                 evidence.setdefault(claim, set()).update(
-                    (doc, int(s)) for s in re.findall(r"\d+", row["evidence_sentences"])
+                    (evidence_doc, int(s)) for s in re.findall(r"\d+", row["evidence_sentences"])
                 )
+    return claims, cited, evidence
+
+
+def scifact_pairs(
+    data: Path, rng: random.Random, negatives: int
+) -> tuple[list[str], list[str], list[str], list[list[tuple[int, int]]]]:
+    abstracts: dict[int, tuple[str, list[str]]] = {}
+    with (data / "scifact" / "corpus.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            abstracts[int(row["doc_id"])] = (row["title"], split_abstract(row["abstract"]))
+    claims, cited, evidence = scifact_claims(data)
 
     claim_ids = sorted(claims)
     doc_ids = sorted(abstracts)
@@ -165,7 +173,10 @@ def scifact_pairs(
             sentences.append(abstracts[key[0]][1][key[1]])
         return sentence_index[key]
 
-    doc_related, doc_unrelated, sentence_related, sentence_unrelated = [], [], [], []
+    doc_related: list[tuple[int, int]] = []
+    doc_unrelated: list[tuple[int, int]] = []
+    sentence_related: list[tuple[int, int]] = []
+    sentence_unrelated: list[tuple[int, int]] = []
     for query, claim in enumerate(claim_ids):
         known = [d for d in cited[claim] if d in abstracts]
         doc_related.extend((query, doc(d)) for d in known)

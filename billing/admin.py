@@ -89,7 +89,7 @@ async def _async_rows(rows: Iterator[str]) -> AsyncIterator[str]:
     # Under ASGI, Django would read a synchronous iterator to the end before
     # sending a byte. Pull one chunk at a time in the request's thread instead.
     while True:
-        chunk = await sync_to_async(next, thread_sensitive=True)(rows, None)
+        chunk = await sync_to_async(lambda: next(rows, None), thread_sensitive=True)()
         if chunk is None:
             return
         yield chunk
@@ -147,8 +147,11 @@ class UsageEventAdmin(ReadOnlyAdmin):
     def export_view(self, request: HttpRequest) -> StreamingHttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        request.GET = request.GET.copy()
-        request.GET.pop(PAGE_VAR, None)
+        params = request.GET.copy()
+        params.pop(PAGE_VAR, None)
+        # Django lets a view swap request.GET for another QueryDict; the stub
+        # types the attribute as the immutable kind the request starts with.
+        request.GET = params  # type: ignore[assignment]
         # The same filters, search and date range as the list the operator sees.
         queryset = self.get_changelist_instance(request).queryset
         rows = export_rows(queryset)

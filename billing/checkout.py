@@ -8,6 +8,7 @@ webhook, which does (see billing/services.py).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import stripe
 from django.conf import settings
@@ -16,6 +17,9 @@ from accounts import tiers
 from accounts.models import User
 from billing.models import BillingAccount
 from recall.errors import RecallError, ValidationFailed
+
+if TYPE_CHECKING:
+    from stripe.params.checkout import SessionCreateParams
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +64,7 @@ def start_checkout(*, user: User, tier: str, success_url: str, cancel_url: str) 
     price = prices_by_tier().get(tier)
     if price is None:
         raise ValidationFailed(f"The {tier} tier cannot be bought here.")
-    params: dict = {
+    params: SessionCreateParams = {
         "mode": "subscription",
         "line_items": [{"price": price, "quantity": 1}],
         # Both carry the user: the session's for checkout.session.completed,
@@ -80,6 +84,10 @@ def start_checkout(*, user: User, tier: str, success_url: str, cancel_url: str) 
     except stripe.StripeError as exc:
         logger.warning("stripe checkout failed", extra={"error": type(exc).__name__})
         raise PaymentsUnavailable(UNAVAILABLE) from None
+    if not session.url:
+        # Only embedded-mode sessions come without one; this one is hosted.
+        logger.warning("stripe checkout returned no url")
+        raise PaymentsUnavailable(UNAVAILABLE)
     return session.url
 
 

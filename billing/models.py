@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 from django.db.models.functions import Now
@@ -80,7 +82,7 @@ class BillingAccount(models.Model):
 
 
 class SubscriptionManager(models.Manager["Subscription"]):
-    def for_user(self, user_id: object) -> models.QuerySet[Subscription]:
+    def for_user(self, user_id: uuid.UUID | str) -> models.QuerySet[Subscription]:
         return self.filter(user_id=user_id).order_by("-event_created")
 
 

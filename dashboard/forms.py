@@ -21,8 +21,10 @@ class KeyForm(forms.Form):
         super().__init__(*args, **kwargs)
         # Only tiers up to the user's own: the service refuses anything above.
         allowed = [t for t in tiers.ORDER if tiers.rank(t) <= tiers.rank(max_tier)]
-        self.fields["tier"].choices = [(t.value, t.label) for t in allowed]
-        self.fields["tier"].initial = max_tier
+        tier = self.fields["tier"]
+        assert isinstance(tier, forms.ChoiceField)  # declared above
+        tier.choices = [(t.value, t.label) for t in allowed]
+        tier.initial = max_tier
 
 
 class SignupForm(auth_forms.BaseUserCreationForm):

@@ -23,12 +23,20 @@ from django.views.decorators.http import require_POST
 
 from accounts import services as accounts_services
 from accounts import tiers
+from accounts.models import User
 from billing import checkout
 from billing import services as billing_services
 from dashboard.charts import stacked_bars
 from dashboard.forms import KeyForm, SignupForm
 from memories import services as memory_services
 from recall.errors import NotFound, RecallError
+
+
+class AuthenticatedRequest(HttpRequest):
+    """A request ``login_required`` let through: its user is signed in, never anonymous."""
+
+    user: User
+
 
 PAGE_SIZE = 20
 USAGE_WINDOWS = (7, 30, 90)
@@ -43,7 +51,7 @@ def _connect(request: HttpRequest, raw_key: str | None = None) -> dict[str, Any]
 
 
 @login_required
-def index(request: HttpRequest) -> HttpResponse:
+def index(request: AuthenticatedRequest) -> HttpResponse:
     return redirect("dashboard:usage")
 
 
@@ -51,7 +59,7 @@ def index(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def usage(request: HttpRequest) -> HttpResponse:
+def usage(request: AuthenticatedRequest) -> HttpResponse:
     try:
         days = int(request.GET.get("days", 30))
     except ValueError:
@@ -81,7 +89,7 @@ def usage(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def keys(request: HttpRequest) -> HttpResponse:
+def keys(request: AuthenticatedRequest) -> HttpResponse:
     user = request.user
     form = KeyForm(request.POST or None, max_tier=user.tier)
     new_key: str | None = None
@@ -118,7 +126,7 @@ def keys(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def revoke_key(request: HttpRequest, key_id: uuid.UUID) -> HttpResponse:
+def revoke_key(request: AuthenticatedRequest, key_id: uuid.UUID) -> HttpResponse:
     try:
         accounts_services.revoke_own_key(user_id=request.user.id, key_id=key_id)
     except NotFound:
@@ -131,7 +139,7 @@ def revoke_key(request: HttpRequest, key_id: uuid.UUID) -> HttpResponse:
 
 
 @login_required
-def memories(request: HttpRequest) -> HttpResponse:
+def memories(request: AuthenticatedRequest) -> HttpResponse:
     user = request.user
     namespaces = memory_services.list_namespaces(user_id=user.id)
     names = [row["namespace"] for row in namespaces]
@@ -179,7 +187,7 @@ def memories(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def delete_memory(request: HttpRequest, memory_id: uuid.UUID) -> HttpResponse:
+def delete_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
     try:
         memory_services.forget_by_id(user_id=request.user.id, id=str(memory_id))
     except NotFound:
@@ -195,7 +203,7 @@ def delete_memory(request: HttpRequest, memory_id: uuid.UUID) -> HttpResponse:
 
 
 @login_required
-def plan(request: HttpRequest) -> HttpResponse:
+def plan(request: AuthenticatedRequest) -> HttpResponse:
     user = request.user
     current = tiers.rank(user.tier)
     offers = (
@@ -235,7 +243,7 @@ def plan(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def start_checkout(request: HttpRequest) -> HttpResponse:
+def start_checkout(request: AuthenticatedRequest) -> HttpResponse:
     if not checkout.is_configured():
         raise Http404("Payments are not configured.")
     back = request.build_absolute_uri(reverse("dashboard:plan"))
@@ -254,7 +262,7 @@ def start_checkout(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def billing_portal(request: HttpRequest) -> HttpResponse:
+def billing_portal(request: AuthenticatedRequest) -> HttpResponse:
     if not checkout.is_configured():
         raise Http404("Payments are not configured.")
     try:

@@ -28,7 +28,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, CallToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from accounts import admission, auth
 from billing import usage
@@ -184,7 +184,7 @@ def _error_code(result: HandlerResult) -> str | None:
             return None
         data: Any = {"isError": True, "structuredContent": result.structured_content}
     else:
-        data = result.model_dump(by_alias=True) if hasattr(result, "model_dump") else result
+        data = result.model_dump(by_alias=True) if isinstance(result, BaseModel) else result
     if not isinstance(data, dict) or not data.get("isError"):
         return None
     structured = data.get("structuredContent")

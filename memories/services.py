@@ -226,7 +226,9 @@ def _nearest(user_id: uuid.UUID | str, search: _Search) -> list[tuple[Memory, fl
         metadata_filter=search.metadata_filter,
     )
     rows = Memory.objects.raw(sql, params)
-    return [(row, round(1.0 - float(row.distance), 4)) for row in rows]
+    # A raw query sets its extra columns, here distance, on each row; the
+    # stub's RawQuerySet knows only the model's fields.
+    return [(row, round(1.0 - float(row.distance), 4)) for row in rows]  # type: ignore[attr-defined]
 
 
 def nearest_sql(
@@ -275,6 +277,9 @@ def nearest_sql(
         filters.append(json.dumps(metadata_filter))
     where = " AND ".join(clauses)
     columns = "id, user_id, namespace, content, metadata, created_at, updated_at"
+    # S608: interpolated are only the vector type (from an int width), the
+    # constant column list and clauses built above from constants; every value
+    # is a parameter.
     sql = f"""
         WITH query AS MATERIALIZED (SELECT %s::{cast} AS vector),
         small AS MATERIALIZED (
@@ -303,7 +308,7 @@ def nearest_sql(
             )
         )
         SELECT * FROM nearest WHERE distance <= %s ORDER BY distance, id
-    """
+    """  # noqa: S608
     params: list[Any] = [query, exact_max, str(user_id), namespace, exact_max + 1]
     params += [*filters, limit, *filters, limit, 1.0 - minimum]
     return sql, params

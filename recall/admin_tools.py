@@ -78,7 +78,9 @@ class InputFilter(admin.SimpleListFilter):
         # Non-empty, or the admin would not render the filter at all.
         return [("", "")]
 
-    def choices(self, changelist: Any) -> Iterator[dict[str, Any]]:
+    # The stub types choices() for Django's stock filter template; this
+    # filter's own template also reads "others", the query's other parameters.
+    def choices(self, changelist: Any) -> Iterator[dict[str, Any]]:  # type: ignore[override]
         others = [
             (name, value)
             for name, values in changelist.get_filters_params().items()

@@ -32,7 +32,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -56,10 +56,10 @@ from recall import context  # noqa: E402
 
 logger = logging.getLogger("recall.http")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
+Scope = dict[str, Any]
+Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 # What the gate answers instead of serving: status, JSON body, extra headers.
 Refusal = tuple[int, dict[str, Any], list[tuple[bytes, bytes]]]
 
@@ -158,7 +158,7 @@ class Recall:
         rid = context.new_request_id(header(scope, b"x-request-id"))
         extra_headers: list[tuple[bytes, bytes]] = [(b"x-request-id", rid.encode())]
 
-        async def respond(message: Message) -> None:
+        async def respond(message: Mapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), *extra_headers]}
             await send(message)

@@ -7,6 +7,7 @@ value stops start-up with ``ImproperlyConfigured`` naming the variable.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 from django.core.exceptions import ImproperlyConfigured
@@ -107,6 +108,7 @@ HNSW_MAX_SCAN_TUPLES = env.integer("HNSW_MAX_SCAN_TUPLES", 20000, low=100)
 # the HNSW index: exact results, at a cost that stays low up to here.
 RECALL_EXACT_SEARCH_MAX = env.integer("RECALL_EXACT_SEARCH_MAX", 2000, low=0, high=1_000_000)
 
+_database: dict[str, Any]
 if EMBEDDED_DATABASE:
     _database = {"ENGINE": "recall.db", "NAME": "", "USER": "", "PASSWORD": ""}
 else:

@@ -20,6 +20,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,7 @@ def store_memory(
         )
 
 
-def fill_memories(user_id: object, count: int) -> None:
+def fill_memories(user_id: uuid.UUID | str, count: int) -> None:
     """Store ``count`` placeholder memories for a user (operator path), e.g. to reach a quota.
 
     Their vectors are zero: fine for counting and listing, useless for search.

@@ -50,7 +50,7 @@ def start_serve(data_dir: Path, port: int) -> subprocess.Popen[str]:
 def wait_ready(url: str, process: subprocess.Popen[str], timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert process.poll() is None, process.stderr.read()
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
         try:
             if httpx2.get(f"{url}/ready").status_code == 200:
                 return

@@ -50,6 +50,7 @@ class Database:
             stdout=subprocess.PIPE,
             text=True,
         )
+        assert self.process.stdout is not None
         self.host = self.process.stdout.readline().strip()
         assert self.host, "the embedded server did not start"
 

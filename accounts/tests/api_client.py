@@ -9,6 +9,8 @@ from django.test import Client
 
 
 def call(client: Client, method: str, path: str, raw_key: str | None, body: Any = None) -> Any:
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {raw_key}"} if raw_key else {}
+    headers = {"Authorization": f"Bearer {raw_key}"} if raw_key else {}
     data = json.dumps(body) if body is not None and not isinstance(body, str) else body
-    return client.generic(method, path, data or "", content_type="application/json", **headers)
+    return client.generic(
+        method, path, data or "", content_type="application/json", headers=headers
+    )

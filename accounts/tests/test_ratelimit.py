@@ -136,7 +136,7 @@ def tiny_switch_interval() -> Iterator[None]:
     sys.setswitchinterval(before)
 
 
-def test_eight_threads_on_one_key_admit_exactly_capacity(tiny_switch_interval):
+def test_eight_threads_on_one_key_admit_exactly_capacity(tiny_switch_interval: None) -> None:
     limiter = InMemoryRateLimiter()
     capacity, threads, per_thread = 1000, 8, 400
     start = threading.Barrier(threads)

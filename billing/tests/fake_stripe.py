@@ -86,6 +86,7 @@ class FakeStripe:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address
         return f"http://{host}:{port}"
 
     def start(self) -> FakeStripe:

@@ -161,6 +161,7 @@ def test_the_free_quota_is_lifted_by_an_upgrade_and_imposed_by_a_downgrade(
     def remember(content: str) -> dict:
         # As the MCP tool does: the tier comes from the authenticated key.
         caller = auth.authenticate(linked.alice_key.raw)
+        assert caller is not None
         return memories.remember(user_id=caller.user_id, tier=caller.tier, content=content)
 
     with pytest.raises(QuotaExceeded):

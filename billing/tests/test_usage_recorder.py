@@ -10,6 +10,7 @@ import pytest
 
 from billing import usage
 from billing.models import UsageEvent
+from conftest import Cast
 from recall import tenancy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -88,7 +89,9 @@ def test_last_used_at_is_written_in_one_batch(cast):
     assert used[cast.charlie_key.key.id] is None
 
 
-def test_events_that_arrive_together_are_written_in_one_transaction(cast):
+def test_events_that_arrive_together_are_written_in_one_transaction(
+    cast: Cast, monkeypatch: pytest.MonkeyPatch
+) -> None:
     recorder = usage.UsageRecorder()
     written: list[int] = []
     writing, release = threading.Event(), threading.Event()
@@ -103,7 +106,7 @@ def test_events_that_arrive_together_are_written_in_one_transaction(cast):
             release.wait(10)
         write(batch)
 
-    recorder._write = held_write
+    monkeypatch.setattr(recorder, "_write", held_write)
     recorder.record(event(cast.alice.id))
     assert writing.wait(10)
     for _ in range(5):

@@ -19,6 +19,7 @@ def segments(response) -> dict[tuple[str, str], int]:
 
 def stat(response, name: str) -> str:
     match = re.search(rf'data-stat="{name}">([^<]*)<', response.content.decode())
+    assert match is not None, f"no {name} figure on the page"
     return match[1].strip()
 
 

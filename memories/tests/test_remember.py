@@ -8,6 +8,7 @@ from django.db import connection
 from django.test import override_settings
 
 from accounts.tiers import Tier
+from conftest import Cast
 from memories import services
 from memories.models import Memory
 from recall import tenancy
@@ -74,7 +75,7 @@ def test_it_keeps_identical_content_of_two_tenants_apart(cast):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_identical_calls_store_exactly_one_row(cast):
+def test_concurrent_identical_calls_store_exactly_one_row(cast: Cast) -> None:
     results: list[dict] = []
     errors: list[BaseException] = []
     barrier = threading.Barrier(8)

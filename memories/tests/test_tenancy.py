@@ -13,7 +13,8 @@ from recall import tenancy
 
 def raw_count(table: str = "memories") -> int:
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM {table}")
+        # table is one of this module's own constant table names.
+        cursor.execute(f"SELECT count(*) FROM {table}")  # noqa: S608
         return cursor.fetchone()[0]
 
 

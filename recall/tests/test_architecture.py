@@ -36,10 +36,11 @@ def modules(root: Path = ROOT) -> Iterator[Module]:
             yield Module(relative, ast.parse(file.read_text(encoding="utf-8"), relative))
 
 
-def strings(tree: ast.AST) -> Iterator[ast.Constant]:
+def strings(tree: ast.AST) -> Iterator[tuple[str, int]]:
+    """Yield every string literal (f-strings' literal parts too) with its line."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            yield node
+            yield node.value, node.lineno
 
 
 def names(tree: ast.AST) -> Iterator[tuple[str, int]]:
@@ -62,10 +63,10 @@ LIMITER = "accounts/ratelimit.py"
 
 def refusal_wordings(root: Path = ROOT) -> list[str]:
     return [
-        f"{module.path}:{node.lineno}"
+        f"{module.path}:{line}"
         for module in modules(root)
-        for node in strings(module.tree)
-        if "Rate limit for the" in node.value
+        for text, line in strings(module.tree)
+        if "Rate limit for the" in text
     ]
 
 
@@ -155,6 +156,8 @@ def table_trespasses(root: Path = ROOT) -> list[str]:
     found: set[tuple[str, int, str]] = set()
     for module in modules(root):
         for node in ast.walk(module.tree):
+            if not isinstance(node, ast.expr):
+                continue
             touched = None
             if isinstance(node, ast.Attribute) and node.attr in MANAGERS:
                 name = model_name(node.value)
