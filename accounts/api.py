@@ -13,7 +13,6 @@ everything runs on that user's tenant path, so another user's key id is
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -25,6 +24,7 @@ from accounts import admission, auth, services
 from accounts.auth import AuthContext
 from accounts.models import ApiKey
 from billing import usage
+from recall import safejson
 from recall.errors import RecallError, ValidationFailed
 from recall.timestamps import iso
 
@@ -91,8 +91,8 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     if not request.body.strip():
         return {}
     try:
-        body = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
+        body = safejson.loads(request.body)
+    except ValueError:
         raise ValidationFailed("The request body must be JSON.") from None
     if not isinstance(body, dict):
         raise ValidationFailed('The request body must be a JSON object, such as {"name": "ci"}.')

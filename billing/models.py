@@ -27,6 +27,10 @@ class UsageEvent(models.Model):
     # NULL on success: no code at all, rather than an empty one.
     error_code = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     occurred_at = models.DateTimeField(db_default=Now())
+    # Chosen by the recorder when the call happens. Unique, so that a batch
+    # retried after a failure that may have committed (the connection died
+    # before the COMMIT's answer) is stored once; NULL on older rows.
+    event_id = models.UUIDField(unique=True, null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "usage_events"

@@ -356,21 +356,29 @@ def usage_summary(
 
 
 def save_usage_events(*, user_id: uuid.UUID | str, events: Sequence[Event]) -> None:
-    """Insert one user's usage events in one tenant transaction (the usage recorder's writer)."""
+    """Insert one user's usage events in one tenant transaction (the usage recorder's writer).
+
+    An event already stored (same ``event_id``) is skipped, so retrying a batch
+    whose first write did commit, unacknowledged, stores each event once.
+    """
     with tenancy.tenant(user_id):
         UsageEvent.objects.bulk_create(
-            UsageEvent(
-                user_id=e.user_id,
-                api_key_id=e.api_key_id,
-                request_id=e.request_id,
-                tool_name=e.tool_name,
-                tokens_consumed=e.tokens_consumed,
-                latency_ms=e.latency_ms,
-                success=e.success,
-                error_code=e.error_code,
-                occurred_at=e.occurred_at,
-            )
-            for e in events
+            (
+                UsageEvent(
+                    user_id=e.user_id,
+                    api_key_id=e.api_key_id,
+                    request_id=e.request_id,
+                    tool_name=e.tool_name,
+                    tokens_consumed=e.tokens_consumed,
+                    latency_ms=e.latency_ms,
+                    success=e.success,
+                    error_code=e.error_code,
+                    occurred_at=e.occurred_at,
+                    event_id=e.event_id,
+                )
+                for e in events
+            ),
+            ignore_conflicts=True,
         )
 
 

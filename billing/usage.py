@@ -4,10 +4,17 @@
 A writer thread drains the queue in batches and inserts each user's events
 inside that user's tenant transaction (``billing.services.save_usage_events``),
 so the ``usage_events`` row-level security policies apply to the writer
-exactly as to everyone else. If the
-queue is full (the database is down or far behind), the event is dropped and
-a warning is logged: a tool call is never held up for its own bookkeeping.
+exactly as to everyone else.
 ``flush()`` drains what is queued; the server calls it at shutdown.
+
+A database outage loses nothing up to a bound. Events whose write failed
+because the database was unreachable are held, in order, in a buffer of
+``USAGE_BUFFER_EVENTS`` (default 100,000) and written again, with backoff
+from 1 to 30 seconds, until the database answers. Each event carries an id
+chosen here, unique in the table, so an event whose first write did commit
+(the connection died before the answer) is not stored twice. Only when the
+buffer is full, or the queue in front of it is (the writer is stuck), is an
+event dropped: counted in ``stats()`` (shown by ``/ready``) and logged.
 
 The same thread also writes API keys' ``last_used_at``, batched: calls note
 the time in memory and each flush hands the latest of each key to
@@ -21,11 +28,14 @@ import queue
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from django.conf import settings
 from django.db import close_old_connections, connection
+
+from recall import errors, outage
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +49,9 @@ LAST_USED_INTERVAL = 30.0  # seconds between last_used_at writes
 # calls a second (bench/http.py --profile): 3.7 events per write without the
 # wait, 4.4 with it; the gain grows with the call rate.
 LINGER = 0.05
+# Seconds between attempts to write held events while the database is down.
+RETRY_MIN = 1.0
+RETRY_MAX = 30.0
 
 
 @dataclass(frozen=True)
@@ -52,11 +65,17 @@ class Event:
     tokens_consumed: int = 1
     error_code: str | None = None
     occurred_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    event_id: uuid.UUID = field(default_factory=uuid.uuid4)
 
 
 class UsageRecorder:
-    def __init__(self, maxsize: int = QUEUE_SIZE) -> None:
+    def __init__(self, maxsize: int = QUEUE_SIZE, held_max: int | None = None) -> None:
         self._queue: queue.Queue[Event] = queue.Queue(maxsize=maxsize)
+        # Events whose write met an outage, oldest first; only the writer thread touches it.
+        self._held: deque[Event] = deque()
+        self._held_max = settings.USAGE_BUFFER_EVENTS if held_max is None else held_max
+        self._retry_at = 0.0
+        self._retry_delay = RETRY_MIN
         self._last_used: dict[uuid.UUID, datetime] = {}
         self._last_used_lock = threading.Lock()
         self._last_used_written = time.monotonic()
@@ -81,6 +100,14 @@ class UsageRecorder:
                 extra={"request_id": event.request_id, "tool": event.tool_name},
             )
 
+    def stats(self) -> dict[str, int]:
+        """Events waiting to be written, held through an outage, and dropped since start."""
+        return {
+            "queued": self._queue.qsize(),
+            "held": len(self._held),
+            "dropped": self.dropped,
+        }
+
     def touch_key(self, api_key_id: uuid.UUID) -> None:
         with self._last_used_lock:
             self._last_used[api_key_id] = datetime.now(UTC)
@@ -88,14 +115,20 @@ class UsageRecorder:
     # lifecycle -----------------------------------------------------------
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Write everything queued so far; return False if it did not finish in time."""
+        """Write everything queued so far; return False if it did not finish in time.
+
+        Events held through an outage count as not finished.
+        """
         deadline = time.monotonic() + timeout
         self._ensure_started()
+        self._retry_at = 0.0
         self._wake.set()
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+        while (self._queue.unfinished_tasks or self._held) and time.monotonic() < deadline:
             time.sleep(0.01)
+            if self._held and self._retry_at:
+                break  # a retry failed: the database is still down
         self._write_last_used(force=True)
-        return not self._queue.unfinished_tasks
+        return not self._queue.unfinished_tasks and not self._held
 
     def stop(self, timeout: float = 10.0) -> None:
         self.flush(timeout)
@@ -105,6 +138,13 @@ class UsageRecorder:
             self._thread.join(timeout)
             self._thread = None
         self._stopping = False
+        if self._held:
+            self.dropped += len(self._held)
+            logger.error(
+                "usage events lost at shutdown: the database was unavailable",
+                extra={"count": len(self._held)},
+            )
+            self._held.clear()
 
     def _ensure_started(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -124,12 +164,18 @@ class UsageRecorder:
             self._wake.clear()
             if self._queue.qsize() < BATCH_SIZE:
                 time.sleep(LINGER)
+            if self._held and time.monotonic() >= self._retry_at:
+                self._retry_held()
             while True:
                 batch = self._take(BATCH_SIZE)
                 if not batch:
                     break
                 try:
-                    self._write(batch)
+                    if self._held:
+                        # Still down: keep the order, and wait for the next retry.
+                        self._hold(batch)
+                    else:
+                        self._hold(self._write(batch))
                 finally:
                     for _ in batch:
                         self._queue.task_done()
@@ -146,23 +192,58 @@ class UsageRecorder:
                 break
         return batch
 
-    def _write(self, batch: list[Event]) -> None:
+    def _retry_held(self) -> None:
+        while self._held and not self._stopping:
+            batch = [self._held.popleft() for _ in range(min(BATCH_SIZE, len(self._held)))]
+            failed = self._write(batch)
+            if failed:
+                self._held.extendleft(reversed(failed))
+                self._retry_at = time.monotonic() + self._retry_delay
+                self._retry_delay = min(self._retry_delay * 2, RETRY_MAX)
+                return
+        self._retry_at = 0.0
+        self._retry_delay = RETRY_MIN
+
+    def _hold(self, events: list[Event]) -> None:
+        room = self._held_max - len(self._held)
+        if len(events) > room:
+            lost = len(events) - max(room, 0)
+            self.dropped += lost
+            logger.error(
+                "usage events dropped: the outage buffer is full",
+                extra={"count": lost, "held": len(self._held)},
+            )
+            events = events[: max(room, 0)]
+        if events and not self._held:
+            self._retry_at = time.monotonic() + self._retry_delay
+        self._held.extend(events)
+
+    def _write(self, batch: list[Event]) -> list[Event]:
+        """Insert the batch; return the events to try again later (their write met an outage)."""
         from billing import services
 
         by_user: dict[uuid.UUID, list[Event]] = defaultdict(list)
         for event in batch:
             by_user[event.user_id].append(event)
+        retry: list[Event] = []
         for user_id, events in by_user.items():
             try:
                 close_old_connections()
                 services.save_usage_events(user_id=user_id, events=events)
-            except Exception:
+            except Exception as exc:
+                if errors.is_outage(exc):
+                    outage.note("usage events", exc)
+                    retry.extend(events)
+                    continue
                 self.dropped += len(events)
-                logger.warning(
+                logger.error(
                     "usage events dropped: write failed",
                     exc_info=True,
                     extra={"count": len(events), "request_ids": [e.request_id for e in events]},
                 )
+            else:
+                outage.recovered("usage events")
+        return retry
 
     def _write_last_used(self, *, force: bool) -> None:
         if not force and time.monotonic() - self._last_used_written < LAST_USED_INTERVAL:
@@ -177,8 +258,14 @@ class UsageRecorder:
         try:
             close_old_connections()
             services.record_key_use(pending)
-        except Exception:
-            logger.warning("last_used_at update failed", exc_info=True)
+        except Exception as exc:
+            if not errors.is_outage(exc):
+                logger.warning("last_used_at update failed", exc_info=True)
+                return
+            # Keep the times for the next write; newer calls win.
+            with self._last_used_lock:
+                for key_id, when in pending.items():
+                    self._last_used[key_id] = max(when, self._last_used.get(key_id, when))
 
 
 _recorder: UsageRecorder | None = None

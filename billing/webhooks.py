@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -33,12 +33,14 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from billing import services
+from billing import services, stripe_shapes
+from recall import safejson
 from recall.errors import RecallError
 
 logger = logging.getLogger(__name__)
 
 MCPIZE_MAX_SKEW = 300  # seconds
+_UNIX_SECONDS = re.compile(r"[0-9]{1,12}")
 
 
 def _error(status: int, code: str, message: str) -> JsonResponse:
@@ -57,17 +59,21 @@ def stripe_webhook(request: HttpRequest) -> JsonResponse:
     if not secret:
         return _not_configured("STRIPE_WEBHOOK_SECRET")
     try:
-        stripe.Webhook.construct_event(
+        # Verify first, parse after, with our own parser: Stripe's would
+        # recurse into a deeply nested body, and build objects we never use.
+        stripe.WebhookSignature.verify_header(
             request.body,
             request.headers.get("Stripe-Signature"),
             secret,
             tolerance=settings.STRIPE_WEBHOOK_TOLERANCE,
         )
-        event = json.loads(request.body)
     except (ValueError, stripe.SignatureVerificationError):
-        logger.warning("stripe webhook refused: bad signature or payload")
+        logger.warning("stripe webhook refused: bad signature")
         return _error(400, "invalid_signature", "Invalid Stripe signature.")
-    if not isinstance(event, dict) or not isinstance(event.get("id"), str):
+    try:
+        event = stripe_shapes.event(safejson.loads(request.body))
+    except ValueError:
+        logger.warning("stripe webhook refused: not a Stripe event we understand")
         return _error(400, "validation_failed", "Not a Stripe event.")
     outcome = services.handle_stripe_event(event)
     return JsonResponse({"received": True, "outcome": outcome})
@@ -89,7 +95,8 @@ def mcpize_webhook(request: HttpRequest) -> JsonResponse:
     timestamp = request.headers.get("X-MCPize-Timestamp")
     if timestamp is None and settings.MCPIZE_REQUIRE_TIMESTAMP:
         return _error(401, "unauthorized", "X-MCPize-Timestamp is required.")
-    if timestamp is not None and not timestamp.isdigit():
+    # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+    if timestamp is not None and not _UNIX_SECONDS.fullmatch(timestamp):
         return _error(401, "unauthorized", "X-MCPize-Timestamp must be unix seconds.")
     given = request.headers.get("X-MCPize-Signature", "").strip().lower()
     expected = mcpize_signature(secret, request.body, timestamp)
@@ -101,8 +108,8 @@ def mcpize_webhook(request: HttpRequest) -> JsonResponse:
         return _error(401, "unauthorized", "The timestamp is too old or too far ahead.")
 
     try:
-        body: Any = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
+        body: Any = safejson.loads(request.body)
+    except ValueError:
         return _error(400, "validation_failed", "The body must be JSON.")
     if not isinstance(body, dict):
         return _error(400, "validation_failed", 'The body must be {"userId": ..., "tier": ...}.')

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 from accounts import auth
 from memories import services, validation
 from memories.formatting import memory_tags
+from recall import errors, outage
 from recall.errors import InternalError, RecallError, ValidationFailed
 from recall.logging import describe_exception
 
@@ -193,14 +194,22 @@ def _tidy_connections() -> None:
 
 def _run(tool: str, call: Callable[[auth.AuthContext], CallToolResult]) -> CallToolResult:
     """Run one tool body: fresh DB connection state, errors as results, nothing leaked."""
-    _tidy_connections()
     try:
-        return call(_caller())
+        _tidy_connections()
+        result = call(_caller())
     except RecallError as error:
         return failure(error)
     except Exception as exc:
-        logger.error("tool failed", extra={"tool": tool, **describe_exception(exc)})
-        return failure(InternalError("Something went wrong on our side. Try again shortly."))
+        error = errors.from_exception(exc)
+        if error.code == errors.Unavailable.code:
+            # Not a bug in this call: logged once per outage, not per call.
+            outage.note("tool calls", exc)
+        else:
+            logger.error("tool failed", extra={"tool": tool, **describe_exception(exc)})
+        return failure(error)
+    else:
+        outage.recovered("tool calls")
+        return result
     finally:
         _tidy_connections()
 

@@ -13,16 +13,19 @@ Routes, in order:
 
 This app, not Django, owns the ASGI lifespan: Django's handler refuses
 lifespan events, and a mounted app's lifespan would never run. Startup runs
-the MCP session manager, starts loading the embedding model and sizes the
-worker-thread pool; shutdown flushes queued usage events.
+the MCP session manager, starts loading the embedding model, sizes the
+worker-thread pool and, on the embedded database, starts the supervisor that
+restarts it if it dies; shutdown flushes queued usage events.
 
-The gate in front of ``/mcp``, in order: request id, Host and Origin checks
-against ``ALLOWED_HOSTS`` (the SDK's own check is off: it cannot express
-Django's ``.example.com`` or ``*`` entries, and by default allows only
-localhost), POST only, bearer API key (401), body size, and for
-``tools/call`` the key's rate-limit admission (``accounts/admission.py``: 429
-with ``Retry-After``, recorded as a ``rate_limited`` usage event; the tool
-never runs).
+The gate in front of ``/mcp``, in order: request id, Host check against
+``ALLOWED_HOSTS`` and same-origin check of ``Origin`` (the SDK's own check is
+off: it cannot express Django's ``.example.com`` or ``*`` entries, and by
+default allows only localhost), POST only, bearer API key (401; 503 with
+``Retry-After`` when the database cannot say), JSON content type (415), body
+size (413), one well-formed JSON-RPC message (400, ``recall/jsonrpc.py``), and
+for ``tools/call`` the key's rate-limit admission (``accounts/admission.py``:
+429 with ``Retry-After``, recorded as a ``rate_limited`` usage event; the tool
+never runs). Every refusal, the SDK's included, is a JSON-RPC error body.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import django
@@ -52,7 +57,13 @@ from accounts import admission, auth  # noqa: E402
 from billing import usage  # noqa: E402
 from memories import embeddings  # noqa: E402
 from memories.mcp import build_server  # noqa: E402
-from recall import context  # noqa: E402
+from recall import context, errors, jsonrpc, outage  # noqa: E402
+from recall.db import embedded  # noqa: E402
+from recall.jsonrpc import (  # noqa: E402
+    RPC_RATE_LIMITED,
+    RPC_UNAUTHORIZED,
+    refusal,
+)
 
 logger = logging.getLogger("recall.http")
 
@@ -64,10 +75,6 @@ Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 Refusal = tuple[int, dict[str, Any], list[tuple[bytes, bytes]]]
 
 MAX_BODY_BYTES = 1024 * 1024
-# JSON-RPC error codes for refusals by the gate, outside the SDK's own.
-RPC_UNAUTHORIZED = -32050
-RPC_RATE_LIMITED = -32051
-RPC_REFUSED = -32052
 
 
 class Recall:
@@ -109,6 +116,7 @@ class Recall:
 
     async def lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup
+        supervisor = None
         try:
             async with self.sessions.run():
                 limiter = anyio.to_thread.current_default_thread_limiter()
@@ -116,8 +124,14 @@ class Recall:
                 threading.Thread(
                     target=self._load_embedder, name="embedder-load", daemon=True
                 ).start()
+                if settings.EMBEDDED_DATABASE:
+                    # Ours to run, so ours to bring back if it dies.
+                    watcher = embedded.Supervisor(Path(settings.RECALL_DATA_DIR))
+                    supervisor = await anyio.to_thread.run_sync(watcher.start)
                 await send({"type": "lifespan.startup.complete"})
                 await receive()  # lifespan.shutdown
+                if supervisor is not None:
+                    await anyio.to_thread.run_sync(supervisor.stop)
                 await anyio.to_thread.run_sync(usage.get_recorder().stop)
         except BaseException as exc:
             logger.error("startup failed", extra={"exc_type": type(exc).__name__})
@@ -148,9 +162,12 @@ class Recall:
                 else "loading"
             )
         ok = all(value == "ok" for value in checks.values())
-        await send_json(
-            send, 200 if ok else 503, {"status": "ready" if ok else "unavailable", "checks": checks}
-        )
+        body = {
+            "status": "ready" if ok else "unavailable",
+            "checks": checks,
+            "usage_events": usage.get_recorder().stats(),
+        }
+        await send_json(send, 200 if ok else 503, body)
 
     # /mcp ----------------------------------------------------------------------
 
@@ -168,16 +185,36 @@ class Recall:
             await send_json(respond, *refused)
             return
         raw_key = bearer(scope)
-        caller = await authenticate(raw_key) if raw_key else None
+        try:
+            caller = await authenticate(raw_key) if raw_key else None
+        except Exception as exc:
+            if not errors.is_outage(exc):
+                raise
+            # Never 401 (that says the key is bad) and never 500: the key may
+            # be fine, and the same request can succeed once the database is back.
+            outage.note("authentication", exc)
+            await send_json(respond, *unavailable())
+            return
         if caller is None:
             await send_json(respond, *unauthorized(raw_key))
             return
+        if not is_json(header(scope, b"content-type")):
+            message = "Send the JSON-RPC message with Content-Type: application/json."
+            await send_json(respond, 415, refusal("validation_failed", message))
+            return
         body = await read_body(receive)
-        if body is None:
+        if body is None:  # the client went away
+            return
+        if len(body) > MAX_BODY_BYTES:
             await send_json(respond, 413, refusal("validation_failed", "Request body too large."))
             return
+        try:
+            message = jsonrpc.parse(body)
+        except jsonrpc.Invalid as invalid:
+            await send_json(respond, 400, invalid.body())
+            return
 
-        tool, call_id = tool_called(body)
+        tool, call_id = tool_called(message)
         if tool is not None:
             admitted = await admission.aadmit(caller, tool=tool, request_id=rid)
             extra_headers.extend(
@@ -186,15 +223,15 @@ class Recall:
             if admitted.error is not None:
                 if admitted.event is not None:
                     usage.record(admitted.event)
-                message = admitted.error.message
-                limited = refusal("rate_limited", message, call_id, RPC_RATE_LIMITED)
+                text = admitted.error.message
+                limited = refusal("rate_limited", text, call_id, RPC_RATE_LIMITED)
                 await send_json(respond, 429, limited)
                 return
 
         auth_token = auth.current.set(caller)
         rid_token = context.request_id.set(rid)
         try:
-            await self.sessions.handle_request(scope, replay(body), respond)
+            await self.sessions.handle_request(scope, replay(body), jsonrpc.Clean(respond))
         finally:
             auth.current.reset(auth_token)
             context.request_id.reset(rid_token)
@@ -224,7 +261,7 @@ def screen(scope: Scope) -> Refusal | None:
     if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
         return 421, refusal("bad_host", "Invalid Host header."), []
     origin = header(scope, b"origin")
-    if origin and not origin_allowed(origin):
+    if origin and not origin_allowed(origin, scope):
         return 403, refusal("bad_origin", "Origin not allowed."), []
     if scope["method"] != "POST":
         # Stateless with JSON responses: no server-to-client stream to GET,
@@ -243,12 +280,41 @@ def unauthorized(raw_key: str | None) -> Refusal:
     return 401, body, [(b"www-authenticate", challenge)]
 
 
-def origin_allowed(origin: str) -> bool:
+def origin_allowed(origin: str, scope: Scope) -> bool:
+    """Return whether a browser page at ``origin`` may call us: same origin, or trusted.
+
+    Same origin means scheme, host and port all match the request's own, as
+    Django's CSRF check has it; CSRF_TRUSTED_ORIGINS lists any others.
+    """
     if origin in settings.CSRF_TRUSTED_ORIGINS:
         return True
-    _, _, rest = origin.partition("://")
-    domain, _ = split_domain_port(rest.split("/", 1)[0])
-    return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
+    try:
+        parsed = urlsplit(origin)
+        origin_port = parsed.port
+    except ValueError:
+        return False
+    if not parsed.scheme or not parsed.hostname:
+        return False
+    scheme = scope.get("scheme", "http")
+    host, port = split_domain_port(header(scope, b"host") or "")
+    default = {"http": 80, "https": 443}.get(scheme)
+    return (
+        parsed.scheme.lower() == scheme
+        and parsed.hostname.lower().strip("[]") == host.strip("[]")
+        and (origin_port or default) == (int(port) if port.isdigit() else default)
+    )
+
+
+def is_json(content_type: str | None) -> bool:
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    return media_type == "application/json"
+
+
+def unavailable() -> Refusal:
+    wait = errors.UNAVAILABLE_RETRY_AFTER
+    message = f"The service is unavailable right now. Retry in {wait} s."
+    body = refusal("unavailable", message, rpc_code=jsonrpc.RPC_UNAVAILABLE)
+    return 503, body, [(b"retry-after", str(wait).encode())]
 
 
 async def authenticate(raw_key: str) -> auth.AuthContext | None:
@@ -261,26 +327,26 @@ async def authenticate(raw_key: str) -> auth.AuthContext | None:
 def _authenticate_in_thread(raw_key: str) -> auth.AuthContext | None:
     close_old_connections()
     try:
-        return auth.authenticate(raw_key)
+        caller = auth.authenticate(raw_key)
     finally:
         close_old_connections()
+    outage.recovered("authentication")
+    return caller
 
 
 async def read_body(receive: Receive) -> bytes | None:
+    """Return the body, cut short just past MAX_BODY_BYTES; None if the client went away."""
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            break
+            return None
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return None
         chunks.append(chunk)
-        if not message.get("more_body"):
-            break
-    return b"".join(chunks)
+        if size > MAX_BODY_BYTES or not message.get("more_body"):
+            return b"".join(chunks)
 
 
 def replay(body: bytes) -> Receive:
@@ -297,39 +363,16 @@ def replay(body: bytes) -> Receive:
     return receive
 
 
-def tool_called(body: bytes) -> tuple[str | None, Any]:
-    """Return the tool a single JSON-RPC ``tools/call`` names and the call's id.
+def tool_called(message: dict[str, Any]) -> tuple[str | None, Any]:
+    """Return the tool a JSON-RPC ``tools/call`` names and the call's id.
 
-    Anything else (other methods, batches, malformed JSON) gives (None, None)
-    and is left to the SDK to answer or refuse.
+    Other messages give (None, None) and are left to the SDK to answer.
     """
-    try:
-        message = json.loads(body)
-    except ValueError:
+    if message.get("method") != "tools/call":
         return None, None
-    if not isinstance(message, dict) or message.get("method") != "tools/call":
-        return None, None
-    params = message.get("params")
-    name = params.get("name") if isinstance(params, dict) else None
-    call_id = message.get("id")
-    return (name if isinstance(name, str) else ""), (
-        call_id if isinstance(call_id, str | int) and not isinstance(call_id, bool) else None
-    )
-
-
-def refusal(
-    code: str, message: str, call_id: Any = None, rpc_code: int = RPC_REFUSED
-) -> dict[str, Any]:
-    """A JSON-RPC error body, so MCP clients surface the message, carrying our error shape."""
-    return {
-        "jsonrpc": "2.0",
-        "id": call_id,
-        "error": {
-            "code": rpc_code,
-            "message": message,
-            "data": {"error": {"code": code, "message": message}},
-        },
-    }
+    params = message.get("params") or {}
+    name = params.get("name")
+    return (name if isinstance(name, str) else ""), jsonrpc.call_id(message)
 
 
 async def send_json(

@@ -82,6 +82,8 @@ def serve() -> None:
         host=settings.HOST,
         port=settings.PORT,
         lifespan="on",
+        # uvicorn's h11 protocol, with a deadline for slow clients.
+        http="recall.protocol:TimedH11Protocol",
         log_config=None,  # our LOGGING handles uvicorn's loggers
         access_log=False,  # tool calls log themselves, with request ids
         proxy_headers=True,

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+from django.db import utils as db_utils
+
 
 class RecallError(Exception):
     code = "internal_error"
@@ -69,9 +72,51 @@ class RateLimited(RecallError):
     http_status = 429
 
 
+class Unavailable(RecallError):
+    """A dependency (the database) is down for now; the same call can succeed later."""
+
+    code = "unavailable"
+    http_status = 503
+
+
 class InternalError(RecallError):
     code = "internal_error"
     http_status = 500
+
+
+# Seconds a client is told to wait (Retry-After) while the database is down.
+UNAVAILABLE_RETRY_AFTER = 2
+
+# SQLSTATE classes that mean "not now" rather than "never": 08 connection
+# exception, 53 insufficient resources (too many connections), 57P admin or
+# crash shutdown and "the database system is starting up".
+_OUTAGE_SQLSTATES = ("08", "53", "57P")
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Return whether ``exc`` says the database is unreachable, rather than that a query is wrong.
+
+    Django wraps psycopg's errors; the psycopg error (the cause) carries the
+    SQLSTATE. A connection that failed or broke has none.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, db_utils.InterfaceError | psycopg.InterfaceError):
+            return True
+        if isinstance(seen, psycopg.OperationalError):
+            state = seen.sqlstate
+            return state is None or state.startswith(_OUTAGE_SQLSTATES)
+        seen = seen.__cause__
+    return False
+
+
+def from_exception(exc: BaseException) -> RecallError:
+    """Return the error a client sees for ``exc``: itself, ``unavailable`` or ``internal_error``."""
+    if isinstance(exc, RecallError):
+        return exc
+    if is_outage(exc):
+        return Unavailable("The database is unavailable right now. Retry in a few seconds.")
+    return InternalError("Something went wrong on our side. Try again shortly.")
 
 
 CODES = [
@@ -84,6 +129,8 @@ CODES = [
         ConfirmationInvalid,
         ConfirmationExpired,
         EmbeddingUnavailable,
+        RateLimited,
+        Unavailable,
         InternalError,
     )
 ]

@@ -67,6 +67,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # 503 for a database outage and 413 for an oversized body, not 500 and error logs.
+    "recall.error_responses.ErrorResponseMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -208,6 +210,12 @@ FORWARDED_ALLOW_IPS = env.string("FORWARDED_ALLOW_IPS", "127.0.0.1")
 # Tool calls run in this many worker threads per process, each with its own
 # database connection.
 WORKER_THREADS = env.integer("WORKER_THREADS", 16, low=1, high=256)
+# A client must send a whole request (headers and body) within this many
+# seconds of starting it, or the connection is closed with 408: slow clients
+# cannot hold connections open forever.
+REQUEST_TIMEOUT_SECONDS = env.number("REQUEST_TIMEOUT_SECONDS", 30.0, low=0.5, high=3600.0)
+# Usage events held in memory while the database is down (billing/usage.py).
+USAGE_BUFFER_EVENTS = env.integer("USAGE_BUFFER_EVENTS", 100_000, low=0, high=10_000_000)
 # The first user `recall serve` creates on an empty database.
 RECALL_ADMIN_EMAIL = env.string("RECALL_ADMIN_EMAIL", "admin@localhost")
 # The API key `recall stdio` acts as.
@@ -290,5 +298,8 @@ LOGGING = {
             for name in ("recall", "accounts", "memories", "billing", "dashboard")
         },
         "uvicorn.error": {"level": _LEVELS[LOG_LEVEL]},
+        # Any client can send an oversized body; recall.error_responses logs
+        # it at info. Django would log it at error level.
+        "django.security.RequestDataTooBig": {"level": "CRITICAL"},
     },
 }

@@ -88,6 +88,8 @@ class LiveServer:
                 str(self.port),
                 "--lifespan",
                 "on",
+                "--http",
+                "recall.protocol:TimedH11Protocol",
                 "--no-access-log",
                 "--log-level",
                 "warning",

@@ -24,7 +24,11 @@ def test_health_answers_without_the_database(live):
 def test_ready_reports_the_database_and_the_model(live):
     response = httpx2.get(f"{live.url}/ready")
     assert response.status_code == 200
-    assert response.json() == {"status": "ready", "checks": {"database": "ok", "embedder": "ok"}}
+    assert response.json() == {
+        "status": "ready",
+        "checks": {"database": "ok", "embedder": "ok"},
+        "usage_events": {"queued": 0, "held": 0, "dropped": 0},
+    }
 
 
 @pytest.mark.parametrize("path", ["/mcp", "/mcp/"])
@@ -168,10 +172,12 @@ def test_host_and_origin_follow_allowed_hosts(cast):
     env = {"ALLOWED_HOSTS": "recall.example.com,.tenant.example.org,127.0.0.1"}
     with LiveServer(env=env) as server:
 
-        def post(host: str, origin: str | None = None) -> int:
+        def post(host: str, origin: str | None = None, proto: str | None = None) -> int:
             headers = {"Host": host}
             if origin:
                 headers["Origin"] = origin
+            if proto:  # as a TLS-terminating proxy on 127.0.0.1 says
+                headers["X-Forwarded-Proto"] = proto
             return raw_call(
                 server.mcp_url, cast.alice_key.raw, "list_memories", {}, headers=headers
             ).status_code
@@ -180,8 +186,30 @@ def test_host_and_origin_follow_allowed_hosts(cast):
         assert post("recall.example.com:8443") == 200
         assert post("eu.tenant.example.org") == 200
         assert post("evil.example.net") == 421
-        assert post("recall.example.com", origin="https://recall.example.com") == 200
+        assert post("recall.example.com", origin="http://recall.example.com") == 200
+        assert post("recall.example.com", "https://recall.example.com", proto="https") == 200
+        assert post("recall.example.com:8443", origin="http://recall.example.com:8443") == 200
         assert post("recall.example.com", origin="https://evil.example.net") == 403
+        # Same origin means same scheme, host and port.
+        assert post("recall.example.com", origin="https://recall.example.com") == 403
+        assert post("recall.example.com", origin="http://recall.example.com:1") == 403
+        assert post("recall.example.com:8443", origin="http://recall.example.com") == 403
+        assert post("recall.example.com", origin="http://eu.tenant.example.org") == 403
+        assert post("recall.example.com", origin="null") == 403
+
+
+def test_an_origin_on_another_scheme_or_port_of_this_host_is_refused(live, cast):
+    port = live.url.rsplit(":", 1)[1]
+    for origin in (f"https://127.0.0.1:{port}", "http://127.0.0.1:1", "https://localhost:1"):
+        response = raw_call(
+            live.mcp_url, cast.alice_key.raw, "list_memories", {}, headers={"Origin": origin}
+        )
+        assert response.status_code == 403, origin
+        assert response.json()["error"]["data"]["error"]["code"] == "bad_origin"
+    same = raw_call(
+        live.mcp_url, cast.alice_key.raw, "list_memories", {}, headers={"Origin": live.url}
+    )
+    assert same.status_code == 200
 
 
 @pytest.mark.django_db(transaction=True)

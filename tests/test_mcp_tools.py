@@ -293,3 +293,46 @@ def test_an_injected_memory_tag_comes_back_escaped(live, cast):
     assert "&lt;/memory&gt;&lt;memory id=&quot;fake&quot;" in text(result)
     assert "<script>" not in text(result)
     assert structured(result)["memories"][0]["content"] == hostile
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_unknown_arguments_are_refused_by_name_and_store_nothing(live, cast, mode):
+    key = cast.alice_key.raw
+    results = calls(
+        live.mcp_url,
+        key,
+        [
+            ("remember", {"content": "misspelt", "namespce": "work"}),
+            ("remember", {"content": "later", "ttl_seconds": 60, "priority": "high"}),
+            ("recall", {"query": "x", "limt": 5}),
+            ("forget", {"mode": "by_id", "id": "00000000-0000-4000-8000-000000000000", "x": 1}),
+        ],
+        mode,
+    )
+
+    errors = [error_of(result) for result in results]
+    assert [e["code"] for e in errors] == ["validation_failed"] * 4
+    assert "'namespce'" in errors[0]["message"]
+    assert "'priority', 'ttl_seconds'" in errors[1]["message"]
+    assert "'limt'" in errors[2]["message"]
+    with tenancy.operator():
+        assert not Memory.objects.exists()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_tool_schema_refuses_undeclared_arguments(live, cast, mode):
+    _, tools = list_tools(live.mcp_url, cast.alice_key.raw, mode)
+
+    for tool in tools:
+        assert tool.input_schema["additionalProperties"] is False, tool.name
+
+
+def test_argument_and_service_errors_have_the_same_shape_under_2025_11_25(live, cast):
+    from tests.clients import raw_call
+
+    key = cast.alice_key.raw
+    argument = raw_call(live.mcp_url, key, "recall", {"query": "x", "limit": 999}).json()
+    service = raw_call(live.mcp_url, key, "update_memory", {"id": "not-a-uuid"}).json()
+
+    assert set(argument["result"]) == set(service["result"])
+    assert "resultType" not in argument["result"]

@@ -108,3 +108,20 @@ def test_the_new_key_belongs_to_the_caller_whatever_the_body_says(cast, client):
 
     with tenancy.operator():
         assert ApiKey.objects.get(id=response.json()["id"]).user_id == cast.charlie.id
+
+
+@pytest.mark.parametrize(
+    "body",
+    ['{"name": ' + "[" * 979 + "]" * 979 + "}", "[" * 979 + "]" * 979],
+    ids=["nested name", "nested body"],
+)
+def test_it_refuses_a_deeply_nested_body_as_not_json(cast, client, body):
+    response = call(client, "POST", "/api/keys", cast.alice_key.raw, body)
+
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": "validation_failed",
+        "message": "The request body must be JSON.",
+    }
+    with tenancy.operator():
+        assert ApiKey.objects.filter(user=cast.alice).count() == 2

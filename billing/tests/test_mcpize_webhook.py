@@ -190,3 +190,27 @@ def test_without_a_secret_it_answers_404_and_logs_why(cast, client, settings, ca
         getattr(r, "missing", None) == "MCPIZE_BILLING_WEBHOOK_SECRET" for r in caplog.records
     )
     assert tier_of(cast.alice) == "free"
+
+
+@pytest.mark.parametrize("timestamp", ["²", "١٢٣", "12 ", "-5", "1e9", ""])
+def test_a_timestamp_that_is_not_ascii_digits_is_refused(cast, client, timestamp):
+    response = post(client, {"userId": str(cast.alice.id), "tier": "pro"}, timestamp=timestamp)
+
+    assert response.status_code == 401
+    assert tier_of(cast.alice) == "free"
+
+
+def test_a_deeply_nested_signed_body_is_refused_as_not_json(cast, client):
+    response = post(client, None, raw=b"[" * 979 + b"]" * 979)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "validation_failed"
+
+
+def test_an_oversized_body_is_refused_without_an_error_log(client, caplog, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    with caplog.at_level(logging.DEBUG):
+        response = post(client, {"padding": "x" * 4096})
+
+    assert response.status_code == 413
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []

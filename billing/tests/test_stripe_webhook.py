@@ -291,3 +291,73 @@ def test_without_a_webhook_secret_it_answers_404_and_logs_why(cast, client, sett
 
 def test_it_accepts_only_post(client):
     assert client.get("/billing/stripe/webhook").status_code == 405
+
+
+# Odd shapes: signed, so authentic, but not an event we can read ----------------------
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "null",
+        "[1, 2]",
+        '"an event"',
+        _nested(979),
+        json.dumps({"id": "evt_1", "type": "customer.subscription.created"}),
+        json.dumps(
+            event("customer.subscription.created", {"id": "sub_1", "customer": "cus_a"})
+            | {"data": {"object": "sub_1"}}
+        ),
+        json.dumps(subscription(price="price_pro") | {"created": "yesterday"}),
+        json.dumps(subscription(price="price_pro") | {"created": 1e300}),
+        json.dumps(subscription(price="price_pro") | {"created": 10**30}),
+        json.dumps(subscription(price="price_pro") | {"created": True}),
+        json.dumps(subscription(price="price_pro") | {"id": 42}),
+        json.dumps(
+            event("customer.subscription.updated", {"id": "sub_1", "customer": {"id": "cus"}})
+        ),
+        json.dumps(
+            event(
+                "customer.subscription.updated",
+                {"id": "sub_1", "customer": "cus_alice", "items": "price_pro"},
+            )
+        ),
+        json.dumps(
+            event(
+                "customer.subscription.updated",
+                {"id": "sub_1", "customer": "cus_alice", "items": {"data": ["price_pro"]}},
+            )
+        ),
+        json.dumps(
+            event(
+                "customer.subscription.updated",
+                {"id": "sub_1", "customer": "cus_alice", "plan": "price_pro"},
+            )
+        ),
+        json.dumps(checkout_completed() | {"data": {"object": {"customer_details": "x"}}}),
+    ],
+    ids=lambda body: body[:40],
+)
+def test_a_signed_body_of_an_odd_shape_is_refused_and_changes_nothing(linked, client, body):
+    response = deliver(client, body)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "validation_failed"
+    assert tier_of(linked.alice) == "free"
+    assert not Subscription.objects.exists()
+    # Only checkout's own event was claimed; the refused one can be redelivered.
+    assert WebhookEvent.objects.count() == 1
+
+
+def test_an_oversized_body_is_refused_without_an_error_log(client, caplog, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    with caplog.at_level(logging.DEBUG):
+        response = deliver(client, json.dumps({"padding": "x" * 4096}))
+
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "validation_failed"
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []

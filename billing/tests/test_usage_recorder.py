@@ -6,7 +6,9 @@ import logging
 import threading
 import uuid
 
+import psycopg
 import pytest
+from django import db
 
 from billing import usage
 from billing.models import UsageEvent
@@ -48,7 +50,7 @@ def test_it_writes_each_users_events_and_flushes_on_stop(cast):
 def test_a_full_queue_drops_the_event_with_a_warning_and_never_blocks(cast, caplog):
     recorder = usage.UsageRecorder(maxsize=2)
     gate = threading.Event()
-    recorder._write = lambda batch: gate.wait(10)  # a stalled database
+    recorder._write = lambda batch: gate.wait(10) and []  # a stalled database
     recorder.record(event(cast.alice.id))  # taken by the writer, which then stalls
     threading.Event().wait(0.2)
     with caplog.at_level(logging.WARNING, logger="billing.usage"):
@@ -97,14 +99,14 @@ def test_events_that_arrive_together_are_written_in_one_transaction(
     writing, release = threading.Event(), threading.Event()
     write = recorder._write
 
-    def held_write(batch: list[usage.Event]) -> None:
+    def held_write(batch: list[usage.Event]) -> list[usage.Event]:
         written.append(len(batch))
         if len(written) == 1:
             # Hold the first write, so the next five arrive while it is in
             # flight, however the threads are scheduled.
             writing.set()
             release.wait(10)
-        write(batch)
+        return write(batch)
 
     monkeypatch.setattr(recorder, "_write", held_write)
     recorder.record(event(cast.alice.id))
@@ -117,3 +119,70 @@ def test_events_that_arrive_together_are_written_in_one_transaction(
     assert written == [1, 5]
     with tenancy.tenant(cast.alice.id):
         assert UsageEvent.objects.count() == 6
+
+
+class Outage:
+    """Make the recorder's inserts fail as they do while the database is unreachable."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.down = True
+        self.attempts = 0
+        original = UsageEvent.objects.bulk_create
+
+        def bulk_create(objs, *args, **kwargs):
+            self.attempts += 1
+            if self.down:
+                try:
+                    raise psycopg.OperationalError("connection refused")
+                except psycopg.OperationalError as cause:
+                    raise db.OperationalError("connection refused") from cause
+            return original(objs, *args, **kwargs)
+
+        monkeypatch.setattr(UsageEvent.objects, "bulk_create", bulk_create)
+
+
+def test_events_that_meet_an_outage_are_held_and_written_when_it_ends(cast, monkeypatch):
+    monkeypatch.setattr(usage, "RETRY_MIN", 0.05)
+    outage = Outage(monkeypatch)
+    recorder = usage.UsageRecorder()
+    recorder._retry_delay = 0.05
+    for n in range(4):
+        recorder.record(event(cast.alice.id, request_id=f"held-{n}"))
+
+    assert recorder.flush(timeout=2) is False
+    assert recorder.stats() == {"queued": 0, "held": 4, "dropped": 0}
+    outage.down = False
+    assert recorder.flush(timeout=5) is True
+    recorder.stop()
+
+    assert recorder.stats() == {"queued": 0, "held": 0, "dropped": 0}
+    with tenancy.tenant(cast.alice.id):
+        stored = list(UsageEvent.objects.order_by("id").values_list("request_id", flat=True))
+    assert stored == [f"held-{n}" for n in range(4)]
+
+
+def test_when_the_outage_buffer_is_full_further_events_are_counted_as_dropped(
+    cast, monkeypatch, caplog
+):
+    Outage(monkeypatch)
+    recorder = usage.UsageRecorder(held_max=3)
+    with caplog.at_level(logging.ERROR, logger="billing.usage"):
+        for _ in range(5):
+            recorder.record(event(cast.alice.id))
+        recorder.flush(timeout=2)
+        recorder.stop(timeout=1)
+
+    # Three held until shutdown, then lost with them; two never fit.
+    assert recorder.dropped == 5
+    assert "the outage buffer is full" in caplog.text
+    assert "usage events lost at shutdown" in caplog.text
+
+
+def test_an_event_written_twice_is_stored_once(cast):
+    recorder = usage.UsageRecorder()
+    once = event(cast.alice.id)
+    assert recorder._write([once]) == []
+    assert recorder._write([once]) == []  # as a retry after an unanswered COMMIT would
+
+    with tenancy.tenant(cast.alice.id):
+        assert UsageEvent.objects.filter(event_id=once.event_id).count() == 1

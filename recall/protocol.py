@@ -1,0 +1,73 @@
+"""uvicorn's HTTP/1.1 protocol with a deadline for receiving each request.
+
+uvicorn times out idle keep-alive connections, but not a client that sends
+its request slowly: fifty connections dribbling a byte a second stayed open
+for as long as they liked. Here each request, headers and body, must arrive
+within ``REQUEST_TIMEOUT_SECONDS`` of its first byte (or of the connection
+opening). Past that the client gets a 408 in our JSON error shape, unless a
+response has already begun, and the connection is closed.
+
+`recall serve` and the tests' servers run uvicorn with ``--http
+recall.protocol:TimedH11Protocol``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+_BODY = json.dumps(
+    {"error": {"code": "request_timeout", "message": "The request took too long to arrive."}}
+).encode()
+TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\n"
+    b"content-type: application/json\r\n"
+    b"content-length: " + str(len(_BODY)).encode() + b"\r\n"
+    b"connection: close\r\n\r\n" + _BODY
+)
+
+
+class TimedH11Protocol(H11Protocol):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from django.conf import settings
+
+        self.request_timeout: float = settings.REQUEST_TIMEOUT_SECONDS
+        self._deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()  # a connection that never sends a whole request
+
+    def data_received(self, data: bytes) -> None:
+        if self._deadline is None:
+            self._arm()  # the first bytes of the next request on this connection
+        super().data_received(data)
+        if self.conn.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR):
+            self._disarm()  # the whole request is in
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.request_timeout, self._timed_out)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _timed_out(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        self.logger.info("request timed out: closing a slow connection")
+        if self.cycle is None or not self.cycle.response_started:
+            self.transport.write(TIMEOUT_RESPONSE)
+        self.transport.close()

@@ -1,0 +1,166 @@
+"""`recall serve` on its embedded PostgreSQL, under write load, while the postmaster is
+killed (kill -9) or stalled (SIGSTOP, then SIGCONT).
+
+Afterwards every acknowledged ``remember`` is stored, no refused one is,
+clients saw only success, ``unavailable`` or 503, and ``/ready`` went 503 and
+came back to 200 by itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import psycopg
+import pytest
+from django.conf import settings
+
+from recall.testing import free_port
+from tests.load import WriteLoad
+
+pytestmark = pytest.mark.slow
+
+ALLOWED = {"ok", "unavailable", "http 503"}
+
+
+class Served:
+    """`recall serve` with a data directory of its own."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = data_dir / "serve.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.key = ""
+
+    def start(self) -> Served:
+        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+        env.update(
+            RECALL_DATA_DIR=str(self.data_dir),
+            PORT=str(self.port),
+            PYTHONUNBUFFERED="1",
+            RATE_LIMIT_FREE="100000/min",
+            FREE_TIER_MAX_MEMORIES="1000000",
+        )
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "recall", "serve"],
+                cwd=settings.BASE_DIR,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 240
+        while not self.ready():
+            assert self.process.poll() is None, self.logs()[-4000:]
+            assert time.monotonic() < deadline, "recall serve did not become ready"
+            time.sleep(0.3)
+        found = re.search(r"API key:\s+(recall_live_[A-Za-z0-9_-]{32})", self.logs())
+        assert found, self.logs()[-4000:]
+        self.key = found.group(1)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def ready(self) -> bool:
+        try:
+            return httpx2.get(f"{self.url}/ready", timeout=10).status_code == 200
+        except httpx2.TransportError:
+            return False
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def postmaster(self) -> tuple[int, str]:
+        """The running postmaster's pid and socket directory, from its postmaster.pid."""
+        lines = (self.data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()
+        return int(lines[0]), lines[4]
+
+    def stored(self) -> set[str]:
+        """Every memory's content, read as the superuser (no row-level security)."""
+        _, socket_dir = self.postmaster()
+        with psycopg.connect(host=socket_dir, user="postgres", dbname="recall") as conn:
+            return {row[0] for row in conn.execute("SELECT content FROM memories")}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[Served]:
+    server = Served(tmp_path_factory.mktemp("serve")).start()
+    yield server
+    server.stop()
+
+
+def watch_ready(served: Served, until_ok_after: float, timeout: float = 120) -> list[int]:
+    """Poll /ready; return the statuses seen, ending with 200 once ``until_ok_after`` has passed."""
+    statuses: list[int] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            status = httpx2.get(f"{served.url}/ready", timeout=10).status_code
+        except httpx2.TransportError:
+            status = 0
+        statuses.append(status)
+        if status == 200 and time.monotonic() > until_ok_after:
+            return statuses
+        time.sleep(0.2)
+    raise AssertionError(f"/ready did not come back: {statuses[-20:]}")
+
+
+def check_writes(served: Served, load: WriteLoad) -> None:
+    kinds = load.kinds()
+    assert set(kinds) <= ALLOWED, kinds
+    stored = served.stored()
+    acknowledged = load.acknowledged()
+    assert set(acknowledged) <= stored, "an acknowledged write was lost"
+    assert not load.refused() & stored, "a refused write was stored"
+
+
+def test_after_kill_9_of_the_postmaster_it_restarts_it_and_loses_no_acknowledged_write(served):
+    dead, _ = served.postmaster()
+    with WriteLoad(f"{served.url}/mcp", served.key, tag="kill") as load:
+        load.wait_for(20)
+        os.kill(dead, signal.SIGKILL)
+        statuses = watch_ready(served, until_ok_after=time.monotonic() + 1)
+        load.wait_for(20)
+
+    assert 503 in statuses, statuses
+    assert statuses[-1] == 200
+    assert served.postmaster()[0] != dead
+    assert load.kinds()["ok"] >= 40
+    assert load.kinds().total() > load.kinds()["ok"], "the outage was never seen"
+    check_writes(served, load)
+    logs = served.logs()
+    assert "embedded postgres died; restarting it" in logs
+    assert "embedded postgres restarted" in logs
+
+
+def test_after_a_stall_of_the_postmaster_it_carries_on(served):
+    stalled, _ = served.postmaster()
+    with WriteLoad(f"{served.url}/mcp", served.key, tag="stall") as load:
+        load.wait_for(20)
+        os.kill(stalled, signal.SIGSTOP)
+        try:
+            time.sleep(3)
+        finally:
+            os.kill(stalled, signal.SIGCONT)
+        statuses = watch_ready(served, until_ok_after=time.monotonic())
+        load.wait_for(20)
+
+    assert statuses[-1] == 200
+    assert served.postmaster()[0] == stalled  # alive all along: not restarted
+    check_writes(served, load)

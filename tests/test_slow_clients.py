@@ -1,0 +1,104 @@
+"""Clients that send their request slowly are cut off, not kept forever."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from recall.testing import LiveServer
+from tests.clients import raw_call
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+TIMEOUT = 1.5
+
+
+def dribble(port: int, request: bytes, interval: float = 0.25, limit: float = 10) -> bytes:
+    """Send ``request`` a byte at a time; return what the server said before closing."""
+    with socket.create_connection(("127.0.0.1", port), timeout=limit) as sock:
+        deadline = time.monotonic() + limit
+        sent = 0
+        sock.settimeout(interval)
+        while time.monotonic() < deadline:
+            try:
+                answer = sock.recv(4096)
+            except TimeoutError:
+                answer = None
+            if answer is not None:
+                return answer  # b"" when closed without a word
+            if sent < len(request):
+                try:
+                    sock.sendall(request[sent : sent + 1])
+                except (BrokenPipeError, ConnectionResetError):
+                    return b""
+                sent += 1
+        raise AssertionError("the server kept a dribbling client for the whole test")
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        live = LiveServer(env={"REQUEST_TIMEOUT_SECONDS": str(TIMEOUT)}).start()
+    yield live
+    live.stop()
+
+
+def test_a_client_dribbling_its_headers_gets_408_and_is_closed(server, cast):
+    started = time.monotonic()
+    answer = dribble(server.port, b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Slow: " * 200)
+
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert b'"code": "request_timeout"' in answer
+    assert time.monotonic() - started < TIMEOUT + 3
+
+
+def test_a_client_dribbling_its_body_gets_408_and_is_closed(server, cast):
+    head = (
+        b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer " + cast.alice_key.raw.encode() + b"\r\n"
+        b"Content-Length: 1000\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(head)  # the headers at once, then the body slowly
+        answer = dribble_on(sock, b"{" + b" " * 999)
+
+    assert answer.startswith(b"HTTP/1.1 408")
+
+
+def dribble_on(sock: socket.socket, body: bytes, interval: float = 0.25) -> bytes:
+    sock.settimeout(interval)
+    for n in range(len(body)):
+        try:
+            answer = sock.recv(4096)
+        except TimeoutError:
+            answer = None
+        if answer is not None:
+            return answer
+        try:
+            sock.sendall(body[n : n + 1])
+        except (BrokenPipeError, ConnectionResetError):
+            return b""
+    raise AssertionError("the server read a dribbled body to the end")
+
+
+def test_slow_clients_do_not_hold_up_others_and_all_get_closed(server, cast):
+    import threading
+
+    answers: list[bytes] = []
+    slow = [
+        threading.Thread(
+            target=lambda: answers.append(dribble(server.port, b"POST /mcp HTTP/1.1\r\n" * 50))
+        )
+        for _ in range(20)
+    ]
+    for thread in slow:
+        thread.start()
+    fast = raw_call(server.mcp_url, cast.alice_key.raw, "list_memories", {})
+    for thread in slow:
+        thread.join(15)
+
+    assert fast.status_code == 200
+    assert len(answers) == 20
+    assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers)
