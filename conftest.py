@@ -64,6 +64,49 @@ def cast(db) -> Cast:
     )
 
 
+FUZZ_CI_CASES = 100  # per fuzz test; 7 tests, about a minute in CI
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fuzz-cases",
+        type=int,
+        default=FUZZ_CI_CASES,
+        help=f"Cases per fuzz test (tests/test_fuzz_*.py); CI runs {FUZZ_CI_CASES}.",
+    )
+
+
+@pytest.fixture
+def fuzz_settings(request: pytest.FixtureRequest):
+    """Hypothesis settings for a fuzz test: ``--fuzz-cases`` examples, no deadline.
+
+    The fixtures a fuzz test uses (a live server, the cast) hold for all its
+    examples, which is what is wanted: state builds up as it would in use.
+    """
+    from hypothesis import HealthCheck, settings
+
+    return settings(
+        max_examples=request.config.getoption("--fuzz-cases"),
+        deadline=None,
+        database=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    from tests import fuzz
+
+    if fuzz.CASES:
+        total = sum(fuzz.CASES.values())
+        terminalreporter.write_line(f"fuzz: {total} cases over HTTP")
+        for name, count in sorted(fuzz.CASES.items()):
+            terminalreporter.write_line(f"  {name}: {count}")
+        terminalreporter.write_line("fuzz outcomes:")
+        for outcome, count in sorted(fuzz.OUTCOMES.items()):
+            terminalreporter.write_line(f"  {outcome}: {count}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from django.conf import settings
 
