@@ -99,3 +99,17 @@ def test_plots_render_the_benchmarks_tables_from_a_scale_report(
     rows = [line for line in tables.splitlines() if line.startswith("| 240 / ")]
     assert len(rows) == 4  # two layouts, in each of the two tables
     assert all("—" not in row.split("|")[5] for row in rows[:2])  # statement latencies present
+
+
+def test_soak_smoke_runs_clean_and_reports_latency_and_memory(tmp_path: Path) -> None:
+    report, stdout = run("soak", tmp_path=tmp_path)
+
+    assert report["errors"] == {}
+    assert report["error_log_lines"] == 0
+    assert report["calls"] > 0
+    assert report["config"]["free_tier_clients"] == 1
+    assert {"p50", "p95", "p99"} <= report["latency_ms"]["all"].keys()
+    assert {"remember", "recall"} <= report["latency_ms"].keys()
+    assert report["memory"]["server_rss"]["end_mib"] > 0
+    assert report["usage_events_at_end"]["dropped"] == 0
+    assert "errors other than 429: 0" in stdout

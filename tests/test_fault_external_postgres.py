@@ -55,6 +55,10 @@ def test_an_outage_is_503_and_unavailable_then_recovers_without_losing_usage(dat
         # A cached key reaches the tool, which reports a retryable error.
         during = raw_call(server.mcp_url, busy, "remember", {"content": "during"})
         down = ready(server)
+        # Django's side, here the key API, says the same.
+        keys = httpx2.get(
+            f"{server.url}/api/keys", headers={"Authorization": f"Bearer {idle}"}, timeout=30
+        )
 
         assert refused.status_code == 503
         assert refused.headers["retry-after"] == "2"
@@ -64,6 +68,9 @@ def test_an_outage_is_503_and_unavailable_then_recovers_without_losing_usage(dat
         assert result["isError"] is True
         assert result["structuredContent"]["error"]["code"] == "unavailable"
         assert down.status_code == 503
+        assert keys.status_code == 503
+        assert keys.headers["retry-after"] == "2"
+        assert keys.json()["error"]["code"] == "unavailable"
         assert down.json()["usage_events"]["held"] >= 1
         assert down.json()["usage_events"]["dropped"] == 0
 
