@@ -236,12 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.clients, args.minutes, args.warmup, args.processes = 8, 0.25, 5.0, 1
 
-    server = Server({}, pg_stats=False).start()
+    # The real free-tier rate (bench/http.py's Server raises every tier's);
+    # the free quota lifted, so free clients meet the rate limit, not the quota.
+    server = Server(
+        {"RATE_LIMIT_FREE": "10/min", "FREE_TIER_MAX_MEMORIES": "1000000"}, pg_stats=False
+    ).start()
     try:
         pro = server.pro_key()
         server.manage("create-user", "free@example.com", "--tier", "free")
         free = server.manage("create-key", "free@example.com", "--name", "soak").strip()
-        # The real free-tier limit for the free key; pro is unlimited here.
         keys = [free if n % 16 == 15 or n == args.clients - 1 else pro for n in range(args.clients)]
         postmaster = _postmaster_pid(server.data_dir)
         assert server.process is not None
