@@ -85,6 +85,28 @@ def run_process(plan: Plan, results: Any) -> None:
         results.put({"crashed": f"{type(exc).__name__}: {exc}"})
 
 
+def arguments(
+    tool: str, rng: random.Random, mine: list[str], text: str, query: str, n: int
+) -> dict[str, Any]:
+    """Arguments for one call of ``tool``; ``forget`` takes its id out of ``mine``."""
+    namespace = rng.choice(NAMESPACES)
+    if tool == "remember":
+        return {"content": text, "namespace": namespace, "metadata": {"n": n}}
+    if tool == "recall":
+        return {"query": query, "namespace": namespace, "limit": 10}
+    if tool == "list_memories":
+        return {"namespace": namespace, "limit": 20, "offset": rng.choice([0, 0, 20])}
+    if tool == "update_memory":
+        return {"id": rng.choice(mine), "metadata": {"updated": n}}
+    return {"mode": "by_id", "id": mine.pop(rng.randrange(len(mine)))}
+
+
+def stored_id(payload: bytes) -> str | None:
+    """The id a successful ``remember`` stored, or None if it was a duplicate."""
+    stored = json.loads(payload)["result"]["structuredContent"]
+    return None if stored["deduped"] else str(stored["id"])
+
+
 async def _run(plan: Plan) -> Tally:
     tally = Tally()
     sentences = synthetic_sentences(4000, seed=plan.seed)
@@ -95,54 +117,39 @@ async def _run(plan: Plan) -> Tally:
     tools = list(plan.mix)
     weights = [plan.mix[t] for t in tools]
 
+    def count(tool: str, result: str, started: float, finished: float) -> None:
+        if started >= measure_from and finished <= stop_at:
+            tally.outcomes[f"{tool} {result}"] += 1
+            if result == "ok":
+                tally.latencies[tool].append((finished - started) * 1000)
+            elif result != "rate_limited":
+                tally.errors[f"{tool} {result}"] += 1
+        elif result not in ("ok", "rate_limited"):
+            tally.errors[f"warm-up {tool} {result}"] += 1
+
     async def client(index: int, key: str) -> None:
         rng = random.Random(plan.seed * 1000 + index)
         connection = HttpConnection(plan.url, key)
         mine: list[str] = []  # ids this client stored and has not forgotten
-        call_id = 0
+        n = 0
         await asyncio.sleep(max(0.0, start - time.monotonic()) + rng.random())
         try:
             while time.monotonic() < stop_at:
                 tool = rng.choices(tools, weights)[0]
                 if tool in ("update_memory", "forget") and not mine:
                     tool = "remember"
-                namespace = rng.choice(NAMESPACES)
-                if tool == "remember":
-                    text = f"{rng.choice(sentences)} ({index}-{call_id})"
-                    args: dict[str, Any] = {
-                        "content": text,
-                        "namespace": namespace,
-                        "metadata": {"client": index, "n": call_id},
-                    }
-                elif tool == "recall":
-                    args = {"query": rng.choice(queries), "namespace": namespace, "limit": 10}
-                elif tool == "list_memories":
-                    args = {"namespace": namespace, "limit": 20, "offset": rng.choice([0, 0, 20])}
-                elif tool == "update_memory":
-                    args = {"id": rng.choice(mine), "metadata": {"updated": call_id}}
-                else:
-                    args = {"mode": "by_id", "id": mine.pop(rng.randrange(len(mine)))}
-                call_id += 1
+                n += 1
+                text = f"{rng.choice(sentences)} ({index}-{n})"
+                args = arguments(tool, rng, mine, text, rng.choice(queries), n)
                 started = time.monotonic()
                 try:
-                    status, payload = await connection.post(tools_call(call_id, tool, args))
+                    status, payload = await connection.post(tools_call(n, tool, args))
                     result = outcome(status, payload)
                 except Exception as exc:
-                    result = f"exception_{type(exc).__name__}"
-                    payload = b""
-                finished = time.monotonic()
-                if result == "ok" and tool == "remember":
-                    stored = json.loads(payload)["result"]["structuredContent"]
-                    if not stored["deduped"]:
-                        mine.append(stored["id"])
-                if started >= measure_from and finished <= stop_at:
-                    tally.outcomes[f"{tool} {result}"] += 1
-                    if result == "ok":
-                        tally.latencies[tool].append((finished - started) * 1000)
-                    elif result != "rate_limited":
-                        tally.errors[f"{tool} {result}"] += 1
-                elif result not in ("ok", "rate_limited"):
-                    tally.errors[f"warm-up {tool} {result}"] += 1
+                    result, payload = f"exception_{type(exc).__name__}", b""
+                count(tool, result, started, time.monotonic())
+                if result == "ok" and tool == "remember" and (new := stored_id(payload)):
+                    mine.append(new)
                 if result == "rate_limited":
                     await asyncio.sleep(1.0)
         finally:

@@ -200,13 +200,13 @@ def _run(tool: str, call: Callable[[auth.AuthContext], CallToolResult]) -> CallT
     except RecallError as error:
         return failure(error)
     except Exception as exc:
-        error = errors.from_exception(exc)
-        if error.code == errors.Unavailable.code:
+        shown = errors.from_exception(exc)
+        if shown.code == errors.Unavailable.code:
             # Not a bug in this call: logged once per outage, not per call.
             outage.note("tool calls", exc)
         else:
             logger.error("tool failed", extra={"tool": tool, **describe_exception(exc)})
-        return failure(error)
+        return failure(shown)
     else:
         outage.recovered("tool calls")
         return result

@@ -180,39 +180,14 @@ class Recall:
                 message = {**message, "headers": [*message.get("headers", []), *extra_headers]}
             await send(message)
 
-        refused = screen(scope)
-        if refused is not None:
-            await send_json(respond, *refused)
-            return
-        raw_key = bearer(scope)
-        try:
-            caller = await authenticate(raw_key) if raw_key else None
-        except Exception as exc:
-            if not errors.is_outage(exc):
-                raise
-            # Never 401 (that says the key is bad) and never 500: the key may
-            # be fine, and the same request can succeed once the database is back.
-            outage.note("authentication", exc)
-            await send_json(respond, *unavailable())
-            return
+        # Each step answers the refusals that are its own and returns None.
+        caller = await identify(scope, respond)
         if caller is None:
-            await send_json(respond, *unauthorized(raw_key))
             return
-        if not is_json(header(scope, b"content-type")):
-            message = "Send the JSON-RPC message with Content-Type: application/json."
-            await send_json(respond, 415, refusal("validation_failed", message))
+        received = await receive_message(scope, receive, respond)
+        if received is None:
             return
-        body = await read_body(receive)
-        if body is None:  # the client went away
-            return
-        if len(body) > MAX_BODY_BYTES:
-            await send_json(respond, 413, refusal("validation_failed", "Request body too large."))
-            return
-        try:
-            message = jsonrpc.parse(body)
-        except jsonrpc.Invalid as invalid:
-            await send_json(respond, 400, invalid.body())
-            return
+        body, message = received
 
         tool, call_id = tool_called(message)
         if tool is not None:
@@ -235,6 +210,49 @@ class Recall:
         finally:
             auth.current.reset(auth_token)
             context.request_id.reset(rid_token)
+
+
+async def identify(scope: Scope, respond: Send) -> auth.AuthContext | None:
+    """Screen the request and authenticate its key; answer and return None if refused."""
+    refused = screen(scope)
+    if refused is not None:
+        await send_json(respond, *refused)
+        return None
+    raw_key = bearer(scope)
+    try:
+        caller = await authenticate(raw_key) if raw_key else None
+    except Exception as exc:
+        if not errors.is_outage(exc):
+            raise
+        # Never 401 (that says the key is bad) and never 500: the key may be
+        # fine, and the same request can succeed once the database is back.
+        outage.note("authentication", exc)
+        await send_json(respond, *unavailable())
+        return None
+    if caller is None:
+        await send_json(respond, *unauthorized(raw_key))
+    return caller
+
+
+async def receive_message(
+    scope: Scope, receive: Receive, respond: Send
+) -> tuple[bytes, dict[str, Any]] | None:
+    """Read the body and parse its one JSON-RPC message; answer and return None if refused."""
+    if not is_json(header(scope, b"content-type")):
+        message = "Send the JSON-RPC message with Content-Type: application/json."
+        await send_json(respond, 415, refusal("validation_failed", message))
+        return None
+    body = await read_body(receive)
+    if body is None:  # the client went away
+        return None
+    if len(body) > MAX_BODY_BYTES:
+        await send_json(respond, 413, refusal("validation_failed", "Request body too large."))
+        return None
+    try:
+        return body, jsonrpc.parse(body)
+    except jsonrpc.Invalid as invalid:
+        await send_json(respond, 400, invalid.body())
+        return None
 
 
 # helpers ---------------------------------------------------------------------------

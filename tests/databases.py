@@ -49,6 +49,7 @@ class Database:
             stdout=subprocess.PIPE,
             text=True,
         )
+        assert self.process.stdout is not None
         line = self.process.stdout.readline().split()
         assert line, "the embedded server did not start"
         self.host, self.pid = line[0], int(line[1])

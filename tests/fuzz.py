@@ -143,35 +143,35 @@ def from_schema(schema: dict[str, Any], defs: dict[str, Any]) -> st.SearchStrate
         return st.just(schema["const"])
     kind = schema.get("type")
     if kind == "string":
-        low, high = schema.get("minLength", 0), schema.get("maxLength", 200)
-        if "pattern" in schema:
-            return st.one_of(
-                st.sampled_from(NAMESPACES),
-                st.from_regex(schema["pattern"], fullmatch=True).filter(
-                    lambda s: low <= len(s) <= high
-                ),
-            )
-        return st.one_of(
-            st.text(min_size=low, max_size=min(high, 300)),
-            awkward_text.filter(lambda s: low <= len(s) <= high),
-        )
+        return _strings(schema)
     if kind == "integer":
         return st.integers(schema.get("minimum"), schema.get("maximum"))
     if kind == "number":
         return st.floats(
             schema.get("minimum"), schema.get("maximum"), allow_nan=False, allow_infinity=False
         )
-    if kind == "boolean":
-        return st.booleans()
-    if kind == "null":
-        return st.none()
     if kind == "array":
         return st.lists(from_schema(schema.get("items", {}), defs), max_size=5)
     if kind == "object":
         values = schema.get("additionalProperties")
         inner = from_schema(values, defs) if isinstance(values, dict) else json_values
         return st.dictionaries(st.text(max_size=12), inner, max_size=schema.get("maxProperties", 6))
-    return json_values
+    return {"boolean": st.booleans(), "null": st.none()}.get(str(kind), json_values)
+
+
+def _strings(schema: dict[str, Any]) -> st.SearchStrategy[str]:
+    low, high = schema.get("minLength", 0), schema.get("maxLength", 200)
+    if "pattern" in schema:
+        return st.one_of(
+            st.sampled_from(NAMESPACES),
+            st.from_regex(schema["pattern"], fullmatch=True).filter(
+                lambda s: low <= len(s) <= high
+            ),
+        )
+    return st.one_of(
+        st.text(min_size=low, max_size=min(high, 300)),
+        awkward_text.filter(lambda s: low <= len(s) <= high),
+    )
 
 
 def arguments(tool: dict[str, Any], known_ids: list[str]) -> st.SearchStrategy[dict[str, Any]]:
