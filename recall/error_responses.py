@@ -41,6 +41,9 @@ class ErrorResponseMiddleware:
                 f"The service is unavailable right now. Retry in {wait} s.",
             )
             response["Retry-After"] = str(wait)
+            # outage.note() has logged it, once per outage; Django would log
+            # every 503 at error level again.
+            response._has_been_logged = True  # type: ignore[attr-defined]
             return response
         return None
 
