@@ -1,8 +1,9 @@
 """Texts and vectors for the benchmarks: SciFact, LoCoMo, a smoke sample, a cache.
 
 The data's licences forbid copying it into the repository, so it is read from
-``--data`` (layout in /work/shared/data/README.md). Smoke runs use the few
-made-up texts below instead, so that they need no data at all.
+``--data DIR``, a folder laid out as ``python bench/retrieval.py --help`` says.
+Smoke runs use the few made-up texts below instead, so that they need no data
+at all.
 
 Embeddings are cached on disk, outside the repository, by text: a cached
 vector is exactly what the model returned for that text (the local model's

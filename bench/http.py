@@ -1,6 +1,6 @@
 """Load-test the MCP endpoint over HTTP: N concurrent MCP clients on loopback.
 
-    python bench/http.py --data /work/shared/data --repeat 3 --json http.json
+    python bench/http.py --data DIR --repeat 3 --json http.json
     python bench/http.py --profile --concurrency 32 --mix recall-heavy
     python bench/http.py --url http://127.0.0.1:8080/mcp --key recall_live_...
     python bench/http.py --smoke --json smoke.json

@@ -1,6 +1,6 @@
 """Measure retrieval quality through the product's own path: remember, then recall.
 
-    python bench/retrieval.py --data /work/shared/data --json retrieval.json
+    python bench/retrieval.py --data DIR --json retrieval.json
     python bench/retrieval.py --smoke      # seconds, built-in sample, no data
 
 LoCoMo (``locomo10-dev.json``): every turn becomes a memory of its

@@ -1,6 +1,6 @@
 """Measure the memory services and the database as the table grows.
 
-    python bench/scale.py --data /work/shared/data --sizes 10k,100k --json out.json
+    python bench/scale.py --data DIR --sizes 10k,100k --json out.json
     python bench/scale.py --smoke          # seconds, no data: checks that it runs
 
 For each size (memories in the table) and layout (``one`` tenant holding them

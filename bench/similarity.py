@@ -12,9 +12,9 @@ conversation that are not evidence, and random abstracts and abstract
 sentences the claim does not cite.
 
 The data's licences forbid copying it into the repository, so it is read from
-``--data`` (see /work/shared/data/README.md for its layout).
+``--data DIR`` (laid out as ``python bench/retrieval.py --help`` says).
 
-    python bench/similarity.py --data /work/shared/data [--json out.json]
+    python bench/similarity.py --data DIR [--json out.json]
 
 It embeds about 13,000 texts, most of them whole abstracts: some 7 minutes on
 two cores.
