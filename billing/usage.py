@@ -16,9 +16,13 @@ chosen here, unique in the table, so an event whose first write did commit
 buffer is full, or the queue in front of it is (the writer is stuck), is an
 event dropped: counted in ``stats()`` (shown by ``/ready``) and logged.
 
-The same thread also writes API keys' ``last_used_at``, batched: calls note
-the time in memory and each flush hands the latest of each key to
-``accounts.services.record_key_use``.
+The same thread also writes API keys' ``last_used_at``: calls note the time
+in memory, and the writer hands the latest of each key to
+``accounts.services.record_key_use``. A key this process has not written in
+the last ``LAST_USED_INTERVAL`` seconds is written at the next tick (within
+about half a second), so a key's first call shows on the dashboard at once;
+after that its time is written at most once per interval, so a busy key costs
+one UPDATE every 30 seconds, not one per call.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -42,7 +47,7 @@ logger = logging.getLogger(__name__)
 QUEUE_SIZE = 10_000
 BATCH_SIZE = 500
 FLUSH_INTERVAL = 0.5  # seconds between idle checks for last_used_at and shutdown
-LAST_USED_INTERVAL = 30.0  # seconds between last_used_at writes
+LAST_USED_INTERVAL = 30.0  # seconds between two last_used_at writes of one key
 # Seconds a woken writer waits for more events before it writes. A write
 # costs the same round trips (health check, BEGIN with the role switch,
 # INSERT, COMMIT) for one event as for hundreds. Measured at about 60 tool
@@ -69,16 +74,23 @@ class Event:
 
 
 class UsageRecorder:
-    def __init__(self, maxsize: int = QUEUE_SIZE, held_max: int | None = None) -> None:
+    def __init__(
+        self,
+        maxsize: int = QUEUE_SIZE,
+        held_max: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clock = clock  # times last_used_at writes
         self._queue: queue.Queue[Event] = queue.Queue(maxsize=maxsize)
         # Events whose write met an outage, oldest first; only the writer thread touches it.
         self._held: deque[Event] = deque()
         self._held_max = settings.USAGE_BUFFER_EVENTS if held_max is None else held_max
         self._retry_at = 0.0
         self._retry_delay = RETRY_MIN
+        # Times of calls not yet written, and when this process last wrote each key.
         self._last_used: dict[uuid.UUID, datetime] = {}
+        self._last_used_written: dict[uuid.UUID, float] = {}
         self._last_used_lock = threading.Lock()
-        self._last_used_written = time.monotonic()
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -246,11 +258,24 @@ class UsageRecorder:
         return retry
 
     def _write_last_used(self, *, force: bool) -> None:
-        if not force and time.monotonic() - self._last_used_written < LAST_USED_INTERVAL:
-            return
+        """Write the keys that are due (all of them with ``force``)."""
+        now = self._clock()
         with self._last_used_lock:
-            pending, self._last_used = self._last_used, {}
-        self._last_used_written = time.monotonic()
+            # A key missing here was not written within the interval: it is due.
+            written = {
+                key_id: at
+                for key_id, at in self._last_used_written.items()
+                if now - at < LAST_USED_INTERVAL
+            }
+            pending = {
+                key_id: when
+                for key_id, when in self._last_used.items()
+                if force or key_id not in written
+            }
+            for key_id in pending:
+                del self._last_used[key_id]
+                written[key_id] = now
+            self._last_used_written = written
         if not pending:
             return
         from accounts import services

@@ -107,7 +107,7 @@ def build_server() -> MCPServer:
             if rid_token is not None:
                 context.request_id.reset(rid_token)
 
-    return MCPServer(
+    server = MCPServer(
         "recall",
         title="Recall",
         version=_version(),
@@ -122,6 +122,36 @@ def build_server() -> MCPServer:
         # subscriptions/listen streams from 2026-era clients.
         subscriptions=False,
     )
+    withdraw_unserved_capabilities(server)
+    return server
+
+
+# MCPServer always registers handlers for these, and the SDK advertises a
+# capability for every method with a handler. Recall has no prompts and no
+# resources.
+_PROMPT_METHODS = ("prompts/list", "prompts/get")
+_RESOURCE_METHODS = ("resources/list", "resources/templates/list", "resources/read")
+
+
+def withdraw_unserved_capabilities(server: MCPServer) -> None:
+    """Stop ``server`` advertising prompts and resources when it has none.
+
+    A client that sees a capability asks for it: advertised and empty, an
+    unknown prompt name answered -32603 Internal error. Withdrawn, neither is
+    in ``initialize`` or ``server/discover``, and their methods answer -32601
+    Method not found, like any method the server does not offer. The SDK has
+    no public way to unregister a handler; tests/test_mcp_capabilities.py
+    fails if this stops working.
+    """
+    handlers = server._lowlevel_server._request_handlers
+    if not server._prompt_manager.list_prompts():
+        for method in _PROMPT_METHODS:
+            handlers.pop(method, None)
+    if not server._resource_manager.list_resources() and not (
+        server._resource_manager.list_templates()
+    ):
+        for method in _RESOURCE_METHODS:
+            handlers.pop(method, None)
 
 
 async def contain_failures(

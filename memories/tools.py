@@ -313,10 +313,12 @@ def list_memories(
         Field(description="Sort newest first by creation or by last update."),
     ] = "created_at",
 ) -> Annotated[CallToolResult, ListOutput]:
-    """List the memories in a namespace, newest first, a page at a time.
+    """List the memories in one namespace, newest first, a page at a time.
 
-    Use this to review or audit what is stored, or to find an id to update or
-    forget; use recall to search by meaning instead. Returns {"memories":
+    Without a namespace this lists "default" only: memories stored under
+    another namespace are listed by passing that namespace. Use this to review
+    or audit what is stored, or to find an id to update or forget; use recall
+    to search by meaning instead. Returns {"memories":
     [{id, content, namespace, metadata, created_at, updated_at}], "count": n,
     "offset": n}. A page shorter than limit is the last one.
     """

@@ -1,13 +1,20 @@
 """What `recall serve` and `recall stdio` do before serving.
 
-1. Apply migrations, under an advisory lock so that a fleet of app servers
-   starting together migrate once. (On the embedded default, connecting
-   starts the bundled PostgreSQL.)
+1. Apply migrations. (On the embedded default, connecting starts the
+   bundled PostgreSQL.)
 2. Make sure the configured embedding model has its HNSW index, and warn if
    memories embedded by another model are waiting for `manage.py reembed`.
 3. On first run (no users yet), create a first user with a dashboard
    password and an API key, and show them once, with client configuration.
 4. Load the embedding model, so the first request does not pay for it.
+
+Steps 1 to 3 run under one advisory lock, so that processes starting together
+(a fleet of app servers, or `recall serve` and a desktop client's `recall
+stdio`) do them one at a time. Each step creates catalog objects with
+``IF NOT EXISTS`` or after a look, and PostgreSQL's ``IF NOT EXISTS`` is no
+guard against a concurrent creator: both sessions see nothing, both create,
+and the second fails on a catalog unique index (``pg_class_relname_nsp_index``
+for the HNSW index). ``recall/tests/test_startup.py`` forces that interleaving.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import json
 import logging
 import secrets
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -25,7 +34,8 @@ from django.db import connection
 
 logger = logging.getLogger("recall.startup")
 
-_MIGRATION_LOCK = 0x7265_6361_6C6D
+# Any constant works; it only has to be the same in every process.
+_STARTUP_LOCK = 0x7265_6361_6C6D
 
 
 @dataclass
@@ -36,9 +46,10 @@ class FirstRun:
 
 
 def prepare(out: TextIO = sys.stdout, *, announce_urls: bool = True) -> FirstRun | None:
-    migrate()
-    check_embeddings()
-    first = bootstrap()
+    with startup_lock():
+        migrate()
+        check_embeddings()
+        first = bootstrap()
     if first is not None:
         announce(first, out, announce_urls=announce_urls)
     from memories import embeddings
@@ -47,14 +58,20 @@ def prepare(out: TextIO = sys.stdout, *, announce_urls: bool = True) -> FirstRun
     return first
 
 
-def migrate() -> None:
+@contextmanager
+def startup_lock() -> Iterator[None]:
+    """Hold the start-up lock: one process at a time migrates, indexes and bootstraps."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [_MIGRATION_LOCK])
+        cursor.execute("SELECT pg_advisory_lock(%s)", [_STARTUP_LOCK])
     try:
-        call_command("migrate", interactive=False, verbosity=0)
+        yield
     finally:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [_MIGRATION_LOCK])
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [_STARTUP_LOCK])
+
+
+def migrate() -> None:
+    call_command("migrate", interactive=False, verbosity=0)
 
 
 def check_embeddings() -> None:
@@ -71,24 +88,21 @@ def check_embeddings() -> None:
 
 
 def bootstrap() -> FirstRun | None:
-    """Create the first user and key if there are no users at all; else do nothing."""
+    """Create the first user and key if there are no users at all; else do nothing.
+
+    Call it under ``startup_lock()``, or two processes may both find no users.
+    """
     from accounts import services
     from accounts.models import User
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [_MIGRATION_LOCK])
-    try:
-        if User.objects.exists():
-            return None
-        email = settings.RECALL_ADMIN_EMAIL
-        password = secrets.token_urlsafe(12)
-        user = services.create_user(
-            email=email, password=password, tier="free", is_staff=True, is_superuser=True
-        )
-        _, raw = services.issue_key(user=user, name="first key")
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [_MIGRATION_LOCK])
+    if User.objects.exists():
+        return None
+    email = settings.RECALL_ADMIN_EMAIL
+    password = secrets.token_urlsafe(12)
+    user = services.create_user(
+        email=email, password=password, tier="free", is_staff=True, is_superuser=True
+    )
+    _, raw = services.issue_key(user=user, name="first key")
     logger.info("created the first user and API key", extra={"email": email})
     return FirstRun(email=email, password=password, api_key=raw)
 

@@ -91,6 +91,30 @@ def test_last_used_at_is_written_in_one_batch(cast):
     assert used[cast.charlie_key.key.id] is None
 
 
+def test_a_keys_first_call_is_written_at_once_and_then_once_per_interval(cast):
+    from accounts.models import ApiKey
+
+    def last_used():
+        with tenancy.operator():
+            return ApiKey.objects.get(id=cast.alice_key.key.id).last_used_at
+
+    now = [1000.0]
+    recorder = usage.UsageRecorder(clock=lambda: now[0])
+    recorder.touch_key(cast.alice_key.key.id)
+    recorder._write_last_used(force=False)  # the writer's next tick
+    first = last_used()
+    assert first is not None  # no 30-second wait: the Keys page must not say "never"
+
+    recorder.touch_key(cast.alice_key.key.id)
+    now[0] += usage.LAST_USED_INTERVAL - 1
+    recorder._write_last_used(force=False)
+    assert last_used() == first  # written at most once per interval
+
+    now[0] += 1
+    recorder._write_last_used(force=False)
+    assert last_used() > first
+
+
 def test_events_that_arrive_together_are_written_in_one_transaction(
     cast: Cast, monkeypatch: pytest.MonkeyPatch
 ) -> None:

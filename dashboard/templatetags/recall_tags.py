@@ -1,9 +1,11 @@
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django import template
 from django.conf import settings
+from django.utils import timezone
+from django.utils.timesince import timesince
 
 register = template.Library()
 
@@ -44,3 +46,17 @@ def when(value: str | None) -> str:
     except ValueError:
         return value
     return f"{moment:%b} {moment.day}, {moment:%Y %H:%M} UTC"
+
+
+@register.filter
+def last_used(value: datetime | None) -> str:
+    """Say when a key was last used, in the words the Keys page shows.
+
+    The time is written at most every 30 seconds per key (billing/usage.py),
+    so under a minute it is "within the last minute", not "0 minutes ago".
+    """
+    if value is None:
+        return "never"
+    if timezone.now() - value < timedelta(minutes=1):
+        return "within the last minute"
+    return f"{timesince(value)} ago"

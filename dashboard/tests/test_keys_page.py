@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from accounts import auth
+from accounts import services as accounts_services
 from accounts.models import ApiKey
 from recall import tenancy
 
@@ -21,6 +24,20 @@ def test_it_lists_the_users_keys_with_last_used(cast, alice_client):
     assert cast.charlie_key.key.prefix not in text
     assert "never" in text  # last used
     assert not SECRET.search(text)
+
+
+def test_a_key_used_in_the_last_minute_says_so(cast, alice_client):
+    moments = {
+        cast.alice_key.key.id: timezone.now() - timedelta(seconds=5),
+        cast.bob_key.key.id: timezone.now() - timedelta(hours=3),
+    }
+    accounts_services.record_key_use(moments)
+
+    text = alice_client.get(URL).content.decode()
+
+    assert "within the last minute" in text
+    assert "3\xa0hours ago" in text
+    assert "0\xa0minutes" not in text and "never" not in text
 
 
 def test_a_new_key_is_shown_once_and_works(cast, alice_client):

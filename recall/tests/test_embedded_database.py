@@ -11,14 +11,25 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+# Each process starts the server (or joins it), then leaves its mark. With a
+# fourth argument it first says "ready" and waits until that file exists, so a
+# test can release two processes into start() at the same moment.
 SCRIPT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
     import psycopg
     from recall.db import embedded
+    if len(sys.argv) > 4:
+        print("ready", flush=True)
+        while not Path(sys.argv[4]).exists():
+            time.sleep(0.01)
     server = embedded.start(Path(sys.argv[1]))
     with psycopg.connect(host=server.host, port=server.port, user="recall", dbname="recall") as c:
+        # CREATE TABLE IF NOT EXISTS is no guard against a concurrent creator:
+        # both sessions see no table, and the second fails on pg_type's unique
+        # index. Lock, so the test's own table cannot race.
+        c.execute("SELECT pg_advisory_xact_lock(42)")
         c.execute("CREATE TABLE IF NOT EXISTS marks (pid int)")
         c.execute("INSERT INTO marks VALUES (%s)", [int(sys.argv[2])])
         c.commit()
@@ -31,9 +42,12 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def run(data_dir: Path, mark: int, linger: float = 0.0) -> subprocess.Popen[str]:
+def run(
+    data_dir: Path, mark: int, linger: float = 0.0, go: Path | None = None
+) -> subprocess.Popen[str]:
+    barrier = [str(go)] if go is not None else []
     return subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(data_dir), str(mark), str(linger)],
+        [sys.executable, "-c", SCRIPT, str(data_dir), str(mark), str(linger), *barrier],
         cwd=settings.BASE_DIR,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -49,7 +63,14 @@ def postmaster_pid(data_dir: Path) -> int | None:
 
 @pytest.mark.slow
 def test_two_processes_starting_at_once_share_one_server(tmp_path):
-    first, second = run(tmp_path, 1, 2.0), run(tmp_path, 2, 2.0)
+    go = tmp_path / "go"
+    data_dir = tmp_path / "data"
+    first, second = run(data_dir, 1, 2.0, go), run(data_dir, 2, 2.0, go)
+    # Both have imported everything and wait: release them into start() together.
+    assert first.stdout is not None and second.stdout is not None
+    assert first.stdout.readline() == "ready\n"
+    assert second.stdout.readline() == "ready\n"
+    go.touch()
     out1, err1 = first.communicate(timeout=120)
     out2, err2 = second.communicate(timeout=120)
 
@@ -61,7 +82,7 @@ def test_two_processes_starting_at_once_share_one_server(tmp_path):
     assert superuser == "False"  # the app role is not a superuser
     assert version.startswith("0.8")
     # The last process to leave stopped the server.
-    assert postmaster_pid(tmp_path) is None
+    assert postmaster_pid(data_dir) is None
 
 
 @pytest.mark.slow

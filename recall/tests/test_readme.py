@@ -1,0 +1,67 @@
+"""The README's first screens: what a new user copies has to work as written."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import anyio
+import pytest
+from django.conf import settings
+
+from memories.mcp import build_server
+
+README = (settings.BASE_DIR / "README.md").read_text()
+INSTALL_NODE = (settings.BASE_DIR / ".ci" / "install-node").read_text()
+INSPECTOR_PACKAGE = (
+    settings.BASE_DIR / ".ci" / "node" / "node_modules" / "@modelcontextprotocol" / "inspector"
+)
+
+
+def tool_rows() -> dict[str, str]:
+    """Return each tool's row(s) of the README's tool table, continuation rows joined."""
+    rows: dict[str, str] = {}
+    section = README.split("## The tools", 1)[1].split("\n\n", 2)[1]
+    current = ""
+    for line in section.splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        current = cells[0].strip("`") or current
+        rows[current] = rows.get(current, "") + " " + " ".join(cells[1:])
+    return rows
+
+
+def test_every_npx_command_pins_the_version_ci_tests():
+    tested = re.search(r"@modelcontextprotocol/inspector@([0-9.]+)", INSTALL_NODE)
+    assert tested is not None
+    commands = re.findall(r"npx (?:-y )?(\S+)", README)
+
+    assert commands
+    for package in commands:
+        assert package == f"@modelcontextprotocol/inspector@{tested[1]}", package
+
+
+def test_the_readme_states_the_node_version_the_inspector_requires():
+    if not (INSPECTOR_PACKAGE / "package.json").exists():
+        message = "MCP Inspector is not installed: run .ci/install-node"
+        if os.environ.get("RECALL_REQUIRE_NODE") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    engines = json.loads((INSPECTOR_PACKAGE / "package.json").read_text())["engines"]["node"]
+    major, minor = re.fullmatch(r">=(\d+)\.(\d+)\.\d+", engines).groups()
+
+    assert f"Node {major}.{minor} or newer" in README
+
+
+def test_the_tool_table_gives_every_default_an_agent_relies_on():
+    rows = tool_rows()
+    tools = anyio.run(build_server().list_tools)
+
+    assert set(rows) == {tool.name for tool in tools}
+    for tool in tools:
+        for name, schema in tool.input_schema["properties"].items():
+            default = schema.get("default")
+            if default is None:
+                continue
+            described = re.findall(rf"`{name}` \(([^)]*)\)", rows[tool.name])
+            assert any(str(default) in text for text in described), (tool.name, name, default)

@@ -1,0 +1,95 @@
+"""Start-up (`recall.startup.prepare`): processes starting together do its steps one at a time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from memories import embeddings, indexes
+from recall.testing import database_url
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+APPLICATION_NAME = "recall-startup-test"
+
+PREPARE = textwrap.dedent(
+    """
+    import sys
+    import django
+    django.setup()
+    from recall import startup
+    startup.prepare(sys.stderr)
+    """
+)
+
+
+def start_prepare() -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", PREPARE],
+        cwd=settings.BASE_DIR,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "recall.settings",
+            "DATABASE_URL": database_url(),
+            "SECRET_KEY": settings.SECRET_KEY,
+            "API_KEY_SECRET": settings.API_KEY_SECRET,
+            "PGAPPNAME": APPLICATION_NAME,
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def blocked_on_locks(watcher: psycopg.Connection) -> int:
+    """Return how many of the start-up processes' sessions are waiting for a lock."""
+    row = watcher.execute(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE application_name = %s AND wait_event_type = 'Lock'",
+        [APPLICATION_NAME],
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_two_processes_starting_at_once_create_the_vector_index_once(cast):
+    # The HNSW index is missing, as after switching embedding models.
+    model_id, dimensions = embeddings.model_spec()
+    indexes.drop_vector_index(model_id)
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    blocker = psycopg.connect(**params)
+    watcher = psycopg.connect(**params, autocommit=True)
+    first = second = None
+    try:
+        # Hold the table, so that both processes reach the index while the
+        # other one is still starting: the interleaving that used to fail.
+        blocker.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
+        first, second = start_prepare(), start_prepare()
+        deadline = time.monotonic() + 120
+        while blocked_on_locks(watcher) < 2:
+            assert first.poll() is None and second.poll() is None, "a process ended early"
+            assert time.monotonic() < deadline, "the processes never both reached the index"
+            time.sleep(0.05)
+        blocker.rollback()  # both are waiting now: let them go at once
+
+        _, err1 = first.communicate(timeout=120)
+        _, err2 = second.communicate(timeout=120)
+        assert first.returncode == 0, err1
+        assert second.returncode == 0, err2
+        assert "UniqueViolation" not in err1 + err2
+        assert model_id in indexes.existing_models()
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+        blocker.close()
+        watcher.close()
+        indexes.ensure_vector_index(model_id, dimensions)
