@@ -3,7 +3,8 @@
 One rule for every transport. The HTTP gate (for each ``tools/call``), the
 stdio server (for each tool call) and the self-service key API (for each
 request) call ``admit()`` and act on the ``Admission`` it returns: the
-``RateLimit-*`` headers go on the response either way; a refusal is answered
+``RateLimit-*`` headers go on the response either way (a key of the Unlimited
+tier has none, and is never refused); a refusal is answered
 with ``Admission.error`` and ``Retry-After``, and a refused tool call leaves
 the usage event ``Admission.event`` for the transport to record. The tool
 never runs.
@@ -49,7 +50,11 @@ def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "")
     usage event that consumed no tokens. Other requests (the key API) leave
     no usage event.
     """
-    capacity, refill_per_s = ratelimit.limit_for_tier(caller.tier)
+    limit = ratelimit.limit_for_tier(caller.tier)
+    if limit is None:
+        # The Unlimited tier: no bucket, and no RateLimit-* headers to describe one.
+        return Admission(retry_after=0, headers={})
+    capacity, refill_per_s = limit
     decision = ratelimit.get_rate_limiter().check(
         f"key:{caller.api_key_id}", capacity, refill_per_s
     )

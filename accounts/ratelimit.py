@@ -332,17 +332,20 @@ class FailoverRateLimiter:
         self.fallback.close()
 
 
-def limit_for_tier(tier: str) -> tuple[int, float]:
-    """Return ``(capacity, refill_per_s)`` for a billing tier.
+def limit_for_tier(tier: str) -> tuple[int, float] | None:
+    """Return ``(capacity, refill_per_s)`` for a tier, or None for a tier without a limit.
 
     The capacity is the whole allowance for one period (``RATE_LIMITS``), so
     an idle client may spend it at once; after that it refills at the steady
     rate of allowance per period.
     """
     try:
-        count, period = settings.RATE_LIMITS[tier]
+        limit = settings.RATE_LIMITS[tier]
     except KeyError:
         raise ValueError(f"No rate limit configured for tier {tier!r}") from None
+    if limit is None:
+        return None
+    count, period = limit
     return count, count / period
 
 

@@ -152,21 +152,27 @@ def list_own_keys(*, user_id: uuid.UUID | str, limit: int = 100) -> list[ApiKey]
 class RateLimit:
     tier: str
     label: str
-    calls: int
-    period_s: int
+    calls: int | None  # None: no limit
+    period_s: int | None
 
     @property
     def rate(self) -> str:
-        """Say the rate as people do: "10 per minute"."""
+        """Say the rate as people do: "10 per minute", or "no limit"."""
+        if self.calls is None or self.period_s is None:
+            return "no limit"
         unit = {1: "second", 60: "minute", 3600: "hour"}.get(self.period_s, f"{self.period_s} s")
         return f"{self.calls} per {unit}"
 
 
+def rate_limit(tier: str) -> RateLimit:
+    """Return one tier's rate limit."""
+    calls, period_s = settings.RATE_LIMITS[tier] or (None, None)
+    return RateLimit(tier, tiers.Tier(tier).label, calls, period_s)
+
+
 def rate_limits() -> list[RateLimit]:
     """Return every tier's rate limit, from the least capable tier to the most."""
-    return [
-        RateLimit(tier.value, tier.label, *settings.RATE_LIMITS[tier.value]) for tier in tiers.ORDER
-    ]
+    return [rate_limit(tier.value) for tier in tiers.ORDER]
 
 
 # Lookups for the CLI and the auth cache, on the operator path --------------------

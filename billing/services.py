@@ -20,6 +20,10 @@ How a Stripe subscription becomes a tier
     Prices map to tiers through ``STRIPE_PRICE_TO_TIER``. A subscription
     whose price is not in the map is stored but does not change the tier
     while it is active: it is logged, for an operator to add the price.
+
+Billing sets only the tiers it sells (``tiers.BILLABLE``). A user an operator
+has put on the Unlimited tier keeps it whatever Stripe or MCPize say; the
+delivery is recorded and logged, and the operator changes the tier by hand.
 """
 
 from __future__ import annotations
@@ -220,6 +224,9 @@ def sync_tier(*, user_id: uuid.UUID | str) -> str | None:
         if tiers.rank(tier) > tiers.rank(best):
             best = tier
     user = User.objects.filter(id=user_id).only("tier").first()
+    if user is not None and not tiers.is_billable(user.tier):
+        _leave_operator_grant(user, source="stripe", billed=best)
+        return None
     if user is not None and user.tier != best:
         accounts_services.set_user_tier(user_id=user_id, tier=best)
         logger.info(
@@ -271,21 +278,34 @@ def _user_by_email(email: object) -> User | None:
 
 def apply_mcpize_tier(*, user_id: object, tier: object, delivery_key: str | None) -> bool:
     """Set a user's tier as MCPize says (operator path). Return False for a replayed delivery."""
-    tier = accounts_services.check_tier(tier)
+    if tier not in tiers.BILLABLE:
+        raise ValidationFailed("tier must be one of " + ", ".join(tiers.BILLABLE) + ".")
+    tier = str(tier)
     try:
         uid = uuid.UUID(str(user_id))
     except ValueError:
         raise ValidationFailed("userId must be a Recall user id (a UUID).") from None
     with tenancy.operator():
-        if not User.objects.filter(id=uid).exists():
+        user = User.objects.filter(id=uid).only("tier").first()
+        if user is None:
             raise NotFound("No user with this userId.")
         if delivery_key and not claim_delivery(
             source="mcpize", event_id=delivery_key, event_type="subscription"
         ):
             return False
+        if not tiers.is_billable(user.tier):
+            _leave_operator_grant(user, source="mcpize", billed=tier)
+            return True
         accounts_services.set_user_tier(user_id=uid, tier=tier)
     logger.info("tier changed by mcpize", extra={"user_id": str(uid), "to": tier})
     return True
+
+
+def _leave_operator_grant(user: User, *, source: str, billed: str) -> None:
+    logger.info(
+        "tier left alone: granted by an operator",
+        extra={"user_id": str(user.id), "tier": user.tier, "source": source, "billed": billed},
+    )
 
 
 # Usage events --------------------------------------------------------------------

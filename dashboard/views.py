@@ -224,6 +224,8 @@ def plan(request: AuthenticatedRequest) -> HttpResponse:
             "current": limit.tier == user.tier,
         }
         for limit in accounts_services.rate_limits()
+        # Unlimited is granted, not sold: shown only to those who have it.
+        if tiers.is_billable(limit.tier) or limit.tier == user.tier
     ]
     return render(
         request,
@@ -231,6 +233,7 @@ def plan(request: AuthenticatedRequest) -> HttpResponse:
         {
             "section": "plan",
             "tier_label": tiers.Tier(user.tier).label,
+            "granted": not tiers.is_billable(user.tier),
             "rows": rows,
             "offers": offers,
             "stripe": checkout.is_configured(),

@@ -4,6 +4,7 @@
     recall stdio                 serve the same tools over stdio, as RECALL_API_KEY's user
     recall create-user EMAIL     create a user (--tier, --password, --staff)
     recall create-key EMAIL      issue an API key, printed once (--name, --tier)
+    recall set-tier EMAIL TIER   set a user's tier and their keys' (free ... team, unlimited)
     recall list-keys [EMAIL]     list keys without their secrets (--all for revoked too)
     recall revoke-key ID|PREFIX  revoke a key
     recall manage ...            any Django management command (migrate, reembed, ...)
@@ -23,6 +24,7 @@ import sys
 ADMIN_COMMANDS = {
     "create-user": "create_user",
     "create-key": "create_key",
+    "set-tier": "set_tier",
     "list-keys": "list_keys",
     "revoke-key": "revoke_key",
 }

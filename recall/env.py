@@ -150,6 +150,39 @@ def database_url(name: str) -> dict[str, Any]:
     return config
 
 
+# pg_ctl starts PostgreSQL through /bin/sh, with the socket directory (the
+# data directory) unquoted in its -o options: a space or a shell character in
+# the path splits or rewrites the command, and the server does not start.
+_SHELL_UNSAFE = re.compile(r"""[\s'"\\$`;&|<>(){}\[\]*?!#]""")
+
+
+def data_directory(name: str, *, embedded: bool) -> Path:
+    """Return the data directory: ``name`` if set, else ``$XDG_DATA_HOME/recall``.
+
+    ``~/.local/share/recall`` without XDG_DATA_HOME, on macOS too, where
+    platformdirs would say "~/Library/Application Support", whose space the
+    embedded PostgreSQL cannot start in. For the embedded database the path
+    must not hold whitespace or shell characters (see _SHELL_UNSAFE).
+    """
+    raw = string(name)
+    if raw:
+        path = Path(raw).expanduser()
+    elif os.name == "nt":
+        import platformdirs
+
+        path = Path(platformdirs.user_data_dir("recall", appauthor=False))
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME", "").strip()
+        path = (Path(xdg) if xdg else Path.home() / ".local" / "share") / "recall"
+    if embedded and os.name != "nt" and _SHELL_UNSAFE.search(str(path.resolve())):
+        raise ImproperlyConfigured(
+            f"{name} must be a path without spaces or shell characters such as ' \" $ ; & "
+            f"for the embedded PostgreSQL, which cannot start in one; got {str(path)!r}. "
+            "Choose another directory, e.g. ~/recall-data."
+        )
+    return path
+
+
 def persisted_secret(path: Path) -> str:
     """Return the secret stored at ``path``, creating it (mode 0600) on first use.
 

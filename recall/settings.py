@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 from django.core.exceptions import ImproperlyConfigured
 
 from recall import env
@@ -18,12 +17,10 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env.boolean("DEBUG", False)
 
-# Where the single-machine default keeps its database and generated secrets.
-RECALL_DATA_DIR = Path(
-    env.string("RECALL_DATA_DIR") or platformdirs.user_data_dir("recall", appauthor=False)
-).expanduser()
-
 EMBEDDED_DATABASE = not env.is_set("DATABASE_URL")
+
+# Where the single-machine default keeps its database and generated secrets.
+RECALL_DATA_DIR = env.data_directory("RECALL_DATA_DIR", embedded=EMBEDDED_DATABASE)
 
 
 def _secret(name: str, filename: str) -> str:
@@ -193,11 +190,13 @@ FORGET_TOKEN_TTL_SECONDS = env.integer("FORGET_TOKEN_TTL_SECONDS", 300, low=10, 
 # otherwise each process limits on its own (see accounts/ratelimit.py).
 REDIS_URL = env.redis_url("REDIS_URL")
 # (requests, per seconds) by tier. The whole allowance may be used as a burst.
-RATE_LIMITS = {
+# None: no limit (the Unlimited tier, which an operator grants; accounts/tiers.py).
+RATE_LIMITS: dict[str, tuple[int, int] | None] = {
     "free": env.rate("RATE_LIMIT_FREE", "10/min"),
     "starter": env.rate("RATE_LIMIT_STARTER", "60/min"),
     "pro": env.rate("RATE_LIMIT_PRO", "60/min"),
     "team": env.rate("RATE_LIMIT_TEAM", "60/min"),
+    "unlimited": None,
 }
 
 # Serving --------------------------------------------------------------------------
@@ -216,8 +215,12 @@ WORKER_THREADS = env.integer("WORKER_THREADS", 16, low=1, high=256)
 REQUEST_TIMEOUT_SECONDS = env.number("REQUEST_TIMEOUT_SECONDS", 30.0, low=0.5, high=3600.0)
 # Usage events held in memory while the database is down (billing/usage.py).
 USAGE_BUFFER_EVENTS = env.integer("USAGE_BUFFER_EVENTS", 100_000, low=0, high=10_000_000)
-# The first user `recall serve` creates on an empty database.
+# The first user `recall serve` creates on an empty database, and their tier:
+# on one's own machine the operator is not throttled by a tier sold to others.
 RECALL_ADMIN_EMAIL = env.string("RECALL_ADMIN_EMAIL", "admin@localhost")
+RECALL_ADMIN_TIER = env.choice(
+    "RECALL_ADMIN_TIER", "unlimited", ["free", "starter", "pro", "team", "unlimited"]
+)
 # The API key `recall stdio` acts as.
 RECALL_API_KEY = env.string("RECALL_API_KEY")
 

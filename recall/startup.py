@@ -26,11 +26,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
+
+from recall import env as env_module
 
 logger = logging.getLogger("recall.startup")
 
@@ -43,6 +46,7 @@ class FirstRun:
     email: str
     password: str
     api_key: str
+    tier: str
 
 
 def prepare(out: TextIO = sys.stdout, *, announce_urls: bool = True) -> FirstRun | None:
@@ -98,13 +102,14 @@ def bootstrap() -> FirstRun | None:
     if User.objects.exists():
         return None
     email = settings.RECALL_ADMIN_EMAIL
+    tier = settings.RECALL_ADMIN_TIER
     password = secrets.token_urlsafe(12)
     user = services.create_user(
-        email=email, password=password, tier="free", is_staff=True, is_superuser=True
+        email=email, password=password, tier=tier, is_staff=True, is_superuser=True
     )
     _, raw = services.issue_key(user=user, name="first key")
-    logger.info("created the first user and API key", extra={"email": email})
-    return FirstRun(email=email, password=password, api_key=raw)
+    logger.info("created the first user and API key", extra={"email": email, "tier": tier})
+    return FirstRun(email=email, password=password, api_key=raw, tier=tier)
 
 
 def announce(first: FirstRun, out: TextIO, *, announce_urls: bool = True) -> None:
@@ -117,12 +122,13 @@ def announce(first: FirstRun, out: TextIO, *, announce_urls: bool = True) -> Non
             }
         }
     }
+    stdio_env, withheld = stdio_environment(first.api_key)
     desktop_config = {
         "mcpServers": {
             "recall": {
                 "command": sys.executable,
                 "args": ["-m", "recall", "stdio"],
-                "env": {"RECALL_API_KEY": first.api_key},
+                "env": stdio_env,
             }
         }
     }
@@ -134,16 +140,65 @@ def announce(first: FirstRun, out: TextIO, *, announce_urls: bool = True) -> Non
         f"  Dashboard:  {base}/  (sign in as {first.email} / {first.password})"
         if announce_urls
         else f"  Dashboard sign-in: {first.email} / {first.password}",
+        f"  Tier:       {describe_tier(first.tier)}"
+        " (RECALL_ADMIN_TIER chooses it before the first run)",
+        f"  Data:       {data_directory()}  (RECALL_DATA_DIR)"
+        if settings.EMBEDDED_DATABASE
+        else "  Database:   DATABASE_URL",
         "",
         "Cursor (~/.cursor/mcp.json), or any client that speaks Streamable HTTP:",
         json.dumps(cursor_config, indent=2),
         "",
-        "Claude Desktop (claude_desktop_config.json), over stdio:",
+        "Claude Desktop (claude_desktop_config.json), over stdio on this machine,"
+        " with this server's data:",
         json.dumps(desktop_config, indent=2),
         "",
     ]
+    if withheld:
+        lines[-1:-1] = [
+            f"Fill in the <...> entries with this server's own {', '.join(withheld)}:"
+            " secrets are not printed.",
+        ]
     out.write("\n".join(lines) + "\n")
     out.flush()
+
+
+def stdio_environment(api_key: str) -> tuple[dict[str, str], list[str]]:
+    """Return the environment `recall stdio` needs to reach this server's database and keys.
+
+    A desktop client starts `recall stdio` with only the variables its
+    configuration names, not the shell's that started `recall serve`. On the
+    embedded default that is the data directory, which holds the database and
+    the generated secrets. With an external database it is DATABASE_URL and
+    the two secrets, whose values are not printed: they come back as
+    ``<this server's NAME>`` and their names in the second item.
+    """
+    env = {"RECALL_API_KEY": api_key}
+    names = ["SECRET_KEY", "API_KEY_SECRET"]
+    if settings.EMBEDDED_DATABASE:
+        env["RECALL_DATA_DIR"] = data_directory()
+        withheld = [name for name in names if env_module.is_set(name)]
+    else:
+        withheld = ["DATABASE_URL", *names]
+    env.update({name: f"<this server's {name}>" for name in withheld})
+    return env, withheld
+
+
+def data_directory() -> str:
+    """Return the data directory as an absolute path, which holds from any working directory."""
+    return str(Path(settings.RECALL_DATA_DIR).expanduser().resolve())
+
+
+def describe_tier(tier: str) -> str:
+    """Say what a tier allows: "Unlimited: no rate limit, no memory quota"."""
+    from accounts import services as accounts_services
+    from memories import services as memory_services
+
+    limit = accounts_services.rate_limit(tier)
+    quota = memory_services.memory_limit(tier)
+    rate = "no rate limit" if limit.calls is None else f"rate limit {limit.rate}"
+    memories = "no memory quota" if quota is None else f"at most {quota} memories"
+    return f"{limit.label}: {rate}, {memories}"
 
 
 def _display_host() -> str:

@@ -15,6 +15,7 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 
+from accounts import auth
 from accounts.models import ApiKey, User
 from recall import tenancy
 from recall.testing import free_port
@@ -93,7 +94,7 @@ def test_serve_starts_everything_on_a_fresh_machine_and_stops_cleanly(tmp_path):
 
 
 @pytest.mark.django_db
-def test_operators_create_users_and_keys_and_revoke_them(capsys):
+def test_operators_create_users_and_keys_set_tiers_and_revoke_keys(capsys):
     call_command("create_user", "dana@example.com", "--tier", "pro")
     assert "Created user dana@example.com (pro)" in capsys.readouterr().out
 
@@ -107,12 +108,16 @@ def test_operators_create_users_and_keys_and_revoke_them(capsys):
     listed = capsys.readouterr().out
     assert raw[:20] in listed and raw not in listed and "pro" in listed and "1 keys." in listed
 
+    call_command("set_tier", "dana@example.com", "unlimited")
+    assert "now unlimited" in capsys.readouterr().out
+    assert auth.authenticate(raw).tier == "unlimited"
+
     call_command("revoke_key", raw[:20])
     assert "Revoked key" in capsys.readouterr().out
     assert ApiKey.objects.for_key(raw) is None
     with tenancy.operator():
         assert ApiKey.objects.get(user__email="dana@example.com").revoked_at is not None
-    assert User.objects.get(email="dana@example.com").tier == "pro"
+    assert User.objects.get(email="dana@example.com").tier == "unlimited"
 
 
 @pytest.mark.django_db
@@ -126,6 +131,8 @@ def test_operator_commands_explain_their_errors():
         call_command("create_user", "Erin@example.com")
     with pytest.raises(CommandError, match="No API key matches"):
         call_command("revoke_key", "recall_live_nothing")
+    with pytest.raises(CommandError, match="No user with email"):
+        call_command("set_tier", "nobody@example.com", "pro")
 
 
 def test_the_cli_explains_itself():

@@ -8,8 +8,10 @@ import pytest
 
 from accounts import admission, auth, ratelimit
 from accounts.auth import AuthContext
+from accounts.models import ApiKey
 from accounts.ratelimit import InMemoryRateLimiter
 from accounts.tests.conftest import FakeClock
+from recall import tenancy
 
 
 @pytest.fixture
@@ -41,6 +43,20 @@ def test_it_admits_a_call_and_describes_the_bucket(alice, limiter):
         "RateLimit-Remaining": "9",
         "RateLimit-Reset": "6",
     }
+
+
+def test_an_unlimited_key_is_never_refused_and_has_no_bucket(cast, limiter, settings):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "free": (1, 3600)}
+    type(cast.alice).objects.filter(id=cast.alice.id).update(tier="unlimited")
+    with tenancy.operator():
+        ApiKey.objects.filter(id=cast.alice_key.key.id).update(tier="unlimited")
+    caller = auth.authenticate(cast.alice_key.raw)
+    assert caller is not None and caller.tier == "unlimited"
+
+    decisions = [admission.admit(caller, tool="recall") for _ in range(100)]
+
+    assert all(d.allowed and d.headers == {} and d.event is None for d in decisions)
+    assert admission.admit(auth.authenticate(cast.charlie_key.raw)).headers != {}
 
 
 def test_it_refuses_a_tool_call_past_the_limit_with_retry_after_and_a_usage_event(alice, limiter):

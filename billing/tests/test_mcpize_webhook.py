@@ -214,3 +214,22 @@ def test_an_oversized_body_is_refused_without_an_error_log(client, caplog, setti
 
     assert response.status_code == 413
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_it_cannot_grant_the_unlimited_tier(cast, client):
+    response = post(client, {"userId": str(cast.alice.id), "tier": "unlimited"})
+
+    assert response.status_code == 400
+    assert "tier must be one of free, starter, pro, team" in response.json()["error"]["message"]
+    assert tier_of(cast.alice) == "free"
+
+
+def test_it_leaves_a_tier_the_operator_granted_alone(cast, client, caplog):
+    User.objects.filter(id=cast.alice.id).update(tier="unlimited")
+
+    with caplog.at_level(logging.INFO, logger="billing.services"):
+        response = post(client, {"userId": str(cast.alice.id), "tier": "starter"})
+
+    assert response.status_code == 200
+    assert tier_of(cast.alice) == "unlimited"
+    assert "tier left alone: granted by an operator" in caplog.text

@@ -117,6 +117,22 @@ def test_a_deleted_subscription_drops_the_user_to_free(linked, client):
     assert key_tiers(linked.alice) == {"free"}
 
 
+def test_billing_leaves_a_tier_the_operator_granted_alone(linked, client, caplog):
+    User.objects.filter(id=linked.alice.id).update(tier="unlimited")
+    now = int(time.time())
+
+    with caplog.at_level(logging.INFO, logger="billing.services"):
+        deliver(client, subscription(price="price_pro", created=now - 10))
+        deliver(
+            client,
+            subscription("customer.subscription.deleted", status="canceled", created=now),
+        )
+
+    assert tier_of(linked.alice) == "unlimited"  # not dropped to free by a cancellation
+    assert "tier left alone: granted by an operator" in caplog.text
+    assert Subscription.objects.get(user=linked.alice).status == "canceled"  # still recorded
+
+
 @pytest.mark.parametrize("status", ["unpaid", "canceled", "incomplete_expired"])
 def test_an_unpaid_or_ended_subscription_drops_the_user_to_free(linked, client, status):
     now = int(time.time())

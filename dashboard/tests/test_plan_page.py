@@ -27,6 +27,18 @@ def test_it_shows_the_current_tier_and_the_limits(cast, alice_client):
     assert "unlimited" in text
 
 
+def test_the_unlimited_tier_is_shown_only_to_those_granted_it(cast, alice_client, fake_stripe):
+    assert "Unlimited" not in alice_client.get(URL).content.decode()
+
+    type(cast.alice).objects.filter(id=cast.alice.id).update(tier="unlimited")
+    text = alice_client.get(URL).content.decode()
+
+    assert "data-current-tier>Unlimited<" in text
+    assert "no limit" in text
+    assert "granted by this server's operator" in text
+    assert "Upgrade" not in text
+
+
 def test_without_stripe_it_offers_no_upgrade(cast, alice_client):
     text = alice_client.get(URL).content.decode()
 

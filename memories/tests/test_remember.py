@@ -121,9 +121,10 @@ def test_a_duplicate_at_the_limit_is_deduplicated_not_refused(cast):
 
 
 @override_settings(FREE_TIER_MAX_MEMORIES=2)
-def test_paid_tiers_are_unlimited(cast):
+@pytest.mark.parametrize("tier", [Tier.PRO, Tier.UNLIMITED])
+def test_paid_and_granted_tiers_have_no_memory_quota(cast, tier):
     for n in range(4):
-        services.remember(user_id=cast.alice.id, tier=Tier.PRO, content=f"paid memory {n}")
+        services.remember(user_id=cast.alice.id, tier=tier, content=f"kept memory {n}")
     assert count_rows(cast.alice.id) == 4
 
 

@@ -20,6 +20,9 @@ from recall.testing import load_settings
         ({"LOG_LEVEL": "verbose"}, "LOG_LEVEL"),
         ({"DATABASE_URL": "mysql://u:p@h/db"}, "DATABASE_URL"),
         ({"DATABASE_URL": "not a url"}, "DATABASE_URL"),
+        # The embedded PostgreSQL cannot start in such a path (recall/env.py).
+        ({"RECALL_DATA_DIR": "/srv/Application Support/recall"}, "RECALL_DATA_DIR"),
+        ({"RECALL_DATA_DIR": "/srv/recall;data"}, "RECALL_DATA_DIR"),
     ],
 )
 def test_a_bad_value_fails_at_start_up_naming_the_variable(environment, named):
@@ -50,4 +53,27 @@ def test_good_values_load(tmp_path):
     result = load_settings(
         DEBUG="true", HNSW_EF_SEARCH="64", RECALL_DATA_DIR=str(tmp_path), LOG_LEVEL="warn"
     )
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_default_data_directory_is_the_xdg_one_without_spaces(tmp_path):
+    code = "import recall.settings as s; print(s.RECALL_DATA_DIR)"
+    home = tmp_path / "home"
+    default = load_settings(code, HOME=str(home), RECALL_DATA_DIR="", XDG_DATA_HOME="")
+    xdg = load_settings(
+        code, HOME=str(home), RECALL_DATA_DIR="", XDG_DATA_HOME=str(tmp_path / "xdg")
+    )
+
+    assert default.stdout.strip() == str(home / ".local" / "share" / "recall"), default.stderr
+    assert xdg.stdout.strip() == str(tmp_path / "xdg" / "recall"), xdg.stderr
+
+
+def test_a_data_directory_with_a_space_is_fine_with_an_external_database(tmp_path):
+    result = load_settings(
+        RECALL_DATA_DIR=str(tmp_path / "Application Support"),
+        DATABASE_URL="postgres://u:p@db.example.com/recall",
+        SECRET_KEY="s",
+        API_KEY_SECRET="k",
+    )
+
     assert result.returncode == 0, result.stderr

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
 
+from accounts import auth
+from accounts.models import User
 from memories import embeddings, indexes
+from recall import startup
 from recall.testing import database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -93,3 +99,63 @@ def test_two_processes_starting_at_once_create_the_vector_index_once(cast):
         blocker.close()
         watcher.close()
         indexes.ensure_vector_index(model_id, dimensions)
+
+
+def desktop_env(banner: str) -> dict[str, str]:
+    start = banner.index("{", banner.index("Claude Desktop"))
+    config, _ = json.JSONDecoder().raw_decode(banner, start)
+    return config["mcpServers"]["recall"]["env"]
+
+
+def test_the_first_user_is_unlimited_and_the_banner_says_so_and_where_the_data_is(
+    settings, monkeypatch, tmp_path
+):
+    monkeypatch.chdir(tmp_path)
+    settings.RECALL_DATA_DIR = Path("relative-data")  # as RECALL_DATA_DIR=relative would be
+    first = startup.bootstrap()
+    assert first is not None
+    out = io.StringIO()
+
+    startup.announce(first, out)
+
+    banner = out.getvalue()
+    user = User.objects.get(email="admin@localhost")
+    caller = auth.authenticate(first.api_key)
+    assert user.tier == "unlimited" and caller is not None and caller.tier == "unlimited"
+    assert "Tier:       Unlimited: no rate limit, no memory quota" in banner
+    data_dir = str(tmp_path / "relative-data")
+    assert f"Data:       {data_dir}  (RECALL_DATA_DIR)" in banner
+    # A desktop client starts the command without the server's environment.
+    assert desktop_env(banner) == {"RECALL_API_KEY": first.api_key, "RECALL_DATA_DIR": data_dir}
+    assert startup.bootstrap() is None  # once only
+
+
+def test_the_operator_can_choose_the_first_users_tier(settings):
+    settings.RECALL_ADMIN_TIER = "free"
+
+    first = startup.bootstrap()
+    assert first is not None
+    out = io.StringIO()
+    startup.announce(first, out)
+
+    assert User.objects.get(email="admin@localhost").tier == "free"
+    assert "Tier:       Free: rate limit 10 per minute, at most 100 memories" in out.getvalue()
+
+
+def test_with_an_external_database_the_banner_names_the_settings_but_prints_no_secret(settings):
+    settings.EMBEDDED_DATABASE = False
+    first = startup.bootstrap()
+    assert first is not None
+    out = io.StringIO()
+
+    startup.announce(first, out)
+
+    banner = out.getvalue()
+    assert desktop_env(banner) == {
+        "RECALL_API_KEY": first.api_key,
+        "DATABASE_URL": "<this server's DATABASE_URL>",
+        "SECRET_KEY": "<this server's SECRET_KEY>",
+        "API_KEY_SECRET": "<this server's API_KEY_SECRET>",
+    }
+    assert "Fill in the <...> entries" in banner
+    assert settings.SECRET_KEY not in banner and settings.API_KEY_SECRET not in banner

@@ -1,0 +1,179 @@
+"""A new self-hoster's first ten minutes: `recall serve` on a fresh machine, then what it printed.
+
+One server for the module, in a data directory that is not the default one,
+as a user who set RECALL_DATA_DIR would have. Each test follows the banner's
+instructions the way a person would, and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from django.conf import settings
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from recall.testing import free_port
+from tests.clients import raw_call
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class FirstRun:
+    url: str
+    banner: str
+    home: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def api_key(self) -> str:
+        match = re.search(r"API key:\s+(recall_live_[A-Za-z0-9_-]{32})", self.banner)
+        assert match, self.banner
+        return match[1]
+
+    @property
+    def password(self) -> str:
+        match = re.search(r"sign in as admin@localhost / (\S+)\)", self.banner)
+        assert match, self.banner
+        return match[1]
+
+    def config(self, heading: str) -> dict[str, Any]:
+        """Return the client configuration the banner printed under ``heading``."""
+        start = self.banner.index(heading)
+        config, _ = json.JSONDecoder().raw_decode(self.banner, self.banner.index("{", start))
+        return config
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FirstRun]:
+    data_dir = tmp_path_factory.mktemp("first-run") / "my-recall-data"
+    home = tmp_path_factory.mktemp("home")
+    port = free_port()
+    banner = tmp_path_factory.mktemp("out") / "banner.txt"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
+    }
+    env.update(RECALL_DATA_DIR=str(data_dir), PORT=str(port))
+    log_path = banner.with_name("server.log")
+    with banner.open("wb") as out, log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "recall", "serve"],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdout=out,
+            stderr=log,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert process.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "recall serve did not become ready"
+            try:
+                if httpx2.get(f"{url}/ready").status_code == 200:
+                    break
+            except httpx2.TransportError:
+                pass
+            time.sleep(0.3)
+        yield FirstRun(url, banner.read_text(), home, process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def run_desktop_client(first_run: FirstRun, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    """Launch the printed Claude Desktop configuration as Claude Desktop does.
+
+    Claude Desktop starts the command with its own environment, not the shell
+    that ran `recall serve`: only PATH, a HOME, and the configuration's env.
+    """
+    server = first_run.config("Claude Desktop")["mcpServers"]["recall"]
+    params = StdioServerParameters(
+        command=server["command"],
+        args=server["args"],
+        env={"PATH": os.environ["PATH"], "HOME": str(first_run.home), **server["env"]},
+    )
+
+    async def session() -> list[Any]:
+        async with Client(params, mode="legacy") as client:
+            return [await client.call_tool(name, arguments) for name, arguments in calls]
+
+    return anyio.run(session)
+
+
+def test_the_printed_desktop_configuration_shares_the_servers_memories(first_run):
+    stored, listed = run_desktop_client(
+        first_run,
+        [
+            ("remember", {"content": "The user's favourite editor is Helix.", "namespace": "fr"}),
+            ("list_memories", {"namespace": "fr"}),
+        ],
+    )
+
+    assert not stored.is_error, stored
+    assert [m["content"] for m in listed.structured_content["memories"]] == [
+        "The user's favourite editor is Helix."
+    ]
+    # The HTTP server sees the same memory: one database, not a second one.
+    found = raw_call(
+        f"{first_run.url}/mcp",
+        first_run.api_key,
+        "list_memories",
+        {"namespace": "fr"},
+    ).json()["result"]["structuredContent"]["memories"]
+    assert [m["content"] for m in found] == ["The user's favourite editor is Helix."]
+    # No second embedded database in the default data directory.
+    assert not (first_run.home / ".local" / "share" / "recall").exists()
+
+
+def test_the_first_user_is_not_throttled_and_the_banner_says_why(first_run):
+    assert "Tier:       Unlimited" in first_run.banner
+    assert "RECALL_ADMIN_TIER" in first_run.banner
+
+    statuses = [
+        raw_call(f"{first_run.url}/mcp", first_run.api_key, "list_memories", {}).status_code
+        for _ in range(40)
+    ]
+
+    assert statuses == [200] * 40  # the free tier would have refused the eleventh
+
+
+def test_the_keys_page_shows_the_key_as_used_right_after_calls(first_run):
+    with httpx2.Client(base_url=first_run.url, follow_redirects=True) as browser:
+        login = browser.get("/login/")
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text)
+        assert csrf, login.text
+        signed_in = browser.post(
+            "/login/",
+            data={
+                "csrfmiddlewaretoken": csrf[1],
+                "username": "admin@localhost",
+                "password": first_run.password,
+            },
+            headers={"Referer": f"{first_run.url}/login/"},
+        )
+        assert signed_in.status_code == 200
+        raw_call(f"{first_run.url}/mcp", first_run.api_key, "list_memories", {})
+
+        deadline = time.monotonic() + 10
+        while "within the last minute" not in (page := browser.get("/keys/").text):
+            assert time.monotonic() < deadline, page
+            time.sleep(0.2)
