@@ -7,6 +7,8 @@
     recall set-tier EMAIL TIER   set a user's tier and their keys' (free ... team, unlimited)
     recall list-keys [EMAIL]     list keys without their secrets (--all for revoked too)
     recall revoke-key ID|PREFIX  revoke a key
+    recall doctor                check the data directory, database, roles, row-level security,
+                                 model files, Redis and webhooks; exit 1 on a problem
     recall manage ...            any Django management command (migrate, reembed, ...)
 
 With DATABASE_URL unset, every command uses the embedded PostgreSQL in
@@ -41,6 +43,8 @@ def main(argv: list[str] | None = None) -> None:
         serve()
     elif command == "stdio":
         stdio()
+    elif command == "doctor":
+        doctor()
     elif command in ADMIN_COMMANDS:
         _django(["recall", ADMIN_COMMANDS[command], *rest])
     elif command == "manage":
@@ -96,6 +100,21 @@ def serve() -> None:
 
 def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
+
+
+def doctor() -> None:
+    import django
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        django.setup()
+    except ImproperlyConfigured as exc:
+        # Settings that do not load are the first thing to fix.
+        sys.stdout.write(f"Recall doctor\n\n  problem  settings  {exc}\n\n1 problem.\n")
+        raise SystemExit(1) from None
+    from recall import doctor as checks
+
+    raise SystemExit(checks.run(sys.stdout))
 
 
 def stdio() -> None:

@@ -29,6 +29,8 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 APP_ROLE = "recall_app"
 OPERATOR_ROLE = "recall_operator"
+# The tables under forced row-level security (`recall doctor` checks them).
+TENANT_TABLES = frozenset({"memories", "forget_confirmations", "api_keys", "usage_events"})
 
 _active: ContextVar[str | None] = ContextVar("recall_tenancy_active", default=None)
 

