@@ -177,3 +177,16 @@ def test_the_keys_page_shows_the_key_as_used_right_after_calls(first_run):
         while "within the last minute" not in (page := browser.get("/keys/").text):
             assert time.monotonic() < deadline, page
             time.sleep(0.2)
+
+
+def test_the_registry_manifest_asks_for_what_the_printed_configuration_sets(first_run):
+    server = first_run.config("Claude Desktop")["mcpServers"]["recall"]
+    manifest = json.loads((settings.BASE_DIR / "server.json").read_text())
+    [package] = manifest["packages"]
+    declared = {variable["name"] for variable in package["environmentVariables"]}
+
+    # A registry client installing the package runs `recall stdio` with the
+    # variables the manifest names: the same command and settings the banner
+    # printed, or it would open another database than the server's.
+    assert server["args"][-1] == [arg["value"] for arg in package["packageArguments"]][-1]
+    assert set(server["env"]) <= declared
