@@ -1,11 +1,11 @@
-# One command to serve on the embedded default, one to run the tests, one to lint.
+# One command to serve on the embedded default, one to check it, one to run the tests, one to lint.
 # Each builds the virtualenv first, from scratch on a fresh machine.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install serve test lint format
+.PHONY: install serve doctor test lint format
 
 install: $(VENV)/.installed
 
@@ -17,6 +17,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 serve: install
 	$(BIN)/recall serve
+
+doctor: install
+	$(BIN)/recall doctor
 
 test: install
 	$(BIN)/pytest

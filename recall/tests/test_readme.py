@@ -65,3 +65,17 @@ def test_the_tool_table_gives_every_default_an_agent_relies_on():
                 continue
             described = re.findall(rf"`{name}` \(([^)]*)\)", rows[tool.name])
             assert any(str(default) in text for text in described), (tool.name, name, default)
+
+
+def test_every_recall_command_the_readme_names_is_one_the_cli_runs():
+    from recall import cli
+
+    known = {"serve", "stdio", "doctor", "manage", *cli.ADMIN_COMMANDS}
+    named = set(re.findall(r"(?:^|`|/bin/)recall ([a-z][a-z-]+)", README, re.M))
+    targets = set(re.findall(r"`make ([a-z]+)`", README))
+    makefile = (settings.BASE_DIR / "Makefile").read_text()
+
+    assert {"serve", "doctor", "set-tier"} <= named
+    assert named <= known, named - known
+    for target in targets:
+        assert re.search(rf"^{target}:", makefile, re.M), target
