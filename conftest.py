@@ -3,6 +3,9 @@
 * Alice owns things. ``alice_key`` is her first API key.
 * Bob holds a second key of Alice's (``bob_key``): same tenant, other key.
 * Charlie is another tenant and must never see Alice's data.
+
+``agents`` adds Alice's two agents, ``research`` and ``writer``, and
+Charlie's ``helper``: an agent sees only its own memory.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from accounts import auth
-from accounts.models import ApiKey, User
+from accounts.models import Agent, ApiKey, User
 from recall import tenancy
 
 
@@ -51,6 +54,13 @@ def fresh_auth_cache() -> Iterator[None]:
     auth.reset()
 
 
+@dataclass
+class Agents:
+    research: Agent
+    writer: Agent
+    helper: Agent  # Charlie's
+
+
 @pytest.fixture
 def cast(db) -> Cast:
     alice = User.objects.create_user("alice@example.com", "alice-password-1")
@@ -62,6 +72,16 @@ def cast(db) -> Cast:
         charlie=charlie,
         charlie_key=issue_key(charlie, "charlie laptop"),
     )
+
+
+@pytest.fixture
+def agents(cast: Cast) -> Agents:
+    with tenancy.operator():
+        return Agents(
+            research=Agent.objects.create(user=cast.alice, name="research"),
+            writer=Agent.objects.create(user=cast.alice, name="writer"),
+            helper=Agent.objects.create(user=cast.charlie, name="helper"),
+        )
 
 
 FUZZ_CI_CASES = 100  # per fuzz test; 7 tests, about a minute in CI

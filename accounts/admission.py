@@ -44,7 +44,7 @@ class Admission:
 
 
 def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "") -> Admission:
-    """Take one token from the caller's key, or refuse the request.
+    """Take one token from the caller's bucket (its key's or its connection's), or refuse.
 
     Pass ``tool`` for a tool call: its refusal comes with a ``rate_limited``
     usage event that consumed no tokens. Other requests (the key API) leave
@@ -55,9 +55,7 @@ def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "")
         # The Unlimited tier: no bucket, and no RateLimit-* headers to describe one.
         return Admission(retry_after=0, headers={})
     capacity, refill_per_s = limit
-    decision = ratelimit.get_rate_limiter().check(
-        f"key:{caller.api_key_id}", capacity, refill_per_s
-    )
+    decision = ratelimit.get_rate_limiter().check(caller.rate_key, capacity, refill_per_s)
     headers = decision.headers()
     if decision.allowed:
         return Admission(retry_after=0, headers=headers)
@@ -69,6 +67,7 @@ def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "")
         event = usage.Event(
             user_id=caller.user_id,
             api_key_id=caller.api_key_id,
+            agent_id=caller.agent_id,
             request_id=request_id,
             tool_name=tool[:64],
             success=False,
@@ -81,7 +80,8 @@ def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "")
         extra={
             "request_id": request_id,
             "tool": tool[:64] if tool is not None else None,
-            "api_key_id": str(caller.api_key_id),
+            "api_key_id": str(caller.api_key_id) if caller.api_key_id else None,
+            "agent_id": str(caller.agent_id) if caller.agent_id else None,
             "retry_after_s": wait,
         },
     )

@@ -71,7 +71,8 @@ def key_api(*methods: str) -> Callable[[View], View]:
             admitted = admission.admit(caller)
             if admitted.error is not None:
                 return error(admitted.error, admitted.headers)
-            usage.get_recorder().touch_key(caller.api_key_id)
+            if caller.api_key_id is not None:
+                usage.get_recorder().touch_key(caller.api_key_id)
             try:
                 response = view(request, caller, *args, **kwargs)
             except RecallError as exc:
@@ -105,6 +106,7 @@ def key_json(key: ApiKey) -> dict[str, Any]:
         "name": key.name,
         "prefix": key.prefix,
         "tier": key.tier,
+        "agent_id": str(key.agent_id) if key.agent_id else None,
         "created_at": iso(key.created_at),
         "last_used_at": iso(key.last_used_at) if key.last_used_at else None,
         "revoked_at": iso(key.revoked_at) if key.revoked_at else None,
@@ -114,7 +116,7 @@ def key_json(key: ApiKey) -> dict[str, Any]:
 @key_api("GET", "POST")
 def keys(request: HttpRequest, caller: AuthContext) -> HttpResponse:
     if request.method == "GET":
-        found = services.list_own_keys(user_id=caller.user_id)
+        found = services.list_own_keys(user_id=caller.user_id, agent_id=caller.agent_id)
         return JsonResponse({"keys": [key_json(key) for key in found]})
 
     body = json_body(request)
@@ -124,13 +126,18 @@ def keys(request: HttpRequest, caller: AuthContext) -> HttpResponse:
     name = body.get("name", "")
     if not isinstance(name, str):
         raise ValidationFailed("name must be a string.")
+    # An agent's key issues keys for that agent only (the database insists too).
     key, raw = services.issue_own_key(
-        user_id=caller.user_id, max_tier=caller.tier, name=name, tier=body.get("tier")
+        user_id=caller.user_id,
+        agent_id=caller.agent_id,
+        max_tier=caller.tier,
+        name=name,
+        tier=body.get("tier"),
     )
     return JsonResponse({**key_json(key), "key": raw}, status=201)
 
 
 @key_api("DELETE")
 def key(request: HttpRequest, caller: AuthContext, key_id: str) -> HttpResponse:
-    services.revoke_own_key(user_id=caller.user_id, key_id=key_id)
+    services.revoke_own_key(user_id=caller.user_id, agent_id=caller.agent_id, key_id=key_id)
     return JsonResponse({"success": True})

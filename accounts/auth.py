@@ -38,9 +38,26 @@ VERSION_KEY = "recall:auth:version"
 
 @dataclass(frozen=True)
 class AuthContext:
+    """Who a request acts for: a user, through an API key or an OAuth connection.
+
+    ``agent_id`` is set when the caller acts as one of the user's agents (an
+    agent-scoped key, or any OAuth connection); every service call then runs
+    with that agent's row-level security.
+    """
+
     user_id: uuid.UUID
-    api_key_id: uuid.UUID
+    api_key_id: uuid.UUID | None
     tier: str
+    agent_id: uuid.UUID | None = None
+    # The OAuth connection (token family) the caller came through, if any.
+    connection_id: uuid.UUID | None = None
+
+    @property
+    def rate_key(self) -> str:
+        """The token bucket this caller draws from: its key's, or its connection's."""
+        if self.api_key_id is not None:
+            return f"key:{self.api_key_id}"
+        return f"connection:{self.connection_id}"
 
 
 current: ContextVar[AuthContext | None] = ContextVar("recall_auth", default=None)
@@ -175,7 +192,9 @@ def authenticate(raw: str) -> AuthContext | None:
     key = services.find_live_key(raw=raw)
     if key is None:
         return None
-    context = AuthContext(user_id=key.user_id, api_key_id=key.id, tier=key.tier)
+    context = AuthContext(
+        user_id=key.user_id, api_key_id=key.id, tier=key.tier, agent_id=key.agent_id
+    )
     cache.put(digest, context)
     return context
 

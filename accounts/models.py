@@ -73,12 +73,46 @@ class User(AbstractBaseUser, PermissionsMixin):
         super().save(*args, **kwargs)
 
 
+class Agent(models.Model):
+    """One of a user's agents: the unit that OAuth connections and scoped keys act as.
+
+    Memories written as an agent are that agent's alone (row-level security,
+    see recall/tenancy.py); memories written with a user-wide API key belong
+    to the user as a whole.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=64)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "agents"
+        constraints = [
+            models.UniqueConstraint(fields=["user", "name"], name="agents_user_name_unique"),
+            # The target of the composite foreign keys (agent_id, user_id) on
+            # memories and api_keys: an agent can only ever hold its own user's rows.
+            models.UniqueConstraint(fields=["id", "user"], name="agents_id_user_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class ApiKeyManager(models.Manager["ApiKey"]):
-    def issue(self, *, user: User, name: str = "", tier: str | None = None) -> tuple[ApiKey, str]:
+    def issue(
+        self,
+        *,
+        user: User,
+        name: str = "",
+        tier: str | None = None,
+        agent: Agent | None = None,
+    ) -> tuple[ApiKey, str]:
         """Create a key for ``user`` and return it with the raw secret, the only time it exists."""
         raw = keys.generate()
         key = self.create(
             user=user,
+            agent=agent,
             name=name,
             tier=tier or user.tier,
             prefix=keys.display_prefix(raw),
@@ -97,7 +131,7 @@ class ApiKeyManager(models.Manager["ApiKey"]):
             return None
         with tenancy.operator():
             candidates = list(
-                self.select_related("user").filter(
+                self.select_related("user", "agent").filter(
                     prefix=keys.display_prefix(raw), revoked_at__isnull=True
                 )
             )
@@ -117,6 +151,17 @@ class ApiKeyManager(models.Manager["ApiKey"]):
 class ApiKey(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_keys")
+    # Set: the key acts as this agent and sees only its memory. Unset: user-wide.
+    # The database deletes the key with its agent (ON DELETE CASCADE on a
+    # composite key, see migration 0004); the tenant role may not delete keys.
+    agent = models.ForeignKey(
+        Agent,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="api_keys",
+    )
     name = models.CharField(max_length=100, blank=True)
     prefix = models.CharField(max_length=keys.DISPLAY_LENGTH)
     key_hash = models.CharField(max_length=64)

@@ -19,7 +19,7 @@ from django.db import connection, models, transaction
 from django.utils import timezone
 
 from accounts import auth, tiers
-from accounts.models import ApiKey, User
+from accounts.models import Agent, ApiKey, User
 from recall import tenancy
 from recall.errors import NotFound, QuotaExceeded, ValidationFailed
 
@@ -60,13 +60,21 @@ def revoke_keys(key_ids: Iterable[uuid.UUID | str]) -> int:
     return revoked
 
 
-def revoke_own_key(*, user_id: uuid.UUID | str, key_id: uuid.UUID | str) -> None:
-    """Revoke one of the caller's own keys (tenant path): another user's key is not found."""
+def revoke_own_key(
+    *,
+    user_id: uuid.UUID | str,
+    key_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+) -> None:
+    """Revoke one of the caller's own keys (tenant path): another user's key is not found.
+
+    An agent's key sees, and so revokes, only that agent's keys.
+    """
     try:
         key_uuid = uuid.UUID(str(key_id))
     except ValueError:
         raise NotFound("No such API key.") from None
-    with tenancy.tenant(user_id):
+    with tenancy.tenant(user_id, agent_id=agent_id):
         key = ApiKey.objects.filter(id=key_uuid).first()
         if key is None:
             raise NotFound("No such API key.")
@@ -106,7 +114,12 @@ def _invalidate() -> None:
 
 
 def issue_own_key(
-    *, user_id: uuid.UUID | str, max_tier: str, name: str = "", tier: str | None = None
+    *,
+    user_id: uuid.UUID | str,
+    max_tier: str,
+    name: str = "",
+    tier: str | None = None,
+    agent_id: uuid.UUID | str | None = None,
 ) -> tuple[ApiKey, str]:
     """Issue a key for the caller, at most ``max_tier``. Returns the key and its secret, shown once.
 
@@ -121,6 +134,7 @@ def issue_own_key(
     user = User.objects.get(id=user_id)
     limit = settings.MAX_KEYS_PER_USER
     with tenancy.tenant(user_id):
+        agent = _own_agent(user_id, agent_id) if agent_id else None
         # Serialise this user's issuing so two concurrent requests at the cap
         # cannot both pass the count.
         with connection.cursor() as cursor:
@@ -132,14 +146,20 @@ def issue_own_key(
                 f"You already have {limit} live API keys, the most allowed. "
                 "Revoke one you no longer use, then try again."
             )
-        return ApiKey.objects.issue(user=user, name=name.strip(), tier=tier)
+        return ApiKey.objects.issue(user=user, name=name.strip(), tier=tier, agent=agent)
 
 
-def list_own_keys(*, user_id: uuid.UUID | str, limit: int = 100) -> list[ApiKey]:
-    """Return the caller's keys, live ones first, then newest first (tenant path)."""
-    with tenancy.tenant(user_id):
+def list_own_keys(
+    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, limit: int = 100
+) -> list[ApiKey]:
+    """Return the caller's keys, live ones first, then newest first (tenant path).
+
+    An agent's key sees only that agent's keys.
+    """
+    with tenancy.tenant(user_id, agent_id=agent_id):
         return list(
             ApiKey.objects.filter(user_id=user_id)
+            .select_related("agent")
             .defer("key_hash")
             .order_by(models.F("revoked_at").desc(nulls_first=True), "-created_at")[:limit]
         )
@@ -215,3 +235,83 @@ def record_key_use(last_used: Mapping[uuid.UUID, datetime]) -> None:
             "UPDATE api_keys SET last_used_at = GREATEST(last_used_at, %s) WHERE id = %s",
             [(when, key_id) for key_id, when in last_used.items()],
         )
+# Agents: the user's own, on the tenant path ----------------------------------
+
+AGENT_NAME_MAX = 64
+
+
+def _agent_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ValidationFailed("An agent needs a name, such as 'research' or 'claude-desktop'.")
+    name = " ".join(name.split())
+    if len(name) > AGENT_NAME_MAX:
+        raise ValidationFailed(f"An agent's name is at most {AGENT_NAME_MAX} characters.")
+    return name
+
+
+def _own_agent(user_id: uuid.UUID | str, agent_id: uuid.UUID | str) -> Agent:
+    """Return one of the user's agents (inside their tenant transaction), or raise NotFound."""
+    try:
+        agent_uuid = uuid.UUID(str(agent_id))
+    except ValueError:
+        raise NotFound("No such agent.") from None
+    agent = Agent.objects.filter(id=agent_uuid, user_id=user_id).first()
+    if agent is None:
+        raise NotFound("No such agent.")
+    return agent
+
+
+def create_agent(*, user_id: uuid.UUID | str, name: object) -> Agent:
+    """Create an agent for the user. Names are unique per user."""
+    clean = _agent_name(name)
+    with tenancy.tenant(user_id):
+        if Agent.objects.filter(user_id=user_id, name__iexact=clean).exists():
+            raise ValidationFailed(f"You already have an agent called {clean!r}.")
+        return Agent.objects.create(user_id=user_id, name=clean)
+
+
+def list_agents(*, user_id: uuid.UUID | str) -> list[Agent]:
+    """Return the user's agents, by name, each with ``memory_count`` and ``key_count``."""
+    with tenancy.tenant(user_id):
+        return list(
+            Agent.objects.filter(user_id=user_id)
+            .annotate(
+                memory_count=models.Count("memories", distinct=True),
+                key_count=models.Count(
+                    "api_keys",
+                    filter=models.Q(api_keys__revoked_at__isnull=True),
+                    distinct=True,
+                ),
+            )
+            .order_by("name")
+        )
+
+
+def get_agent(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str) -> Agent:
+    with tenancy.tenant(user_id):
+        return _own_agent(user_id, agent_id)
+
+
+def rename_agent(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str, name: object) -> Agent:
+    clean = _agent_name(name)
+    with tenancy.tenant(user_id):
+        agent = _own_agent(user_id, agent_id)
+        clash = Agent.objects.filter(user_id=user_id, name__iexact=clean).exclude(id=agent.id)
+        if clash.exists():
+            raise ValidationFailed(f"You already have an agent called {clean!r}.")
+        Agent.objects.filter(id=agent.id).update(name=clean)
+        agent.name = clean
+        return agent
+
+
+def delete_agent(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str) -> None:
+    """Delete an agent with its memories and scoped keys; its OAuth connections end too.
+
+    The database removes the memories and keys (ON DELETE CASCADE on the
+    composite keys) and keeps its usage events with no agent.
+    """
+    with tenancy.tenant(user_id):
+        agent = _own_agent(user_id, agent_id)
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM agents WHERE id = %s", [agent.id])
+    _invalidate()

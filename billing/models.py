@@ -19,6 +19,17 @@ class UsageEvent(models.Model):
     api_key = models.ForeignKey(
         "accounts.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # The agent the call acted as (an OAuth connection or an agent-scoped
+    # key); NULL for user-wide keys. Kept when the agent goes: usage is billed.
+    agent = models.ForeignKey(
+        "accounts.Agent",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+    )
     request_id = models.CharField(max_length=64)
     tool_name = models.CharField(max_length=64)
     tokens_consumed = models.PositiveSmallIntegerField(default=1)

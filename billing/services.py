@@ -387,6 +387,7 @@ def save_usage_events(*, user_id: uuid.UUID | str, events: Sequence[Event]) -> N
                 UsageEvent(
                     user_id=e.user_id,
                     api_key_id=e.api_key_id,
+                    agent_id=e.agent_id,
                     request_id=e.request_id,
                     tool_name=e.tool_name,
                     tokens_consumed=e.tokens_consumed,

@@ -69,6 +69,7 @@ class Event:
     latency_ms: int
     tokens_consumed: int = 1
     error_code: str | None = None
+    agent_id: uuid.UUID | None = None
     occurred_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     event_id: uuid.UUID = field(default_factory=uuid.uuid4)
 

@@ -29,6 +29,8 @@ from billing import services as billing_services
 from dashboard.charts import stacked_bars
 from dashboard.forms import KeyForm, SignupForm
 from memories import services as memory_services
+from oauth import resources
+from oauth import services as oauth_services
 from recall.errors import NotFound, RecallError
 
 
@@ -133,6 +135,75 @@ def revoke_key(request: AuthenticatedRequest, key_id: uuid.UUID) -> HttpResponse
         raise Http404("No such key.") from None
     messages.success(request, "Key revoked. Clients using it are refused from now on.")
     return redirect("dashboard:keys")
+
+
+# Agents ---------------------------------------------------------------------------
+
+
+@login_required
+def agents(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    error = None
+    if request.method == "POST":
+        try:
+            agent = accounts_services.create_agent(user_id=user.id, name=request.POST.get("name"))
+        except RecallError as exc:
+            error = exc.message
+        else:
+            messages.success(request, f"Agent {agent.name} created.")
+            return redirect("dashboard:agents")
+    return render(
+        request,
+        "dashboard/agents.html",
+        {
+            "section": "agents",
+            "agents": accounts_services.list_agents(user_id=user.id),
+            "error": error,
+            "name": request.POST.get("name", "") if error else "",
+            "agent_mcp_url": request.build_absolute_uri(resources.AGENT_MCP_PATH),
+        },
+    )
+
+
+@login_required
+@require_POST
+def delete_agent(request: HttpRequest, agent_id: uuid.UUID) -> HttpResponse:
+    try:
+        agent = accounts_services.get_agent(user_id=request.user.id, agent_id=agent_id)
+        accounts_services.delete_agent(user_id=request.user.id, agent_id=agent_id)
+    except NotFound:
+        raise Http404("No such agent.") from None
+    messages.success(
+        request, f"Agent {agent.name} deleted, with its memories, keys and connections."
+    )
+    return redirect("dashboard:agents")
+
+
+# Connected apps ---------------------------------------------------------------------
+
+
+@login_required
+def connections(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "dashboard/connections.html",
+        {
+            "section": "connections",
+            "connections": oauth_services.list_connections(user_id=request.user.id),
+            "agent_mcp_url": request.build_absolute_uri(resources.AGENT_MCP_PATH),
+        },
+    )
+
+
+@login_required
+@require_POST
+def revoke_connection(request: HttpRequest, connection_id: uuid.UUID) -> HttpResponse:
+    try:
+        oauth_services.revoke_connection(user_id=request.user.id, connection_id=connection_id)
+    except NotFound:
+        raise Http404("No such connection.") from None
+    messages.success(request, "Disconnected. The application's tokens stop working at once.")
+    return redirect("dashboard:connections")
 
 
 # Memories -------------------------------------------------------------------------

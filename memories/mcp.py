@@ -20,20 +20,21 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, CallToolResult
+from mcp_types import INTERNAL_ERROR, CallToolResult, ToolAnnotations
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
 from accounts import admission, auth
 from billing import usage
-from memories import tools
+from memories import agent_tools, tools
 from recall import context
 from recall.errors import RecallError, ValidationFailed
 from recall.logging import describe_exception, fingerprint
@@ -56,8 +57,24 @@ _SENSITIVE = ("content", "query")
 
 
 def build_server() -> MCPServer:
-    """Build a fresh server. A session manager can run once, so each app builds its own."""
-    built = [Tool.from_function(fn, annotations=annotations) for fn, annotations in tools.TOOLS]
+    """Build a fresh ``/mcp`` server. A session manager can run once, so each app builds its own."""
+    return _server("recall", "Recall", INSTRUCTIONS, tools.TOOLS)
+
+
+def build_agent_server() -> MCPServer:
+    """Build a fresh ``/agent/mcp`` server: seed 003's tools, the same middleware and metering."""
+    return _server(
+        "recall-agent", "Recall (agent memory)", agent_tools.INSTRUCTIONS, agent_tools.TOOLS
+    )
+
+
+def _server(
+    name: str,
+    title: str,
+    instructions: str,
+    catalogue: list[tuple[Callable[..., Any], ToolAnnotations]],
+) -> MCPServer:
+    built = [Tool.from_function(fn, annotations=annotations) for fn, annotations in catalogue]
     for tool in built:
         # Publish the error branch; the SDK still checks successful results
         # against the success model alone.
@@ -90,7 +107,7 @@ def build_server() -> MCPServer:
             started = time.perf_counter()
 
             result: HandlerResult
-            problem = _argument_problem(tool, name, arguments)
+            problem = _argument_problem(tool, name, arguments, catalogue)
             if problem is not None:
                 result = _error_result(ctx, ValidationFailed(problem))
             else:
@@ -108,10 +125,10 @@ def build_server() -> MCPServer:
                 context.request_id.reset(rid_token)
 
     server = MCPServer(
-        "recall",
-        title="Recall",
+        name,
+        title=title,
         version=_version(),
-        instructions=INSTRUCTIONS,
+        instructions=instructions,
         tools=built,
         middleware=[contain_failures, observe_tool_calls],
         # MCPServer configures the root logger at this level if nothing else
@@ -180,12 +197,17 @@ async def _admit_stdio_call(ctx: ServerRequestContext[Any, Any], name: object) -
     return _error_result(ctx, admitted.error)
 
 
-def _argument_problem(tool: Tool | None, name: object, arguments: object) -> str | None:
+def _argument_problem(
+    tool: Tool | None,
+    name: object,
+    arguments: object,
+    catalogue: list[tuple[Callable[..., Any], ToolAnnotations]],
+) -> str | None:
     """Return a caller-facing description of what is wrong with the arguments, or None."""
     if tool is None:
         return (
             f"Unknown tool {str(name)[:64]!r}. Tools: "
-            + ", ".join(fn.__name__ for fn, _ in tools.TOOLS)
+            + ", ".join(fn.__name__ for fn, _ in catalogue)
             + "."
         )
     if arguments is None:
@@ -256,6 +278,7 @@ def _record(name: object, error_code: str | None, elapsed_ms: int) -> None:
         usage.Event(
             user_id=caller.user_id,
             api_key_id=caller.api_key_id,
+            agent_id=caller.agent_id,
             request_id=context.request_id.get(),
             tool_name=str(name)[:64] if name is not None else "",
             success=error_code is None,
@@ -263,7 +286,8 @@ def _record(name: object, error_code: str | None, elapsed_ms: int) -> None:
             latency_ms=elapsed_ms,
         )
     )
-    usage.get_recorder().touch_key(caller.api_key_id)
+    if caller.api_key_id is not None:
+        usage.get_recorder().touch_key(caller.api_key_id)
 
 
 def _log_fields(name: object, arguments: object) -> dict[str, Any]:
@@ -272,7 +296,8 @@ def _log_fields(name: object, arguments: object) -> dict[str, Any]:
         "request_id": context.request_id.get(),
         "tool": str(name)[:64],
         "user_id": str(caller.user_id) if caller else None,
-        "api_key_id": str(caller.api_key_id) if caller else None,
+        "api_key_id": str(caller.api_key_id) if caller and caller.api_key_id else None,
+        "agent_id": str(caller.agent_id) if caller and caller.agent_id else None,
     }
     if isinstance(arguments, dict):
         for key in _SENSITIVE:

@@ -245,6 +245,7 @@ def remember(
         return success(
             services.remember(
                 user_id=caller.user_id,
+                agent_id=caller.agent_id,
                 tier=caller.tier,
                 content=content,
                 namespace=namespace,
@@ -288,6 +289,7 @@ def recall(
     def call(caller: auth.AuthContext) -> CallToolResult:
         found = services.recall(
             user_id=caller.user_id,
+            agent_id=caller.agent_id,
             query=query,
             namespace=namespace,
             limit=limit,
@@ -325,7 +327,12 @@ def list_memories(
 
     def call(caller: auth.AuthContext) -> CallToolResult:
         page = services.list_memories(
-            user_id=caller.user_id, namespace=namespace, limit=limit, offset=offset, order=order
+            user_id=caller.user_id,
+            agent_id=caller.agent_id,
+            namespace=namespace,
+            limit=limit,
+            offset=offset,
+            order=order,
         )
         return success({"memories": page, "count": len(page), "offset": offset})
 
@@ -358,7 +365,11 @@ def update_memory(
     def call(caller: auth.AuthContext) -> CallToolResult:
         return success(
             services.update_memory(
-                user_id=caller.user_id, id=id, content=content, metadata=metadata
+                user_id=caller.user_id,
+                agent_id=caller.agent_id,
+                id=id,
+                content=content,
+                metadata=metadata,
             )
         )
 
@@ -412,11 +423,15 @@ def forget(
         if mode == "by_id":
             if id is None:
                 raise ValidationFailed('mode "by_id" needs the id of the memory to delete.')
-            return success(services.forget_by_id(user_id=caller.user_id, id=id))
+            return success(
+                services.forget_by_id(user_id=caller.user_id, agent_id=caller.agent_id, id=id)
+            )
         if confirmation_token is not None:
             return success(
                 services.forget_confirm(
-                    user_id=caller.user_id, confirmation_token=confirmation_token
+                    user_id=caller.user_id,
+                    agent_id=caller.agent_id,
+                    confirmation_token=confirmation_token,
                 )
             )
         if query is None:
@@ -426,6 +441,7 @@ def forget(
         return success(
             services.forget_preview(
                 user_id=caller.user_id,
+                agent_id=caller.agent_id,
                 query=query,
                 namespace=namespace,
                 limit=limit,

@@ -5,9 +5,12 @@ Routes, in order:
 * ``GET /health``: liveness; answers from memory, touches no database.
 * ``GET /ready``: readiness; 200 when the database answers and the embedding
   model is loaded, else 503 with the reason.
-* ``/mcp``: the MCP endpoint, through the gate below, then the SDK's
+* ``/mcp`` and ``/agent/mcp``: the MCP endpoints (the five tools; seed 003's
+  four, OAuth only), each through the gate below, then its own server's
   stateless Streamable HTTP handler with JSON responses. Served directly, so
   ``POST /mcp`` gets no 307 to ``/mcp/``.
+* ``/.well-known/oauth-protected-resource[/mcp|/agent/mcp]``: each endpoint's
+  RFC 9728 metadata (the root document describes ``/mcp``), from the SDK.
 * ``/static/...``: the dashboard's own CSS, from the app static directories.
 * everything else: Django (dashboard, admin, JSON API, webhooks).
 
@@ -20,7 +23,9 @@ restarts it if it dies; shutdown flushes queued usage events.
 The gate in front of ``/mcp``, in order: request id, Host check against
 ``ALLOWED_HOSTS`` and same-origin check of ``Origin`` (the SDK's own check is
 off: it cannot express Django's ``.example.com`` or ``*`` entries, and by
-default allows only localhost), POST only, bearer API key (401; 503 with
+default allows only localhost), POST only, bearer credential: an API key
+where the endpoint takes keys, else an OAuth access token for this very
+endpoint (401 with a challenge naming the endpoint's metadata; 503 with
 ``Retry-After`` when the database cannot say), JSON content type (415), body
 size (413), one well-formed JSON-RPC message (400, ``recall/jsonrpc.py``), and
 for ``tools/call`` the key's rate-limit admission (``accounts/admission.py``:
@@ -31,11 +36,13 @@ never runs). Every refusal, the SDK's included, is a JSON-RPC error body.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -51,12 +58,17 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from django.core.asgi import get_asgi_application  # noqa: E402
 from django.db import close_old_connections, connection  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
+from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend  # noqa: E402
+from mcp.server.auth.routes import create_protected_resource_routes  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
+from pydantic import AnyHttpUrl  # noqa: E402
+from starlette.requests import HTTPConnection  # noqa: E402
 
-from accounts import admission, auth  # noqa: E402
+from accounts import admission, auth, keys  # noqa: E402
 from billing import usage  # noqa: E402
 from memories import embeddings  # noqa: E402
-from memories.mcp import build_server  # noqa: E402
+from memories.mcp import build_agent_server, build_server  # noqa: E402
+from oauth import resources, tokens  # noqa: E402
 from recall import context, errors, jsonrpc, outage  # noqa: E402
 from recall.db import embedded  # noqa: E402
 from recall.jsonrpc import (  # noqa: E402
@@ -77,19 +89,43 @@ Refusal = tuple[int, dict[str, Any], list[tuple[bytes, bytes]]]
 MAX_BODY_BYTES = 1024 * 1024
 
 
+@dataclass
+class Endpoint:
+    """One MCP endpoint: its server, its OAuth resource, and whether it takes API keys."""
+
+    path: str
+    sessions: Any
+    verifier: BearerAuthBackend
+    api_keys: bool
+
+
+def build_endpoint(path: str, server: Any, *, api_keys: bool) -> Endpoint:
+    server.streamable_http_app(
+        streamable_http_path=path,
+        stateless_http=True,
+        json_response=True,
+        max_request_body_size=MAX_BODY_BYTES,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    verifier = BearerAuthBackend(
+        tokens.Verifier(path), resource_server_url=AnyHttpUrl(resources.identifier(path))
+    )
+    return Endpoint(path, server.session_manager, verifier, api_keys)
+
+
 class Recall:
     def __init__(self) -> None:
         self.django = get_asgi_application()
         self.static = ASGIStaticFilesHandler(self.django)
-        self.mcp = build_server()
-        self.mcp.streamable_http_app(
-            streamable_http_path="/mcp",
-            stateless_http=True,
-            json_response=True,
-            max_request_body_size=MAX_BODY_BYTES,
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-        )
-        self.sessions = self.mcp.session_manager
+        self.endpoints = {
+            # The five tools: API keys as before, or an OAuth token acting as its agent.
+            resources.MCP_PATH: build_endpoint(resources.MCP_PATH, build_server(), api_keys=True),
+            # Seed 003's tools: OAuth only, as that specification says.
+            resources.AGENT_MCP_PATH: build_endpoint(
+                resources.AGENT_MCP_PATH, build_agent_server(), api_keys=False
+            ),
+        }
+        self.metadata = protected_resource_metadata()
         self.embedder_error: str | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -104,8 +140,12 @@ class Recall:
             if path == "/ready":
                 await self.ready(send)
                 return
-            if path in ("/mcp", "/mcp/"):
-                await self.gate(scope, receive, send)
+            endpoint = self.endpoints.get(path.rstrip("/") or "/")
+            if endpoint is not None:
+                await self.gate(endpoint, scope, receive, send)
+                return
+            if path in self.metadata:
+                await self.metadata[path](scope, receive, send)
                 return
             if path.startswith("/" + settings.STATIC_URL.lstrip("/")):
                 await self.static(scope, receive, send)
@@ -118,7 +158,9 @@ class Recall:
         await receive()  # lifespan.startup
         supervisor = None
         try:
-            async with self.sessions.run():
+            async with contextlib.AsyncExitStack() as running:
+                for endpoint in self.endpoints.values():
+                    await running.enter_async_context(endpoint.sessions.run())
                 limiter = anyio.to_thread.current_default_thread_limiter()
                 limiter.total_tokens = settings.WORKER_THREADS
                 threading.Thread(
@@ -171,7 +213,7 @@ class Recall:
 
     # /mcp ----------------------------------------------------------------------
 
-    async def gate(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def gate(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
         rid = context.new_request_id(header(scope, b"x-request-id"))
         extra_headers: list[tuple[bytes, bytes]] = [(b"x-request-id", rid.encode())]
 
@@ -181,7 +223,7 @@ class Recall:
             await send(message)
 
         # Each step answers the refusals that are its own and returns None.
-        caller = await identify(scope, respond)
+        caller = await identify(endpoint, scope, respond)
         if caller is None:
             return
         received = await receive_message(scope, receive, respond)
@@ -206,32 +248,67 @@ class Recall:
         auth_token = auth.current.set(caller)
         rid_token = context.request_id.set(rid)
         try:
-            await self.sessions.handle_request(scope, replay(body), jsonrpc.Clean(respond))
+            await endpoint.sessions.handle_request(scope, replay(body), jsonrpc.Clean(respond))
         finally:
             auth.current.reset(auth_token)
             context.request_id.reset(rid_token)
 
 
-async def identify(scope: Scope, respond: Send) -> auth.AuthContext | None:
-    """Screen the request and authenticate its key; answer and return None if refused."""
+async def identify(endpoint: Endpoint, scope: Scope, respond: Send) -> auth.AuthContext | None:
+    """Screen the request and authenticate its credential; answer and return None if refused."""
     refused = screen(scope)
     if refused is not None:
         await send_json(respond, *refused)
         return None
-    raw_key = bearer(scope)
+    raw = bearer(scope)
     try:
-        caller = await authenticate(raw_key) if raw_key else None
+        caller = await credential(endpoint, scope, raw) if raw else None
     except Exception as exc:
         if not errors.is_outage(exc):
             raise
-        # Never 401 (that says the key is bad) and never 500: the key may be
-        # fine, and the same request can succeed once the database is back.
+        # Never 401 (that says the credential is bad) and never 500: it may
+        # be fine, and the same request can succeed once the database is back.
         outage.note("authentication", exc)
         await send_json(respond, *unavailable())
         return None
     if caller is None:
-        await send_json(respond, *unauthorized(raw_key))
+        await send_json(respond, *unauthorized(endpoint, raw))
     return caller
+
+
+async def credential(endpoint: Endpoint, scope: Scope, raw: str) -> auth.AuthContext | None:
+    """Return who a bearer credential acts for at ``endpoint``, or None to refuse it.
+
+    An API key (``recall_live_...``) works where the endpoint takes keys. Any
+    other bearer is an OAuth access token, checked by the MCP SDK's bearer
+    backend: known, live, unexpired, and bound to this endpoint (RFC 8707).
+    """
+    if keys.is_well_formed(raw):
+        return await authenticate(raw) if endpoint.api_keys else None
+    verified = await endpoint.verifier.authenticate(HTTPConnection(scope))
+    if verified is None:
+        return None
+    _, user = verified
+    return tokens.caller(user.access_token)
+
+
+def protected_resource_metadata() -> dict[str, Callable[[Scope, Receive, Send], Awaitable[None]]]:
+    """Return the RFC 9728 documents by path: each endpoint's, and the root one (``/mcp``'s)."""
+    # A string, not AnyHttpUrl: the metadata model keeps a bare origin without
+    # the trailing slash pydantic would add, so it equals the issuer exactly.
+    issuer: Any = settings.RECALL_PUBLIC_URL
+    documents: dict[str, Callable[[Scope, Receive, Send], Awaitable[None]]] = {}
+    for path in resources.PATHS:
+        [route] = create_protected_resource_routes(
+            resource_url=AnyHttpUrl(resources.identifier(path)),
+            authorization_servers=[issuer],
+            scopes_supported=[resources.SCOPE],
+            resource_name="Recall" if path == resources.MCP_PATH else "Recall (agent tools)",
+        )
+        documents[route.path] = route.app
+        if path == resources.MCP_PATH:
+            documents["/.well-known/oauth-protected-resource"] = route.app
+    return documents
 
 
 async def receive_message(
@@ -289,13 +366,29 @@ def screen(scope: Scope) -> Refusal | None:
     return None
 
 
-def unauthorized(raw_key: str | None) -> Refusal:
-    challenge = b'Bearer realm="recall"'
-    if raw_key:
-        challenge += b', error="invalid_token"'
-    message = "Missing or invalid API key. Send Authorization: Bearer recall_live_..."
+def unauthorized(endpoint: Endpoint, raw: str | None) -> Refusal:
+    """Refuse a missing or bad credential, pointing the client at this endpoint's metadata.
+
+    The message is the same whether a credential is missing, unknown, revoked
+    or expired: it must not tell a guesser which.
+    """
+    challenge = (
+        f'Bearer realm="recall", resource_metadata="{resources.metadata_url(endpoint.path)}", '
+        f'scope="{resources.SCOPE}"'
+    )
+    if raw:
+        challenge += ', error="invalid_token"'
+    if raw and keys.is_well_formed(raw) and not endpoint.api_keys:
+        message = (
+            "This endpoint takes OAuth access tokens, not API keys: connect with the URL alone "
+            f"and approve the connection in the browser, or use {resources.MCP_PATH} with a key."
+        )
+    elif endpoint.api_keys:
+        message = "Missing or invalid API key. Send Authorization: Bearer recall_live_..."
+    else:
+        message = "Missing or invalid OAuth access token for this endpoint."
     body = refusal("unauthorized", message, rpc_code=RPC_UNAUTHORIZED)
-    return 401, body, [(b"www-authenticate", challenge)]
+    return 401, body, [(b"www-authenticate", challenge.encode())]
 
 
 def origin_allowed(origin: str, scope: Scope) -> bool:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -130,6 +130,26 @@ def redis_url(name: str) -> str | None:
     if not raw.startswith(("redis://", "rediss://", "unix://")):
         raise _bad(name, "a URL like redis://:password@host:6379/0", None, True)
     return raw
+
+
+def public_url(name: str, default: str) -> str:
+    """Return an origin such as ``https://recall.example.com``: scheme, host, port, no path."""
+    raw = env.str(name, default="").strip() or default
+    parsed = urlsplit(raw)
+    try:
+        parsed.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        raise _bad(name, "a URL like https://recall.example.com", raw) from None
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.hostname
+        or parsed.path.strip("/")
+        or parsed.query
+        or parsed.fragment
+        or parsed.username
+    ):
+        raise _bad(name, "a URL like https://recall.example.com, with no path", raw)
+    return f"{parsed.scheme}://{parsed.netloc}"
 
 
 def database_url(name: str) -> dict[str, Any]:

@@ -57,10 +57,12 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.postgres",
+    "oauth2_provider",
     "accounts",
     "memories",
     "billing",
     "dashboard",
+    "oauth",
 ]
 
 MIDDLEWARE = [
@@ -166,6 +168,10 @@ RECALL_LOCAL_MODEL_DIR = env.string("RECALL_LOCAL_MODEL_DIR") or None
 # Overrides the model's own default similarity threshold for recall and forget.
 RECALL_DEFAULT_THRESHOLD = env.optional_number("RECALL_DEFAULT_THRESHOLD", low=0.0, high=1.0)
 
+# memory_recall's answer model: any OpenAI-compatible chat model, at
+# OPENAI_BASE_URL. Unset, memory_recall answers extractively.
+RECALL_CHAT_MODEL = env.string("RECALL_CHAT_MODEL") or None
+
 if EMBEDDING_PROVIDER == "openai" and not OPENAI_API_KEY and not DEBUG:
     raise ImproperlyConfigured(
         "OPENAI_API_KEY must be set when EMBEDDING_PROVIDER is openai; "
@@ -230,6 +236,68 @@ RECALL_API_KEY = env.string("RECALL_API_KEY")
 # revocations reach other instances sooner.
 AUTH_CACHE_TTL_SECONDS = env.integer("AUTH_CACHE_TTL_SECONDS", 300, low=0, high=3600)
 AUTH_CACHE_SYNC_SECONDS = env.number("AUTH_CACHE_SYNC_SECONDS", 2.0, low=0.0, high=60.0)
+
+# OAuth: the authorization server and the protected resources -------------------
+
+# Where clients reach this server: the OAuth issuer, and the base of the
+# resource identifiers tokens are bound to (RFC 8707). Behind a proxy, the
+# public https URL; by default, where `recall serve` listens.
+_LISTEN_ALL = ("0.0.0.0", "::")  # noqa: S104 - compared with, never bound to
+RECALL_PUBLIC_URL = env.public_url(
+    "RECALL_PUBLIC_URL", f"http://{'localhost' if HOST in _LISTEN_ALL else HOST}:{PORT}"
+)
+OAUTH_ACCESS_TOKEN_TTL_SECONDS = env.integer(
+    "OAUTH_ACCESS_TOKEN_TTL_SECONDS", 3600, low=60, high=86400
+)
+OAUTH_REFRESH_TOKEN_TTL_SECONDS = env.integer(
+    "OAUTH_REFRESH_TOKEN_TTL_SECONDS", 30 * 86400, low=3600, high=365 * 86400
+)
+# RFC 7591 registration for clients that predate Client ID Metadata Documents.
+# Off by default: anyone may register, and the newest protocol deprecates it.
+OAUTH_DYNAMIC_REGISTRATION = env.boolean("OAUTH_DYNAMIC_REGISTRATION", False)
+# Development only: let a client's metadata document live on a loopback or
+# private address (still over https). Off, such URLs are refused unfetched.
+OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES = env.boolean("OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES", False)
+
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth.Application"
+OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL = "oauth.AccessToken"  # noqa: S105 - a model name
+OAUTH2_PROVIDER_REFRESH_TOKEN_MODEL = "oauth.RefreshToken"  # noqa: S105 - a model name
+OAUTH2_PROVIDER_GRANT_MODEL = "oauth.Grant"
+OAUTH2_PROVIDER_ID_TOKEN_MODEL = "oauth.IDToken"  # noqa: S105 - a model name
+OAUTH2_PROVIDER = {
+    "OAUTH2_VALIDATOR_CLASS": "oauth.validators.Validator",
+    "SCOPES": {"memory": "Read and write one agent's memory"},
+    "DEFAULT_SCOPES": ["memory"],
+    "ACCESS_TOKEN_EXPIRE_SECONDS": OAUTH_ACCESS_TOKEN_TTL_SECONDS,
+    "REFRESH_TOKEN_EXPIRE_SECONDS": OAUTH_REFRESH_TOKEN_TTL_SECONDS,
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
+    # OAuth 2.1: authorization code with PKCE S256, refresh tokens rotated on
+    # every use, and a reused refresh token revokes its whole family.
+    "PKCE_REQUIRED": True,
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "REQUEST_APPROVAL_PROMPT": "force",
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "COMPLIANT_BCP_RFC9700_REFRESH_TOKEN": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_REQUIRED": True,
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": [
+        "none",
+        "client_secret_post",
+        "client_secret_basic",
+    ],
+    "OIDC_ISS_ENDPOINT": RECALL_PUBLIC_URL,
+    "CIMD_ENABLED": True,
+    "CIMD_METADATA_FETCHER": "oauth.cimd.MetadataFetcher",
+    "DCR_ENABLED": OAUTH_DYNAMIC_REGISTRATION,
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
+}
 
 # Keys, billing and the dashboard ----------------------------------------------
 

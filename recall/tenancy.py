@@ -1,19 +1,29 @@
-"""The two ways code reaches rows protected by row-level security.
+"""The ways code reaches rows protected by row-level security.
 
-``memories``, ``api_keys``, ``usage_events`` and ``forget_confirmations`` have
-row-level security ENABLED and FORCED, so even the table owner that Django
-connects as sees nothing unless a policy lets it. Two policies exist:
+``memories``, ``api_keys``, ``agents``, ``usage_events`` and
+``forget_confirmations`` have row-level security ENABLED and FORCED, so even
+the table owner that Django connects as sees nothing unless a policy lets it.
+The policies:
 
 * ``tenant_isolation`` admits rows whose ``user_id`` equals the transaction's
   ``app.current_user_id`` setting. ``tenant(user_id)`` opens a transaction,
   switches to the ``recall_app`` role (NOBYPASSRLS, only the grants tools need)
   and sets that id, the way PostgREST and Supabase do. Unset, the setting reads
   as NULL and the policy admits nothing: it fails closed.
+* ``tenant(user_id, agent_id=...)`` acts as one of the user's agents: it
+  switches to ``recall_agent`` instead, whose own policies admit only that
+  agent's rows of agent-scoped tables (``memories``, ``usage_events``,
+  ``forget_confirmations``, ``api_keys``), by ``app.current_agent_id``.
+  One exception: a transaction that names ``task_id`` may also *read* the
+  memories any of the user's agents filed under that task (never change
+  them). The task id is the capability: agents share findings by naming the
+  same task. Without an agent, ``recall_app`` sees all of the user's rows,
+  whichever agent wrote them: the user owns their agents.
 * ``operator_access`` admits every row, but only while the active role is
   ``recall_operator``. ``operator()`` switches to it. Admin views, webhooks,
   API-key lookup and management commands use it, explicitly.
 
-Both switches are ``SET LOCAL``: they end with the transaction, so a pooled
+Every switch is ``SET LOCAL``: they end with the transaction, so a pooled
 connection can never carry one request's identity into the next.
 """
 
@@ -28,6 +38,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 APP_ROLE = "recall_app"
+AGENT_ROLE = "recall_agent"
 OPERATOR_ROLE = "recall_operator"
 # The tables under forced row-level security (`recall doctor` checks them).
 TENANT_TABLES = frozenset({"memories", "forget_confirmations", "api_keys", "usage_events"})
@@ -40,25 +51,36 @@ def tenant(
     user_id: uuid.UUID | str,
     using: str = DEFAULT_DB_ALIAS,
     *,
+    agent_id: uuid.UUID | str | None = None,
+    task_id: str | None = None,
     local_settings: dict[str, str] | None = None,
 ) -> Iterator[None]:
     """Run the block in one transaction that sees only ``user_id``'s rows.
 
+    With ``agent_id``, only that agent's rows of agent-scoped tables, plus,
+    for reading, memories filed under ``task_id`` by the user's other agents.
     ``local_settings`` are further settings for this transaction only (planner
     switches, say), sent in the same round trip as the role switch.
     """
     uid = str(uuid.UUID(str(user_id)))
+    aid = str(uuid.UUID(str(agent_id))) if agent_id is not None else ""
     statements = [
-        (f"SET LOCAL ROLE {APP_ROLE}", []),
-        ("SELECT set_config('app.current_user_id', %s, true)", [uid]),
+        (f"SET LOCAL ROLE {AGENT_ROLE if aid else APP_ROLE}", []),
+        (
+            "SELECT set_config('app.current_user_id', %s, true),"
+            " set_config('app.current_agent_id', %s, true),"
+            " set_config('app.current_task_id', %s, true)",
+            [uid, aid, task_id or ""],
+        ),
     ]
     extra = [
         ("SELECT set_config(%s, %s, true)", [name, value])
         for name, value in (local_settings or {}).items()
     ]
-    with _switch(
-        f"tenant:{uid}", statements + extra, using, extra_names=list(local_settings or {})
-    ):
+    label = (
+        f"tenant:{uid}" + (f"/agent:{aid}" if aid else "") + (f"/task:{task_id}" if task_id else "")
+    )
+    with _switch(label, statements + extra, using, extra_names=list(local_settings or {})):
         yield
 
 
@@ -70,7 +92,7 @@ def operator(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
 
 
 def current() -> str | None:
-    """Return ``"operator"``, ``"tenant:<uuid>"`` or None outside both."""
+    """Return ``"operator"``, ``"tenant:<uuid>[/agent:<uuid>][/task:<id>]"`` or None."""
     return _active.get()
 
 
@@ -109,8 +131,9 @@ def _switch(
                 resets = "".join(f"; SET LOCAL {name} TO DEFAULT" for name in extra_names or ())
                 with connection.cursor() as cursor:
                     cursor.execute(
-                        "SET LOCAL ROLE NONE; SELECT set_config('app.current_user_id', '', true)"
-                        + resets
+                        "SET LOCAL ROLE NONE; SELECT set_config('app.current_user_id', '', true),"
+                        " set_config('app.current_agent_id', '', true),"
+                        " set_config('app.current_task_id', '', true)" + resets
                     )
     finally:
         _active.reset(token)

@@ -70,6 +70,8 @@ class LiveServer:
             "LOG_LEVEL": "info",
             "PYTHONUNBUFFERED": "1",
             "PGAPPNAME": SERVER_APPLICATION_NAME,
+            # OAuth issuer and resource identifiers: where this server listens.
+            "RECALL_PUBLIC_URL": self.url,
         }
         env.update(self.extra_env)
         return env
@@ -168,23 +170,30 @@ def store_memory(
     content: str,
     namespace: str = "default",
     embedding: Sequence[float] = (1.0, 0.0),
+    *,
+    agent: Any = None,
+    **fields: Any,
 ) -> Any:
-    """Store one memory without running the model, through the user's tenant path.
+    """Store one memory without running the model, through the user's (or agent's) tenant path.
 
     For pages and admin views that list memories; the vector means nothing.
+    ``fields`` are further columns: ``task_id``, ``source_kind``, ``path``...
     """
     from memories.models import Memory
     from recall import tenancy
 
     digest = hashlib.sha256(f"{namespace}\0{content}".encode()).hexdigest()
-    with tenancy.tenant(user.id):
+    agent_id = agent.id if agent is not None else None
+    with tenancy.tenant(user.id, agent_id=agent_id, task_id=fields.get("task_id")):
         return Memory.objects.create(
             user=user,
+            agent_id=agent_id,
             namespace=namespace,
             content=content,
             content_hash=digest,
             embedding=list(embedding),
             embedding_model="t",
+            **fields,
         )
 
 

@@ -14,6 +14,7 @@ def test_it_lists_the_callers_keys_without_secrets(cast, client):
         "name",
         "prefix",
         "tier",
+        "agent_id",
         "created_at",
         "last_used_at",
         "revoked_at",

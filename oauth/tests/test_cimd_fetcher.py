@@ -1,0 +1,175 @@
+"""The metadata-document fetcher refuses what it must, before connecting where it must not.
+
+Refusals of private addresses need no server: the fetcher decides from the
+URL and DNS alone, so these tests send no packet anywhere. Redirects, sizes,
+stalls and content types are checked against a real https host on loopback
+(allowed only with the development setting on).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from urllib.parse import urlencode
+
+import pytest
+from oauth2_provider.cimd import CIMDError
+
+from oauth import cimd
+from oauth.tests.servers import Callback, MetadataHost
+
+
+@pytest.fixture
+def host(monkeypatch, settings):
+    server = MetadataHost()
+    monkeypatch.setenv("SSL_CERT_FILE", str(server.ca_file))
+    settings.OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES = True
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def no_connections(monkeypatch):
+    """Fail the test if anything tries to open a TCP connection."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the fetcher tried to connect")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://127.0.0.1/client.json",
+        "https://10.1.2.3/client.json",
+        "https://192.168.0.10/client.json",
+        "https://172.16.5.4/client.json",
+        "https://169.254.169.254/latest/meta-data",
+        "https://100.64.0.1/client.json",
+        "https://[::1]/client.json",
+        "https://[::ffff:10.0.0.1]/client.json",
+        "https://[fd00::1]/client.json",
+        "https://localhost/client.json",
+    ],
+)
+def test_it_refuses_private_and_loopback_addresses_without_connecting(
+    url, settings, no_connections
+):
+    settings.OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES = False
+    with pytest.raises(CIMDError, match="non-public address"):
+        cimd.MetadataFetcher().fetch(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://example.com/client.json", "https"),
+        ("https://example.com/", "path"),
+        ("https://user:pw@example.com/client.json", "user information"),
+        ("https://example.com/client.json#x", "fragment"),
+        ("https://example.com/a/../client.json", "dot segments"),
+    ],
+)
+def test_it_refuses_malformed_document_urls(url, reason, no_connections):
+    with pytest.raises(CIMDError, match=reason):
+        cimd.MetadataFetcher().fetch(url)
+
+
+def test_it_fetches_a_document_and_honours_its_cache_lifetime(host):
+    url = host.serve_document("/c.json", {"client_id": "x"}, **{"Cache-Control": "max-age=900"})
+    document, max_age = cimd.MetadataFetcher().fetch(url)
+    assert document == {"client_id": "x"}
+    assert max_age == 900
+
+
+def test_it_does_not_follow_redirects(host):
+    host.routes["/moved.json"] = lambda: (302, {"Location": "https://example.com/c.json"}, b"")
+    with pytest.raises(CIMDError, match="HTTP 302"):
+        cimd.MetadataFetcher().fetch(host.url("/moved.json"))
+    assert host.hits == ["/moved.json"]
+
+
+def test_it_refuses_a_document_over_the_size_limit(host):
+    huge = b'{"client_id": "' + b"x" * 20_000 + b'"}'
+    host.routes["/huge.json"] = lambda: (200, {"Content-Type": "application/json"}, huge)
+    with pytest.raises(CIMDError, match="larger than"):
+        cimd.MetadataFetcher().fetch(host.url("/huge.json"))
+
+
+def test_it_refuses_what_is_not_json(host):
+    host.routes["/page"] = lambda: (200, {"Content-Type": "text/html"}, b"<html></html>")
+    with pytest.raises(CIMDError, match="not JSON"):
+        cimd.MetadataFetcher().fetch(host.url("/page"))
+
+
+def test_it_gives_up_on_a_stalling_host(host, settings):
+    settings.OAUTH2_PROVIDER = {**settings.OAUTH2_PROVIDER, "CIMD_FETCH_TIMEOUT_SECONDS": 1}
+
+    def stall():
+        time.sleep(3)
+        return 200, {"Content-Type": "application/json"}, b"{}"
+
+    host.routes["/slow.json"] = stall
+    started = time.monotonic()
+    with pytest.raises(CIMDError, match="could not be fetched"):
+        cimd.MetadataFetcher().fetch(host.url("/slow.json"))
+    assert time.monotonic() - started < 2.5
+
+
+def test_it_refuses_an_untrusted_certificate(settings, monkeypatch):
+    server = MetadataHost()  # its CA is not trusted here
+    settings.OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES = True
+    try:
+        url = server.serve_document("/c.json", {"client_id": "x"})
+        with pytest.raises(CIMDError, match="could not be fetched"):
+            cimd.MetadataFetcher().fetch(url)
+    finally:
+        server.close()
+
+
+def authorize(client, client_id: str, redirect_uri: str):
+    query = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": redirect_uri,
+        "state": "s",
+        "code_challenge": "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+        "code_challenge_method": "S256",
+        "scope": "memory",
+    }
+    return client.get("/oauth/authorize/?" + urlencode(query))
+
+
+def test_the_consent_page_refuses_a_redirect_uri_not_in_the_document(host, cast, client):
+    callback = Callback()
+    try:
+        url = host.url("/c.json")
+        host.serve_document(
+            "/c.json",
+            {
+                "client_id": url,
+                "client_name": "Doc client",
+                "redirect_uris": [callback.url],
+                "token_endpoint_auth_method": "none",
+            },
+        )
+        client.force_login(cast.alice)
+        good = authorize(client, url, callback.url)
+        assert good.status_code == 200
+        assert b"Doc client" in good.content
+        bad = authorize(client, url, "http://127.0.0.1:9/elsewhere")
+        # An error page here, never a redirect to the unlisted URI.
+        assert bad.status_code == 400
+        assert "Location" not in bad.headers
+    finally:
+        callback.close()
+
+
+def test_the_consent_page_refuses_a_document_on_a_private_address(cast, client, settings):
+    settings.OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES = False
+    client.force_login(cast.alice)
+    refused = authorize(client, "https://10.20.30.40/client.json", "http://127.0.0.1:9/cb")
+    assert refused.status_code == 400
+    assert "Location" not in refused.headers

@@ -1,0 +1,79 @@
+"""The toolkit's request validator, taught agents and Recall's resources.
+
+* The consent page passes the chosen agent as a credential; it lands on the
+  authorization code, then on every token issued from the code and every
+  token rotated from those. A refresh never changes the agent.
+* A token may be bound only to one of Recall's own protected resources
+  (RFC 8707 ``resource``): a token for somewhere else is refused when asked
+  for, and the resource server refuses a token bound to another resource.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oauth2_provider.oauth2_validators import OAuth2Validator
+from oauthlib.oauth2.rfc6749 import errors
+
+from oauth import resources
+from oauth.models import AccessToken, Grant, RefreshToken
+
+
+class Validator(OAuth2Validator):
+    def _validate_resource_uris(self, request: Any, resource_uris: list[str]) -> None:
+        super()._validate_resource_uris(request, resource_uris)
+        unknown = [uri for uri in resource_uris if not resources.is_known(uri)]
+        if unknown:
+            raise errors.CustomOAuth2Error(
+                error="invalid_target",
+                description=(
+                    f"This server issues tokens only for its own MCP endpoints "
+                    f"({', '.join(resources.identifiers())}), not for {unknown[0]!r}."
+                ),
+                request=request,
+            )
+
+    def _create_authorization_code(self, request: Any, code: Any, expires: Any = None) -> Grant:
+        self._validate_resource_uris(request, getattr(request, "resource", None) or [])
+        grant = super()._create_authorization_code(request, code, expires)
+        grant.agent_id = getattr(request, "agent_id", None)
+        grant.save(update_fields=["agent"])
+        return grant
+
+    def validate_code(
+        self, client_id: str, code: str, client: Any, request: Any, *args: Any, **kwargs: Any
+    ) -> bool:
+        valid = super().validate_code(client_id, code, client, request, *args, **kwargs)
+        if valid:
+            request.agent_id = (
+                Grant.objects.filter(code=code, application=client)
+                .values_list("agent_id", flat=True)
+                .first()
+            )
+        return valid
+
+    def validate_refresh_token(
+        self, refresh_token: str, client: Any, request: Any, *args: Any, **kwargs: Any
+    ) -> bool:
+        valid = super().validate_refresh_token(refresh_token, client, request, *args, **kwargs)
+        if valid:
+            request.agent_id = request.refresh_token_instance.agent_id
+        return valid
+
+    def _create_access_token(
+        self, expires: Any, request: Any, token: Any, source_refresh_token: Any = None
+    ) -> AccessToken:
+        access = super()._create_access_token(expires, request, token, source_refresh_token)
+        AccessToken.objects.filter(pk=access.pk).update(agent_id=request.agent_id)
+        access.agent_id = request.agent_id
+        return access
+
+    def _create_refresh_token(
+        self, request: Any, refresh_token_code: str, access_token: Any, previous_refresh_token: Any
+    ) -> RefreshToken:
+        refresh = super()._create_refresh_token(
+            request, refresh_token_code, access_token, previous_refresh_token
+        )
+        RefreshToken.objects.filter(pk=refresh.pk).update(agent_id=request.agent_id)
+        refresh.agent_id = request.agent_id
+        return refresh
