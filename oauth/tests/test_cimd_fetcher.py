@@ -16,7 +16,7 @@ import pytest
 from oauth2_provider.cimd import CIMDError
 
 from oauth import cimd
-from oauth.tests.servers import Callback, MetadataHost
+from tests.oauth_servers import Callback, MetadataHost
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ from mcp.shared.auth import (
     OAuthToken,
 )
 
-from oauth.tests.servers import Callback, MetadataHost
+from tests.oauth_servers import Callback, MetadataHost
 from recall.testing import LiveServer, store_memory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
