@@ -40,8 +40,8 @@ from mcp.shared.auth import (
     OAuthToken,
 )
 
-from tests.oauth_servers import Callback, MetadataHost
 from recall.testing import LiveServer, store_memory
+from tests.oauth_servers import Callback, MetadataHost
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
