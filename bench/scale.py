@@ -416,7 +416,9 @@ class Bench:
                     from pgvector.psycopg.vector import register_vector_info
 
                     register_vector_info(cursor, info)
-                    cursor.execute("CREATE TEMP TABLE bench_staging (LIKE memories INCLUDING DEFAULTS) ON COMMIT DROP")
+                    cursor.execute(
+                        "CREATE TEMP TABLE bench_staging (LIKE memories INCLUDING DEFAULTS) ON COMMIT DROP"
+                    )
                     t0 = time.perf_counter()
                     with cursor.copy(
                         f"COPY bench_staging ({columns}) FROM STDIN (FORMAT BINARY)"
