@@ -417,7 +417,8 @@ class Bench:
 
                     register_vector_info(cursor, info)
                     cursor.execute(
-                        "CREATE TEMP TABLE bench_staging (LIKE memories INCLUDING DEFAULTS) ON COMMIT DROP"
+                        "CREATE TEMP TABLE bench_staging (LIKE memories INCLUDING DEFAULTS)"
+                        " ON COMMIT DROP"
                     )
                     t0 = time.perf_counter()
                     with cursor.copy(
