@@ -235,6 +235,8 @@ def record_key_use(last_used: Mapping[uuid.UUID, datetime]) -> None:
             "UPDATE api_keys SET last_used_at = GREATEST(last_used_at, %s) WHERE id = %s",
             [(when, key_id) for key_id, when in last_used.items()],
         )
+
+
 # Agents: the user's own, on the tenant path ----------------------------------
 
 AGENT_NAME_MAX = 64

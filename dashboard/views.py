@@ -141,7 +141,7 @@ def revoke_key(request: AuthenticatedRequest, key_id: uuid.UUID) -> HttpResponse
 
 
 @login_required
-def agents(request: HttpRequest) -> HttpResponse:
+def agents(request: AuthenticatedRequest) -> HttpResponse:
     user = request.user
     error = None
     if request.method == "POST":
@@ -167,7 +167,7 @@ def agents(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def delete_agent(request: HttpRequest, agent_id: uuid.UUID) -> HttpResponse:
+def delete_agent(request: AuthenticatedRequest, agent_id: uuid.UUID) -> HttpResponse:
     try:
         agent = accounts_services.get_agent(user_id=request.user.id, agent_id=agent_id)
         accounts_services.delete_agent(user_id=request.user.id, agent_id=agent_id)
@@ -183,7 +183,7 @@ def delete_agent(request: HttpRequest, agent_id: uuid.UUID) -> HttpResponse:
 
 
 @login_required
-def connections(request: HttpRequest) -> HttpResponse:
+def connections(request: AuthenticatedRequest) -> HttpResponse:
     return render(
         request,
         "dashboard/connections.html",
@@ -197,7 +197,7 @@ def connections(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def revoke_connection(request: HttpRequest, connection_id: uuid.UUID) -> HttpResponse:
+def revoke_connection(request: AuthenticatedRequest, connection_id: uuid.UUID) -> HttpResponse:
     try:
         oauth_services.revoke_connection(user_id=request.user.id, connection_id=connection_id)
     except NotFound:

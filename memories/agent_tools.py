@@ -142,10 +142,12 @@ def memory_add(
         given = [x is not None for x in (messages, document, content)]
         if sum(given) != 1:
             raise ValidationFailed("Pass exactly one of messages, document or content.")
-        common = {"user_id": caller.user_id, "tier": caller.tier, "agent_id": caller.agent_id}
+        user_id, tier, agent_id = caller.user_id, caller.tier, caller.agent_id
         if messages is not None:
             stored = services.add_turns(
-                **common,
+                user_id=user_id,
+                tier=tier,
+                agent_id=agent_id,
                 turns=[m.model_dump() for m in messages],
                 thread_id=thread_id,
                 task_id=task_id,
@@ -154,7 +156,9 @@ def memory_add(
             if thread_id is not None:
                 raise ValidationFailed("thread_id groups conversations and notes, not documents.")
             stored = services.add_document(
-                **common,
+                user_id=user_id,
+                tier=tier,
+                agent_id=agent_id,
                 content=document.content,
                 path=document.path,
                 author=author,
@@ -162,7 +166,13 @@ def memory_add(
             )
         else:
             stored = services.add_note(
-                **common, content=content, author=author, thread_id=thread_id, task_id=task_id
+                user_id=user_id,
+                tier=tier,
+                agent_id=agent_id,
+                content=content,
+                author=author,
+                thread_id=thread_id,
+                task_id=task_id,
             )
         return success({"memories": stored, "count": len(stored)})
 

@@ -69,7 +69,7 @@ def answer(question: str, candidates: list[dict[str, Any]], threshold: float) ->
         return Answer("", [], "llm" if settings.RECALL_CHAT_MODEL else "extractive")
     if settings.RECALL_CHAT_MODEL:
         try:
-            return _ask_model(question, candidates)
+            return _ask_model(settings.RECALL_CHAT_MODEL, question, candidates)
         except Exception as exc:
             logger.warning(
                 "chat model failed; answering extractively",
@@ -83,7 +83,7 @@ def answer(question: str, candidates: list[dict[str, Any]], threshold: float) ->
     return found
 
 
-def _ask_model(question: str, candidates: list[dict[str, Any]]) -> Answer:
+def _ask_model(model: str, question: str, candidates: list[dict[str, Any]]) -> Answer:
     from openai import OpenAI
 
     client = OpenAI(
@@ -97,7 +97,7 @@ def _ask_model(question: str, candidates: list[dict[str, Any]]) -> Answer:
         for n, memory in enumerate(candidates, start=1)
     )
     reply = client.chat.completions.create(
-        model=settings.RECALL_CHAT_MODEL,
+        model=model,
         temperature=0,
         messages=[
             {"role": "system", "content": SYSTEM_PROMPT},
@@ -115,7 +115,7 @@ def _ask_model(question: str, candidates: list[dict[str, Any]]) -> Answer:
             memory_id = candidates[n - 1]["id"]
             if memory_id not in ids:
                 ids.append(memory_id)
-    return Answer(parsed["answer"].strip(), ids, "llm", model=settings.RECALL_CHAT_MODEL)
+    return Answer(parsed["answer"].strip(), ids, "llm", model=model)
 
 
 def _json_object(text: str) -> dict[str, Any]:

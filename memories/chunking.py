@@ -1,4 +1,4 @@
-"""Splitting a document into memories: by its structure first, then by size.
+"""Cutting a document into chunks, one memory each: by its structure first, then by size.
 
 A document is cut at Markdown headings into sections, each section into
 paragraphs (blank lines), and paragraphs are packed into chunks of at most

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -212,8 +212,8 @@ def _ids_by_hash(
     # The same columns as memories_dedup: a task-shared memory of another
     # agent is visible here, but it is not this writer's copy.
     rows = Memory.objects.filter(
+        _written_by(agent_id),
         user_id=user_id,
-        agent_id=agent_id,
         namespace=namespace,
         thread_id=source.thread_id,
         task_id=source.task_id,
@@ -221,6 +221,11 @@ def _ids_by_hash(
         content_hash__in=digests,
     ).values_list("content_hash", "id")
     return dict(rows)
+
+
+def _written_by(agent_id: uuid.UUID | str | None) -> Q:
+    """Match the memories ``agent_id`` wrote itself, or with None the user-wide ones."""
+    return Q(agent_id__isnull=True) if agent_id is None else Q(agent_id=agent_id)
 
 
 def _check_quota(user_id: uuid.UUID | str, adding: int = 1) -> None:
@@ -846,7 +851,7 @@ def list_source_filters(
 ) -> dict[str, list[str]]:
     """Return the source kinds, authors and paths the caller's own memories hold."""
     with tenancy.tenant(user_id, agent_id=agent_id):
-        own = Memory.objects.filter(user_id=user_id, agent_id=agent_id)
+        own = Memory.objects.filter(_written_by(agent_id), user_id=user_id)
 
         def values(column: str) -> list[str]:
             rows = (

@@ -41,7 +41,9 @@ APP_ROLE = "recall_app"
 AGENT_ROLE = "recall_agent"
 OPERATOR_ROLE = "recall_operator"
 # The tables under forced row-level security (`recall doctor` checks them).
-TENANT_TABLES = frozenset({"memories", "forget_confirmations", "api_keys", "usage_events"})
+TENANT_TABLES = frozenset(
+    {"memories", "forget_confirmations", "api_keys", "agents", "usage_events"}
+)
 
 _active: ContextVar[str | None] = ContextVar("recall_tenancy_active", default=None)
 

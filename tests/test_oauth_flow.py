@@ -39,6 +39,7 @@ from mcp.shared.auth import (
     OAuthClientMetadata,
     OAuthToken,
 )
+from pydantic import AnyUrl
 
 from recall.testing import LiveServer, store_memory
 from tests.oauth_servers import Callback, MetadataHost
@@ -173,7 +174,7 @@ def sdk_client(
         server_url=server.url + path,
         client_metadata=OAuthClientMetadata(
             client_name="Test Assistant",
-            redirect_uris=[callback.url],
+            redirect_uris=[AnyUrl(callback.url)],
             grant_types=["authorization_code", "refresh_token"],
             response_types=["code"],
             token_endpoint_auth_method="none",

@@ -18,7 +18,7 @@ from django.db import connection
 from recall import tenancy
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("accounts", "billing", "dashboard", "memories", "recall")
+APPS = ("accounts", "billing", "dashboard", "memories", "oauth", "recall")
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,13 @@ def test_the_guarded_tables_are_the_ones_under_row_level_security(db):
         forced = {name for (name,) in cursor.fetchall()}
 
     assert forced == GUARDED_TABLES
-    assert set(guarded_models()) == {"Memory", "ForgetConfirmation", "ApiKey", "UsageEvent"}
+    assert set(guarded_models()) == {
+        "Memory",
+        "ForgetConfirmation",
+        "ApiKey",
+        "Agent",
+        "UsageEvent",
+    }
 
 
 def test_only_the_owning_apps_services_models_and_admin_touch_its_tables():
