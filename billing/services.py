@@ -328,6 +328,18 @@ class UsageSummary:
         return self.failed / served if served else None
 
 
+@dataclass(frozen=True)
+class AgentUsage:
+    """One row of the usage page's breakdown by agent."""
+
+    agent_id: uuid.UUID | None  # None: user-wide API keys, and agents since deleted
+    name: str
+    total: int
+    failed: int
+    rate_limited: int
+    p50_ms: float | None
+
+
 def usage_summary(
     *, user_id: uuid.UUID | str, days: int = 30, today: date | None = None
 ) -> UsageSummary:
@@ -373,6 +385,61 @@ def usage_summary(
         p50_ms=percentiles[0],
         p95_ms=percentiles[1],
     )
+
+
+def usage_by_agent(
+    *, user_id: uuid.UUID | str, days: int = 30, today: date | None = None
+) -> list[AgentUsage]:
+    """Break the user's calls over the last ``days`` days down by the agent they acted as.
+
+    Every agent the user has gets a row, idle ones too, by name; calls made
+    without an agent (user-wide keys, and agents deleted since, whose events
+    keep no agent) come last, when there are any.
+    """
+    since = _window_start(days, today)
+    limited = Q(error_code="rate_limited")
+    with tenancy.tenant(user_id):
+        counted = {
+            row["agent_id"]: row
+            for row in UsageEvent.objects.filter(user_id=user_id, occurred_at__gte=since)
+            .values("agent_id")
+            .annotate(
+                total=Count("id"),
+                failed=Count("id", filter=Q(success=False) & ~limited),
+                rate_limited=Count("id", filter=limited),
+            )
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT agent_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms)"
+                " FROM usage_events WHERE user_id = %s AND occurred_at >= %s"
+                " AND error_code IS DISTINCT FROM 'rate_limited' GROUP BY agent_id",
+                [str(user_id), since],
+            )
+            medians = dict(cursor.fetchall())
+    rows = [(agent.id, agent.name) for agent in accounts_services.list_agents(user_id=user_id)]
+    if None in counted:
+        rows.append((None, ""))
+
+    def row(agent_id: uuid.UUID | None, name: str) -> AgentUsage:
+        found = counted.get(agent_id, {})
+        return AgentUsage(
+            agent_id=agent_id,
+            name=name,
+            total=found.get("total", 0),
+            failed=found.get("failed", 0),
+            rate_limited=found.get("rate_limited", 0),
+            p50_ms=medians.get(agent_id),
+        )
+
+    return [row(agent_id, name) for agent_id, name in rows]
+
+
+def _window_start(days: int, today: date | None) -> datetime:
+    """Return the first moment (UTC) of a window of ``days`` days ending today."""
+    today = today or timezone.now().astimezone(UTC).date()
+    first = today - timedelta(days=days - 1)
+    return datetime(first.year, first.month, first.day, tzinfo=UTC)
 
 
 def save_usage_events(*, user_id: uuid.UUID | str, events: Sequence[Event]) -> None:

@@ -70,6 +70,7 @@ def usage(request: AuthenticatedRequest) -> HttpResponse:
         days = 30
     user = request.user
     summary = billing_services.usage_summary(user_id=user.id, days=days)
+    by_agent = billing_services.usage_by_agent(user_id=user.id, days=days)
     quota = memory_services.memory_quota(user_id=user.id, tier=user.tier)
     chart = stacked_bars(summary.days, summary.calls, label=f"Calls per day, last {days} days")
     return render(
@@ -78,6 +79,8 @@ def usage(request: AuthenticatedRequest) -> HttpResponse:
         {
             "section": "usage",
             "summary": summary,
+            # Only worth a table once there is an agent to tell apart.
+            "by_agent": by_agent if any(row.agent_id for row in by_agent) else [],
             "quota": quota,
             "chart": chart,
             "days": days,

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from accounts.models import User
+from accounts.models import Agent, User
 from billing.models import UsageEvent
 from recall import tenancy
 
@@ -17,10 +17,12 @@ def record(
     when: datetime | None = None,
     latency_ms: int = 10,
     error_code: str | None = None,
+    agent: Agent | None = None,
 ) -> None:
     with tenancy.tenant(user.id):
         UsageEvent.objects.create(
             user=user,
+            agent=agent,
             request_id="r",
             tool_name=tool,
             latency_ms=latency_ms,

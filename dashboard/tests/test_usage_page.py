@@ -104,3 +104,36 @@ def test_with_no_calls_it_explains_how_to_connect_a_client(cast, alice_client, s
     assert "https://recall.example.com/mcp" in text
     assert "mcpServers" in text
     assert "Claude Desktop" in text and "Cursor" in text
+
+
+def by_agent(response) -> dict[str, int]:
+    found = re.findall(
+        r'data-agent-usage="([^"]+)">\s*<td>(.*?)</td>\s*<td data-calls>(\d+)<',
+        response.content.decode(),
+        re.S,
+    )
+    return {re.sub(r"<[^>]+>", "", name).split()[0]: int(calls) for _, name, calls in found}
+
+
+def test_it_breaks_calls_down_by_agent(cast, agents, alice_client):
+    record(cast.alice, "memory_search", agent=agents.research)
+    record(cast.alice, "memory_add", agent=agents.research)
+    record(cast.alice, "recall", agent=agents.writer)
+    record(cast.alice, "recall")  # a user-wide key
+    record(cast.charlie, "recall", agent=agents.helper)
+
+    response = alice_client.get(URL)
+
+    # Alice's agents by name, idle ones included, then calls with no agent;
+    # Charlie's agent is nowhere.
+    assert by_agent(response) == {"research": 2, "writer": 1, "No": 1}
+    assert "helper" not in response.content.decode()
+    assert stat(response, "calls") == "4"
+
+
+def test_without_agents_there_is_no_breakdown(cast, alice_client):
+    record(cast.alice, "recall")
+
+    response = alice_client.get(URL)
+
+    assert "data-agent-usage" not in response.content.decode()
