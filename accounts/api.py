@@ -120,16 +120,27 @@ def keys(request: HttpRequest, caller: AuthContext) -> HttpResponse:
         return JsonResponse({"keys": [key_json(key) for key in found]})
 
     body = json_body(request)
-    unknown = set(body) - {"name", "tier"}
+    unknown = set(body) - {"name", "tier", "agent_id"}
     if unknown:
-        raise ValidationFailed(f"Unknown fields: {', '.join(sorted(unknown))}. Send name and tier.")
+        raise ValidationFailed(
+            f"Unknown fields: {', '.join(sorted(unknown))}. Send name, tier and agent_id."
+        )
     name = body.get("name", "")
     if not isinstance(name, str):
         raise ValidationFailed("name must be a string.")
-    # An agent's key issues keys for that agent only (the database insists too).
+    agent_id = body.get("agent_id")
+    if agent_id is not None and not isinstance(agent_id, str):
+        raise ValidationFailed("agent_id must be the id of one of your agents, or null.")
+    if caller.agent_id is not None:
+        # An agent's key issues keys for that agent only, as it sees only its own.
+        if agent_id is not None and agent_id != str(caller.agent_id):
+            raise ValidationFailed(
+                "This key acts as one agent: it can issue keys for that agent only."
+            )
+        agent_id = str(caller.agent_id)
     key, raw = services.issue_own_key(
         user_id=caller.user_id,
-        agent_id=caller.agent_id,
+        agent_id=agent_id,
         max_tier=caller.tier,
         name=name,
         tier=body.get("tier"),

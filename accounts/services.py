@@ -41,13 +41,24 @@ def create_user(*, email: str, password: str | None = None, tier: str = "free", 
     return User.objects.create_user(email, password, tier=tier, **extra)
 
 
-def issue_key(*, user: User, name: str = "", tier: str | None = None) -> tuple[ApiKey, str]:
-    """Issue a key for ``user`` (operator path). Returns the key and its secret, shown once."""
+def issue_key(
+    *, user: User, name: str = "", tier: str | None = None, agent: str | None = None
+) -> tuple[ApiKey, str]:
+    """Issue a key for ``user`` (operator path). Returns the key and its secret, shown once.
+
+    ``agent`` names one of the user's agents for the key to act as; unset,
+    the key is user-wide.
+    """
     tier = check_tier(tier or user.tier)
     if len(name) > 100:
         raise ValidationFailed("name must be at most 100 characters.")
     with tenancy.operator():
-        return ApiKey.objects.issue(user=user, name=name, tier=tier)
+        scoped = None
+        if agent is not None:
+            scoped = Agent.objects.filter(user=user, name__iexact=agent.strip()).first()
+            if scoped is None:
+                raise ValidationFailed(f"{user.email} has no agent called {agent!r}.")
+        return ApiKey.objects.issue(user=user, name=name, tier=tier, agent=scoped)
 
 
 def revoke_keys(key_ids: Iterable[uuid.UUID | str]) -> int:

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
 from django.contrib.auth import forms as auth_forms
 
 from accounts import tiers
-from accounts.models import User
+from accounts.models import Agent, User
 
 
 class KeyForm(forms.Form):
@@ -16,9 +17,18 @@ class KeyForm(forms.Form):
         widget=forms.TextInput(attrs={"placeholder": "e.g. laptop, CI, research agent"}),
     )
     tier = forms.ChoiceField()
+    # Empty: a user-wide key. An agent's id: the key acts as that agent.
+    agent = forms.ChoiceField(required=False)
 
-    def __init__(self, *args: Any, max_tier: str, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, max_tier: str, agents: Iterable[Agent] = (), **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
+        agent = self.fields["agent"]
+        assert isinstance(agent, forms.ChoiceField)  # declared above
+        agent.choices = [("", "All memories (no agent)")] + [
+            (str(a.id), f"Agent: {a.name}") for a in agents
+        ]
         # Only tiers up to the user's own: the service refuses anything above.
         allowed = [t for t in tiers.ORDER if tiers.rank(t) <= tiers.rank(max_tier)]
         tier = self.fields["tier"]

@@ -96,7 +96,8 @@ def usage(request: AuthenticatedRequest) -> HttpResponse:
 @login_required
 def keys(request: AuthenticatedRequest) -> HttpResponse:
     user = request.user
-    form = KeyForm(request.POST or None, max_tier=user.tier)
+    agents = accounts_services.list_agents(user_id=user.id)
+    form = KeyForm(request.POST or None, max_tier=user.tier, agents=agents)
     new_key: str | None = None
     if request.method == "POST" and form.is_valid():
         try:
@@ -105,13 +106,14 @@ def keys(request: AuthenticatedRequest) -> HttpResponse:
                 max_tier=user.tier,
                 name=form.cleaned_data["name"],
                 tier=form.cleaned_data["tier"],
+                agent_id=form.cleaned_data["agent"] or None,
             )
         except RecallError as exc:
             form.add_error(None, exc.message)
         else:
             # Rendered, not redirected: the secret must not be stored in a
             # session or a cookie on its way to the next page.
-            form = KeyForm(max_tier=user.tier)
+            form = KeyForm(max_tier=user.tier, agents=agents)
     response = render(
         request,
         "dashboard/keys.html",

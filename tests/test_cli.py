@@ -14,6 +14,7 @@ import httpx2
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from accounts import auth
 from accounts.models import ApiKey, User
@@ -121,9 +122,26 @@ def test_operators_create_users_and_keys_set_tiers_and_revoke_keys(capsys):
 
 
 @pytest.mark.django_db
-def test_operator_commands_explain_their_errors():
-    from django.core.management.base import CommandError
+def test_an_operator_scopes_a_key_to_an_agent(capsys):
+    from accounts.models import Agent
 
+    call_command("create_user", "fay@example.com")
+    fay = User.objects.get(email="fay@example.com")
+    with tenancy.operator():
+        research = Agent.objects.create(user=fay, name="research")
+    capsys.readouterr()
+
+    call_command("create_key", "fay@example.com", "--agent", "Research")
+    captured = capsys.readouterr()
+
+    assert "as agent research" in captured.err
+    assert auth.authenticate(captured.out.strip()).agent_id == research.id
+    with pytest.raises(CommandError, match="no agent called 'nobody'"):
+        call_command("create_key", "fay@example.com", "--agent", "nobody")
+
+
+@pytest.mark.django_db
+def test_operator_commands_explain_their_errors():
     with pytest.raises(CommandError, match="No user with email"):
         call_command("create_key", "nobody@example.com")
     call_command("create_user", "erin@example.com")

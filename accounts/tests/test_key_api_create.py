@@ -125,3 +125,34 @@ def test_it_refuses_a_deeply_nested_body_as_not_json(cast, client, body):
     }
     with tenancy.operator():
         assert ApiKey.objects.filter(user=cast.alice).count() == 2
+
+
+def test_a_user_wide_key_issues_a_key_scoped_to_one_of_its_agents(cast, agents, client):
+    response = call(
+        client, "POST", "/api/keys", cast.alice_key.raw, {"agent_id": str(agents.research.id)}
+    )
+
+    assert response.status_code == 201
+    assert response.json()["agent_id"] == str(agents.research.id)
+    assert auth.authenticate(response.json()["key"]).agent_id == agents.research.id
+
+
+def test_a_key_cannot_be_scoped_to_another_users_agent(cast, agents, client):
+    response = call(
+        client, "POST", "/api/keys", cast.alice_key.raw, {"agent_id": str(agents.helper.id)}
+    )
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+def test_an_agents_key_issues_keys_for_that_agent_only(cast, agents, client):
+    with tenancy.operator():
+        _, research_raw = ApiKey.objects.issue(user=cast.alice, agent=agents.research)
+
+    sibling = call(client, "POST", "/api/keys", research_raw, {"agent_id": str(agents.writer.id)})
+    own = call(client, "POST", "/api/keys", research_raw, {"name": "sub"})
+
+    assert sibling.status_code == 400
+    assert own.status_code == 201
+    assert own.json()["agent_id"] == str(agents.research.id)

@@ -53,6 +53,29 @@ def test_a_new_key_is_shown_once_and_works(cast, alice_client):
     assert f"Bearer {raw}" in response.content.decode()
 
 
+def test_a_key_can_act_as_one_of_the_users_agents(cast, agents, alice_client):
+    page = alice_client.get(URL).content.decode()
+    assert "Agent: research" in page and "Agent: helper" not in page
+
+    response = alice_client.post(
+        URL, {"name": "bot", "tier": "free", "agent": str(agents.research.id)}
+    )
+
+    raw = SECRET.search(response.content.decode())[0]
+    assert auth.authenticate(raw).agent_id == agents.research.id
+    row = re.search(r"data-key-agent>([^<]*)<", alice_client.get(URL).content.decode())
+    assert row is not None and row[1] == "research"
+
+
+def test_another_users_agent_is_not_a_choice(cast, agents, alice_client):
+    response = alice_client.post(
+        URL, {"name": "bot", "tier": "free", "agent": str(agents.helper.id)}
+    )
+
+    assert not SECRET.search(response.content.decode())
+    assert "Select a valid choice" in response.content.decode()
+
+
 def test_the_tier_cannot_be_above_the_users(cast, alice_client):
     response = alice_client.post(URL, {"name": "greedy", "tier": "team"})
 
