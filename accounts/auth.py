@@ -54,10 +54,16 @@ class AuthContext:
 
     @property
     def rate_key(self) -> str:
-        """The token bucket this caller draws from: its key's, or its connection's."""
+        """The token bucket this caller draws from: its key's, or its connection's.
+
+        A token outside any connection (one issued without a refresh token)
+        draws from its agent's bucket, never from one shared with strangers.
+        """
         if self.api_key_id is not None:
             return f"key:{self.api_key_id}"
-        return f"connection:{self.connection_id}"
+        if self.connection_id is not None:
+            return f"connection:{self.connection_id}"
+        return f"agent:{self.agent_id}" if self.agent_id else f"user:{self.user_id}"
 
 
 current: ContextVar[AuthContext | None] = ContextVar("recall_auth", default=None)

@@ -379,8 +379,13 @@ def nearest_sql(
 
     The size test counts entries of the (user, namespace, updated_at) index up
     to the cut-off and no further, so it stays cheap for a namespace of any
-    size; its ORDER BY is what steers the planner to that index. The threshold is applied
-    outside, to the k nearest, so it can never make the index scan run long.
+    size; its ORDER BY is what steers the planner to that index. Source
+    filters (memory_search's) count too, through their own indexes: a filter
+    that leaves few candidates in a big namespace is ranked exactly, where an
+    index scan could give up (``hnsw.max_scan_tuples``) before reaching them.
+    Row-level security applies to the count as to the search, so an agent's
+    own memories are what is counted. The threshold is applied outside, to
+    the k nearest, so it can never make the index scan run long.
     """
     cast = vector_type(dimensions)
     exact_max = settings.RECALL_EXACT_SEARCH_MAX
@@ -392,12 +397,20 @@ def nearest_sql(
         filters.append(json.dumps(metadata_filter))
     # Source filters (memory_search's), ANDed, inside the ranking statement:
     # they narrow the candidates before the nearest are chosen, never after.
+    narrowing: list[str] = []
+    narrowed: list[Any] = []
     for column, value in (sources or {}).items():
         if column not in SOURCE_FILTERS:
             raise ValueError(f"not a source filter: {column}")
-        clauses.append(f"{column} = %s")
-        filters.append(value)
+        narrowing.append(f"{column} = %s")
+        narrowed.append(value)
+    clauses += narrowing
+    filters += narrowed
     where = " AND ".join(clauses)
+    sized = " AND ".join(["user_id = %s", "namespace = %s", *narrowing])
+    # Without source filters, the ORDER BY steers the planner to the
+    # namespace's b-tree; with them, the planner picks the filter's index.
+    size_order = "" if narrowing else "ORDER BY updated_at DESC"
     columns = (
         "id, user_id, agent_id, namespace, source_kind, author, path, thread_id, task_id,"
         " content, metadata, created_at, updated_at"
@@ -409,8 +422,8 @@ def nearest_sql(
         WITH query AS MATERIALIZED (SELECT %s::{cast} AS vector),
         small AS MATERIALIZED (
             SELECT count(*) <= %s AS yes FROM (
-                SELECT 1 FROM memories WHERE user_id = %s AND namespace = %s
-                ORDER BY updated_at DESC LIMIT %s
+                SELECT 1 FROM memories WHERE {sized}
+                {size_order} LIMIT %s
             ) AS capped
         ),
         nearest AS MATERIALIZED (
@@ -434,7 +447,7 @@ def nearest_sql(
         )
         SELECT * FROM nearest WHERE distance <= %s ORDER BY distance, id
     """  # noqa: S608
-    params: list[Any] = [query, exact_max, str(user_id), namespace, exact_max + 1]
+    params: list[Any] = [query, exact_max, str(user_id), namespace, *narrowed, exact_max + 1]
     params += [*filters, limit, *filters, limit, 1.0 - minimum]
     return sql, params
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
@@ -140,3 +141,23 @@ def test_async_transports_get_the_same_decision(alice, limiter):
     assert refused.error is not None
     assert refused.event is not None
     assert refused.event.request_id == "r-async"
+
+
+def test_each_oauth_connection_has_its_own_bucket(cast, agents, limiter):
+    def connection(agent, family=None) -> AuthContext:
+        return AuthContext(
+            user_id=cast.alice.id,
+            api_key_id=None,
+            tier="free",
+            agent_id=agent.id,
+            connection_id=family,
+        )
+
+    first = connection(agents.research, uuid.uuid4())
+    spend(first, 10)
+
+    assert not admission.admit(first).allowed
+    # Another connection of the same agent, and a token outside any
+    # connection, each draw from a bucket of their own.
+    assert admission.admit(connection(agents.research, uuid.uuid4())).allowed
+    assert admission.admit(connection(agents.writer)).allowed

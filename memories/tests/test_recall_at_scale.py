@@ -16,13 +16,17 @@ import pytest
 from django.db import connection
 from pgvector import Vector
 
-from accounts.models import User
+from accounts.models import Agent, User
 from memories import embeddings, services
+from memories.models import Memory
 from recall import tenancy
 
 BIG = 10_000
 SMALL = 101  # 1% of the table
+SCOUT = 30  # an agent of the big tenant's, with memories of its own
 RARE_EVERY = 20  # 5% of the big tenant's rows carry {"flag": "rare"}
+RARE_PATH = "docs/rare.md"  # and 5 of them, 0.05%, this document path
+RARE_PATH_EVERY = 2000
 
 SUBJECTS = [
     "The user",
@@ -55,25 +59,30 @@ def synthetic_vectors(count: int, rng: np.random.Generator) -> np.ndarray:
     return noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
 
 
-def insert(user: User, vectors: np.ndarray, metadata_for) -> None:
+def insert(
+    user: User, vectors: np.ndarray, metadata_for, path_for=lambda n: "", agent=None
+) -> None:
     model = embeddings.get_embedder().model_id
     rows = [
         (
             str(uuid.uuid4()),
             str(user.id),
+            str(agent.id) if agent else None,
             "default",
             f"synthetic {n}",
-            f"{user.id}-{n}",
+            f"{user.id}-{agent.id if agent else ''}-{n}",
             Vector(v).to_text(),
             model,
             json.dumps(metadata_for(n)),
+            path_for(n),
         )
         for n, v in enumerate(vectors)
     ]
     with tenancy.operator(), connection.cursor() as cursor:
         cursor.executemany(
-            "INSERT INTO memories (id, user_id, namespace, content, content_hash, embedding,"
-            " embedding_model, metadata) VALUES (%s, %s, %s, %s, %s, %s::vector, %s, %s::jsonb)",
+            "INSERT INTO memories (id, user_id, agent_id, namespace, content, content_hash,"
+            " embedding, embedding_model, metadata, path)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s::vector, %s, %s::jsonb, %s)",
             rows,
         )
 
@@ -88,11 +97,15 @@ def table(django_db_setup, django_db_blocker):
             big,
             synthetic_vectors(BIG, rng),
             lambda n: {"flag": "rare"} if n % RARE_EVERY == 0 else {},
+            lambda n: RARE_PATH if n % RARE_PATH_EVERY == 0 else "",
         )
         insert(small, synthetic_vectors(SMALL, rng), lambda n: {})
+        with tenancy.operator():
+            scout = Agent.objects.create(user=big, name="scout")
+        insert(big, synthetic_vectors(SCOUT, rng), lambda n: {}, agent=scout)
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE memories")
-        yield big, small
+        yield big, small, scout
         with tenancy.operator():
             User.objects.filter(id__in=[big.id, small.id]).delete()
 
@@ -108,9 +121,12 @@ def explain(user: User, analyze: bool = False, **kwargs) -> str:
         limit=10,
         minimum=0.0,
         metadata_filter=kwargs.get("metadata_filter", {}),
+        sources=kwargs.get("sources"),
     )
     with (
-        tenancy.tenant(user.id, local_settings=services.SEARCH_SETTINGS),
+        tenancy.tenant(
+            user.id, agent_id=kwargs.get("agent_id"), local_settings=services.SEARCH_SETTINGS
+        ),
         connection.cursor() as cursor,
     ):
         cursor.execute(("EXPLAIN (ANALYZE, COSTS OFF) " if analyze else "EXPLAIN ") + sql, params)
@@ -119,7 +135,7 @@ def explain(user: User, analyze: bool = False, **kwargs) -> str:
 
 @pytest.mark.slow
 def test_recall_uses_the_hnsw_index_at_ten_thousand_rows(db, table):
-    big, _ = table
+    big, _, _ = table
     plan = explain(big)
     assert "Index Scan using memories_hnsw_" in plan, plan
 
@@ -135,7 +151,7 @@ def branch_ran(plan: str, *, exact: bool) -> bool:
 
 @pytest.mark.slow
 def test_a_big_namespace_is_searched_through_the_index(db, table):
-    big, _ = table
+    big, _, _ = table
     plan = explain(big, analyze=True)
     assert branch_ran(plan, exact=False) and not branch_ran(plan, exact=True), plan
     assert "Index Scan using memories_hnsw_" in plan
@@ -143,14 +159,14 @@ def test_a_big_namespace_is_searched_through_the_index(db, table):
 
 @pytest.mark.slow
 def test_a_small_namespace_is_ranked_by_an_exact_scan(db, table):
-    _, small = table
+    _, small, _ = table
     plan = explain(small, analyze=True)
     assert branch_ran(plan, exact=True) and not branch_ran(plan, exact=False), plan
 
 
 @pytest.mark.slow
 def test_the_exact_scan_cut_off_is_a_setting(db, table, settings):
-    big, small = table
+    big, small, _ = table
     settings.RECALL_EXACT_SEARCH_MAX = BIG
     assert branch_ran(explain(big, analyze=True), exact=True)
     settings.RECALL_EXACT_SEARCH_MAX = 0
@@ -159,7 +175,7 @@ def test_the_exact_scan_cut_off_is_a_setting(db, table, settings):
 
 @pytest.mark.slow
 def test_the_size_test_reads_an_index_not_the_table(db, table):
-    big, _ = table
+    big, _, _ = table
     plan = explain(big, analyze=True)
     small_cte = plan[plan.index("CTE small") : plan.index("CTE nearest")]
     assert "Seq Scan" not in small_cte, small_cte
@@ -167,7 +183,7 @@ def test_the_size_test_reads_an_index_not_the_table(db, table):
 
 @pytest.mark.slow
 def test_a_filter_matching_five_percent_still_fills_the_limit(db, table):
-    big, _ = table
+    big, _, _ = table
     found = services.recall(
         user_id=big.id,
         query="web frameworks",
@@ -180,15 +196,55 @@ def test_a_filter_matching_five_percent_still_fills_the_limit(db, table):
 
 
 @pytest.mark.slow
+def test_a_narrow_source_filter_is_ranked_by_an_exact_scan(db, table):
+    big, _, _ = table
+    plan = explain(big, analyze=True, sources={"path": RARE_PATH})
+    assert branch_ran(plan, exact=True) and not branch_ran(plan, exact=False), plan
+
+    found = services.search_sources(
+        user_id=big.id, agent_id=None, query="web frameworks", threshold=0, path=RARE_PATH
+    )
+
+    # All five, however far from the query: an index scan could stop short of them.
+    assert len(found) == BIG // RARE_PATH_EVERY
+    assert {r["path"] for r in found} == {RARE_PATH}
+
+
+@pytest.mark.slow
+def test_a_broad_source_filter_still_uses_the_index(db, table):
+    big, _, _ = table
+    plan = explain(big, analyze=True, sources={"source_kind": "note"})
+    assert branch_ran(plan, exact=False) and not branch_ran(plan, exact=True), plan
+    assert "Index Scan using memories_hnsw_" in plan
+
+
+@pytest.mark.slow
+def test_an_agent_of_a_big_tenant_is_ranked_among_its_own_memories(db, table):
+    big, _, scout = table
+    # Row-level security applies to the size test: the agent's 30 are counted.
+    plan = explain(big, analyze=True, agent_id=scout.id)
+    assert branch_ran(plan, exact=True) and not branch_ran(plan, exact=False), plan
+
+    found = services.recall(
+        user_id=big.id, agent_id=scout.id, query="web frameworks", limit=50, threshold=0
+    )
+
+    assert len(found) == SCOUT
+    with tenancy.operator():
+        own = {str(i) for i in Memory.objects.filter(agent=scout).values_list("id", flat=True)}
+    assert {r["id"] for r in found} == own
+
+
+@pytest.mark.slow
 def test_a_tenant_with_one_percent_of_the_rows_still_fills_the_limit(db, table):
-    _, small = table
+    _, small, _ = table
     found = services.recall(user_id=small.id, query="web frameworks", limit=10, threshold=0)
     assert len(found) == 10
 
 
 @pytest.mark.slow
 def test_the_index_results_match_an_exact_scan(db, table):
-    big, _ = table
+    big, _, _ = table
     query = "Which web framework does the user like?"
     found = [r["id"] for r in services.recall(user_id=big.id, query=query, limit=10, threshold=0)]
     vector = embeddings.get_embedder().embed_one(query)
