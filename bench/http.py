@@ -79,7 +79,7 @@ import time  # noqa: E402
 import urllib.error  # noqa: E402
 import urllib.request  # noqa: E402
 from collections import Counter, defaultdict  # noqa: E402
-from collections.abc import Iterable, Iterator  # noqa: E402
+from collections.abc import Callable, Iterable, Iterator  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
@@ -318,7 +318,7 @@ class Load:
     key: str
     clients: int
     mix: dict[str, float]
-    start_at: float  # time.time() at which measuring starts (after warm-up)
+    start_at: float  # time.time() at which measuring starts (after warm-up); drive() sets it
     warmup: float
     duration: float
     queries: list[str]
@@ -356,9 +356,21 @@ class Tally:
         }
 
 
-def run_clients(load: Load, results: Any) -> None:
-    """Process entry point: run ``load.clients`` clients and put a ``Tally`` dict on ``results``."""
+def run_clients(load: Load, results: Any, ready: Any, start: Any) -> None:
+    """Process entry point: run ``load.clients`` clients and put a ``Tally`` dict on ``results``.
+
+    Says it is ready (imports done) on ``ready`` and waits for the wall-clock
+    start of measuring on ``start``: a process that is slow to spawn on a
+    busy machine then never misses its own window.
+    """
     try:
+        # The SDK is imported here, not on first use: importing it inside the
+        # event loop stalled every client of the process for seconds (3-4 s
+        # with the machine busy), longer than a smoke run's whole window.
+        import mcp.client.streamable_http  # noqa: F401
+
+        ready.put(os.getpid())
+        load = replace_load(load, start_at=start.get(timeout=300))
         results.put(asyncio.run(_run_clients(load)).as_dict())
     except BaseException as exc:  # report rather than hang the parent
         results.put({"crashed": f"{type(exc).__name__}: {exc}"})
@@ -525,10 +537,20 @@ def postmaster_pid(data_dir: Path) -> int | None:
     return None
 
 
-def drive(load: Load, processes: int, meter: CpuMeter | None = None) -> dict[str, Any]:
-    """Run ``load`` split over ``processes`` client processes and merge their tallies."""
+def drive(
+    load: Load,
+    processes: int,
+    meter: CpuMeter | None = None,
+    on_start: Callable[[float], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``load`` split over ``processes`` client processes and merge their tallies.
+
+    Measuring starts ``load.warmup`` seconds after every client process is
+    ready, not at a time fixed before they were spawned; ``on_start`` is told
+    when, as is the CPU meter.
+    """
     context = multiprocessing.get_context("spawn")
-    results = context.Queue()
+    results, ready, start = context.Queue(), context.Queue(), context.Queue()
     workers = []
     for index in range(processes):
         share = replace_load(
@@ -538,15 +560,33 @@ def drive(load: Load, processes: int, meter: CpuMeter | None = None) -> dict[str
             seed=load.seed * 1000 + index,
         )
         if share.clients:
-            workers.append(context.Process(target=run_clients, args=(share, results)))
+            workers.append(context.Process(target=run_clients, args=(share, results, ready, start)))
     for worker in workers:
         worker.start()
+    for _ in workers:
+        ready.get(timeout=300)
+    # Half a second for the start message to reach every process.
+    start_at = time.time() + load.warmup + 0.5
+    for _ in workers:
+        start.put(start_at)
+    load = replace_load(load, start_at=start_at)
+    if on_start is not None:
+        on_start(start_at)
     if meter is not None:
         meter.measure(load.start_at, load.duration)
     timeout = load.start_at - time.time() + load.duration + 120
     tallies = [results.get(timeout=max(timeout, 30)) for _ in workers]
     for worker in workers:
         worker.join(10)
+    merged = merge(tallies)
+    summary = summarise(merged, load)
+    if meter is not None:
+        summary["cpu_ms_per_request"] = meter.per_request(summary["requests"], merged.cpu_s)
+    return summary
+
+
+def merge(tallies: list[dict[str, Any]]) -> Tally:
+    """Add up the client processes' tallies; a crashed process fails the run."""
     merged = Tally()
     for tally in tallies:
         if "crashed" in tally:
@@ -557,10 +597,7 @@ def drive(load: Load, processes: int, meter: CpuMeter | None = None) -> dict[str
         merged.errors.update(tally["errors"])
         merged.connections += tally["connections"]
         merged.cpu_s += tally["cpu_s"]
-    summary = summarise(merged, load)
-    if meter is not None:
-        summary["cpu_ms_per_request"] = meter.per_request(summary["requests"], merged.cpu_s)
-    return summary
+    return merged
 
 
 def replace_load(load: Load, **changes: Any) -> Load:
@@ -972,6 +1009,23 @@ class Sampler(threading.Thread):
         self.raw = py_spy(self.pid, self.seconds, self.out, gil=self.mode == "gil", rate=200)
 
 
+class Sampling:
+    """Start a ``Sampler`` when ``drive`` says measuring starts, and wait for it."""
+
+    def __init__(self, pid: int, seconds: float, out: Path, *, mode: str) -> None:
+        self.pid, self.seconds, self.out, self.mode = pid, seconds, out, mode
+        self.sampler: Sampler | None = None
+
+    def start(self, start_at: float) -> None:
+        self.sampler = Sampler(self.pid, start_at, self.seconds, self.out, mode=self.mode)
+        self.sampler.start()
+
+    def join(self) -> Sampler:
+        assert self.sampler is not None, "drive() never started measuring"
+        self.sampler.join()
+        return self.sampler
+
+
 def profile(
     server: Server | None,
     pid: int,
@@ -994,11 +1048,10 @@ def profile(
     for mode in ("gil", "threads"):
         if server is not None and mode == "gil":
             pg_statements(server.data_dir, reset=True)
-        run = replace_load(load, start_at=time.time() + load.warmup + 3, duration=seconds)
-        sampler = Sampler(pid, run.start_at, seconds - 1, workdir / f"py-spy-{mode}.txt", mode=mode)
-        sampler.start()
-        result = drive(run, processes, meter)
-        sampler.join()
+        run = replace_load(load, duration=seconds)
+        sampling = Sampling(pid, seconds - 1, workdir / f"py-spy-{mode}.txt", mode=mode)
+        result = drive(run, processes, meter, on_start=sampling.start)
+        sampler = sampling.join()
         report[mode] = profile_split(sampler.raw)
         report[mode]["load"] = {
             "rps": result["rps"],
@@ -1199,7 +1252,7 @@ def run_levels(
                     key=key,
                     clients=clients,
                     mix=mix,
-                    start_at=time.time() + args.warmup + 2,
+                    start_at=0.0,  # set by drive() once the clients are ready
                     warmup=args.warmup,
                     duration=args.duration,
                     queries=queries,

@@ -1,13 +1,24 @@
 """recall uses the HNSW index, and selective filters still fill the limit.
 
-The table gets 10,000 memories for one big tenant plus a small tenant holding
-1% of the rows. Vectors are real embeddings of a few sentences plus Gaussian
-noise, so neighbourhoods look like real data to the index rather than like
-uniform noise.
+The table gets 10,000 memories for one big tenant (30 of them an agent's)
+plus a small tenant holding 1% of the rows. Vectors are real embeddings of
+2,500 distinct sentences, four copies of each jittered by Gaussian noise
+(standard deviation 0.03) and renormalised, like the perturbed tables that
+BENCHMARKS.md measured against real data ("From ef_search 40 up, perturbed
+tables behave like the real one").
+
+Not a few sentences copied hundreds of times: that makes tight clusters
+larger than ef_search (100), and a greedy search that enters a neighbouring
+cluster first ("The user deploys on Tuesdays" for a question about the
+user's web framework) can exhaust its candidates there and never reach the
+right one. Whether it does depends on the random levels of that graph build,
+so such a table made the exact-scan comparison below fail about one build
+in five, on any branch.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 
@@ -37,6 +48,8 @@ SUBJECTS = [
     "The new intern",
     "Grandpa",
     "The data team",
+    "Our accountant",
+    "The neighbour",
 ]
 TOPICS = [
     "prefers FastAPI over Flask for web services",
@@ -47,14 +60,48 @@ TOPICS = [
     "dislikes meetings before ten",
     "sends invoices on the first working day",
     "keeps bees in the back garden",
+    "drinks oat milk in coffee",
+    "is allergic to penicillin",
+    "plays the cello in an orchestra",
+    "drives an electric van",
+    "reads crime novels on the train",
+    "is learning Portuguese",
+    "grows tomatoes on the balcony",
+    "uses a standing desk",
+    "votes by post",
+    "files taxes in April",
+    "owns two grey cats",
+    "commutes by bike in summer",
+    "backs up photos to a NAS",
+    "writes release notes on Fridays",
+    "bakes sourdough at weekends",
+    "supports the local football club",
+    "books holidays in the Alps",
 ]
-SEEDS = [f"{who} {what}." for who in SUBJECTS for what in TOPICS]
+QUALIFIERS = [
+    "",
+    " these days",
+    " according to last week's notes",
+    " since the spring",
+    " at least at work",
+    " and mentions it often",
+    " for the third year running",
+    " unless plans change",
+    " as far as anyone knows",
+    " as of this morning",
+]
+SEEDS = [f"{who} {what}{how}." for who in SUBJECTS for what in TOPICS for how in QUALIFIERS]
+
+
+@functools.cache
+def seed_vectors() -> np.ndarray:
+    return embeddings.get_embedder().embed(SEEDS)
 
 
 def synthetic_vectors(count: int, rng: np.random.Generator) -> np.ndarray:
-    """Return real embeddings of 64 sentences, each jittered a little and renormalised."""
-    base = embeddings.get_embedder().embed(SEEDS)
-    picks = base[rng.integers(0, len(SEEDS), count)]
+    """Return ``count`` real sentence embeddings, each jittered a little and renormalised."""
+    base = seed_vectors()
+    picks = base[rng.permutation(count) % len(SEEDS)]
     noisy = picks + rng.normal(0.0, 0.03, picks.shape).astype(np.float32)
     return noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
 
