@@ -417,7 +417,9 @@ def usage_by_agent(
                 [str(user_id), since],
             )
             medians = dict(cursor.fetchall())
-    rows = [(agent.id, agent.name) for agent in accounts_services.list_agents(user_id=user_id)]
+    rows: list[tuple[uuid.UUID | None, str]] = [
+        (agent.id, agent.name) for agent in accounts_services.list_agents(user_id=user_id)
+    ]
     if None in counted:
         rows.append((None, ""))
 

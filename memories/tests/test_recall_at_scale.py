@@ -11,14 +11,17 @@ Not a few sentences copied hundreds of times: that makes tight clusters
 larger than ef_search (100), and a greedy search that enters a neighbouring
 cluster first ("The user deploys on Tuesdays" for a question about the
 user's web framework) can exhaust its candidates there and never reach the
-right one. Whether it does depends on the random levels of that graph build,
-so such a table made the exact-scan comparison below fail about one build
-in five, on any branch.
+right one. Whether it does depends on the random levels of that graph build:
+with 64 sentences, 3 builds in 22 (main's code as much as the agents
+branch's) found none of the exact top 10 for that question, while ef_search
+400 on the same graph found all ten. With these 2,500, 60 of 60 (10 builds,
+6 questions) matched the exact top 10 in full.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import uuid
 
@@ -29,7 +32,6 @@ from pgvector import Vector
 
 from accounts.models import Agent, User
 from memories import embeddings, services
-from memories.models import Memory
 from recall import tenancy
 
 BIG = 10_000
@@ -117,7 +119,7 @@ def insert(
             str(agent.id) if agent else None,
             "default",
             f"synthetic {n}",
-            f"{user.id}-{agent.id if agent else ''}-{n}",
+            hashlib.sha256(f"{user.id}-{agent.id if agent else ''}-{n}".encode()).hexdigest(),
             Vector(v).to_text(),
             model,
             json.dumps(metadata_for(n)),
@@ -187,6 +189,20 @@ def test_recall_uses_the_hnsw_index_at_ten_thousand_rows(db, table):
     assert "Index Scan using memories_hnsw_" in plan, plan
 
 
+def exact_ids(user: User, query: str, **where: object) -> set[str]:
+    """Return the ids of the user's memories (those matching ``where``) at or above similarity 0."""
+    vector = Vector(embeddings.get_embedder().embed_one(query)).to_text()
+    clauses = "".join(f" AND {column} = %s" for column in where)
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            # S608: the column names are this test's own keywords; values are parameters.
+            "SELECT id FROM memories WHERE user_id = %s AND embedding <=> %s::vector <= 1"  # noqa: S608
+            + clauses,
+            [str(user.id), vector, *[str(value) for value in where.values()]],
+        )
+        return {str(row[0]) for row in cursor.fetchall()}
+
+
 def branch_ran(plan: str, *, exact: bool) -> bool:
     """Say whether the exact (or else the index) branch of an analysed plan ran."""
     gate = "One-Time Filter: ((InitPlan" if exact else "One-Time Filter: ((NOT (InitPlan"
@@ -214,7 +230,7 @@ def test_a_small_namespace_is_ranked_by_an_exact_scan(db, table):
 @pytest.mark.slow
 def test_the_exact_scan_cut_off_is_a_setting(db, table, settings):
     big, small, _ = table
-    settings.RECALL_EXACT_SEARCH_MAX = BIG
+    settings.RECALL_EXACT_SEARCH_MAX = BIG + SCOUT  # the user-wide view holds both
     assert branch_ran(explain(big, analyze=True), exact=True)
     settings.RECALL_EXACT_SEARCH_MAX = 0
     assert branch_ran(explain(small, analyze=True), exact=False)
@@ -252,8 +268,9 @@ def test_a_narrow_source_filter_is_ranked_by_an_exact_scan(db, table):
         user_id=big.id, agent_id=None, query="web frameworks", threshold=0, path=RARE_PATH
     )
 
-    # All five, however far from the query: an index scan could stop short of them.
-    assert len(found) == BIG // RARE_PATH_EVERY
+    # All that the threshold lets through, however far from the query: an
+    # index scan could stop short of them.
+    assert {r["id"] for r in found} == exact_ids(big, "web frameworks", path=RARE_PATH)
     assert {r["path"] for r in found} == {RARE_PATH}
 
 
@@ -276,10 +293,7 @@ def test_an_agent_of_a_big_tenant_is_ranked_among_its_own_memories(db, table):
         user_id=big.id, agent_id=scout.id, query="web frameworks", limit=50, threshold=0
     )
 
-    assert len(found) == SCOUT
-    with tenancy.operator():
-        own = {str(i) for i in Memory.objects.filter(agent=scout).values_list("id", flat=True)}
-    assert {r["id"] for r in found} == own
+    assert {r["id"] for r in found} == exact_ids(big, "web frameworks", agent_id=scout.id)
 
 
 @pytest.mark.slow
