@@ -29,7 +29,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('accounts', '0004_agents'),
-        ('billing', '0004_usage_event_filter_indexes'),
+        ('billing', '0005_usage_event_event_id'),
     ]
 
     operations = [
