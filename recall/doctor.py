@@ -2,7 +2,7 @@
 
 The checks, in order: the data directory, the database (reachable, version,
 pgvector, migrations), the database roles (not a superuser, no BYPASSRLS, the
-two roles the tenancy switches to), row-level security forced on every tenant
+three roles the tenancy switches to), row-level security forced on every tenant
 table, the embedding model's files against their pinned checksums, Redis when
 ``REDIS_URL`` is set, the billing webhooks' configuration, and whether other
 machines can reach the server.
@@ -257,7 +257,7 @@ def database_roles() -> Iterator[Finding]:
         user, superuser, bypass = cursor.fetchone()
         cursor.execute(
             "SELECT rolname FROM pg_roles WHERE rolname = ANY(%s) AND (rolsuper OR rolbypassrls)",
-            [[tenancy.APP_ROLE, tenancy.OPERATOR_ROLE]],
+            [list(_TENANCY_ROLES)],
         )
         loose = [row[0] for row in cursor.fetchall()]
         cursor.execute(
@@ -308,13 +308,17 @@ def database_roles() -> Iterator[Finding]:
         name,
         "ok",
         f'"{user}" owns the tables, is not a superuser, and switches to '
-        f"{tenancy.APP_ROLE} and {tenancy.OPERATOR_ROLE}",
+        f"{', '.join(_TENANCY_ROLES[:-1])} and {_TENANCY_ROLES[-1]}",
     )
+
+
+# A user's requests, an agent's (OAuth connections and agent-scoped keys), the admin's.
+_TENANCY_ROLES = (tenancy.APP_ROLE, tenancy.AGENT_ROLE, tenancy.OPERATOR_ROLE)
 
 
 def _roles_it_cannot_switch_to() -> list[str]:
     cannot = []
-    for role in (tenancy.APP_ROLE, tenancy.OPERATOR_ROLE):
+    for role in _TENANCY_ROLES:
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(f"SET LOCAL ROLE {role}")

@@ -28,7 +28,7 @@ ALTER TABLE usage_events DROP CONSTRAINT IF EXISTS usage_events_agent_fk;
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('accounts', '0004_agents'),
+        ('accounts', '0005_agents'),
         ('billing', '0005_usage_event_event_id'),
     ]
 

@@ -79,7 +79,7 @@ DROP FUNCTION IF EXISTS recall_tenant_memory_count();
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('accounts', '0004_agents'),
+        ('accounts', '0005_agents'),
         ('memories', '0003_labels'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('accounts', '0004_agents'),
+        ('accounts', '0005_agents'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

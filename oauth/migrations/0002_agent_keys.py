@@ -26,7 +26,7 @@ ALTER TABLE oauth_grants DROP CONSTRAINT IF EXISTS oauth_grants_agent_fk;
 class Migration(migrations.Migration):
     dependencies = [
         ("oauth", "0001_initial"),
-        ("accounts", "0004_agents"),
+        ("accounts", "0005_agents"),
     ]
 
     operations = [

@@ -101,7 +101,7 @@ ALTER TABLE api_keys DROP CONSTRAINT IF EXISTS api_keys_agent_same_user;
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('accounts', '0003_labels'),
+        ('accounts', '0004_unlimited_tier'),
     ]
 
     operations = [
