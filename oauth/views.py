@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from oauth2_provider.exceptions import OAuthToolkitError
 from oauth2_provider.forms import AllowForm
 from oauth2_provider.views import AuthorizationView
-from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error
+from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error, InvalidRequestError
 
 from accounts import services as accounts_services
 from accounts.models import Agent
@@ -43,6 +43,21 @@ class ConsentView(AuthorizationView):
         if unknown:
             return self._refuse_resource(unknown[0], request.GET.get("redirect_uri"))
         return super().get(request, *args, **kwargs)
+
+    def validate_authorization_request(self, request: HttpRequest) -> tuple[Any, dict[str, Any]]:
+        scopes, credentials = super().validate_authorization_request(request)
+        # The toolkit refuses a "plain" challenge only when it issues the code,
+        # after the user has approved; send the client back before asking.
+        # (Without a method, RFC 7636 says the challenge is plain.)
+        if credentials.get("code_challenge_method") != "S256":
+            refused = InvalidRequestError(
+                description='PKCE with code_challenge_method "S256" is required.',
+                state=credentials.get("state"),
+            )
+            # Checked against the client's registration or metadata document above.
+            refused.redirect_uri = credentials.get("redirect_uri")
+            raise OAuthToolkitError(error=refused)
+        return scopes, credentials
 
     def form_valid(self, form: ConsentForm) -> HttpResponse:
         resource = form.cleaned_data.get("resource") or ""

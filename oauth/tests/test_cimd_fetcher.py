@@ -22,15 +22,6 @@ from tests.oauth_servers import Callback, MetadataHost
 
 
 @pytest.fixture
-def host(monkeypatch, settings):
-    server = MetadataHost()
-    monkeypatch.setenv("SSL_CERT_FILE", str(server.ca_file))
-    settings.OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES = True
-    yield server
-    server.close()
-
-
-@pytest.fixture
 def no_connections(monkeypatch):
     """Fail the test if anything tries to open a TCP connection."""
 
