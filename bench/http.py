@@ -407,8 +407,9 @@ async def _run_clients(load: Load) -> Tally:
                 tool = rng.choices(tools, weights)[0]
                 args = arguments(tool)
                 via_sdk = rng.random() < load.sdk_share
+                owed_now = False
                 if sdk_owed and time.monotonic() >= measure_from:
-                    via_sdk, sdk_owed = True, False
+                    via_sdk, sdk_owed, owed_now = True, False, True
                 started = time.monotonic()
                 try:
                     if via_sdk:
@@ -424,7 +425,9 @@ async def _run_clients(load: Load) -> Tally:
                     f"{tool} (SDK session)" if via_sdk else tool,
                     result,
                     (finished - started) * 1000,
-                    measured=measure_from <= started and finished <= stop_at,
+                    # The owed session counts if it started in the window: on a
+                    # loaded machine a whole session can outlast a smoke run's 2 s.
+                    measured=measure_from <= started and (finished <= stop_at or owed_now),
                 )
                 if result == "rate_limited":
                     await asyncio.sleep(0.05)
