@@ -25,8 +25,8 @@ from accounts.services import delete_agent
 from memories.models import Memory
 from oauth.models import AccessToken, Application
 from recall import tenancy
-from recall.testing import store_memory
-from tests.clients import call, structured
+from recall.testing import LiveServer, store_memory
+from tests.clients import call, raw_call, structured
 from tests.conftest import usage_events
 
 
@@ -168,3 +168,45 @@ def test_refused_tokens(live, cast, agents):
     # Deleting the agent ends its connections at once.
     delete_agent(user_id=cast.alice.id, agent_id=agents.writer.id)
     assert 'error="invalid_token"' in challenge(tools_list(live.mcp_url, for_mcp))
+
+
+def test_the_agent_endpoints_tools_are_metered_as_its_agent(live, cast, agents):
+    token = mint(cast.alice, agents.writer, live.url + "/agent/mcp")
+    url = live.url + "/agent/mcp"
+
+    call(url, token, "memory_add", {"content": "Writer's note: the launch copy is done."})
+    call(url, token, "memory_search", {"query": "launch copy", "threshold": 0})
+    call(url, token, "memory_filters", {})
+
+    # Metered as /mcp meters a key's calls: one event a call, against Alice,
+    # recording the agent and no key.
+    events = usage_events(3, tool_name__in=["memory_add", "memory_search", "memory_filters"])
+    assert sorted(e.tool_name for e in events) == ["memory_add", "memory_filters", "memory_search"]
+    assert {(e.user_id, e.agent_id, e.api_key_id) for e in events} == {
+        (cast.alice.id, agents.writer.id, None)
+    }
+    assert all(e.success and e.tokens_consumed == 1 for e in events)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_token_has_its_own_rate_limit_and_is_told_when_it_runs_out(cast, agents):
+    with LiveServer(env={"RATE_LIMIT_FREE": "2/min"}) as server:  # Alice is on the free tier
+        token = mint(cast.alice, agents.writer, server.url + "/agent/mcp")
+        answers = [
+            raw_call(server.url + "/agent/mcp", token, "memory_filters", {}, call_id=n)
+            for n in range(3)
+        ]
+        # The token's bucket is not Alice's key's: the key still has its two calls.
+        keyed = raw_call(server.mcp_url, cast.alice_key.raw, "list_memories", {})
+
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    refused = answers[-1]
+    assert refused.headers["ratelimit-limit"] == "2"
+    assert refused.json()["error"]["data"]["error"]["code"] == "rate_limited"
+    assert keyed.status_code == 200
+    events = usage_events(4)
+    limited = [e for e in events if e.error_code == "rate_limited"]
+    assert [(e.tool_name, e.agent_id, e.tokens_consumed) for e in limited] == [
+        ("memory_filters", agents.writer.id, 0)
+    ]
