@@ -113,3 +113,34 @@ def test_soak_smoke_runs_clean_and_reports_latency_and_memory(tmp_path: Path) ->
     assert report["memory"]["server_rss"]["end_mib"] > 0
     assert report["usage_events_at_end"]["dropped"] == 0
     assert "errors other than 429: 0" in stdout
+
+
+def test_lifecycle_smoke_reports_latency_throughput_and_the_cache(tmp_path: Path) -> None:
+    report, stdout = run("lifecycle", tmp_path=tmp_path)
+
+    assert set(report["remember"]) == {"sync", "async", "async_free_tier", "commit_floor"}
+    assert set(report["remember_http"]) == {"sync", "async"}
+    for figures in [*report["remember"].values(), *report["remember_http"].values()]:
+        assert {"p50", "p95", "p99"} <= figures.keys()
+    for by_threads in report["queue"].values():
+        assert all(r["jobs_per_s"] > 0 for r in by_threads.values())
+    assert set(report["queue"]) == {"model", "stubbed"}
+    assert {"hit", "miss", "miss_over_hit_p50"} <= report["cache"].keys()
+    assert "jobs/s drained" in stdout
+
+
+def test_priority_smoke_reports_every_scheme(tmp_path: Path) -> None:
+    report, stdout = run("priority", tmp_path=tmp_path)
+
+    assert set(report["schemes"]) == {
+        "none",
+        "random",
+        "helpful",
+        "adversarial",
+        "critical-distractors",
+    }
+    for scheme, figures in report["schemes"].items():
+        assert {"hit@1", "hit@5", "mrr"} <= figures.keys()
+        if scheme != "none":
+            assert figures["largest_lift"] < 0.01
+    assert "max lift" in stdout

@@ -487,3 +487,42 @@ def recent_subscriptions(*, user_id: uuid.UUID | str, limit: int = 5) -> list[Su
 
 def count_subscriptions(*, user_ids: Iterable[uuid.UUID | str]) -> int:
     return Subscription.objects.filter(user_id__in=list(user_ids)).count()
+
+
+@dataclass(frozen=True)
+class Latency:
+    calls: int
+    p50_ms: float | None
+    p95_ms: float | None
+
+
+def recent_latency(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    api_key_id: uuid.UUID | str | None = None,
+    calls: int = 1000,
+) -> Latency:
+    """Return the median and 95th percentile latency of a caller's latest successful calls.
+
+    The caller is one key when ``api_key_id`` is given, else the whole user;
+    an agent sees only its own calls (row-level security). Rate-limited
+    calls (which never ran) are left out.
+    """
+    sql = (
+        "SELECT count(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms),"
+        " percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms)"
+        " FROM (SELECT latency_ms FROM usage_events"
+        " WHERE user_id = %s AND success AND (%s::uuid IS NULL OR api_key_id = %s)"
+        " ORDER BY occurred_at DESC LIMIT %s) AS recent"
+    )
+    key = str(api_key_id) if api_key_id else None
+    params: list[Any] = [str(user_id), key, key, calls]
+    with tenancy.tenant(user_id, agent_id=agent_id), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        count, p50, p95 = cursor.fetchone()
+    return Latency(
+        calls=int(count),
+        p50_ms=round(float(p50), 1) if p50 is not None else None,
+        p95_ms=round(float(p95), 1) if p95 is not None else None,
+    )

@@ -15,9 +15,16 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    StreamingHttpResponse,
+)
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
@@ -29,9 +36,11 @@ from billing import services as billing_services
 from dashboard.charts import stacked_bars
 from dashboard.forms import KeyForm, SignupForm
 from memories import services as memory_services
+from memories import transfer
 from oauth import resources
 from oauth import services as oauth_services
-from recall.errors import NotFound, RecallError
+from recall import context
+from recall.errors import Conflict, NotFound, RecallError
 
 
 class AuthenticatedRequest(HttpRequest):
@@ -256,6 +265,7 @@ def memories(request: AuthenticatedRequest) -> HttpResponse:
             "offset": offset,
             "newer": max(0, offset - PAGE_SIZE) if offset else None,
             "older": offset + PAGE_SIZE if more else None,
+            "retention_days": settings.HISTORY_RETENTION_DAYS,
             **_connect(request),
         },
     )
@@ -264,15 +274,91 @@ def memories(request: AuthenticatedRequest) -> HttpResponse:
 @login_required
 @require_POST
 def delete_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
+    purge = request.POST.get("purge") == "1"
     try:
-        memory_services.forget_by_id(user_id=request.user.id, id=str(memory_id))
+        with context.acting_as("dashboard"):
+            memory_services.forget_by_id(user_id=request.user.id, id=str(memory_id), purge=purge)
     except NotFound:
         raise Http404("No such memory.") from None
-    messages.success(request, "Memory deleted.")
+    if purge:
+        messages.success(request, "Memory deleted, and its history erased.")
+    else:
+        messages.success(
+            request,
+            f"Memory deleted. Its history stays for {settings.HISTORY_RETENTION_DAYS} days.",
+        )
     back = request.POST.get("next", "")
     if url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
         return HttpResponseRedirect(back)
     return redirect("dashboard:memories")
+
+
+HISTORY_PAGE = 50
+
+
+@login_required
+def changes(request: AuthenticatedRequest) -> HttpResponse:
+    """The latest changes to any of the user's memories, deletions included."""
+    return render(
+        request,
+        "dashboard/changes.html",
+        {
+            "section": "memories",
+            "changes": memory_services.recent_changes(user_id=request.user.id, limit=HISTORY_PAGE),
+            "retention_days": settings.HISTORY_RETENTION_DAYS,
+        },
+    )
+
+
+@login_required
+def memory_history(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
+    try:
+        versions = memory_services.memory_history(user_id=request.user.id, id=str(memory_id))
+    except NotFound:
+        raise Http404("No such memory.") from None
+    keys = {str(key.id): key for key in accounts_services.list_own_keys(user_id=request.user.id)}
+    for version in versions:
+        key = keys.get(version["api_key_id"] or "")
+        version["key_label"] = f"{key.prefix}… {key.name}".strip() if key else None
+    return render(
+        request,
+        "dashboard/history.html",
+        {
+            "section": "memories",
+            "memory_id": memory_id,
+            "versions": list(reversed(versions)),  # newest first on the page
+            "deleted": versions[-1]["action"] == "deleted",
+            "retention_days": settings.HISTORY_RETENTION_DAYS,
+        },
+    )
+
+
+@login_required
+@require_POST
+def erase_history(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
+    try:
+        with context.acting_as("dashboard"):
+            memory_services.erase_history(user_id=request.user.id, id=str(memory_id))
+    except NotFound:
+        raise Http404("No such history.") from None
+    except Conflict as error:
+        messages.error(request, error.message)
+        return redirect("dashboard:memory-history", memory_id=memory_id)
+    messages.success(request, "History erased.")
+    return redirect("dashboard:changes")
+
+
+@login_required
+def download_memories(request: AuthenticatedRequest) -> StreamingHttpResponse:
+    """Every memory of the user's, with its history, as JSON Lines (``recall export``'s format)."""
+    records = memory_services.export_memories(user_id=request.user.id)
+    response = StreamingHttpResponse(
+        transfer.to_lines(records), content_type="application/x-ndjson; charset=utf-8"
+    )
+    stamp = timezone.now().strftime("%Y-%m-%d")
+    response["Content-Disposition"] = f'attachment; filename="recall-memories-{stamp}.jsonl"'
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 # Plan ------------------------------------------------------------------------------

@@ -113,7 +113,7 @@ class FiltersOutput(BaseModel):
 def memory_add(
     messages: Annotated[
         list[Message] | None,
-        Field(max_length=services.TURNS_MAX, description="Conversation turns, in order."),
+        Field(max_length=validation.MESSAGES_MAX, description="Conversation turns, in order."),
     ] = None,
     document: Annotated[
         Document | None, Field(description="A document, chunked by structure.")

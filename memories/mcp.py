@@ -18,11 +18,13 @@ error shape: some clients (the TypeScript SDK 1.x, MCP Inspector) check
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
@@ -34,8 +36,8 @@ from pydantic import BaseModel, ValidationError
 
 from accounts import admission, auth
 from billing import usage
-from memories import agent_tools, tools
-from recall import context
+from memories import agent_tools, tools, v1_tools
+from recall import context, process
 from recall.errors import RecallError, ValidationFailed
 from recall.logging import describe_exception, fingerprint
 
@@ -58,13 +60,30 @@ _SENSITIVE = ("content", "query")
 
 def build_server() -> MCPServer:
     """Build a fresh ``/mcp`` server. A session manager can run once, so each app builds its own."""
-    return _server("recall", "Recall", INSTRUCTIONS, tools.TOOLS)
+    return _server("recall", "Recall", INSTRUCTIONS, tools.TOOLS, client="mcp")
 
 
 def build_agent_server() -> MCPServer:
     """Build a fresh ``/agent/mcp`` server: seed 003's tools, the same middleware and metering."""
     return _server(
-        "recall-agent", "Recall (agent memory)", agent_tools.INSTRUCTIONS, agent_tools.TOOLS
+        "recall-agent",
+        "Recall (agent memory)",
+        agent_tools.INSTRUCTIONS,
+        agent_tools.TOOLS,
+        client="agent",
+    )
+
+
+def build_v1_server() -> MCPServer:
+    """Build a fresh ``/v1/mcp`` server: seed 001's tools, the same middleware and metering."""
+    return _server(
+        "recall-v1",
+        "Recall (v1 tools)",
+        v1_tools.INSTRUCTIONS,
+        v1_tools.TOOLS,
+        client="v1",
+        failure=v1_tools.failure,
+        error_model=v1_tools.ErrorOutput,
     )
 
 
@@ -73,12 +92,24 @@ def _server(
     title: str,
     instructions: str,
     catalogue: list[tuple[Callable[..., Any], ToolAnnotations]],
+    *,
+    client: str,
+    failure: Callable[[RecallError], CallToolResult] = tools.failure,
+    error_model: type[BaseModel] = tools.ErrorOutput,
 ) -> MCPServer:
-    built = [Tool.from_function(fn, annotations=annotations) for fn, annotations in catalogue]
+    """Build a server for one tool catalogue.
+
+    ``client`` is what memory history records as the interface that made a
+    change (``stdio`` instead when served over stdio); ``failure`` and
+    ``error_model`` shape and publish its error results.
+    """
+    built = [_tool(fn, annotations) for fn, annotations in catalogue]
     for tool in built:
         # Publish the error branch; the SDK still checks successful results
         # against the success model alone.
-        tool.fn_metadata.output_schema = _with_error_branch(tool.fn_metadata.output_schema)
+        tool.fn_metadata.output_schema = _with_error_branch(
+            tool.fn_metadata.output_schema, error_model
+        )
         # Arguments a tool does not declare are refused (see _argument_problem),
         # and the published schema says so.
         tool.parameters["additionalProperties"] = False
@@ -94,14 +125,20 @@ def _server(
         arguments = params.get("arguments")
         tool = registry.get(name) if isinstance(name, str) else None
         # Over HTTP the gate set the request id; over stdio each call gets one here.
-        rid_token = None
+        rid_token = actor_token = None
         if not context.request_id.get():
             rid_token = context.request_id.set(context.new_request_id())
         try:
-            if context.transport.get() == "stdio":
-                refused = await _admit_stdio_call(ctx, name)
+            stdio = context.transport.get() == "stdio"
+            if stdio:
+                refused = await _admit_stdio_call(ctx, name, failure)
                 if refused is not None:
                     return refused
+            process.observe_limiter(anyio.to_thread.current_default_thread_limiter())
+            caller = auth.current.get()
+            actor_token = context.actor.set(
+                context.Actor("stdio" if stdio else client, caller.api_key_id if caller else None)
+            )
             fields = _log_fields(name, arguments)
             logger.info("tool call started", extra=fields)
             started = time.perf_counter()
@@ -109,7 +146,7 @@ def _server(
             result: HandlerResult
             problem = _argument_problem(tool, name, arguments, catalogue)
             if problem is not None:
-                result = _error_result(ctx, ValidationFailed(problem))
+                result = _error_result(ctx, ValidationFailed(problem), failure)
             else:
                 result = await call_next(ctx)
 
@@ -121,13 +158,15 @@ def _server(
             logger.log(level, "tool call finished", extra=fields)
             return result
         finally:
+            if actor_token is not None:
+                context.actor.reset(actor_token)
             if rid_token is not None:
                 context.request_id.reset(rid_token)
 
     server = MCPServer(
         name,
         title=title,
-        version=_version(),
+        version=process.version(),
         instructions=instructions,
         tools=built,
         middleware=[contain_failures, observe_tool_calls],
@@ -183,7 +222,11 @@ async def contain_failures(
         raise MCPError(code=INTERNAL_ERROR, message="Internal server error") from None
 
 
-async def _admit_stdio_call(ctx: ServerRequestContext[Any, Any], name: object) -> HandlerResult:
+async def _admit_stdio_call(
+    ctx: ServerRequestContext[Any, Any],
+    name: object,
+    failure: Callable[[RecallError], CallToolResult],
+) -> HandlerResult:
     """Refuse a stdio tool call the key's rate limit does not admit; HTTP's gate does the same."""
     caller = auth.current.get()
     if caller is None:
@@ -194,7 +237,31 @@ async def _admit_stdio_call(ctx: ServerRequestContext[Any, Any], name: object) -
         return None
     if admitted.event is not None:
         usage.record(admitted.event)
-    return _error_result(ctx, admitted.error)
+    return _error_result(ctx, admitted.error, failure)
+
+
+def _tool(fn: Callable[..., Any], annotations: ToolAnnotations) -> Tool:
+    """Build a tool, letting arguments be named what Python cannot name a parameter.
+
+    ``async`` is a keyword, so the function says ``async_`` and the argument
+    model gives the field the alias ``async``: that is the name published and
+    accepted. The SDK calls the function with the alias as the keyword, so
+    the call is renamed back.
+    """
+    tool = Tool.from_function(fn, annotations=annotations)
+    parameters = set(inspect.signature(fn).parameters)
+    renames = {
+        field.alias: name
+        for name, field in tool.fn_metadata.arg_model.model_fields.items()
+        if field.alias and field.alias not in parameters and name in parameters
+    }
+    if renames:
+
+        def call(**arguments: Any) -> Any:
+            return fn(**{renames.get(key, key): value for key, value in arguments.items()})
+
+        tool.fn = call
+    return tool
 
 
 def _argument_problem(
@@ -237,12 +304,16 @@ def _describe(error: Any) -> str:
     return f"{where}: {error['msg']}"
 
 
-def _error_result(ctx: ServerRequestContext[Any, Any], error: RecallError) -> dict[str, Any]:
+def _error_result(
+    ctx: ServerRequestContext[Any, Any],
+    error: RecallError,
+    failure: Callable[[RecallError], CallToolResult],
+) -> dict[str, Any]:
     # Answering without call_next skips the SDK's serializer, so shape the
     # result as it would: sieved to the protocol version's surface, with
     # resultType on 2026-era responses only. A refusal here then looks exactly
     # like a tool's own error result.
-    dumped = tools.failure(error).model_dump(by_alias=True, mode="json", exclude_none=True)
+    dumped = failure(error).model_dump(by_alias=True, mode="json", exclude_none=True)
     version = ctx.protocol_version
     try:
         result = serialize_server_result("tools/call", version, dumped)
@@ -267,6 +338,10 @@ def _error_code(result: HandlerResult) -> str | None:
     structured = data.get("structuredContent")
     if isinstance(structured, dict) and isinstance(structured.get("error"), dict):
         return str(structured["error"].get("code") or "internal_error")
+    # Seed 001's shape names its own code; ours travels in its details.
+    details = structured.get("details") if isinstance(structured, dict) else None
+    if isinstance(details, dict) and isinstance(details.get("recall_code"), str):
+        return details["recall_code"]
     return "internal_error"
 
 
@@ -311,21 +386,14 @@ def _log_fields(name: object, arguments: object) -> dict[str, Any]:
     return fields
 
 
-def _with_error_branch(success_schema: dict[str, Any] | None) -> dict[str, Any]:
+def _with_error_branch(
+    success_schema: dict[str, Any] | None, error_model: type[BaseModel]
+) -> dict[str, Any]:
     success = dict(success_schema or {"type": "object"})
     definitions = dict(success.pop("$defs", {}))
-    error = tools.ErrorOutput.model_json_schema(mode="serialization")
+    error = error_model.model_json_schema(mode="serialization")
     definitions.update(error.pop("$defs", {}))
     schema: dict[str, Any] = {"type": "object", "anyOf": [success, error]}
     if definitions:
         schema["$defs"] = definitions
     return schema
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("recall")
-    except PackageNotFoundError:
-        return "0.0.0"

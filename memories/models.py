@@ -16,6 +16,23 @@ class SourceKind(models.TextChoices):
     NOTE = "note", "Note"
 
 
+class Priority(models.TextChoices):
+    CRITICAL = "critical", "Critical"
+    HIGH = "high", "High"
+    MEDIUM = "medium", "Medium"
+    LOW = "low", "Low"
+
+
+# Highest first: the order priority breaks ties in (services.nearest_sql).
+PRIORITY_RANK = {Priority.CRITICAL: 3, Priority.HIGH: 2, Priority.MEDIUM: 1, Priority.LOW: 0}
+
+
+class MemoryQuerySet(models.QuerySet["Memory"]):
+    def live(self) -> MemoryQuerySet:
+        """Exclude expired memories, which no tool returns even before they are purged."""
+        return self.filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=Now()))
+
+
 class Memory(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(
@@ -45,8 +62,11 @@ class Memory(models.Model):
     path = models.CharField(max_length=1024, blank=True, db_default="")
     # Free-form groupings: a conversation or session, and a task shared
     # between the user's agents. NULL when absent, so the partial indexes
-    # below stay small.
+    # below stay small. A conversation's messages share one thread (whether
+    # stored by remember(messages=...) or memory_add), and ``position`` is
+    # each message's place in it, from 0.
     thread_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    position = models.PositiveIntegerField(null=True, blank=True)
     task_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     content = models.TextField()
     # SHA-256 of the normalised content; the unique constraint below is the
@@ -59,9 +79,19 @@ class Memory(models.Model):
     embedding = VectorField()
     embedding_model = models.CharField(max_length=100)
     metadata = models.JSONField(default=dict, blank=True)
+    priority = models.CharField(
+        max_length=8, choices=Priority.choices, db_default=Priority.MEDIUM.value
+    )
+    # Past this moment no tool returns the memory, and maintenance purges it.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # Maintained by the memories_version trigger: 1 when created, one more for
+    # each change a user can see. Each version is a row in memory_history.
+    version = models.PositiveIntegerField(db_default=1)
     created_at = models.DateTimeField(db_default=Now())
     # Maintained by the memories_touch_updated_at trigger, not by Django.
     updated_at = models.DateTimeField(db_default=Now())
+
+    objects = MemoryQuerySet.as_manager()
 
     class Meta:
         db_table = "memories"
@@ -69,13 +99,15 @@ class Memory(models.Model):
         constraints = [
             # One copy per writer and place: an agent's memory never collides
             # with another agent's (which it cannot see), and the same chunk in
-            # two documents or the same words in two threads are two memories.
+            # two documents, or the same words said twice in a conversation or
+            # in two conversations, are two memories.
             models.UniqueConstraint(
                 fields=[
                     "user",
                     "agent",
                     "namespace",
                     "thread_id",
+                    "position",
                     "task_id",
                     "path",
                     "content_hash",
@@ -87,6 +119,9 @@ class Memory(models.Model):
                 condition=models.Q(source_kind__in=SourceKind.values),
                 name="memories_source_kind_valid",
             ),
+            models.CheckConstraint(
+                condition=models.Q(priority__in=Priority.values), name="memories_priority_valid"
+            ),
         ]
         indexes = [
             # Used by agent-scoped searches and listings, and by agent deletion.
@@ -95,8 +130,10 @@ class Memory(models.Model):
             models.Index(fields=["user", "source_kind"], name="memories_source_kind_idx"),
             models.Index(fields=["user", "author"], name="memories_author_idx"),
             models.Index(fields=["user", "path"], name="memories_path_idx"),
+            # Used by the thread_id filters, and by list_memories(thread_id=...):
+            # a conversation in order.
             models.Index(
-                fields=["user", "thread_id"],
+                fields=["user", "thread_id", "position"],
                 name="memories_thread_idx",
                 condition=models.Q(thread_id__isnull=False),
             ),
@@ -104,6 +141,12 @@ class Memory(models.Model):
                 fields=["user", "task_id"],
                 name="memories_task_idx",
                 condition=models.Q(task_id__isnull=False),
+            ),
+            # Used by maintenance, which purges expired memories across users.
+            models.Index(
+                fields=["expires_at"],
+                name="memories_expires_idx",
+                condition=models.Q(expires_at__isnull=False),
             ),
             # Used by list_memories(order="created_at").
             models.Index(
@@ -142,6 +185,12 @@ class ForgetConfirmation(models.Model):
         related_name="+",
     )
     memory_ids = ArrayField(models.UUIDField())
+    # For forget(mode="all"): the namespace, and the moment of the preview.
+    # Confirming deletes the namespace's memories created up to then.
+    namespace = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    cutoff = models.DateTimeField(null=True, blank=True)
+    # The preview asked for the deleted memories' history to go too.
+    purge = models.BooleanField(db_default=False)
     created_at = models.DateTimeField(db_default=Now())
     expires_at = models.DateTimeField()
 
@@ -154,3 +203,187 @@ class ForgetConfirmation(models.Model):
 
     def __str__(self) -> str:
         return f"{len(self.memory_ids)} memories until {self.expires_at:%H:%M:%S}"
+
+
+class Action(models.TextChoices):
+    CREATED = "created", "Created"
+    UPDATED = "updated", "Updated"
+    DELETED = "deleted", "Deleted"
+
+
+class MemoryHistory(models.Model):
+    """One version of a memory, as it was after a change (or just before its deletion).
+
+    Written only by the ``memories_history`` trigger, in the transaction that
+    made the change, with the client and key that transaction named (see
+    ``tenancy.tenant``). The tenant path may read and add rows, never change
+    or delete them; rows go only through ``recall_purge_history()`` (forget
+    with purge) and the retention purge on the operator path.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # No foreign key: history outlives the memory it describes.
+    memory_id = models.UUIDField()
+    # ON DELETE CASCADE in the database (migration 0005): deleting a user
+    # removes their history, including rows the deletion itself writes,
+    # which Django's own cascade would collect too early.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+        db_index=False,
+    )
+    # The memory's agent (NULL for a user-wide memory): an agent reads only
+    # its own memories' history, as it reads only its own memories (RLS).
+    # No key to agents: like the memory_id, it outlives what it names (an
+    # agent's deletion deletes its memories, whose history stays its time).
+    agent = models.ForeignKey(
+        "accounts.Agent",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+    )
+    version = models.PositiveIntegerField()
+    action = models.CharField(max_length=8, choices=Action.choices)
+    namespace = models.CharField(max_length=64)
+    content = models.TextField()
+    metadata = models.JSONField(default=dict)
+    priority = models.CharField(max_length=8, choices=Priority.choices)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # Who made the change: the interface (mcp, v1, agent, stdio, dashboard,
+    # worker, import, admin, maintenance) and, through a key, the key.
+    client = models.CharField(max_length=32)
+    api_key_id = models.UUIDField(null=True, blank=True)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "memory_history"
+        verbose_name_plural = "memory history"
+        constraints = [
+            # Also used by memory_history: one memory's versions in order.
+            models.UniqueConstraint(fields=["memory_id", "version"], name="memory_history_version"),
+        ]
+        indexes = [
+            # Used by the dashboard's history page: a user's latest changes.
+            models.Index(
+                "user", models.F("recorded_at").desc(), name="memory_history_user_time_idx"
+            ),
+            # Used by the retention purge: deletions older than HISTORY_RETENTION_DAYS.
+            models.Index(
+                fields=["recorded_at"],
+                name="memory_history_deleted_idx",
+                condition=models.Q(action="deleted"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.memory_id} v{self.version} {self.action}"
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class Job(models.Model):
+    """A background add: queued by ``remember(async=true)``, run by a worker.
+
+    Workers take due jobs with ``FOR UPDATE SKIP LOCKED`` (memories/jobs.py).
+    The payload (the content to store) is cleared when the job ends, so a
+    finished job holds ids and an outcome, never memory content.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # ON DELETE CASCADE in the database, as for MemoryHistory.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+        db_index=False,
+    )
+    # The agent that queued it (NULL: user-wide); the worker stores the
+    # memories as that agent, and only it sees the job (RLS).
+    agent = models.ForeignKey(
+        "accounts.Agent",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+    )
+    kind = models.CharField(max_length=16, default="remember")
+    status = models.CharField(max_length=8, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    # The caller's own key for retries: the same key returns the same job.
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    # SHA-256 of the validated request, to refuse a key reused for another one.
+    request_hash = models.CharField(max_length=64)
+    payload = models.JSONField(null=True, blank=True)
+    # How many memories the job may add, counted against the free tier's quota
+    # while it waits.
+    items = models.PositiveIntegerField(default=1)
+    result = models.JSONField(null=True, blank=True)
+    error_code = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    error_message = models.CharField(max_length=500, blank=True, default="")
+    attempts = models.PositiveSmallIntegerField(default=0)
+    # Who queued it; the worker acts as them, so history names them too.
+    client = models.CharField(max_length=32, blank=True, default="")
+    api_key_id = models.UUIDField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    run_after = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True, blank=True)
+    # A running job whose lease has passed lost its worker, and is taken again.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "memory_jobs"
+        constraints = [
+            # Per writer: two agents, who cannot see each other's jobs, may
+            # choose the same key.
+            models.UniqueConstraint(
+                fields=["user", "agent", "idempotency_key"],
+                name="memory_jobs_idempotency",
+                condition=models.Q(idempotency_key__isnull=False),
+                nulls_distinct=False,
+            ),
+            models.CheckConstraint(
+                condition=models.Q(status__in=JobStatus.values), name="memory_jobs_status_valid"
+            ),
+        ]
+        indexes = [
+            # Used by workers taking the next due job.
+            models.Index(
+                fields=["run_after"],
+                name="memory_jobs_due_idx",
+                condition=models.Q(status="queued"),
+            ),
+            # Used by workers reclaiming jobs whose worker died.
+            models.Index(
+                fields=["lease_until"],
+                name="memory_jobs_lease_idx",
+                condition=models.Q(status="running"),
+            ),
+            # Used by the quota check at enqueue: the user's waiting jobs.
+            models.Index(
+                fields=["user"],
+                name="memory_jobs_pending_idx",
+                condition=models.Q(status__in=["queued", "running"]),
+            ),
+            # Used by maintenance, which removes finished jobs after JOB_RETENTION_DAYS.
+            models.Index(
+                fields=["finished_at"],
+                name="memory_jobs_finished_idx",
+                condition=models.Q(finished_at__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} ({self.status})"

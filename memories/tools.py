@@ -1,4 +1,4 @@
-"""The five MCP tools: thin adapters from tool arguments to ``memories.services``.
+"""The MCP tools at ``/mcp``: thin adapters from tool arguments to ``memories.services``.
 
 Each tool reads the caller from ``accounts.auth.current`` (set by the HTTP
 gate or the stdio runner, never from tool arguments), calls one service, and
@@ -81,17 +81,104 @@ Threshold = Annotated[
 MemoryId = Annotated[
     str, Field(description="A memory id (UUID) as returned by remember or recall.")
 ]
+PriorityName = Literal["critical", "high", "medium", "low"]
+Priority = Annotated[
+    PriorityName | None,
+    Field(
+        description="How much this memory matters: critical, high, medium (the default) or "
+        "low. Among equally relevant results, higher priority comes first."
+    ),
+]
+PriorityFilter = Annotated[
+    PriorityName | list[PriorityName] | None,
+    Field(description="Only memories of this priority, or of any of these priorities."),
+]
+ExpiresAt = Annotated[
+    str | None,
+    Field(
+        max_length=64,
+        description="When to forget this memory, as ISO 8601 (e.g. 2026-12-31T23:59:00Z). "
+        "Expired memories are never returned and are purged soon after.",
+    ),
+]
+TtlSeconds = Annotated[
+    int | None,
+    Field(
+        ge=1,
+        le=validation.TTL_MAX,
+        description="Forget this memory after this many seconds (instead of expires_at).",
+    ),
+]
+Background = Annotated[
+    bool,
+    Field(
+        alias="async",
+        description="Store in the background and return at once with a job_id; "
+        "check it with job_status. Validation and the quota are checked before it returns.",
+    ),
+]
+IdempotencyKey = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=validation.IDEMPOTENCY_KEY_MAX,
+        description="With async: your own key for this request. Retrying with the same key "
+        "returns the first job instead of queuing another.",
+    ),
+]
+ThreadId = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=validation.LABEL_MAX,
+        description="A conversation or session id; messages get a new one if unset.",
+    ),
+]
+
+
+class Message(BaseModel):
+    role: str = Field(
+        min_length=1, max_length=validation.ROLE_MAX, description="user, assistant, system, tool..."
+    )
+    content: str = Field(min_length=1, max_length=validation.CONTENT_MAX)
+    name: str | None = Field(None, max_length=validation.LABEL_MAX, description="Who spoke.")
+    timestamp: str | None = Field(None, max_length=64, description="When, as ISO 8601.")
+
+
+Purge = Annotated[
+    bool,
+    Field(
+        description="Also erase the deleted memories' history now. Without it, history is "
+        "kept for the retention period (30 days by default) so deletions can be reviewed."
+    ),
+]
 
 
 # Output models (published as outputSchema) ---------------------------------------
 
 
+class StoredItem(BaseModel):
+    id: str
+    deduped: bool
+
+
 class RememberOutput(BaseModel):
-    id: str = Field(description="The memory's id.")
-    deduped: bool = Field(
+    id: str | None = Field(None, description="The memory's id.")
+    deduped: bool | None = Field(
+        None,
         description="True if identical content was already stored in this namespace; "
-        "the id is then the existing memory's and nothing new was written."
+        "the id is then the existing memory's and nothing new was written.",
     )
+    job_id: str | None = Field(None, description="async: the background job; see job_status.")
+    status: str | None = Field(None, description='async: "queued" (or the first job\'s status).')
+    memory_ids: list[str] | None = Field(
+        None, description="async: the ids the new memories will have once stored."
+    )
+    thread_id: str | None = Field(None, description="messages: the conversation's thread.")
+    memories: list[StoredItem] | None = Field(
+        None, description="messages: one per message, in order."
+    )
+    count: int | None = None
 
 
 class RecalledMemory(BaseModel):
@@ -100,7 +187,9 @@ class RecalledMemory(BaseModel):
     similarity: float
     metadata: dict[str, Any]
     namespace: str
+    priority: str
     created_at: str
+    expires_at: str | None
 
 
 class RecallOutput(BaseModel):
@@ -112,9 +201,15 @@ class ListedMemory(BaseModel):
     id: str
     content: str
     namespace: str
+    thread_id: str | None
+    position: int | None = Field(description="A message's place in its thread, from 0.")
     metadata: dict[str, Any]
+    priority: str
+    hash: str = Field(description="SHA-256 of the content.")
+    version: int = Field(description="1 when stored, one more for each change; see memory_history.")
     created_at: str
     updated_at: str
+    expires_at: str | None
 
 
 class ListOutput(BaseModel):
@@ -134,15 +229,107 @@ class ForgetMatch(BaseModel):
 
 
 class ForgetOutput(BaseModel):
-    success: bool | None = Field(None, description="by_id, and by_query confirmations.")
-    deleted_count: int | None = Field(None, description="by_query confirmations.")
-    preview: bool | None = Field(None, description="True for a by_query preview.")
+    success: bool | None = Field(None, description="by_id, and confirmations.")
+    deleted_count: int | None = Field(None, description="Confirmations.")
+    purged: bool | None = Field(None, description="True if the history was erased too.")
+    preview: bool | None = Field(None, description="True for a preview.")
+    namespace: str | None = Field(None, description="all: the namespace to be emptied.")
     matches: list[ForgetMatch] | None = None
     total_matches: int | None = None
     confirmation_token: str | None = Field(
-        None, description="Pass back with mode by_query to delete exactly the matches."
+        None, description="Pass back with the same mode to delete exactly what was previewed."
     )
     expires_at: str | None = None
+
+
+class Version(BaseModel):
+    version: int
+    action: Literal["created", "updated", "deleted"]
+    content: str
+    metadata: dict[str, Any]
+    namespace: str
+    priority: str
+    expires_at: str | None
+    timestamp: str
+    client: str = Field(description="The interface that made the change: mcp, v1, stdio, ...")
+    api_key_id: str | None = Field(description="The API key that made the change, if any.")
+
+
+class HistoryOutput(BaseModel):
+    id: str
+    history: list[Version] = Field(description="Oldest first.")
+    count: int
+
+
+class JobError(BaseModel):
+    code: str | None
+    message: str
+
+
+class JobOutput(BaseModel):
+    job_id: str
+    status: Literal["queued", "running", "done", "failed"]
+    created_at: str
+    attempts: int
+    started_at: str | None = None
+    finished_at: str | None = None
+    memory_ids: list[str] | None = Field(
+        None, description="done: the stored memories; before that, the ids they will get."
+    )
+    memories: list[StoredItem] | None = Field(None, description="done: one per item, in order.")
+    error: JobError | None = Field(None, description="failed: why, in the error vocabulary.")
+
+
+class NamespaceStats(BaseModel):
+    namespace: str
+    count: int
+    oldest: str
+    newest: str
+
+
+class CacheStats(BaseModel):
+    hits: int
+    shared_hits: int
+    misses: int
+    hit_rate: float | None
+    size: int
+    max_size: int
+    ttl_seconds: float
+    bytes: int
+    evictions: int
+    expirations: int
+    avg_hit_ms: float | None
+    avg_miss_ms: float | None
+    avg_ms: float | None
+    shared: bool
+    shared_available: bool
+
+
+class LatencyStats(BaseModel):
+    calls: int
+    p50_ms: float | None
+    p95_ms: float | None
+
+
+class StatsOutput(BaseModel):
+    memories: int
+    namespaces: list[NamespaceStats]
+    history_rows: int
+    jobs: dict[str, int] = Field(description="Your background adds by status.")
+    cache: CacheStats = Field(description="The query-embedding cache, in this server process.")
+    latency: LatencyStats = Field(description="Your latest 1,000 successful calls with this key.")
+
+
+class HealthOutput(BaseModel):
+    status: Literal["ok", "degraded"]
+    database: dict[str, Any]
+    embedder: dict[str, Any]
+    queue: dict[str, Any] | None
+    redis: bool | None = Field(description="null when Redis is not configured.")
+    cache: dict[str, Any]
+    version: str
+    uptime_seconds: float
+    rss_bytes: int
 
 
 class ErrorDetail(BaseModel):
@@ -192,13 +379,17 @@ def _tidy_connections() -> None:
         close_old_connections()
 
 
-def _run(tool: str, call: Callable[[auth.AuthContext], CallToolResult]) -> CallToolResult:
+def _run(
+    tool: str,
+    call: Callable[[auth.AuthContext], CallToolResult],
+    shape: Callable[[RecallError], CallToolResult] = failure,
+) -> CallToolResult:
     """Run one tool body: fresh DB connection state, errors as results, nothing leaked."""
     try:
         _tidy_connections()
         result = call(_caller())
     except RecallError as error:
-        return failure(error)
+        return shape(error)
     except Exception as exc:
         shown = errors.from_exception(exc)
         if shown.code == errors.Unavailable.code:
@@ -206,7 +397,7 @@ def _run(tool: str, call: Callable[[auth.AuthContext], CallToolResult]) -> CallT
             outage.note("tool calls", exc)
         else:
             logger.error("tool failed", extra={"tool": tool, **describe_exception(exc)})
-        return failure(shown)
+        return shape(shown)
     else:
         outage.recovered("tool calls")
         return result
@@ -219,7 +410,7 @@ def _run(tool: str, call: Callable[[auth.AuthContext], CallToolResult]) -> CallT
 
 def remember(
     content: Annotated[
-        str,
+        str | None,
         Field(
             min_length=1,
             max_length=validation.CONTENT_MAX,
@@ -227,9 +418,24 @@ def remember(
                 "The fact, preference or note to remember, as plain text (1-50,000 characters)."
             ),
         ),
-    ],
+    ] = None,
+    messages: Annotated[
+        list[Message] | None,
+        Field(
+            min_length=1,
+            max_length=validation.MESSAGES_MAX,
+            description="Instead of content: a conversation to remember, one memory per "
+            "message, in order (at most 100). All stored, or none.",
+        ),
+    ] = None,
+    thread_id: ThreadId = None,
     namespace: Namespace = "default",
     metadata: Metadata = None,
+    priority: Priority = None,
+    expires_at: ExpiresAt = None,
+    ttl_seconds: TtlSeconds = None,
+    async_: Background = False,
+    idempotency_key: IdempotencyKey = None,
 ) -> Annotated[CallToolResult, RememberOutput]:
     """Store a memory so it can be recalled by meaning later, across sessions.
 
@@ -237,8 +443,16 @@ def remember(
     decision, a fact about a project. Store one self-contained fact per call,
     written so it makes sense on its own later. Identical content in the same
     namespace is stored once: you get the existing id back with deduped=true.
+    Give it a priority if it matters more (or less) than usual, and an expiry
+    (expires_at or ttl_seconds) if it stops being true.
 
-    Returns {"id": "<uuid>", "deduped": false|true}.
+    Pass messages instead of content to keep a conversation: each message
+    becomes a memory with its role and position, all in one thread; read it
+    back in order with list_memories(thread_id=...).
+
+    Returns {"id": "<uuid>", "deduped": false|true}; for messages
+    {"thread_id", "memories": [{id, deduped}], "count"}. With async: true it
+    returns at once with {"job_id", "status": "queued", "memory_ids"}.
     """
 
     def call(caller: auth.AuthContext) -> CallToolResult:
@@ -248,8 +462,15 @@ def remember(
                 agent_id=caller.agent_id,
                 tier=caller.tier,
                 content=content,
+                messages=[m.model_dump(exclude_none=True) for m in messages] if messages else None,
+                thread_id=thread_id,
                 namespace=namespace,
                 metadata=metadata,
+                priority=priority,
+                expires_at=expires_at,
+                ttl_seconds=ttl_seconds,
+                background=async_,
+                idempotency_key=idempotency_key,
             )
         )
 
@@ -272,6 +493,7 @@ def recall(
     ] = 10,
     threshold: Threshold = None,
     metadata_filter: MetadataFilter = None,
+    priority: PriorityFilter = None,
 ) -> Annotated[CallToolResult, RecallOutput]:
     """Find stored memories by meaning, most similar first.
 
@@ -295,6 +517,7 @@ def recall(
             limit=limit,
             threshold=threshold,
             metadata_filter=metadata_filter,
+            priority=priority,
         )
         text = memory_tags(found) if found else "No memories matched this query."
         return success({"memories": found, "count": len(found)}, text)
@@ -314,6 +537,15 @@ def list_memories(
         Literal["created_at", "updated_at"],
         Field(description="Sort newest first by creation or by last update."),
     ] = "created_at",
+    priority: PriorityFilter = None,
+    thread_id: Annotated[
+        str | None,
+        Field(
+            min_length=1,
+            max_length=validation.LABEL_MAX,
+            description="Only this conversation's messages, in the order they were said.",
+        ),
+    ] = None,
 ) -> Annotated[CallToolResult, ListOutput]:
     """List the memories in one namespace, newest first, a page at a time.
 
@@ -333,6 +565,8 @@ def list_memories(
             limit=limit,
             offset=offset,
             order=order,
+            priority=priority,
+            thread_id=thread_id,
         )
         return success({"memories": page, "count": len(page), "offset": offset})
 
@@ -353,13 +587,15 @@ def update_memory(
         dict[str, Any] | None,
         Field(description="New metadata; replaces the old metadata entirely."),
     ] = None,
+    priority: Priority = None,
 ) -> Annotated[CallToolResult, UpdateOutput]:
     """Correct or refresh a stored memory in place, keeping its id.
 
     Use this when a remembered fact changes (the user switched from coffee to
-    tea) rather than storing a contradicting memory. Pass content, metadata or
-    both. Fails with a conflict error if the new content duplicates another
-    memory in the same namespace. Returns {"success": true}.
+    tea) rather than storing a contradicting memory. Pass content, metadata,
+    priority, or several. Fails with a conflict error if the new content duplicates another
+    memory in the same namespace. Each change is kept as a version: see
+    memory_history. Returns {"success": true}.
     """
 
     def call(caller: auth.AuthContext) -> CallToolResult:
@@ -370,6 +606,7 @@ def update_memory(
                 id=id,
                 content=content,
                 metadata=metadata,
+                priority=priority,
             )
         )
 
@@ -378,8 +615,11 @@ def update_memory(
 
 def forget(
     mode: Annotated[
-        Literal["by_id", "by_query"],
-        Field(description="by_id deletes one memory; by_query deletes by meaning, in two steps."),
+        Literal["by_id", "by_query", "all"],
+        Field(
+            description="by_id deletes one memory; by_query deletes by meaning and all empties "
+            "a namespace, both in two steps (a preview, then a confirmation)."
+        ),
     ],
     id: Annotated[str | None, Field(description="by_id: the memory to delete.")] = None,
     query: Annotated[
@@ -394,18 +634,23 @@ def forget(
         str | None,
         Field(
             max_length=256,
-            description="by_query step 2: the token from the preview; deletes exactly its matches.",
+            description="Step 2 of by_query or all: the token from the preview; deletes "
+            "exactly what it previewed.",
         ),
     ] = None,
-    namespace: Namespace = "default",
+    namespace: Annotated[
+        Namespace | None,
+        Field(description='by_query: where to search ("default" if unset). all: required.'),
+    ] = None,
     limit: Annotated[
         int,
         Field(ge=1, le=validation.RECALL_LIMIT_MAX, description="by_query: maximum matches, 1-50."),
     ] = 10,
     threshold: Threshold = None,
     metadata_filter: MetadataFilter = None,
+    purge: Purge = False,
 ) -> Annotated[CallToolResult, ForgetOutput]:
-    """Delete memories, by id or by meaning.
+    """Delete memories: one by id, some by meaning, or a whole namespace.
 
     mode "by_id" with id deletes that memory: returns {"success": true}.
 
@@ -415,8 +660,16 @@ def forget(
     "total_matches": n, "confirmation_token": "...", "expires_at": "..."}.
     Check the matches with the user if in doubt, then call forget again with
     mode "by_query" and the confirmation_token to delete exactly those
-    memories: {"success": true, "deleted_count": n}. Tokens work once and
-    expire after 5 minutes. With no matches there is no token.
+    memories: {"success": true, "deleted_count": n}.
+
+    mode "all" with a namespace previews emptying it: {"preview": true,
+    "namespace", "total_matches": n, "confirmation_token"}. Confirm the same
+    way; memories stored after the preview are kept, and nothing outside the
+    namespace is touched.
+
+    Tokens work once and expire after 5 minutes; with nothing to delete there
+    is no token. A deleted memory's history is kept for 30 days, unless purge
+    is true (on the deleting call or the preview).
     """
 
     def call(caller: auth.AuthContext) -> CallToolResult:
@@ -424,7 +677,9 @@ def forget(
             if id is None:
                 raise ValidationFailed('mode "by_id" needs the id of the memory to delete.')
             return success(
-                services.forget_by_id(user_id=caller.user_id, agent_id=caller.agent_id, id=id)
+                services.forget_by_id(
+                    user_id=caller.user_id, agent_id=caller.agent_id, id=id, purge=purge
+                )
             )
         if confirmation_token is not None:
             return success(
@@ -432,6 +687,16 @@ def forget(
                     user_id=caller.user_id,
                     agent_id=caller.agent_id,
                     confirmation_token=confirmation_token,
+                    purge=purge,
+                )
+            )
+        if mode == "all":
+            return success(
+                services.forget_all_preview(
+                    user_id=caller.user_id,
+                    agent_id=caller.agent_id,
+                    namespace=namespace,
+                    purge=purge,
                 )
             )
         if query is None:
@@ -447,10 +712,69 @@ def forget(
                 limit=limit,
                 threshold=threshold,
                 metadata_filter=metadata_filter,
+                purge=purge,
             )
         )
 
     return _run("forget", call)
+
+
+def memory_history(id: MemoryId) -> Annotated[CallToolResult, HistoryOutput]:
+    """Show how a memory changed: every version, oldest first, with who made it.
+
+    Each entry has the version number, the action (created, updated,
+    deleted), the content and metadata as they were, the time, and the
+    client and API key that made the change. A deleted memory's history
+    stays readable for 30 days after the deletion.
+    """
+
+    def call(caller: auth.AuthContext) -> CallToolResult:
+        versions = services.memory_history(user_id=caller.user_id, agent_id=caller.agent_id, id=id)
+        return success({"id": id, "history": versions, "count": len(versions)})
+
+    return _run("memory_history", call)
+
+
+def job_status(
+    job_id: Annotated[str, Field(max_length=64, description="The job_id remember returned.")],
+) -> Annotated[CallToolResult, JobOutput]:
+    """Check on a background remember (one made with async: true).
+
+    status is queued, running, done (with memory_ids and, per item, whether
+    it was already stored) or failed (with the error code and message).
+    """
+
+    def call(caller: auth.AuthContext) -> CallToolResult:
+        return success(
+            services.job_status(user_id=caller.user_id, agent_id=caller.agent_id, job_id=job_id)
+        )
+
+    return _run("job_status", call)
+
+
+def memory_stats() -> Annotated[CallToolResult, StatsOutput]:
+    """Summarise your memory: memories per namespace (with the oldest and newest), history
+    rows, your background jobs by status, the query cache's counters, and your own p50/p95
+    latency over your latest calls."""
+
+    def call(caller: auth.AuthContext) -> CallToolResult:
+        return success(
+            services.memory_stats(
+                user_id=caller.user_id, agent_id=caller.agent_id, api_key_id=caller.api_key_id
+            )
+        )
+
+    return _run("memory_stats", call)
+
+
+def health_check() -> Annotated[CallToolResult, HealthOutput]:
+    """Check the server's health: the database, the embedding model, the background
+    queue's depth, Redis (null when not configured), the version and uptime. Nothing secret."""
+
+    def call(caller: auth.AuthContext) -> CallToolResult:
+        return success(services.health())
+
+    return _run("health_check", call)
 
 
 TOOLS: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
@@ -462,4 +786,8 @@ TOOLS: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
         ToolAnnotations(title="Update memory", read_only_hint=False, idempotent_hint=True),
     ),
     (forget, ToolAnnotations(title="Forget", read_only_hint=False, destructive_hint=True)),
+    (memory_history, ToolAnnotations(title="Memory history", read_only_hint=True)),
+    (job_status, ToolAnnotations(title="Job status", read_only_hint=True)),
+    (memory_stats, ToolAnnotations(title="Memory stats", read_only_hint=True)),
+    (health_check, ToolAnnotations(title="Health check", read_only_hint=True)),
 ]

@@ -19,7 +19,11 @@ import math
 import re
 import unicodedata
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from recall.errors import ValidationFailed
 
@@ -35,6 +39,13 @@ RECALL_LIMIT_MAX = 50
 LIST_LIMIT_MAX = 100
 OFFSET_MAX = 1_000_000
 ORDERS = ("created_at", "updated_at")
+PRIORITIES = ("critical", "high", "medium", "low")
+# Ten years: long enough for anything that should expire at all.
+TTL_MAX = 10 * 365 * 86_400
+MESSAGES_MAX = 100
+ROLE_MAX = 32
+LABEL_MAX = 200
+IDEMPOTENCY_KEY_MAX = 200
 
 
 def normalize(text: str) -> str:
@@ -185,3 +196,112 @@ def metadata_filter(value: Any) -> dict[str, Any]:
             )
     _check_json(value, 1)
     return value
+
+
+def priority(value: Any) -> str:
+    if value is None:
+        return "medium"
+    if value not in PRIORITIES:
+        raise ValidationFailed("priority must be critical, high, medium or low.")
+    return str(value)
+
+
+def priorities(value: Any) -> list[str]:
+    """Return the priorities a search or listing keeps: one, several, or all (empty)."""
+    if value is None:
+        return []
+    chosen = [value] if isinstance(value, str) else value
+    if not isinstance(chosen, list) or not chosen or any(p not in PRIORITIES for p in chosen):
+        raise ValidationFailed("priority must be critical, high, medium or low, or a list of them.")
+    return sorted(set(chosen), key=PRIORITIES.index)
+
+
+def timestamp(value: Any, *, field: str) -> datetime:
+    """Return an ISO 8601 timestamp as an aware datetime (UTC when no offset is given)."""
+    parsed = None
+    if isinstance(value, str) and len(value) <= 64:
+        try:
+            parsed = parse_datetime(value.strip())
+        except ValueError:
+            parsed = None
+    if parsed is None:
+        raise ValidationFailed(f"{field} must be an ISO 8601 time such as 2026-12-31T23:59:00Z.")
+    if timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed, UTC)
+    return parsed
+
+
+def expiry(expires_at: Any, ttl_seconds: Any) -> datetime | None:
+    """Return when a memory expires, from ``expires_at`` or ``ttl_seconds`` (not both)."""
+    if expires_at is not None and ttl_seconds is not None:
+        raise ValidationFailed("Pass expires_at or ttl_seconds, not both.")
+    if ttl_seconds is not None:
+        seconds = integer(ttl_seconds, field="ttl_seconds", low=1, high=TTL_MAX, default=0)
+        return timezone.now() + timedelta(seconds=seconds)
+    if expires_at is None:
+        return None
+    when = timestamp(expires_at, field="expires_at")
+    if when <= timezone.now():
+        raise ValidationFailed("expires_at is in the past; a memory must expire in the future.")
+    return when
+
+
+def label(value: Any, *, field: str, maximum: int = LABEL_MAX) -> str | None:
+    """Return a short identifier (a thread id, a name), normalised; None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationFailed(f"{field} must be a string.")
+    _check_storable(value, field)
+    cleaned = normalize(value)
+    if not cleaned:
+        raise ValidationFailed(f"{field} must not be empty; leave it out instead.")
+    if len(cleaned) > maximum:
+        raise ValidationFailed(f"{field} is at most {maximum} characters.")
+    return cleaned
+
+
+def idempotency_key(value: Any) -> str | None:
+    return label(value, field="idempotency_key", maximum=IDEMPOTENCY_KEY_MAX)
+
+
+def flag(value: Any, *, field: str) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ValidationFailed(f"{field} must be true or false.")
+    return value
+
+
+def messages(value: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Return each message's normalised content and the metadata it brings, in order.
+
+    A message is ``{role, content, name?, timestamp?}``; at most 100 per call.
+    """
+    if not isinstance(value, list) or not value:
+        raise ValidationFailed("messages must be a non-empty list of {role, content} objects.")
+    if len(value) > MESSAGES_MAX:
+        raise ValidationFailed(f"At most {MESSAGES_MAX} messages per call; got {len(value)}.")
+    found: list[tuple[str, dict[str, Any]]] = []
+    for position, message in enumerate(value):
+        where = f"messages[{position}]"
+        if not isinstance(message, dict):
+            raise ValidationFailed(f"{where} must be an object with role and content.")
+        unknown = set(message) - {"role", "content", "name", "timestamp"}
+        if unknown:
+            raise ValidationFailed(
+                f"{where} has unknown fields: {', '.join(sorted(map(str, unknown)))}."
+            )
+        role = label(message.get("role"), field=f"{where}.role", maximum=ROLE_MAX)
+        if role is None:
+            raise ValidationFailed(f"{where} needs a role, such as user or assistant.")
+        body = text(message.get("content"), field=f"{where}.content", maximum=CONTENT_MAX)
+        extra: dict[str, Any] = {"role": role, "position": position}
+        name = label(message.get("name"), field=f"{where}.name")
+        if name is not None:
+            extra["name"] = name
+        if message.get("timestamp") is not None:
+            moment = timestamp(message["timestamp"], field=f"{where}.timestamp")
+            extra["timestamp"] = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        found.append((body, extra))
+    return found

@@ -1,9 +1,10 @@
 """Recall's OAuth-protected resources, and how each is named to clients.
 
-Two MCP endpoints accept OAuth access tokens:
+Three MCP endpoints accept OAuth access tokens:
 
 * ``/mcp``, the five-tool endpoint, which also takes API keys;
-* ``/agent/mcp``, seed 003's tools, which takes OAuth tokens only.
+* ``/agent/mcp``, seed 003's tools, which takes OAuth tokens only;
+* ``/v1/mcp``, seed 001's tools, which also takes API keys.
 
 Each is its own protected resource (RFC 9728): its identifier is the public
 URL of the endpoint, its metadata lives at the path-inserted well-known URL
@@ -23,7 +24,8 @@ from pydantic import AnyHttpUrl
 
 MCP_PATH = "/mcp"
 AGENT_MCP_PATH = "/agent/mcp"
-PATHS = (MCP_PATH, AGENT_MCP_PATH)
+V1_MCP_PATH = "/v1/mcp"
+PATHS = (MCP_PATH, AGENT_MCP_PATH, V1_MCP_PATH)
 # The one scope: read and write the connection's agent's memory.
 SCOPE = "memory"
 

@@ -9,16 +9,22 @@ Routes, in order:
   four, OAuth only), each through the gate below, then its own server's
   stateless Streamable HTTP handler with JSON responses. Served directly, so
   ``POST /mcp`` gets no 307 to ``/mcp/``.
-* ``/.well-known/oauth-protected-resource[/mcp|/agent/mcp]``: each endpoint's
-  RFC 9728 metadata (the root document describes ``/mcp``), from the SDK.
+* ``/v1/mcp``: seed 001's tool set (memories/v1_tools.py), behind the same
+  gate as ``/mcp`` (API keys, or an OAuth token acting as its agent), on the
+  same services.
+* ``/.well-known/oauth-protected-resource[/mcp|/agent/mcp|/v1/mcp]``: each
+  endpoint's RFC 9728 metadata (the root document describes ``/mcp``), from
+  the SDK.
 * ``/static/...``: the dashboard's own CSS, from the app static directories.
 * everything else: Django (dashboard, admin, JSON API, webhooks).
 
 This app, not Django, owns the ASGI lifespan: Django's handler refuses
 lifespan events, and a mounted app's lifespan would never run. Startup runs
-the MCP session manager, starts loading the embedding model, sizes the
-worker-thread pool and, on the embedded database, starts the supervisor that
-restarts it if it dies; shutdown flushes queued usage events.
+the MCP session managers, starts loading the embedding model, sizes the
+worker-thread pool, starts the background workers (``JOB_WORKERS`` threads,
+memories/jobs.py) and, on the embedded database, starts the supervisor that
+restarts it if it dies; shutdown stops the workers and flushes queued usage
+events.
 
 The gate in front of ``/mcp``, in order: request id, Host check against
 ``ALLOWED_HOSTS`` and same-origin check of ``Origin`` (the SDK's own check is
@@ -66,8 +72,8 @@ from starlette.requests import HTTPConnection  # noqa: E402
 
 from accounts import admission, auth, keys  # noqa: E402
 from billing import usage  # noqa: E402
-from memories import embeddings  # noqa: E402
-from memories.mcp import build_agent_server, build_server  # noqa: E402
+from memories import embeddings, jobs  # noqa: E402
+from memories.mcp import build_agent_server, build_server, build_v1_server  # noqa: E402
 from oauth import resources, tokens  # noqa: E402
 from recall import context, errors, jsonrpc, outage  # noqa: E402
 from recall.db import embedded  # noqa: E402
@@ -124,8 +130,13 @@ class Recall:
             resources.AGENT_MCP_PATH: build_endpoint(
                 resources.AGENT_MCP_PATH, build_agent_server(), api_keys=False
             ),
+            # Seed 001's tools: the same callers as /mcp.
+            resources.V1_MCP_PATH: build_endpoint(
+                resources.V1_MCP_PATH, build_v1_server(), api_keys=True
+            ),
         }
         self.metadata = protected_resource_metadata()
+        self.workers: jobs.Workers | None = None
         self.embedder_error: str | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -170,8 +181,10 @@ class Recall:
                     # Ours to run, so ours to bring back if it dies.
                     watcher = embedded.Supervisor(Path(settings.RECALL_DATA_DIR))
                     supervisor = await anyio.to_thread.run_sync(watcher.start)
+                self.workers = jobs.Workers().start()
                 await send({"type": "lifespan.startup.complete"})
                 await receive()  # lifespan.shutdown
+                await anyio.to_thread.run_sync(self.workers.stop)
                 if supervisor is not None:
                     await anyio.to_thread.run_sync(supervisor.stop)
                 await anyio.to_thread.run_sync(usage.get_recorder().stop)
@@ -333,6 +346,18 @@ async def receive_message(
 
 
 # helpers ---------------------------------------------------------------------------
+
+
+def _endpoint(path: str, server: Any) -> Any:
+    """Mount ``server`` as a stateless JSON Streamable HTTP endpoint; return its sessions."""
+    server.streamable_http_app(
+        streamable_http_path=path,
+        stateless_http=True,
+        json_response=True,
+        max_request_body_size=MAX_BODY_BYTES,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    return server.session_manager
 
 
 def header(scope: Scope, name: bytes) -> str | None:

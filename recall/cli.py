@@ -2,6 +2,10 @@
 
     recall serve                 migrate, load the model, serve HTTP on PORT (default 8080)
     recall stdio                 serve the same tools over stdio, as RECALL_API_KEY's user
+                                 (--tools v1: seed 001's tools, as /v1/mcp serves them)
+    recall worker                run background adds and maintenance only (--threads N)
+    recall export EMAIL          write a user's memories as JSON Lines (--namespace, --embeddings)
+    recall import EMAIL FILE     import a JSON Lines export into a user's account
     recall create-user EMAIL     create a user (--tier, --password, --staff)
     recall create-key EMAIL      issue an API key, printed once (--name, --tier)
     recall set-tier EMAIL TIER   set a user's tier and their keys' (free ... team, unlimited)
@@ -24,6 +28,8 @@ import signal
 import sys
 
 ADMIN_COMMANDS = {
+    "export": "export_memories",
+    "import": "import_memories",
     "create-user": "create_user",
     "create-key": "create_key",
     "set-tier": "set_tier",
@@ -42,7 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     if command == "serve":
         serve()
     elif command == "stdio":
-        stdio()
+        stdio(rest)
+    elif command == "worker":
+        worker(rest)
     elif command == "doctor":
         doctor()
     elif command in ADMIN_COMMANDS:
@@ -67,7 +75,7 @@ def serve() -> None:
     from django.conf import settings
 
     if settings.TRANSPORT == "stdio":
-        stdio()
+        stdio([])
         return
 
     import uvicorn
@@ -117,10 +125,54 @@ def doctor() -> None:
     raise SystemExit(checks.run(sys.stdout))
 
 
-def stdio() -> None:
+def stdio(argv: list[str]) -> None:
+    import argparse
+
     import django
 
+    parser = argparse.ArgumentParser(prog="recall stdio")
+    parser.add_argument(
+        "--tools",
+        choices=["mcp", "v1"],
+        default="mcp",
+        help="which tool set: /mcp's (default) or seed 001's, as /v1/mcp serves it",
+    )
+    args = parser.parse_args(argv)
     django.setup()
     from recall import stdio as runner
 
-    runner.run()
+    runner.run(tools=args.tools)
+
+
+def worker(argv: list[str]) -> None:
+    """Run background workers and maintenance without serving HTTP, until SIGTERM or Ctrl-C."""
+    import argparse
+
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    from memories import embeddings, jobs
+    from recall import startup
+
+    parser = argparse.ArgumentParser(prog="recall worker", description=worker.__doc__)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=max(settings.JOB_WORKERS, 1),
+        help="worker threads (default: JOB_WORKERS, at least 1)",
+    )
+    args = parser.parse_args(argv)
+    startup.migrate()
+    startup.check_embeddings()
+    embeddings.get_embedder().load()
+    running = jobs.Workers(threads=max(args.threads, 1)).start()
+
+    def stop(signum: int, frame: object) -> None:
+        running.stop()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
+    logging.getLogger("recall.startup").info("worker running", extra={"threads": args.threads})
+    running.wait()

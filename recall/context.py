@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 request_id: ContextVar[str] = ContextVar("recall_request_id", default="")
 
@@ -27,3 +30,29 @@ def new_request_id(supplied: str | None = None) -> str:
 # "http" when the HTTP gate has already applied the rate limit, "stdio" when
 # the MCP middleware must apply it itself.
 transport: ContextVar[str] = ContextVar("recall_transport", default="http")
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who is changing memories: the interface, and the API key when there is one.
+
+    ``tenancy`` hands it to the database as transaction-local settings, and
+    the history trigger writes it into every version row.
+    """
+
+    client: str  # mcp, v1, agent, stdio, dashboard, worker, import, admin, maintenance
+    api_key_id: uuid.UUID | None = None
+
+
+actor: ContextVar[Actor | None] = ContextVar("recall_actor", default=None)
+
+
+@contextmanager
+def acting_as(client: str, api_key_id: uuid.UUID | None = None) -> Iterator[Actor]:
+    """Attribute the memory changes made inside the block to ``client`` (and key)."""
+    who = Actor(client[:32], api_key_id)
+    token = actor.set(who)
+    try:
+        yield who
+    finally:
+        actor.reset(token)

@@ -190,6 +190,21 @@ FREE_TIER_MAX_MEMORIES = env.integer("FREE_TIER_MAX_MEMORIES", 100, low=0)
 # A forget(by_query) preview's confirmation token lives this long.
 FORGET_TOKEN_TTL_SECONDS = env.integer("FORGET_TOKEN_TTL_SECONDS", 300, low=10, high=3600)
 
+# A deleted memory's history is kept this long, then purged (forget with
+# purge removes it at once).
+HISTORY_RETENTION_DAYS = env.integer("HISTORY_RETENTION_DAYS", 30, low=0, high=3650)
+
+# Background adds (memories/jobs.py): worker threads per `recall serve`
+# process (0: none; run `recall worker` instead), how often idle workers look
+# for work they were not woken for, how long a worker may hold a job before
+# another takes it over, attempts before a job fails, and how long finished
+# jobs stay visible to job_status.
+JOB_WORKERS = env.integer("JOB_WORKERS", 2, low=0, high=64)
+JOB_POLL_SECONDS = env.number("JOB_POLL_SECONDS", 2.0, low=0.05, high=300.0)
+JOB_LEASE_SECONDS = env.integer("JOB_LEASE_SECONDS", 300, low=5, high=86_400)
+JOB_MAX_ATTEMPTS = env.integer("JOB_MAX_ATTEMPTS", 3, low=1, high=20)
+JOB_RETENTION_DAYS = env.integer("JOB_RETENTION_DAYS", 7, low=0, high=365)
+
 # Rate limits ----------------------------------------------------------------
 
 # Optional. When set, every app server shares one limiter through Redis;

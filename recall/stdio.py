@@ -14,11 +14,13 @@ from django.conf import settings
 
 from accounts import auth
 from billing import usage
-from memories.mcp import build_server
+from memories import jobs
+from memories.mcp import build_server, build_v1_server
 from recall import context, startup
 
 
-def run() -> None:
+def run(tools: str = "mcp") -> None:
+    """Serve /mcp's tools, or with ``tools="v1"`` seed 001's, until stdin closes."""
     raw = settings.RECALL_API_KEY
     if not raw:
         sys.stderr.write("recall stdio: set RECALL_API_KEY to the API key this process acts as.\n")
@@ -30,8 +32,11 @@ def run() -> None:
         raise SystemExit(2)
     auth.current.set(caller)
     context.transport.set("stdio")
-    server = build_server()
+    server = build_v1_server() if tools == "v1" else build_server()
+    # Background adds made over stdio need a worker even when no server runs.
+    workers = jobs.Workers().start()
     try:
         anyio.run(server.run_stdio_async)
     finally:
+        workers.stop()
         usage.get_recorder().stop()

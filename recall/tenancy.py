@@ -1,7 +1,8 @@
 """The ways code reaches rows protected by row-level security.
 
-``memories``, ``api_keys``, ``agents``, ``usage_events`` and
-``forget_confirmations`` have row-level security ENABLED and FORCED, so even
+``memories``, ``memory_history``, ``memory_jobs``, ``api_keys``, ``agents``,
+``usage_events`` and ``forget_confirmations`` have row-level security ENABLED
+and FORCED, so even
 the table owner that Django connects as sees nothing unless a policy lets it.
 The policies:
 
@@ -12,8 +13,9 @@ The policies:
   as NULL and the policy admits nothing: it fails closed.
 * ``tenant(user_id, agent_id=...)`` acts as one of the user's agents: it
   switches to ``recall_agent`` instead, whose own policies admit only that
-  agent's rows of agent-scoped tables (``memories``, ``usage_events``,
-  ``forget_confirmations``, ``api_keys``), by ``app.current_agent_id``.
+  agent's rows of agent-scoped tables (``memories``, ``memory_history``,
+  ``memory_jobs``, ``usage_events``, ``forget_confirmations``, ``api_keys``),
+  by ``app.current_agent_id``.
   One exception: a transaction that names ``task_id`` may also *read* the
   memories any of the user's agents filed under that task (never change
   them). The task id is the capability: agents share findings by naming the
@@ -25,6 +27,11 @@ The policies:
 
 Every switch is ``SET LOCAL``: they end with the transaction, so a pooled
 connection can never carry one request's identity into the next.
+
+Every switch also names the actor (``recall.context.actor``: the interface and API key
+making the change) in ``app.actor`` and ``app.actor_key_id``, in the same
+round trip. The database's history trigger writes them into every version
+row of ``memory_history``; nothing else reads them.
 """
 
 from __future__ import annotations
@@ -37,12 +44,22 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
+from recall import context
+
 APP_ROLE = "recall_app"
 AGENT_ROLE = "recall_agent"
 OPERATOR_ROLE = "recall_operator"
 # The tables under forced row-level security (`recall doctor` checks them).
 TENANT_TABLES = frozenset(
-    {"memories", "forget_confirmations", "api_keys", "agents", "usage_events"}
+    {
+        "memories",
+        "memory_history",
+        "memory_jobs",
+        "forget_confirmations",
+        "api_keys",
+        "agents",
+        "usage_events",
+    }
 )
 
 _active: ContextVar[str | None] = ContextVar("recall_tenancy_active", default=None)
@@ -71,8 +88,9 @@ def tenant(
         (
             "SELECT set_config('app.current_user_id', %s, true),"
             " set_config('app.current_agent_id', %s, true),"
-            " set_config('app.current_task_id', %s, true)",
-            [uid, aid, task_id or ""],
+            " set_config('app.current_task_id', %s, true),"
+            " set_config('app.actor', %s, true), set_config('app.actor_key_id', %s, true)",
+            [uid, aid, task_id or "", *_actor()],
         ),
     ]
     extra = [
@@ -89,8 +107,22 @@ def tenant(
 @contextmanager
 def operator(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     """Run the block in one transaction that may read and write every tenant's rows."""
-    with _switch("operator", [(f"SET LOCAL ROLE {OPERATOR_ROLE}", [])], using):
+    statements = [
+        (f"SET LOCAL ROLE {OPERATOR_ROLE}", []),
+        (
+            "SELECT set_config('app.actor', %s, true), set_config('app.actor_key_id', %s, true)",
+            _actor(),
+        ),
+    ]
+    with _switch("operator", statements, using):
         yield
+
+
+def _actor() -> list[str]:
+    who = context.actor.get()
+    if who is None:
+        return ["", ""]
+    return [who.client, str(who.api_key_id) if who.api_key_id else ""]
 
 
 def current() -> str | None:
@@ -123,7 +155,7 @@ def _switch(
             # psycopg sends the transaction's BEGIN on its own and waits for
             # it; in a pipeline, BEGIN and the switch go out together and cost
             # one round trip instead of two (of the five a recall makes).
-            with connection.cursor() as cursor, _pipeline(cursor):
+            with connection.cursor() as cursor, pipeline(cursor):
                 for sql, params in statements:
                     cursor.execute(sql, params)
             yield
@@ -135,13 +167,19 @@ def _switch(
                     cursor.execute(
                         "SET LOCAL ROLE NONE; SELECT set_config('app.current_user_id', '', true),"
                         " set_config('app.current_agent_id', '', true),"
-                        " set_config('app.current_task_id', '', true)" + resets
+                        " set_config('app.current_task_id', '', true),"
+                        " set_config('app.actor', '', true),"
+                        " set_config('app.actor_key_id', '', true)" + resets
                     )
     finally:
         _active.reset(token)
 
 
-def _pipeline(cursor: Any) -> AbstractContextManager[Any]:
-    """Return psycopg's pipeline for the cursor's connection, where there is one."""
+def pipeline(cursor: Any) -> AbstractContextManager[Any]:
+    """Return psycopg's pipeline for the cursor's connection, where there is one.
+
+    Statements executed inside it go out together and cost one round trip;
+    each cursor's results are there to fetch once the block ends.
+    """
     pipeline = getattr(getattr(cursor, "connection", None), "pipeline", None)
     return pipeline() if callable(pipeline) else nullcontext()

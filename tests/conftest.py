@@ -35,9 +35,11 @@ def server(django_db_setup, django_db_blocker):
 
     Its free tier allows 1,000 calls a minute so that functional tests need not
     pace themselves, and its team tier is all but unlimited for the fuzz
-    suites; the rate-limit tests start servers with the real limits.
+    suites; the rate-limit tests start servers with the real limits. It runs
+    no background workers, so that a test can say which process runs queued
+    jobs; tests of background adds start servers or workers of their own.
     """
-    env = {"RATE_LIMIT_FREE": "1000/min", "RATE_LIMIT_TEAM": "1000000/min"}
+    env = {"RATE_LIMIT_FREE": "1000/min", "RATE_LIMIT_TEAM": "1000000/min", "JOB_WORKERS": "0"}
     with django_db_blocker.unblock():
         live = LiveServer(env=env).start()
     yield live

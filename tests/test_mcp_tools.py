@@ -1,4 +1,4 @@
-"""The five tools over real HTTP, with the SDK's Python client, on both protocol generations."""
+"""The /mcp tools over real HTTP, with the SDK's Python client, on both protocol generations."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ FRAMEWORKS = (
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_both_protocol_generations_list_the_five_tools(live, cast, mode):
+def test_both_protocol_generations_list_the_tools(live, cast, mode):
     version, tools = list_tools(live.mcp_url, cast.alice_key.raw, mode)
 
     assert version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
@@ -30,6 +30,10 @@ def test_both_protocol_generations_list_the_five_tools(live, cast, mode):
         "list_memories",
         "update_memory",
         "forget",
+        "memory_history",
+        "job_status",
+        "memory_stats",
+        "health_check",
     }
     recall = next(t for t in tools if t.name == "recall")
     properties = recall.input_schema["properties"]
@@ -303,7 +307,7 @@ def test_unknown_arguments_are_refused_by_name_and_store_nothing(live, cast, mod
         key,
         [
             ("remember", {"content": "misspelt", "namespce": "work"}),
-            ("remember", {"content": "later", "ttl_seconds": 60, "priority": "high"}),
+            ("remember", {"content": "later", "ttl": 60, "importance": "high"}),
             ("recall", {"query": "x", "limt": 5}),
             ("forget", {"mode": "by_id", "id": "00000000-0000-4000-8000-000000000000", "x": 1}),
         ],
@@ -313,7 +317,7 @@ def test_unknown_arguments_are_refused_by_name_and_store_nothing(live, cast, mod
     errors = [error_of(result) for result in results]
     assert [e["code"] for e in errors] == ["validation_failed"] * 4
     assert "'namespce'" in errors[0]["message"]
-    assert "'priority', 'ttl_seconds'" in errors[1]["message"]
+    assert "'importance', 'ttl'" in errors[1]["message"]
     assert "'limt'" in errors[2]["message"]
     with tenancy.operator():
         assert not Memory.objects.exists()

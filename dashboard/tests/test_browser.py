@@ -185,3 +185,47 @@ def test_a_user_creates_a_key_sees_its_calls_and_revokes_it(password, server, pa
     status, refused = mcp(server, raw, "list_memories", {})
     assert status == 401
     assert refused["error"]["data"]["error"]["code"] == "unauthorized"
+
+
+def test_a_user_reviews_a_memorys_history_and_downloads_their_memories(
+    cast, password, server, page
+):
+    raw = cast.alice_key.raw
+    status, stored = mcp(server, raw, "remember", {"content": "The user's bike is red."})
+    assert status == 200, stored
+    memory_id = stored["result"]["structuredContent"]["id"]
+    mcp(server, raw, "update_memory", {"id": memory_id, "content": "The user's bike is blue."})
+
+    page.goto(server.url + "/login/")
+    page.fill("#id_username", "alice@example.com")
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(server.url + "/usage/")
+
+    # The memory's history: both versions, newest first, made through /mcp.
+    page.goto(server.url + "/memories/")
+    page.click(f"a[href='/memories/{memory_id}/history/']")
+    versions = page.locator("[data-version]")
+    assert versions.count() == 2
+    assert "blue" in versions.nth(0).inner_text()
+    assert "red" in versions.nth(1).inner_text()
+    assert "by mcp" in versions.nth(0).inner_text()
+    shoot(page, "8-memory-history")
+
+    # Download my memories: the browser saves one JSON line per memory.
+    page.goto(server.url + "/memories/")
+    with page.expect_download() as waiting:
+        page.click("text=Download my memories")
+    download = waiting.value
+    assert download.suggested_filename.endswith(".jsonl")
+    [record] = [json.loads(line) for line in Path(download.path()).read_text().splitlines()]
+    assert record["content"] == "The user's bike is blue."
+    assert [v["action"] for v in record["history"]] == ["created", "updated"]
+
+    # Delete it; it is listed among the recent changes, history still readable.
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator(f"[data-memory-id='{memory_id}'] button:has-text('Delete')").click()
+    page.wait_for_selector("text=Memory deleted")
+    page.goto(server.url + "/memories/changes/")
+    assert page.locator(".badge.action-deleted").count() == 1
+    shoot(page, "9-recent-changes")

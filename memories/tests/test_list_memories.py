@@ -20,7 +20,20 @@ def test_it_lists_newest_first(cast):
     listed = services.list_memories(user_id=cast.alice.id)
 
     assert [m["id"] for m in listed] == list(reversed(ids))
-    assert set(listed[0]) == {"id", "content", "namespace", "metadata", "created_at", "updated_at"}
+    assert set(listed[0]) == {
+        "id",
+        "content",
+        "namespace",
+        "thread_id",
+        "position",
+        "metadata",
+        "priority",
+        "hash",
+        "version",
+        "created_at",
+        "updated_at",
+        "expires_at",
+    }
 
 
 def test_it_pages_with_limit_and_offset(cast):

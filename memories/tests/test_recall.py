@@ -66,7 +66,16 @@ def test_each_result_has_the_specified_fields(cast):
         user_id=cast.alice.id, query="web frameworks", namespace="preferences", threshold=0
     )
 
-    assert set(result) == {"id", "content", "similarity", "metadata", "namespace", "created_at"}
+    assert set(result) == {
+        "id",
+        "content",
+        "similarity",
+        "metadata",
+        "namespace",
+        "priority",
+        "created_at",
+        "expires_at",
+    }
     assert result["id"] == memory_id
     assert result["metadata"] == {"source": "chat"}
     assert result["namespace"] == "preferences"

@@ -144,7 +144,7 @@ def test_the_free_quota_is_per_tenant(cast):
         ({"content": "   \n\t "}, "content must not be empty"),
         ({"content": "x" * 50_001}, "maximum is 50,000"),
         ({"content": 42}, "content must be a string"),
-        ({"content": None}, "content must be a string"),
+        ({"content": None}, "Pass content (one memory) or messages"),
         ({"content": "nul \x00 byte"}, "NUL"),
         ({"content": "lone \ud800 surrogate"}, "valid Unicode"),
         ({"namespace": ""}, "namespace must be"),

@@ -96,7 +96,7 @@ def test_an_unknown_id_is_not_found(cast):
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
-        ({}, "Pass content, metadata or both"),
+        ({}, "Pass content, metadata or priority"),
         ({"content": ""}, "content must not be empty"),
         ({"content": "z" * 50_001}, "maximum is 50,000"),
         ({"metadata": [1, 2]}, "metadata must be a JSON object"),

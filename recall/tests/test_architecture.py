@@ -190,6 +190,8 @@ def test_the_guarded_tables_are_the_ones_under_row_level_security(db):
     assert set(guarded_models()) == {
         "Memory",
         "ForgetConfirmation",
+        "MemoryHistory",
+        "Job",
         "ApiKey",
         "Agent",
         "UsageEvent",

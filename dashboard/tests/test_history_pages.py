@@ -1,0 +1,103 @@
+"""The dashboard's history pages and the "Download my memories" export."""
+
+from __future__ import annotations
+
+import json
+
+from accounts.tiers import Tier
+from memories import services
+from recall import context
+
+
+def remember(user, content, **kwargs):
+    return services.remember(user_id=user.id, tier=Tier.PRO, content=content, **kwargs)["id"]
+
+
+def test_a_memorys_history_page_shows_every_version_newest_first(cast, alice_client):
+    with context.acting_as("mcp", cast.alice_key.key.id):
+        memory_id = remember(cast.alice, "first wording")
+        services.update_memory(user_id=cast.alice.id, id=memory_id, content="second wording")
+
+    text = alice_client.get(f"/memories/{memory_id}/history/").content.decode()
+
+    assert text.index("second wording") < text.index("first wording")
+    assert "v2 updated" in text and "v1 created" in text
+    assert cast.alice_key.key.prefix in text  # the key that made the change, by its prefix
+    assert "alice laptop" in text
+
+
+def test_the_memories_page_links_to_history_and_download(cast, alice_client):
+    memory_id = remember(cast.alice, "linked")
+
+    text = alice_client.get("/memories/").content.decode()
+
+    assert f"/memories/{memory_id}/history/" in text
+    assert "/memories/download/" in text and "Download my memories" in text
+
+
+def test_another_users_history_is_a_404(cast, alice_client, charlie_client):
+    memory_id = remember(cast.alice, "Alice's")
+
+    assert charlie_client.get(f"/memories/{memory_id}/history/").status_code == 404
+
+
+def test_deleting_from_the_dashboard_keeps_history_and_shows_it_as_a_change(cast, alice_client):
+    memory_id = remember(cast.alice, "about to go")
+
+    alice_client.post(f"/memories/{memory_id}/delete/")
+    changes = alice_client.get("/memories/changes/").content.decode()
+    history = alice_client.get(f"/memories/{memory_id}/history/").content.decode()
+
+    assert "deleted" in changes and "about to go" in changes
+    assert "by dashboard" in changes
+    assert "This memory was deleted" in history
+
+
+def test_erasing_a_deleted_memorys_history_leaves_nothing(cast, alice_client):
+    memory_id = remember(cast.alice, "erase all trace")
+    alice_client.post(f"/memories/{memory_id}/delete/")
+
+    response = alice_client.post(f"/memories/{memory_id}/history/erase/")
+
+    assert response.status_code == 302
+    assert alice_client.get(f"/memories/{memory_id}/history/").status_code == 404
+    assert "erase all trace" not in alice_client.get("/memories/changes/").content.decode()
+
+
+def test_a_live_memorys_history_cannot_be_erased(cast, alice_client):
+    memory_id = remember(cast.alice, "still here")
+
+    alice_client.post(f"/memories/{memory_id}/history/erase/", follow=True)
+
+    assert "still here" in alice_client.get(f"/memories/{memory_id}/history/").content.decode()
+
+
+def test_delete_with_purge_erases_the_history_too(cast, alice_client):
+    memory_id = remember(cast.alice, "gone for good")
+
+    alice_client.post(f"/memories/{memory_id}/delete/", {"purge": "1"})
+
+    assert alice_client.get(f"/memories/{memory_id}/history/").status_code == 404
+
+
+def test_download_is_every_memory_as_json_lines_and_nothing_of_anyone_else(cast, alice_client):
+    remember(cast.alice, "one", namespace="a")
+    remember(cast.alice, "two", namespace="b", priority="high")
+    remember(cast.charlie, "Charlie's")
+
+    response = alice_client.get("/memories/download/")
+
+    assert response["Content-Type"].startswith("application/x-ndjson")
+    assert response["Content-Disposition"].startswith('attachment; filename="recall-memories-')
+    assert response["Cache-Control"] == "no-store"
+    records = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    assert sorted((r["namespace"], r["content"], r["priority"]) for r in records) == [
+        ("a", "one", "medium"),
+        ("b", "two", "high"),
+    ]
+    assert all(r["history"][0]["action"] == "created" for r in records)
+
+
+def test_the_pages_need_a_signed_in_user(cast, client):
+    assert client.get("/memories/download/").status_code == 302
+    assert client.get("/memories/changes/").status_code == 302

@@ -1,0 +1,175 @@
+"""Background work: the workers that run queued adds, and the periodic clean-up.
+
+The queue is the ``memory_jobs`` table (``memories.models.Job``);
+``services.enqueue_remember`` puts jobs there and ``services.run_next_job``
+takes one with ``FOR UPDATE SKIP LOCKED``, so any number of workers, in any
+number of processes, each take a different job and never wait for one
+another. Nothing else is needed: no broker, no new service.
+
+``Workers`` runs in ``recall serve`` (in process, started by the ASGI
+lifespan) and alone in ``recall worker``. Each worker thread:
+
+* takes the next due job and runs it, until none is due;
+* then sleeps until woken: by an enqueue in this process at once, by any
+  other process through PostgreSQL's ``NOTIFY recall_jobs`` (one listening
+  connection per process), or after ``JOB_POLL_SECONDS`` whatever happens,
+  which also picks up jobs whose worker died (their lease ran out).
+
+One thread also runs ``services.clean_up()`` every ``MAINTENANCE_SECONDS``:
+expired memories, history past its retention, finished jobs and stale
+forget confirmations. A PostgreSQL advisory lock keeps that to one process
+at a time across the fleet.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+
+from recall import errors, outage
+from recall.logging import describe_exception
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "recall_jobs"
+MAINTENANCE_SECONDS = 60.0
+
+# Woken by enqueues in this process, so in-process workers start at once.
+_wake = threading.Event()
+
+
+def wake() -> None:
+    """Tell this process's workers that a job is waiting."""
+    _wake.set()
+
+
+class Workers:
+    def __init__(self, threads: int | None = None, *, maintenance: bool = True) -> None:
+        self.threads = settings.JOB_WORKERS if threads is None else threads
+        self.maintenance = maintenance
+        self._stopping = threading.Event()
+        self._running: list[threading.Thread] = []
+        self._listener: _Listener | None = None
+
+    def start(self) -> Workers:
+        if self.threads < 1 and not self.maintenance:
+            return self
+        self._stopping.clear()
+        if self.threads:
+            self._listener = _Listener(self._stopping)
+            self._spawn(self._listener.run, "job-listener")
+        for n in range(self.threads):
+            self._spawn(self._work, f"job-worker-{n + 1}")
+        if self.maintenance:
+            self._spawn(self._maintain, "maintenance")
+        logger.info("workers started", extra={"threads": self.threads})
+        return self
+
+    def _spawn(self, target: Any, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._running.append(thread)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the jobs in hand, then stop. A job still running is left to its lease."""
+        self._stopping.set()
+        _wake.set()
+        deadline = time.monotonic() + timeout
+        for thread in self._running:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._running = []
+
+    def wait(self) -> None:
+        """Block until ``stop()`` is called (from a signal handler, say)."""
+        while not self._stopping.wait(1.0):
+            pass
+
+    # threads -------------------------------------------------------------------
+
+    def _work(self) -> None:
+        from memories import services
+
+        while not self._stopping.is_set():
+            ran = False
+            try:
+                close_old_connections()
+                ran = services.run_next_job()
+            except Exception as exc:
+                # The job itself is settled by run_next_job; this is the queue
+                # (the database) failing. Back off and try again.
+                _trouble("job workers", exc)
+                self._stopping.wait(settings.JOB_POLL_SECONDS)
+            else:
+                outage.recovered("job workers")
+            if ran:
+                continue
+            _wake.wait(settings.JOB_POLL_SECONDS)
+            _wake.clear()
+        _close_connection()
+
+    def _maintain(self) -> None:
+        from memories import services
+
+        while not self._stopping.wait(MAINTENANCE_SECONDS):
+            try:
+                close_old_connections()
+                done = services.clean_up()
+            except Exception as exc:
+                _trouble("maintenance", exc)
+                continue
+            outage.recovered("maintenance")
+            if done is not None and any(done.as_dict().values()):
+                logger.info("maintenance", extra=done.as_dict())
+        _close_connection()
+
+
+class _Listener:
+    """One connection per process that LISTENs for enqueues made by other processes."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self._stopping = stopping
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._listen()
+            except Exception as exc:
+                logger.debug("job listener: reconnecting", extra=describe_exception(exc))
+                self._stopping.wait(settings.JOB_POLL_SECONDS)
+
+    def _listen(self) -> None:
+        import psycopg
+
+        close_old_connections()
+        params = connection.get_connection_params()
+        _close_connection()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        params.pop("prepare_threshold", None)
+        with psycopg.connect(**params, autocommit=True) as conn:
+            conn.execute(f"LISTEN {CHANNEL}")
+            while not self._stopping.is_set():
+                for _ in conn.notifies(timeout=1.0, stop_after=1):
+                    _wake.set()
+
+
+def _trouble(place: str, exc: Exception) -> None:
+    """Log a failure: once per outage when the database is down, else each time."""
+    if errors.from_exception(exc).code == errors.Unavailable.code:
+        outage.note(place, exc)
+    else:
+        logger.error(
+            "background work failed; will retry", extra={"place": place, **describe_exception(exc)}
+        )
+
+
+def _close_connection() -> None:
+    try:
+        connection.close()
+    except Exception as exc:
+        logger.debug("closing a worker's connection failed", extra=describe_exception(exc))

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from accounts import services as accounts_services
+from memories import services, transfer
+from recall.errors import RecallError
+
+
+class Command(BaseCommand):
+    help = (
+        "Write a user's memories to standard output as JSON Lines, one memory per line with "
+        "its metadata, priority, timestamps and history; for `recall import` or your own tools."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("email", help="Whose memories.")
+        parser.add_argument("--namespace", help="Only this namespace (default: all of them).")
+        parser.add_argument(
+            "--embeddings",
+            action="store_true",
+            help="Include each memory's vector, so an import on the same model skips embedding.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        user = accounts_services.find_user(email=options["email"])
+        if user is None:
+            raise CommandError(f"No user with email {options['email']}.")
+        count = 0
+        try:
+            records = services.export_memories(
+                user_id=user.id,
+                namespace=options["namespace"],
+                with_embeddings=options["embeddings"],
+            )
+            for line in transfer.to_lines(records):
+                self.stdout.write(line, ending="")
+                count += 1
+                if count % 1000 == 0:
+                    self.stderr.write(f"\rexported {count:,} memories", ending="")
+        except RecallError as error:
+            raise CommandError(error.message) from None
+        self.stdout.flush()
+        where = f" from namespace {options['namespace']}" if options["namespace"] else ""
+        self.stderr.write(f"\rExported {count:,} memories of {user.email}{where}.")

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from accounts import services as accounts_services
+from memories import services, transfer
+from recall import context
+from recall.errors import RecallError
+
+
+class Command(BaseCommand):
+    help = (
+        "Import memories from a JSON Lines export (`recall export`) into a user's account, "
+        "with their history and timestamps. Identical content already in a namespace is "
+        "skipped; memories are embedded again unless the file carries vectors from the "
+        "configured model. Use - to read standard input."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("email", help="Whose account receives the memories.")
+        parser.add_argument("file", help="The .jsonl file, or - for standard input.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        user = accounts_services.find_user(email=options["email"])
+        if user is None:
+            raise CommandError(f"No user with email {options['email']}.")
+        name = options["file"]
+        total = None if name == "-" else _count_lines(Path(name))
+        self.total = total
+        try:
+            with contextlib.ExitStack() as stack:
+                stream = (
+                    sys.stdin
+                    if name == "-"
+                    else stack.enter_context(Path(name).open(encoding="utf-8"))
+                )
+                with context.acting_as("import"):
+                    report = services.import_memories(
+                        user_id=user.id,
+                        records=transfer.from_lines(stream),
+                        progress=self._progress,
+                    )
+        except OSError as error:
+            raise CommandError(f"Cannot read {name}: {error.strerror}.") from None
+        except RecallError as error:
+            raise CommandError(error.message) from None
+        self.stderr.write("")
+        self.stdout.write(
+            f"Imported {report.imported:,} of {report.read:,} memories into {user.email}: "
+            f"{report.deduplicated:,} already there, {report.expired:,} expired, "
+            f"{report.embedded:,} embedded again."
+        )
+
+    def _progress(self, report: services.Imported) -> None:
+        if self.total:
+            share = min(report.read / self.total, 1.0)
+            bar = "#" * int(30 * share) + "-" * (30 - int(30 * share))
+            line = f"\r[{bar}] {report.read:,}/{self.total:,} {100 * share:5.1f}%"
+        else:
+            line = f"\rread {report.read:,}"
+        self.stderr.write(f"{line}  imported {report.imported:,}", ending="")
+        self.stderr.flush()
+
+
+def _count_lines(path: Path) -> int | None:
+    try:
+        with path.open("rb") as raw:
+            return sum(1 for line in raw if line.strip())
+    except OSError:
+        return None

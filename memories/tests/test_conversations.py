@@ -1,0 +1,136 @@
+"""remember(messages=...): a conversation, one memory per message, all or nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from accounts.tiers import Tier
+from memories import services
+from memories.models import Memory
+from recall import tenancy
+from recall.errors import QuotaExceeded, ValidationFailed
+from recall.testing import fill_memories
+
+CONVERSATION = [
+    {"role": "user", "content": "I'm planning a trip to Kyoto.", "name": "Sam"},
+    {"role": "assistant", "content": "Lovely. When are you going?"},
+    {"role": "user", "content": "In April.", "timestamp": "2026-11-30T09:15:00+01:00"},
+    {"role": "assistant", "content": "Cherry blossom season, then. Book early."},
+    {"role": "user", "content": "Thanks."},
+    {"role": "assistant", "content": "Cherry blossom season, then. Book early."},  # said twice
+]
+
+
+def remember(user_id, messages, tier=Tier.PRO, **kwargs):
+    return services.remember(user_id=user_id, tier=tier, messages=messages, **kwargs)
+
+
+def count_rows() -> int:
+    with tenancy.operator():
+        return Memory.objects.count()
+
+
+def test_each_message_is_a_memory_in_one_thread(cast):
+    stored = remember(cast.alice.id, CONVERSATION)
+
+    assert stored["count"] == len(CONVERSATION)
+    assert stored["thread_id"]
+    assert [m["deduped"] for m in stored["memories"]] == [False] * len(CONVERSATION)
+    assert len({m["id"] for m in stored["memories"]}) == len(CONVERSATION)
+
+
+def test_the_thread_read_back_in_order_is_the_conversation(cast):
+    thread = remember(cast.alice.id, CONVERSATION, thread_id="kyoto-trip")["thread_id"]
+    services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="An unrelated note.")
+
+    read = services.list_memories(user_id=cast.alice.id, thread_id=thread, limit=100)
+
+    assert thread == "kyoto-trip"
+    assert [(m["metadata"]["role"], m["content"]) for m in read] == [
+        (m["role"], m["content"]) for m in CONVERSATION
+    ]
+    assert [m["position"] for m in read] == list(range(len(CONVERSATION)))
+    assert read[0]["metadata"]["name"] == "Sam"
+    assert read[2]["metadata"]["timestamp"] == "2026-11-30T08:15:00.000Z"
+
+
+def test_the_calls_metadata_goes_on_every_message(cast):
+    thread = remember(cast.alice.id, CONVERSATION[:2], metadata={"channel": "chat"})["thread_id"]
+
+    read = services.list_memories(user_id=cast.alice.id, thread_id=thread)
+
+    assert [m["metadata"]["channel"] for m in read] == ["chat", "chat"]
+
+
+def test_sending_the_same_conversation_again_stores_nothing_new(cast):
+    first = remember(cast.alice.id, CONVERSATION, thread_id="t1")
+
+    again = remember(cast.alice.id, CONVERSATION, thread_id="t1")
+
+    assert [m["id"] for m in again["memories"]] == [m["id"] for m in first["memories"]]
+    assert all(m["deduped"] for m in again["memories"])
+    assert count_rows() == len(CONVERSATION)
+
+
+def test_the_same_words_in_another_thread_are_another_memory(cast):
+    remember(cast.alice.id, CONVERSATION[:1], thread_id="t1")
+    other = remember(cast.alice.id, CONVERSATION[:1], thread_id="t2")
+
+    assert other["memories"][0]["deduped"] is False
+    assert count_rows() == 2
+
+
+def test_messages_are_found_by_recall_with_their_role(cast):
+    remember(cast.alice.id, CONVERSATION)
+
+    found = services.recall(user_id=cast.alice.id, query="a trip to Kyoto", threshold=0)
+
+    kyoto = next(m for m in found if "Kyoto" in m["content"])
+    assert kyoto["metadata"] == {"role": "user", "position": 0, "name": "Sam"}
+
+
+@pytest.mark.parametrize(
+    ("messages", "fragment"),
+    [
+        ([], "non-empty list"),
+        ("hello", "non-empty list"),
+        ([{"role": "user", "content": "ok"}] * 101, "At most 100 messages"),
+        ([*CONVERSATION[:2], {"role": "user", "content": ""}], r"messages\[2\].content"),
+        ([*CONVERSATION[:2], {"content": "no role"}], r"messages\[2\] needs a role"),
+        ([{"role": "user", "content": "x" * 50_001}], "maximum is 50,000"),
+        ([{"role": "user", "content": "hi", "mood": "glad"}], "unknown fields: mood"),
+        ([{"role": "user", "content": "hi", "timestamp": "yesterday"}], "ISO 8601"),
+        (["not an object"], "must be an object"),
+    ],
+)
+def test_one_bad_message_stores_none_of_them(cast, messages, fragment):
+    with pytest.raises(ValidationFailed, match=fragment):
+        remember(cast.alice.id, messages)
+
+    assert count_rows() == 0
+
+
+def test_content_and_messages_together_are_refused(cast):
+    with pytest.raises(ValidationFailed, match="not both"):
+        services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="x", messages=CONVERSATION)
+
+
+def test_a_conversation_that_would_pass_the_quota_stores_nothing(cast, settings):
+    settings.FREE_TIER_MAX_MEMORIES = 10
+    fill_memories(cast.alice.id, 6)
+
+    with pytest.raises(QuotaExceeded):
+        remember(cast.alice.id, CONVERSATION, tier=Tier.FREE)
+
+    assert count_rows() == 6
+
+
+def test_a_queued_conversation_is_stored_by_a_worker(cast):
+    queued = remember(cast.alice.id, CONVERSATION, thread_id="later", background=True)
+
+    assert len(queued["memory_ids"]) == len(CONVERSATION)
+    services.run_next_job()
+
+    read = services.list_memories(user_id=cast.alice.id, thread_id="later")
+    assert [m["id"] for m in read] == queued["memory_ids"]
+    assert [m["content"] for m in read] == [m["content"] for m in CONVERSATION]

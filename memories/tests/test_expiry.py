@@ -1,0 +1,138 @@
+"""Expiry: expires_at or ttl_seconds; expired memories are never returned, then purged."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from accounts.tiers import Tier
+from memories import services
+from memories.models import Memory
+from recall import tenancy
+from recall.errors import NotFound, ValidationFailed
+
+
+def remember(user_id, content, **kwargs):
+    return services.remember(user_id=user_id, tier=Tier.PRO, content=content, **kwargs)
+
+
+def expire_now(memory_id) -> None:
+    """Move a memory's expiry into the past, as time passing would."""
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memories SET expires_at = statement_timestamp() - interval '1 second'"
+            " WHERE id = %s",
+            [memory_id],
+        )
+
+
+def test_ttl_seconds_sets_the_expiry_from_now(cast):
+    before = timezone.now()
+    memory_id = remember(cast.alice.id, "for an hour", ttl_seconds=3600)["id"]
+
+    [listed] = services.list_memories(user_id=cast.alice.id)
+
+    assert listed["id"] == memory_id
+    expires = listed["expires_at"]
+    assert expires is not None
+    moment = timezone.datetime.fromisoformat(expires.replace("Z", "+00:00"))
+    assert timedelta(seconds=3599) <= moment - before <= timedelta(seconds=3601)
+
+
+def test_expires_at_is_stored_as_given(cast):
+    remember(cast.alice.id, "until new year", expires_at="2099-01-01T00:00:00Z")
+
+    [listed] = services.list_memories(user_id=cast.alice.id)
+
+    assert listed["expires_at"] == "2099-01-01T00:00:00.000Z"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"expires_at": "2000-01-01T00:00:00Z"}, "in the past"),
+        ({"expires_at": "next tuesday"}, "ISO 8601"),
+        ({"expires_at": "2099-13-01T00:00:00Z"}, "ISO 8601"),
+        ({"ttl_seconds": 0}, "ttl_seconds must be"),
+        ({"ttl_seconds": "60"}, "ttl_seconds must be"),
+        ({"ttl_seconds": 60, "expires_at": "2099-01-01T00:00:00Z"}, "not both"),
+    ],
+)
+def test_a_bad_expiry_is_refused_and_nothing_is_stored(cast, kwargs, fragment):
+    with pytest.raises(ValidationFailed, match=fragment):
+        remember(cast.alice.id, "never stored", **kwargs)
+
+    with tenancy.operator():
+        assert not Memory.objects.exists()
+
+
+def test_no_read_returns_an_expired_memory(cast):
+    gone = remember(cast.alice.id, "The user's parking spot is B12.", ttl_seconds=60)["id"]
+    kept = remember(cast.alice.id, "The user's desk is on floor 3.")["id"]
+    expire_now(gone)
+
+    found = services.recall(user_id=cast.alice.id, query="parking spot", threshold=0)
+    listed = services.list_memories(user_id=cast.alice.id)
+
+    assert [m["id"] for m in found] == [kept]
+    assert [m["id"] for m in listed] == [kept]
+    assert services.count_namespace(user_id=cast.alice.id) == 1
+    assert [r["id"] for r in services.export_memories(user_id=cast.alice.id)] == [kept]
+    with pytest.raises(NotFound):
+        services.update_memory(user_id=cast.alice.id, id=gone, content="revived?")
+    preview = services.forget_preview(user_id=cast.alice.id, query="parking spot", threshold=0)
+    assert [m["id"] for m in preview["matches"]] == [kept]
+
+
+def test_an_expired_memory_does_not_count_as_a_duplicate(cast):
+    old = remember(cast.alice.id, "The user is at the conference.", ttl_seconds=60)["id"]
+    expire_now(old)
+
+    again = remember(cast.alice.id, "The user is at the conference.")
+
+    assert again["deduped"] is False
+    assert again["id"] != old
+    [listed] = services.list_memories(user_id=cast.alice.id)
+    assert (listed["id"], listed["expires_at"]) == (again["id"], None)
+
+
+def test_maintenance_purges_expired_memories_leaving_a_deletion_in_their_history(cast):
+    gone = remember(cast.alice.id, "temporary", ttl_seconds=60)["id"]
+    remember(cast.alice.id, "permanent")
+    expire_now(gone)
+
+    done = services.clean_up()
+
+    assert done is not None and done.expired_memories == 1
+    with tenancy.operator():
+        assert not Memory.objects.filter(id=gone).exists()
+    versions = services.memory_history(user_id=cast.alice.id, id=gone)
+    assert [(v["action"], v["client"]) for v in versions] == [
+        ("created", "system"),
+        ("updated", "system"),  # expire_now() moved the expiry
+        ("deleted", "maintenance"),
+    ]
+
+
+def test_maintenance_runs_in_one_process_at_a_time(cast):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [services._MAINTENANCE_LOCK])
+    try:
+        # This connection holds the lock; a second session would be refused.
+        # Here the same session re-enters it (advisory locks stack), so ask
+        # from another connection instead.
+        from django.db import connections
+
+        other = connections.create_connection("default")
+        try:
+            with other.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_lock(%s)", [services._MAINTENANCE_LOCK])
+                assert cursor.fetchone()[0] is False
+        finally:
+            other.close()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [services._MAINTENANCE_LOCK])

@@ -1,0 +1,301 @@
+"""Background adds: a PostgreSQL queue, worked with FOR UPDATE SKIP LOCKED."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from accounts.tiers import Tier
+from memories import embeddings, jobs, services
+from memories.models import Job
+from recall import context, tenancy
+from recall.errors import Conflict, NotFound, QuotaExceeded, ValidationFailed
+from recall.testing import fill_memories
+
+
+def enqueue(user_id, content="The user prefers tea.", tier=Tier.PRO, **kwargs):
+    return services.remember(user_id=user_id, tier=tier, content=content, background=True, **kwargs)
+
+
+def job_row(job_id) -> Job:
+    with tenancy.operator():
+        return Job.objects.get(id=job_id)
+
+
+def test_an_async_remember_returns_a_queued_job_and_writes_no_memory_yet(cast):
+    queued = enqueue(cast.alice.id)
+
+    assert queued["status"] == "queued"
+    assert len(queued["memory_ids"]) == 1
+    assert services.list_memories(user_id=cast.alice.id) == []
+    status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert (status["status"], status["memory_ids"]) == ("queued", queued["memory_ids"])
+
+
+def test_a_worker_stores_the_memory_under_the_announced_id_and_settles_the_job(cast):
+    with context.acting_as("mcp", cast.alice_key.key.id):
+        queued = enqueue(cast.alice.id, priority="high", metadata={"k": "v"})
+
+    assert services.run_next_job() is True
+    assert services.run_next_job() is False  # nothing else is due
+
+    [memory] = services.list_memories(user_id=cast.alice.id)
+    assert memory["id"] == queued["memory_ids"][0]
+    assert (memory["priority"], memory["metadata"]) == ("high", {"k": "v"})
+    status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert status["status"] == "done"
+    assert status["memory_ids"] == queued["memory_ids"]
+    assert status["memories"] == [{"id": queued["memory_ids"][0], "deduped": False}]
+    # The worker acted as whoever queued the job.
+    [created] = services.memory_history(user_id=cast.alice.id, id=memory["id"])
+    assert (created["client"], created["api_key_id"]) == ("mcp", str(cast.alice_key.key.id))
+
+
+def test_a_finished_job_keeps_ids_but_never_the_content(cast):
+    queued = enqueue(cast.alice.id, content="a private thought")
+    assert "a private thought" in str(job_row(queued["job_id"]).payload)
+
+    services.run_next_job()
+
+    row = job_row(queued["job_id"])
+    assert row.payload is None
+    assert "a private thought" not in str(row.result)
+
+
+def test_content_already_stored_is_reported_with_its_own_id(cast):
+    existing = services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="known")["id"]
+    queued = enqueue(cast.alice.id, content="known")
+
+    services.run_next_job()
+
+    status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert status["memories"] == [{"id": existing, "deduped": True}]
+
+
+def test_a_retry_with_the_same_idempotency_key_returns_the_first_job(cast):
+    first = enqueue(cast.alice.id, idempotency_key="order-17")
+    again = enqueue(cast.alice.id, idempotency_key="order-17")
+
+    assert again == first
+    with tenancy.operator():
+        assert Job.objects.count() == 1
+    services.run_next_job()
+    after = enqueue(cast.alice.id, idempotency_key="order-17")
+    assert (after["job_id"], after["status"]) == (first["job_id"], "done")
+
+
+def test_an_idempotency_key_reused_for_another_request_is_a_conflict(cast):
+    enqueue(cast.alice.id, content="one thing", idempotency_key="k1")
+
+    with pytest.raises(Conflict, match="different request"):
+        enqueue(cast.alice.id, content="another thing", idempotency_key="k1")
+
+
+def test_a_ttl_retried_later_is_still_the_same_request(cast):
+    first = enqueue(cast.alice.id, ttl_seconds=3600, idempotency_key="ttl")
+    time.sleep(0.01)
+
+    assert enqueue(cast.alice.id, ttl_seconds=3600, idempotency_key="ttl") == first
+
+
+def test_idempotency_keys_are_per_user(cast):
+    alice = enqueue(cast.alice.id, idempotency_key="shared-key")
+    charlie = enqueue(cast.charlie.id, idempotency_key="shared-key")
+
+    assert alice["job_id"] != charlie["job_id"]
+
+
+def test_an_idempotency_key_needs_async(cast):
+    with pytest.raises(ValidationFailed, match="applies to async"):
+        services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="x", idempotency_key="k")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"content": ""}, "content must not be empty"),
+        ({"priority": "urgent"}, "priority must be"),
+        ({"ttl_seconds": 0}, "ttl_seconds must be"),
+        ({"namespace": "no spaces"}, "namespace must be"),
+    ],
+)
+def test_a_bad_call_is_refused_at_once_and_queues_nothing(cast, kwargs, fragment):
+    with pytest.raises(ValidationFailed, match=fragment):
+        enqueue(cast.alice.id, **kwargs)
+
+    with tenancy.operator():
+        assert Job.objects.count() == 0
+
+
+def test_the_quota_is_checked_when_queuing_counting_jobs_already_queued(cast, settings):
+    settings.FREE_TIER_MAX_MEMORIES = 3
+    fill_memories(cast.alice.id, 1)
+    enqueue(cast.alice.id, content="two", tier=Tier.FREE)
+    enqueue(cast.alice.id, content="three", tier=Tier.FREE)
+
+    with pytest.raises(QuotaExceeded):
+        enqueue(cast.alice.id, content="four", tier=Tier.FREE)
+
+
+def test_jobs_are_invisible_to_other_tenants(cast):
+    queued = enqueue(cast.alice.id)
+
+    with pytest.raises(NotFound):
+        services.job_status(user_id=cast.charlie.id, job_id=queued["job_id"])
+    with tenancy.tenant(cast.charlie.id), connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM memory_jobs")
+        assert cursor.fetchone()[0] == 0
+
+
+def test_a_job_id_that_is_not_a_uuid_is_a_validation_error(cast):
+    with pytest.raises(ValidationFailed, match="job_id"):
+        services.job_status(user_id=cast.alice.id, job_id="nope")
+    with pytest.raises(NotFound):
+        services.job_status(user_id=cast.alice.id, job_id=str(uuid.uuid4()))
+
+
+def test_a_job_whose_worker_died_is_taken_again_when_its_lease_runs_out(cast):
+    queued = enqueue(cast.alice.id)
+    with tenancy.operator(), connection.cursor() as cursor:
+        # As a worker does on taking it; then the worker is gone.
+        cursor.execute(
+            "UPDATE memory_jobs SET status = 'running', attempts = 1,"
+            " lease_until = statement_timestamp() + interval '1 minute' WHERE id = %s",
+            [queued["job_id"]],
+        )
+    assert services.run_next_job() is False
+
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memory_jobs SET lease_until = statement_timestamp() - interval '1 second'"
+        )
+    assert services.run_next_job() is True
+
+    status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert (status["status"], status["attempts"]) == ("done", 2)
+
+
+class Broken(embeddings.Embedder):
+    model_id = "broken"
+    default_threshold = 0.5
+    dimensions = 384
+    is_loaded = True
+
+    def embed(self, texts):
+        raise RuntimeError("the model fell over")
+
+    def load(self):
+        pass
+
+
+def test_a_passing_failure_is_retried_then_fails_with_its_code(cast, settings, monkeypatch):
+    settings.JOB_MAX_ATTEMPTS = 2
+    settings.JOB_POLL_SECONDS = 0.05
+    queued = enqueue(cast.alice.id)
+    monkeypatch.setattr(embeddings, "get_embedder", lambda: Broken())
+
+    assert services.run_next_job() is True
+    row = job_row(queued["job_id"])
+    assert (row.status, row.attempts) == ("queued", 1)  # retried later, with back-off
+
+    time.sleep(0.2)
+    assert services.run_next_job() is True
+
+    status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert status["status"] == "failed"
+    assert status["error"]["code"] == "embedding_unavailable"
+    assert job_row(queued["job_id"]).payload is None
+
+
+def test_a_failure_no_retry_can_fix_fails_at_once(cast, settings):
+    settings.FREE_TIER_MAX_MEMORIES = 1
+    queued = enqueue(cast.alice.id, tier=Tier.FREE)
+    fill_memories(cast.alice.id, 1)  # the quota filled up while the job waited
+
+    services.run_next_job()
+
+    status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert (status["status"], status["error"]["code"], status["attempts"]) == (
+        "failed",
+        "quota_exceeded",
+        1,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_workers_each_take_different_jobs_and_run_each_once(cast):
+    queued = [enqueue(cast.alice.id, content=f"memory number {n}") for n in range(24)]
+    ran: list[bool] = []
+
+    def worker() -> None:
+        try:
+            while services.run_next_job():
+                ran.append(True)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    assert len(ran) == 24
+    statuses = [services.job_status(user_id=cast.alice.id, job_id=q["job_id"]) for q in queued]
+    assert {s["status"] for s in statuses} == {"done"}
+    assert {s["attempts"] for s in statuses} == {1}
+    assert len(services.list_memories(user_id=cast.alice.id, limit=100)) == 24
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(JOB_POLL_SECONDS=0.2)
+def test_queued_jobs_survive_until_workers_start_and_are_then_run(cast):
+    # Queued while no worker runs: nothing happens, and nothing is lost.
+    queued = [enqueue(cast.alice.id, content=f"waiting {n}") for n in range(3)]
+
+    running = jobs.Workers(threads=2, maintenance=False).start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            statuses = {
+                services.job_status(user_id=cast.alice.id, job_id=q["job_id"])["status"]
+                for q in queued
+            }
+            if statuses == {"done"}:
+                break
+            time.sleep(0.05)
+    finally:
+        running.stop()
+
+    assert statuses == {"done"}
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(FREE_TIER_MAX_MEMORIES=5)
+def test_concurrent_queuing_at_the_quota_lets_exactly_one_through(cast):
+    fill_memories(cast.alice.id, 4)
+    outcomes: list[str] = []
+    barrier = threading.Barrier(6)
+
+    def worker(n: int) -> None:
+        try:
+            barrier.wait()
+            enqueue(cast.alice.id, content=f"racing {n}", tier=Tier.FREE)
+            outcomes.append("queued")
+        except QuotaExceeded:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert sorted(outcomes) == ["queued"] + ["refused"] * 5

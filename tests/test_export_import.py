@@ -1,0 +1,182 @@
+"""`recall export` and `recall import`: a round trip into a fresh database.
+
+The export comes from the test database through the command; the import
+goes into a brand-new embedded PostgreSQL in a temporary data directory,
+through `python -m recall`, exactly as an operator would move a user.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from accounts.tiers import Tier
+from memories import services
+from recall import context
+
+pytestmark = pytest.mark.slow
+
+QUERIES = ["What does the user drink?", "Where is the trip?", "deadline"]
+
+# Run in the fresh database: export the user again, and answer QUERIES.
+PROBE = """
+import json, sys
+import django
+django.setup()
+from accounts import services as accounts
+from memories import services
+user = accounts.find_user(email=sys.argv[1])
+print(json.dumps({
+    "export": list(services.export_memories(user_id=user.id)),
+    "recall": {
+        q: services.recall(user_id=user.id, query=q, namespace=ns, threshold=0)
+        for q in json.loads(sys.argv[2]) for ns in ("default", "travel")
+    },
+}))
+"""
+
+
+def recall_command(*args: str, data_dir: Path, stdin: str | None = None):
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["RECALL_DATA_DIR"] = str(data_dir)
+    done = subprocess.run(
+        [sys.executable, *args],
+        cwd=settings.BASE_DIR,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def alices_memories(cast) -> None:
+    alice = cast.alice.id
+    with context.acting_as("mcp", cast.alice_key.key.id):
+        tea = services.remember(
+            user_id=alice,
+            tier=Tier.PRO,
+            content="The user drinks green tea.",
+            priority="high",
+            metadata={"source": "chat"},
+        )["id"]
+        services.update_memory(user_id=alice, id=tea, content="The user drinks green tea daily.")
+        services.remember(
+            user_id=alice,
+            tier=Tier.PRO,
+            content="The report deadline is Friday.",
+            expires_at="2099-06-30T12:00:00Z",
+        )
+        services.remember(
+            user_id=alice,
+            tier=Tier.PRO,
+            namespace="travel",
+            messages=[
+                {"role": "user", "content": "I'm going to Kyoto in April."},
+                {"role": "assistant", "content": "Book early for the blossoms."},
+            ],
+            thread_id="kyoto",
+        )
+    services.remember(user_id=cast.charlie.id, tier=Tier.PRO, content="Charlie's own memory.")
+
+
+def export(email: str, *args: str) -> str:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("export_memories", email, *args, stdout=out, stderr=err)
+    return out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_round_trip_into_a_fresh_database_keeps_memories_history_and_recall(cast, tmp_path):
+    alices_memories(cast)
+    exported = export("alice@example.com")
+    records = [json.loads(line) for line in exported.splitlines()]
+    assert len(records) == 4
+    assert "Charlie" not in exported
+    tea = next(r for r in records if "tea" in r["content"])
+    assert [v["action"] for v in tea["history"]] == ["created", "updated"]
+    before = {
+        q: services.recall(user_id=cast.alice.id, query=q, namespace=ns, threshold=0)
+        for q in QUERIES
+        for ns in ("default", "travel")
+    }
+
+    fresh = tmp_path / "fresh"
+    file = tmp_path / "alice.jsonl"
+    file.write_text(exported, encoding="utf-8")
+    recall_command("-m", "recall", "manage", "migrate", "--verbosity", "0", data_dir=fresh)
+    recall_command("-m", "recall", "create-user", "alice@example.com", data_dir=fresh)
+    imported = recall_command(
+        "-m", "recall", "import", "alice@example.com", str(file), data_dir=fresh
+    )
+    probe = recall_command("-c", PROBE, "alice@example.com", json.dumps(QUERIES), data_dir=fresh)
+
+    assert "Imported 4 of 4 memories" in imported.stdout
+    after = json.loads(probe.stdout)
+    assert sorted(after["export"], key=lambda r: r["id"]) == sorted(records, key=lambda r: r["id"])
+    assert after["recall"] == before
+
+
+def test_an_import_skips_what_is_already_there_and_reports_it(cast, tmp_path):
+    alices_memories(cast)
+    file = tmp_path / "alice.jsonl"
+    file.write_text(export("alice@example.com", "--namespace", "travel"), encoding="utf-8")
+
+    out = io.StringIO()
+    call_command(
+        "import_memories", "charlie@example.com", str(file), stdout=out, stderr=io.StringIO()
+    )
+    call_command(
+        "import_memories", "charlie@example.com", str(file), stdout=out, stderr=io.StringIO()
+    )
+
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("Imported 2 of 2 memories into charlie@example.com: 0 already there")
+    assert lines[1].startswith("Imported 0 of 2 memories into charlie@example.com: 2 already there")
+    thread = services.list_memories(user_id=cast.charlie.id, namespace="travel", thread_id="kyoto")
+    assert [m["content"] for m in thread] == [
+        "I'm going to Kyoto in April.",
+        "Book early for the blossoms.",
+    ]
+    # Alice still has hers: the ids were taken, so Charlie's copies got new ones.
+    assert services.count_namespace(user_id=cast.alice.id, namespace="travel") == 2
+
+
+def test_vectors_in_the_file_are_reused_when_the_model_matches(cast, tmp_path):
+    alices_memories(cast)
+    file = tmp_path / "alice.jsonl"
+    file.write_text(export("alice@example.com", "--embeddings"), encoding="utf-8")
+    first = json.loads(file.read_text().splitlines()[0])
+    assert len(first["embedding"]) == 384
+
+    out = io.StringIO()
+    call_command(
+        "import_memories", "charlie@example.com", str(file), stdout=out, stderr=io.StringIO()
+    )
+
+    assert "0 embedded again" in out.getvalue()
+
+
+def test_a_bad_line_stops_the_import_naming_it(cast, tmp_path):
+    file = tmp_path / "bad.jsonl"
+    file.write_text('{"content": "fine", "created_at": "2026-01-01T00:00:00Z"}\nnot json\n')
+
+    with pytest.raises(CommandError, match="line 2 is not valid JSON"):
+        call_command(
+            "import_memories",
+            "alice@example.com",
+            str(file),
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )
