@@ -61,7 +61,7 @@ def recall_command(*args: str, data_dir: Path, stdin: str | None = None):
     return done
 
 
-def alices_memories(cast) -> None:
+def alices_memories(cast, agent=None) -> None:
     alice = cast.alice.id
     with context.acting_as("mcp", cast.alice_key.key.id):
         tea = services.remember(
@@ -88,6 +88,17 @@ def alices_memories(cast) -> None:
             ],
             thread_id="kyoto",
         )
+    if agent is not None:
+        # An agent's note, with seed 003's source: the import finds (or makes)
+        # the user's agent of the same name.
+        services.add_note(
+            user_id=alice,
+            tier=Tier.PRO,
+            agent_id=agent.id,
+            content="The research agent prefers primary sources.",
+            author="research",
+            task_id="lit-review",
+        )
     services.remember(user_id=cast.charlie.id, tier=Tier.PRO, content="Charlie's own memory.")
 
 
@@ -98,12 +109,20 @@ def export(email: str, *args: str) -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_round_trip_into_a_fresh_database_keeps_memories_history_and_recall(cast, tmp_path):
-    alices_memories(cast)
+def test_a_round_trip_into_a_fresh_database_keeps_memories_history_and_recall(
+    cast, agents, tmp_path
+):
+    alices_memories(cast, agent=agents.research)
     exported = export("alice@example.com")
     records = [json.loads(line) for line in exported.splitlines()]
-    assert len(records) == 4
+    assert len(records) == 5
     assert "Charlie" not in exported
+    note = next(r for r in records if r["agent"] == "research")
+    assert (note["source_kind"], note["author"], note["task_id"]) == (
+        "note",
+        "research",
+        "lit-review",
+    )
     tea = next(r for r in records if "tea" in r["content"])
     assert [v["action"] for v in tea["history"]] == ["created", "updated"]
     before = {
@@ -122,7 +141,7 @@ def test_a_round_trip_into_a_fresh_database_keeps_memories_history_and_recall(ca
     )
     probe = recall_command("-c", PROBE, "alice@example.com", json.dumps(QUERIES), data_dir=fresh)
 
-    assert "Imported 4 of 4 memories" in imported.stdout
+    assert "Imported 5 of 5 memories" in imported.stdout
     after = json.loads(probe.stdout)
     assert sorted(after["export"], key=lambda r: r["id"]) == sorted(records, key=lambda r: r["id"])
     assert after["recall"] == before

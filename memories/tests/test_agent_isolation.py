@@ -322,3 +322,92 @@ def test_forget_confirmations_follow_the_agent(cast, agents):
     with tenancy.tenant(cast.alice.id, agent_id=agents.research.id):
         assert ForgetConfirmation.objects.count() == 1
     assert Memory.objects.count() == 0  # and outside any context, nothing at all
+
+
+def test_history_follows_the_agent_of_its_memory(world):
+    cast, agents = world
+    with tenancy.tenant(cast.alice.id, agent_id=agents.research.id), connection.cursor() as cursor:
+        # No WHERE: only the policies decide. Task sharing lends memories, not their history.
+        cursor.execute("SELECT content FROM memory_history")
+        assert {row[0] for row in cursor.fetchall()} == {
+            "research own",
+            "research on task T",
+            "research on task U",
+        }
+    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM memory_history")
+        assert cursor.fetchone()[0] == len(ALICE_ALL)
+    with tenancy.tenant(cast.charlie.id, agent_id=agents.writer.id), connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM memory_history")
+        assert cursor.fetchone()[0] == 0
+
+
+def test_an_agent_cannot_forge_or_erase_a_siblings_history(world):
+    cast, agents = world
+    writer_own = visible_ids(cast.alice.id, agents.writer.id)["writer own"]
+    with (
+        pytest.raises(ProgrammingError, match="row-level security"),
+        tenancy.tenant(cast.alice.id, agent_id=agents.research.id),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(
+            "INSERT INTO memory_history (memory_id, user_id, agent_id, version, action,"
+            " namespace, content, metadata, priority, client, recorded_at)"
+            " VALUES (%s, %s, %s, 9, 'updated', 'default', 'forged', '{}', 'medium', 'x', now())",
+            [writer_own, cast.alice.id, agents.writer.id],
+        )
+    # The writer deletes its memory; research's purge cannot reach that history.
+    services.forget_by_id(user_id=cast.alice.id, agent_id=agents.writer.id, id=str(writer_own))
+    with tenancy.tenant(cast.alice.id, agent_id=agents.research.id), connection.cursor() as cursor:
+        cursor.execute("SELECT recall_purge_history(%s::uuid[])", [[writer_own]])
+        assert cursor.fetchone()[0] == 0
+    versions = services.memory_history(user_id=cast.alice.id, id=str(writer_own))
+    assert [v["action"] for v in versions] == ["created", "deleted"]
+    with pytest.raises(NotFound):
+        services.memory_history(
+            user_id=cast.alice.id, agent_id=agents.research.id, id=str(writer_own)
+        )
+
+
+def test_jobs_follow_the_agent_that_queued_them(cast, agents):
+    queued = services.remember(
+        user_id=cast.alice.id,
+        agent_id=agents.research.id,
+        tier=Tier.PRO,
+        content="Queued by research.",
+        background=True,
+        idempotency_key="same-key",
+    )
+    # A sibling may choose the same key: it gets its own job, not research's.
+    sibling = services.remember(
+        user_id=cast.alice.id,
+        agent_id=agents.writer.id,
+        tier=Tier.PRO,
+        content="Queued by writer.",
+        background=True,
+        idempotency_key="same-key",
+    )
+    assert sibling["job_id"] != queued["job_id"]
+    with pytest.raises(NotFound):
+        services.job_status(
+            user_id=cast.alice.id, agent_id=agents.writer.id, job_id=queued["job_id"]
+        )
+    with tenancy.tenant(cast.alice.id, agent_id=agents.writer.id), connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM memory_jobs")
+        assert cursor.fetchone()[0] == 1
+    # The user-wide view sees both; the worker stores each as its agent.
+    assert services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])["status"] == "queued"
+    while services.run_next_job():
+        pass
+    done = services.job_status(
+        user_id=cast.alice.id, agent_id=agents.research.id, job_id=queued["job_id"]
+    )
+    assert done["status"] == "done"
+    assert visible(cast.alice.id, agents.research.id) == {"Queued by research."}
+    assert visible(cast.alice.id, agents.writer.id) == {"Queued by writer."}
+
+
+def visible_ids(user_id, agent_id=None) -> dict[str, uuid.UUID]:
+    with tenancy.tenant(user_id, agent_id=agent_id), connection.cursor() as cursor:
+        cursor.execute("SELECT content, id FROM memories")
+        return dict(cursor.fetchall())

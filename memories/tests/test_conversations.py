@@ -134,3 +134,36 @@ def test_a_queued_conversation_is_stored_by_a_worker(cast):
     read = services.list_memories(user_id=cast.alice.id, thread_id="later")
     assert [m["id"] for m in read] == queued["memory_ids"]
     assert [m["content"] for m in read] == [m["content"] for m in CONVERSATION]
+
+
+def test_remember_and_memory_add_store_a_conversation_the_same_way(cast):
+    # Seed 001's messages and seed 003's turns are one kind of thing: a
+    # conversation turn in a thread, with its author and its place.
+    remember(cast.alice.id, CONVERSATION[:2], thread_id="t-remember")
+    services.add_turns(
+        user_id=cast.alice.id,
+        tier=Tier.PRO,
+        agent_id=None,
+        turns=CONVERSATION[:2],
+        thread_id="t-add",
+    )
+    with tenancy.operator():
+        rows = {
+            thread: list(
+                Memory.objects.filter(thread_id=thread)
+                .order_by("position")
+                .values_list("source_kind", "author", "position", "content")
+            )
+            for thread in ("t-remember", "t-add")
+        }
+    assert (
+        rows["t-remember"]
+        == rows["t-add"]
+        == [
+            ("conversation", "Sam", 0, CONVERSATION[0]["content"]),
+            ("conversation", "assistant", 1, CONVERSATION[1]["content"]),
+        ]
+    )
+    # And the same thread reads back in order through list_memories.
+    read = services.list_memories(user_id=cast.alice.id, thread_id="t-add")
+    assert [m["content"] for m in read] == [m["content"] for m in CONVERSATION[:2]]
