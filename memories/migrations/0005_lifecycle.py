@@ -40,7 +40,7 @@ DROP FUNCTION IF EXISTS memories_next_version();
 # insert adds none.
 HISTORY_TRIGGER = """
 CREATE FUNCTION memories_record_history() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public
     AS $$
 DECLARE
     m memories%ROWTYPE;
@@ -68,6 +68,15 @@ BEGIN
             statement_timestamp());
     RETURN NULL;
 END $$;
+-- The row is written as recall_operator (operator_access admits it), so it
+-- is written whichever role made the change: recall_app, recall_agent, or
+-- the table owner in a cascade (deleting an agent deletes its memories
+-- through a foreign key, which PostgreSQL runs as the owner). The change
+-- itself has passed memories' policies; the function is a trigger and can be
+-- called no other way.
+GRANT CREATE ON SCHEMA public TO recall_operator;
+ALTER FUNCTION memories_record_history() OWNER TO recall_operator;
+REVOKE CREATE ON SCHEMA public FROM recall_operator;
 CREATE TRIGGER memories_history
     AFTER INSERT OR DELETE ON memories
     FOR EACH ROW EXECUTE FUNCTION memories_record_history();

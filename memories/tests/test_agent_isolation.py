@@ -411,3 +411,16 @@ def visible_ids(user_id, agent_id=None) -> dict[str, uuid.UUID]:
     with tenancy.tenant(user_id, agent_id=agent_id), connection.cursor() as cursor:
         cursor.execute("SELECT content, id FROM memories")
         return dict(cursor.fetchall())
+
+
+def test_deleting_an_agent_keeps_its_memories_history_for_the_user(cast, agents):
+    memory = store_memory(cast.alice, "research own", agent=agents.research)
+    from accounts import services as accounts_services
+
+    accounts_services.delete_agent(user_id=cast.alice.id, agent_id=agents.research.id)
+    # The foreign key's cascade deleted the memory: its history says so, user-wide.
+    versions = services.memory_history(user_id=cast.alice.id, id=str(memory.id))
+    assert [(v["action"], v["content"]) for v in versions] == [
+        ("created", "research own"),
+        ("deleted", "research own"),
+    ]
