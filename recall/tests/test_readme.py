@@ -64,13 +64,15 @@ def test_the_tool_table_gives_every_default_an_agent_relies_on():
             if default is None:
                 continue
             described = re.findall(rf"`{name}` \(([^)]*)\)", rows[tool.name])
-            assert any(str(default) in text for text in described), (tool.name, name, default)
+            # As an agent sees it: JSON's false, not Python's False.
+            spelled = default if isinstance(default, str) else json.dumps(default)
+            assert any(spelled in text for text in described), (tool.name, name, default)
 
 
 def test_every_recall_command_the_readme_names_is_one_the_cli_runs():
     from recall import cli
 
-    known = {"serve", "stdio", "doctor", "manage", *cli.ADMIN_COMMANDS}
+    known = {"serve", "stdio", "worker", "doctor", "manage", *cli.ADMIN_COMMANDS}
     named = set(re.findall(r"(?:^|`|/bin/)recall ([a-z][a-z-]+)", README, re.M))
     targets = set(re.findall(r"`make ([a-z]+)`", README))
     makefile = (settings.BASE_DIR / "Makefile").read_text()
