@@ -966,28 +966,29 @@ def explain_recall(server: Server) -> list[str]:
     import django
 
     django.setup()
+    from django.conf import settings
     from django.db import connection
 
     from accounts.models import User
-    from memories import embeddings
+    from memories import embeddings, search
     from memories.models import Memory
-    from memories.services import SEARCH_SETTINGS, nearest_sql
     from recall import tenancy
 
     user = User.objects.get(email="bench@example.com")
     embedder = embeddings.get_embedder()
-    with tenancy.tenant(user.id, local_settings=SEARCH_SETTINGS):
-        vector = Memory.objects.filter(user_id=user.id).values_list("embedding", flat=True)[7]
-        sql, params = nearest_sql(
-            user_id=user.id,
-            model_id=embedder.model_id,
-            dimensions=embedder.dimensions,
-            vector=vector,
-            namespace=NAMESPACE,
+    with tenancy.tenant(user.id, local_settings=search.SEARCH_SETTINGS):
+        memory = Memory.objects.filter(user_id=user.id).values("content", "embedding")[7]
+        # The statement the server's default recall runs for this memory's text.
+        prepared = search.Search(
+            text=memory["content"],
+            vector=memory["embedding"],
+            embedder=embedder,
+            mode=settings.RECALL_SEARCH_MODE,
             limit=10,
             minimum=embedder.default_threshold,
-            metadata_filter={},
+            filters=search.Filters(NAMESPACE),
         )
+        sql, params = search.statement(user.id, prepared)
         with connection.cursor() as cursor:
             for _ in range(5):  # the last of five: warm caches, as under load
                 cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)

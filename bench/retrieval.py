@@ -1,38 +1,50 @@
 """Measure retrieval quality through the product's own path: remember, then recall.
 
     python bench/retrieval.py --data DIR --json retrieval.json
+    python bench/retrieval.py --data DIR --benchmarks locomo --cross-validate
     python bench/retrieval.py --smoke      # seconds, built-in sample, no data
 
-LoCoMo (``locomo10-dev.json``): every turn becomes a memory of its
-conversation's tenant, content ``"<speaker>: <text>"``, with the dia_id,
-session and session date in metadata. Each question is a ``recall`` (limit 50,
-threshold 0); a retrieved memory is relevant when its turn's dia_id is in the
-question's evidence. Reported per category (1-4), overall over 1-4, and for
-category 5 (adversarial) on its own:
+LoCoMo (``locomo10.json``, else ``locomo10-dev.json``): every turn becomes a
+memory of its conversation's tenant, content ``"<speaker>: <text>"``, with the
+dia_id, session and session date in metadata. Each question is a ``recall``
+(limit 50); a retrieved memory is relevant when its turn's dia_id is in the
+question's evidence. Rows:
+
+- ``turns``: exactly what the product's default ``recall`` does: the server's
+  search mode (``RECALL_SEARCH_MODE``) and the model's default threshold;
+- ``turns+hybrid``, ``turns+semantic``, ``turns+lexical``: each search mode,
+  at the default threshold.
+
+Reported per category (1-4), overall over 1-4, and for category 5
+(adversarial) on its own:
 
 - ``recall@k``: the fraction of a question's evidence turns found in the top
   k, averaged over questions. This is mcp-memory-service's "R@k" definition
   (scripts/benchmarks/locomo_evaluator.py, ``recall_at_k``);
 - ``hit@k``: the share of questions with at least one evidence turn in the top
   k (what some peers call recall_any@k);
-- ``MRR``: 1 / rank of the first evidence turn within the 50, else 0;
+- ``mrr``: 1 / rank of the first evidence turn within the 50, else 0;
+  ``mrr@10`` the same within the first 10;
 - ``nDCG@10``: binary relevance, ideal DCG over min(|evidence|, 10) hits.
+
+``--cross-validate`` then re-ranks the LoCoMo turns under every setting of
+the hybrid ranking's constants in ``GRID`` and chooses them by
+leave-one-conversation-out: for each conversation, the setting best on the
+others (hit@5 + MRR@10, categories 1-4) is scored on it. The pooled held-out
+figure is what to expect on conversations the constants never saw.
 
 SciFact: every abstract (title and abstract) becomes a memory of one tenant;
 each training claim is a query, relevant documents are its ``cited_doc_ids``.
-nDCG@10 and MRR come from ``recall`` (limit 50), recall@100 from the SQL that
-``recall`` runs (``services.nearest_sql``), called with limit 100 because the
+Rows per mode (``default``; ``hybrid``; ``dense``, the semantic mode; ``bm25``,
+the lexical mode), each from ``recall`` (limit 50), and recall@100 from the
+same search's statement (``search.statement``) read 100 deep, because the
 service caps limit at 50.
 
-Besides the product's dense ranking (``dense``), two prototypes are measured
-to size what would close a gap; neither is in the product:
-
-- ``hybrid``: dense top 50 fused with BM25 top 50 over the same memories by
-  reciprocal rank fusion (k = 60);
-- LoCoMo content variants (``--variants``): ``caption`` appends the image
-  caption to turns that share a photo, ``date`` prefixes the session date, and
-  ``observations`` stores the dataset's per-session observations (the facts
-  mcp-memory-service's harness ingests) instead of turns.
+Latency is the service call per mode, with the query embedding cached (so
+excluded). LoCoMo content variants (``--variants``): ``caption`` appends the
+image caption to turns that share a photo, ``date`` prefixes the session
+date, and ``observations`` stores the dataset's per-session observations (the
+facts mcp-memory-service's harness ingests) instead of turns.
 
 Embeddings are cached by text under ``--cache`` (``--no-cache`` to run the
 model for every call); a cached vector is the one the model returned for that
@@ -42,13 +54,14 @@ text, so the results are those of the uncached path.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import re
 import sys
 import time
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,17 +77,18 @@ elif _ROOT not in sys.path:
 from bench import corpus, harness, similarity  # noqa: E402
 
 KS = (1, 5, 10, 50)
-RRF_K = 60
 LOCOMO_VARIANTS = ("turns", "caption", "date", "observations")
+MODES = ("hybrid", "semantic", "lexical")
 _DIA = re.compile(r"D:?(\d+):(\d+)")
-_WORD = re.compile(r"[a-z0-9]+")
-# Function words only: BM25 needs no more than this to stop "the" matching.
-_STOP = """
-    a an and are as at be by did do does for from had has have he her his how i in is it its
-    me my of on or our she so that the their them they this to was we were what when where
-    which who whom why will with you your
-"""
-STOPWORDS = frozenset(_STOP.split())
+# The hybrid ranking's constants (memories/search.py) that --cross-validate
+# chooses among; every combination, BM25's (k1, b) pairs being Anserini's and
+# Lucene's defaults.
+GRID: dict[str, tuple[Any, ...]] = {
+    "K1_B": ((0.9, 0.4), (1.2, 0.75)),
+    "WEIGHT": (0.3, 0.5, 0.7),
+    "LIFT": (0.0, 0.25, 0.5, 0.75),
+    "WINDOW": (1, 2),
+}
 
 
 DATA_HELP = """\
@@ -123,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         "--cache", type=Path, default=corpus.DEFAULT_CACHE, help="Embedding cache directory."
     )
     parser.add_argument("--no-cache", action="store_true", help="Run the model for every call.")
+    parser.add_argument(
+        "--cross-validate",
+        action="store_true",
+        help="Also choose the hybrid ranking's constants by leave-one-conversation-out "
+        "on the LoCoMo turns, and score the choice on the held-out conversations.",
+    )
     parser.add_argument("--workdir", type=Path, help="Where the throwaway database lives.")
     parser.add_argument("--database-url", help="Use this (scratch!) database instead.")
     parser.add_argument("--json", type=Path, help="Write the results here.")
@@ -137,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     where = harness.configure(args.database_url, args.workdir)
+    from django.conf import settings
+
     from memories import embeddings
 
     real = embeddings.get_embedder()
@@ -153,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         "database": {"where": where, **harness.database_versions()},
         "model": real.model_id,
         "default_threshold": real.default_threshold,
+        "default_mode": settings.RECALL_SEARCH_MODE,
     }
     runner = Runner(embedder, cache, prewarm=not args.no_cache)
     try:
@@ -165,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 report["locomo"] = runner.locomo(raw, variants)
                 report["locomo"]["file"] = "smoke" if args.smoke else locomo_file(args.data).name
+                if args.cross_validate:
+                    report["cross_validation"] = runner.cross_validate()
             if "scifact" in benchmarks:
                 data = corpus.smoke_scifact() if args.smoke else corpus.load_scifact(args.data)
                 report["scifact"] = runner.scifact(data)
@@ -178,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     report["default_threshold_effect"] = {
         name: average(rows) for name, rows in runner.threshold_rows.items()
+    }
+    report["latency_ms"] = {
+        name: {mode: harness.percentiles(times) for mode, times in by_mode.items()}
+        for name, by_mode in runner.latencies.items()
     }
     report["seconds"] = round(time.monotonic() - started, 1)
     print_report(report)
@@ -214,9 +243,9 @@ class Ranked:
         rank = self.first_rank()
         return 1.0 if rank is not None and rank <= k else 0.0
 
-    def mrr(self) -> float:
+    def mrr(self, k: int | None = None) -> float:
         rank = self.first_rank()
-        return 1.0 / rank if rank else 0.0
+        return 1.0 / rank if rank and (k is None or rank <= k) else 0.0
 
     def ndcg(self, k: int = 10) -> float:
         dcg = sum(
@@ -233,6 +262,7 @@ class Ranked:
             out[f"recall@{k}"] = self.recall(k)
             out[f"hit@{k}"] = self.hit(k)
         out["mrr"] = self.mrr()
+        out["mrr@10"] = self.mrr(10)
         out["ndcg@10"] = self.ndcg(10)
         return out
 
@@ -245,49 +275,6 @@ def average(rows: Sequence[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-# BM25 and fusion -------------------------------------------------------------------
-
-
-def tokens(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
-
-
-class BM25:
-    def __init__(self, documents: dict[str, str], k1: float = 1.2, b: float = 0.75) -> None:
-        self.k1, self.b = k1, b
-        self.terms = {key: Counter(tokens(text)) for key, text in documents.items()}
-        self.lengths = {key: sum(c.values()) for key, c in self.terms.items()}
-        self.average = sum(self.lengths.values()) / max(len(self.lengths), 1)
-        frequency: Counter[str] = Counter()
-        for counts in self.terms.values():
-            frequency.update(counts.keys())
-        n = len(self.terms)
-        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in frequency.items()}
-
-    def search(self, query: str, limit: int) -> list[str]:
-        words = [w for w in tokens(query) if w in self.idf]
-        scores: dict[str, float] = {}
-        for key, counts in self.terms.items():
-            score = 0.0
-            norm = self.k1 * (1 - self.b + self.b * self.lengths[key] / self.average)
-            for word in words:
-                tf = counts.get(word)
-                if tf:
-                    score += self.idf[word] * tf * (self.k1 + 1) / (tf + norm)
-            if score > 0:
-                scores[key] = score
-        return sorted(scores, key=lambda key: -scores[key])[:limit]
-
-
-def fuse(*rankings: list[str], limit: int = 50) -> list[str]:
-    """Reciprocal rank fusion."""
-    scores: dict[str, float] = defaultdict(float)
-    for ranking in rankings:
-        for rank, key in enumerate(ranking, start=1):
-            scores[key] += 1.0 / (RRF_K + rank)
-    return sorted(scores, key=lambda key: -scores[key])[:limit]
-
-
 # The runs ----------------------------------------------------------------------------
 
 
@@ -297,10 +284,14 @@ class Runner:
         self.cache = cache
         self.prewarm = prewarm
         self.users: list[str] = []
-        # Similarity of the retrieved results, relevant or not (dense, threshold 0).
+        # Similarity of the retrieved results, relevant or not (semantic, threshold 0).
         self.similarities: dict[str, dict[str, list[float]]] = {}
-        # What the default threshold would leave: per benchmark, per question.
+        # What the default path returns: per benchmark, per question.
         self.threshold_rows: dict[str, list[dict[str, float]]] = defaultdict(list)
+        # Service-call milliseconds, per benchmark and mode.
+        self.latencies: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        # The LoCoMo turns as stored, for --cross-validate.
+        self.stored: list[Conversation] = []
 
     def cleanup(self) -> None:
         from accounts.models import User
@@ -348,12 +339,46 @@ class Runner:
             ids.append(result["id"])
         return ids
 
-    def dense(self, user_id: str, namespace: str, query: str) -> list[dict[str, Any]]:
+    def recall(
+        self,
+        benchmark: str,
+        user_id: str,
+        namespace: str,
+        query: str,
+        mode: str | None = None,
+        threshold: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Call recall as a client would (limit 50), timing it under ``benchmark``."""
         from memories import services
 
-        return services.recall(
-            user_id=user_id, query=query, namespace=namespace, limit=50, threshold=0
+        started = time.perf_counter()
+        found = services.recall(
+            user_id=user_id,
+            query=query,
+            namespace=namespace,
+            limit=50,
+            mode=mode,
+            threshold=threshold,
         )
+        if threshold is None:
+            elapsed = (time.perf_counter() - started) * 1000.0
+            self.latencies[benchmark][mode or "default"].append(elapsed)
+        return found
+
+    def ranked(
+        self, benchmark: str, user_id: str, namespace: str, query: str
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Return the default path's results and each mode's, at the default threshold."""
+        from django.conf import settings
+
+        out = {mode: self.recall(benchmark, user_id, namespace, query, mode) for mode in MODES}
+        # The default path is the configured mode's call with no mode given;
+        # it is timed, and must find what that mode found.
+        out["default"] = self.recall(benchmark, user_id, namespace, query)
+        assert [r["id"] for r in out["default"]] == [
+            r["id"] for r in out[settings.RECALL_SEARCH_MODE]
+        ]
+        return out
 
     # LoCoMo ---------------------------------------------------------------------------
 
@@ -380,12 +405,10 @@ class Runner:
                 started = time.monotonic()
                 ids = self.store(user_id, variant, [(content, meta) for content, meta, _ in items])
                 keys: dict[str, set[str]] = defaultdict(set)
-                texts: dict[str, str] = {}
-                for memory_id, (content, _, dia_ids) in zip(ids, items, strict=True):
+                for memory_id, (_, _, dia_ids) in zip(ids, items, strict=True):
                     # Identical contents are one memory (deduplication): it stands for both.
                     keys[memory_id].update(dia_ids)
-                    texts[memory_id] = content
-                bm25 = BM25(texts)
+                questions = []
                 for question in conversation.questions:
                     evidence = resolve(question.evidence)
                     if variant == variants[0]:
@@ -394,18 +417,21 @@ class Runner:
                     if not evidence:
                         excluded += variant == variants[0]
                         continue
-                    found = self.dense(user_id, variant, question.question)
-                    dense_ids = [r["id"] for r in found]
-                    ranked = Ranked([frozenset(keys[i]) for i in dense_ids], evidence)
-                    lexical = bm25.search(question.question, 50)
-                    fused = fuse(dense_ids, lexical)
-                    hybrid = Ranked([frozenset(keys[i]) for i in fused], evidence)
-                    category = question.category
-                    for name, result in ((variant, ranked), (f"{variant}+hybrid", hybrid)):
+                    questions.append((question, evidence))
+                    by_mode = self.ranked("locomo", user_id, variant, question.question)
+                    for mode, found in by_mode.items():
+                        name = variant if mode == "default" else f"{variant}+{mode}"
+                        result = Ranked([frozenset(keys[r["id"]]) for r in found], evidence)
                         bucket = per_variant.setdefault(name, defaultdict(list))
-                        bucket[str(category)].append(result.metrics())
-                    if variant == "turns" and category != 5:
-                        self.record_similarities("locomo", found, keys, evidence)
+                        bucket[str(question.category)].append(result.metrics())
+                    if variant == "turns" and question.category != 5:
+                        self.record(
+                            "locomo", user_id, variant, question.question, by_mode, keys, evidence
+                        )
+                if variant == "turns":
+                    self.stored.append(
+                        Conversation(conversation.sample_id, user_id, keys, questions)
+                    )
                 print(
                     f"  locomo {conversation.sample_id} {variant}: {len(items)} memories, "
                     f"{len(conversation.questions)} questions, {time.monotonic() - started:.0f} s",
@@ -457,25 +483,63 @@ class Runner:
             items.append((content, metadata, {turn.dia_id}))
         return items
 
+    # Cross-validation -----------------------------------------------------------------
+
+    def cross_validate(self) -> dict[str, Any]:
+        """Choose the hybrid constants leaving each conversation out; score it on that one."""
+        from memories import search
+
+        settings_grid = grid_settings()
+        scores: list[list[list[dict[str, float]]]] = []  # setting -> conversation -> rows
+        saved = {name: getattr(search, name) for name in ("K1", "B", "WEIGHT", "LIFT", "WINDOW")}
+        started = time.monotonic()
+        try:
+            for n, setting in enumerate(settings_grid, start=1):
+                for name, value in setting.items():
+                    setattr(search, name, value)
+                per_conversation = []
+                for conversation in self.stored:
+                    rows = []
+                    for question, evidence in conversation.questions:
+                        if question.category == 5:
+                            continue
+                        found = self.recall(
+                            "cross-validation",
+                            conversation.user_id,
+                            "turns",
+                            question.question,
+                            "hybrid",
+                        )
+                        ranked = [frozenset(conversation.keys[r["id"]]) for r in found]
+                        rows.append(Ranked(ranked, evidence).metrics((5, 10)))
+                    per_conversation.append(rows)
+                scores.append(per_conversation)
+                print(
+                    f"  cross-validation {n}/{len(settings_grid)} {setting}: "
+                    f"{average([r for rows in per_conversation for r in rows])}",
+                    flush=True,
+                )
+        finally:
+            for name, value in saved.items():
+                setattr(search, name, value)
+        return choose_by_leaving_one_out(
+            settings_grid, scores, [c.sample_id for c in self.stored], saved, started
+        )
+
     # SciFact --------------------------------------------------------------------------
 
     def scifact(self, data: corpus.SciFact) -> dict[str, Any]:
-        from django.db import connection
-
-        from memories import embeddings, services
-        from recall import tenancy
-
         started = time.monotonic()
         user_id = self.user("scifact")
         doc_ids = sorted(data.docs)
         ids = self.store(user_id, "default", [(data.docs[d], {"doc_id": d}) for d in doc_ids])
         keys = {memory_id: frozenset({str(d)}) for memory_id, d in zip(ids, doc_ids, strict=True)}
-        bm25 = BM25({memory_id: data.docs[d] for memory_id, d in zip(ids, doc_ids, strict=True)})
         print(f"  scifact: {len(ids)} memories, {time.monotonic() - started:.0f} s", flush=True)
         claims = sorted(data.claims)
         self.warm(data.claims[c] for c in claims)
-        embedder = embeddings.get_embedder()
         rows: dict[str, list[dict[str, float]]] = defaultdict(list)
+        # The modes under the names this report has always used.
+        names = {"default": "default", "hybrid": "hybrid", "semantic": "dense", "lexical": "bm25"}
         skipped = 0
         for claim in claims:
             relevant = {str(d) for d in data.cited.get(claim, set()) if d in data.docs}
@@ -483,69 +547,126 @@ class Runner:
                 skipped += 1
                 continue
             text = data.claims[claim]
-            found = self.dense(user_id, "default", text)
-            dense_ids = [r["id"] for r in found]
-            ranked = Ranked([keys[i] for i in dense_ids], relevant)
-            sql, params = services.nearest_sql(
-                user_id=user_id,
-                model_id=embedder.model_id,
-                dimensions=embedder.dimensions,
-                vector=embedder.embed_one(text),
-                namespace="default",
-                limit=100,
-                minimum=0.0,
-                metadata_filter={},
-            )
-            with (
-                tenancy.tenant(user_id, local_settings=services.SEARCH_SETTINGS),
-                connection.cursor() as cursor,
-            ):
-                cursor.execute(sql, params)
-                hundred = [str(row[0]) for row in cursor.fetchall()]
-            deep = Ranked([keys[i] for i in hundred], relevant)
-            metrics = ranked.metrics((1, 5, 10, 50))
-            metrics["recall@100"] = deep.recall(100)
-            rows["dense"].append(metrics)
-            fused = fuse(dense_ids, bm25.search(text, 50))
-            rows["hybrid"].append(
-                Ranked([keys[i] for i in fused], relevant).metrics((1, 5, 10, 50))
-            )
-            rows["bm25"].append(
-                Ranked([keys[i] for i in bm25.search(text, 50)], relevant).metrics((1, 5, 10, 50))
-            )
-            self.record_similarities("scifact", found, keys, relevant)
+            by_mode = self.ranked("scifact", user_id, "default", text)
+            for mode, found in by_mode.items():
+                metrics = Ranked([keys[r["id"]] for r in found], relevant).metrics((1, 5, 10, 50))
+                hundred = self.deep(user_id, text, None if mode == "default" else mode)
+                metrics["recall@100"] = Ranked([keys[i] for i in hundred], relevant).recall(100)
+                rows[names[mode]].append(metrics)
+            self.record("scifact", user_id, "default", text, by_mode, keys, relevant)
         out: dict[str, Any] = {name: average(r) for name, r in rows.items()}
         out["claims_without_relevant_docs"] = skipped
         out["seconds"] = round(time.monotonic() - started, 1)
         return out
 
-    # Similarities ---------------------------------------------------------------------
+    def deep(self, user_id: str, query: str, mode: str | None) -> list[str]:
+        """Return the ids the search's own statement ranks first, 100 deep."""
+        from memories import search
+        from recall import tenancy
 
-    def record_similarities(
+        prepared = search.prepare(query=query, namespace="default", mode=mode)
+        with tenancy.tenant(user_id, local_settings=search.SEARCH_SETTINGS):
+            return [str(hit.memory.id) for hit in search.run(user_id, prepared, limit=100)]
+
+    # Similarities and the default threshold ------------------------------------------
+
+    def record(
         self,
         name: str,
-        found: list[dict[str, Any]],
-        keys: dict[str, Any],
+        user_id: str,
+        namespace: str,
+        query: str,
+        by_mode: dict[str, list[dict[str, Any]]],
+        keys: Mapping[str, Any],
         relevant: set[str],
     ) -> None:
-        from memories import services
-
+        """Keep the similarities of the nearest 50 and what the default path returned."""
+        nearest = self.recall(name, user_id, namespace, query, "semantic", threshold=0)
         scores = self.similarities.setdefault(name, {"related": [], "unrelated": []})
-        for result in found:
+        for result in nearest:
             kind = "related" if keys[result["id"]] & relevant else "unrelated"
             scores[kind].append(float(result["similarity"]))
-        # What recall returns at the default threshold: the same list, cut.
-        default = services.default_threshold()
-        kept = [r for r in found if r["similarity"] >= default]
-        ranked = Ranked([frozenset(keys[r["id"]]) for r in kept], relevant)
-        self.threshold_rows[name].append(
+        for mode, found in by_mode.items():
+            ranked = Ranked([frozenset(keys[r["id"]]) for r in found], relevant)
+            self.threshold_rows[f"{name} {mode}"].append(
+                {
+                    "empty": 0.0 if found else 1.0,
+                    "returned": float(len(found)),
+                    "below_threshold": float(
+                        sum(r["similarity"] < default_threshold() for r in found)
+                    ),
+                    "hit@5": ranked.hit(5),
+                    "recall@5": ranked.recall(5),
+                }
+            )
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    user_id: str
+    keys: Mapping[str, Any]  # memory id -> dia_ids it stands for
+    questions: list[tuple[corpus.Question, set[str]]]
+
+
+def default_threshold() -> float:
+    from memories import search
+
+    return search.default_threshold()
+
+
+def grid_settings() -> list[dict[str, Any]]:
+    """Every combination of GRID, once each (the window means nothing without a lift)."""
+    out = []
+    for (k1, b), weight, lift, window in itertools.product(*GRID.values()):
+        if lift == 0 and window != GRID["WINDOW"][0]:
+            continue
+        out.append({"K1": k1, "B": b, "WEIGHT": weight, "LIFT": lift, "WINDOW": window})
+    return out
+
+
+def choose_by_leaving_one_out(
+    settings_grid: list[dict[str, Any]],
+    scores: list[list[list[dict[str, float]]]],
+    samples: list[str],
+    shipped: dict[str, Any],
+    started: float,
+) -> dict[str, Any]:
+    """For each conversation, pick the setting best on the others and score it there."""
+
+    def objective(rows: list[dict[str, float]]) -> float:
+        summary = average(rows)
+        return summary["hit@5"] + summary["mrr@10"] if rows else 0.0
+
+    folds, held_out = [], []
+    for fold, sample in enumerate(samples):
+        best = max(
+            range(len(settings_grid)),
+            key=lambda i: objective(
+                [row for c, rows in enumerate(scores[i]) if c != fold for row in rows]
+            ),
+        )
+        held_out += scores[best][fold]
+        folds.append(
             {
-                "empty": 0.0 if kept else 1.0,
-                "returned": float(len(kept)),
-                "hit@5": ranked.hit(5),
-                "recall@5": ranked.recall(5),
+                "held_out": sample,
+                "chosen": settings_grid[best],
+                "score": average(scores[best][fold]),
             }
         )
+    everywhere = [
+        {"setting": setting, "dev": average([r for rows in scores[i] for r in rows])}
+        for i, setting in enumerate(settings_grid)
+    ]
+    everywhere.sort(key=lambda item: -(item["dev"]["hit@5"] + item["dev"]["mrr@10"]))
+    return {
+        "grid": GRID,
+        "shipped": shipped,
+        "folds": folds,
+        "pooled_held_out": average(held_out),
+        "best_on_dev": everywhere[:5],
+        "seconds": round(time.monotonic() - started, 1),
+    }
 
 
 def resolve(evidence: Iterable[str]) -> set[str]:
@@ -564,7 +685,8 @@ def print_report(report: dict[str, Any]) -> None:
     locomo = report.get("locomo")
     if locomo:
         print(
-            f"\nLoCoMo ({report['model']}); questions without resolvable evidence: "
+            f"\nLoCoMo ({report['model']}, default mode {report['default_mode']}, threshold "
+            f"{report['default_threshold']}); questions without resolvable evidence: "
             f"{locomo['questions_without_evidence']}"
         )
         rows = []
@@ -585,13 +707,30 @@ def print_report(report: dict[str, Any]) -> None:
                         metrics["recall@10"],
                         metrics["hit@5"],
                         metrics["hit@10"],
+                        metrics["mrr@10"],
                         metrics["mrr"],
                         metrics["ndcg@10"],
                     ]
                 )
         harness.print_table(
-            rows, ["variant", "slice", "n", "R@5", "R@10", "hit@5", "hit@10", "MRR", "nDCG@10"]
+            rows,
+            ["rows", "slice", "n", "R@5", "R@10", "hit@5", "hit@10", "MRR@10", "MRR", "nDCG@10"],
         )
+    folds = report.get("cross_validation")
+    if folds:
+        print("\nLeave-one-conversation-out choice of the hybrid constants (categories 1-4)")
+        rows = [
+            [
+                fold["held_out"],
+                " ".join(f"{k}={v}" for k, v in fold["chosen"].items()),
+                fold["score"]["hit@5"],
+                fold["score"]["mrr@10"],
+            ]
+            for fold in folds["folds"]
+        ]
+        pooled = folds["pooled_held_out"]
+        rows.append(["pooled", "", pooled["hit@5"], pooled["mrr@10"]])
+        harness.print_table(rows, ["held out", "chosen on the others", "hit@5", "MRR@10"])
     scifact = report.get("scifact")
     if scifact:
         print(f"\nSciFact train claims ({report['model']})")
@@ -609,14 +748,25 @@ def print_report(report: dict[str, Any]) -> None:
         ]
         harness.print_table(rows, ["ranking", "n", "nDCG@10", "R@10", "R@100", "MRR"])
     for name, summary in report.get("similarity", {}).items():
-        similarity.print_summary(f"{name}: retrieved results (top 50, dense)", summary)
+        similarity.print_summary(f"{name}: retrieved results (top 50, semantic)", summary)
     threshold = report["default_threshold"]
     for name, effect in report.get("default_threshold_effect", {}).items():
         print(
             f"\n{name} at the default threshold {threshold}: {effect['empty']:.1%} of queries "
-            f"get nothing, {effect['returned']:.1f} of 50 returned on average, "
+            f"get nothing, {effect['returned']:.1f} of 50 returned on average "
+            f"({effect['below_threshold']:.1f} below it by similarity), "
             f"recall@5 {effect['recall@5']:.3f}, hit@5 {effect['hit@5']:.3f}"
         )
+    latency = report.get("latency_ms", {})
+    if latency:
+        print("\nrecall latency, ms (service call, query embedding cached)")
+        rows = [
+            [name, mode, t["n"], t["p50"], t["p95"]]
+            for name, by_mode in latency.items()
+            for mode, t in by_mode.items()
+            if t.get("n")
+        ]
+        harness.print_table(rows, ["benchmark", "mode", "n", "p50", "p95"])
     print(f"\ndone in {report['seconds']:.0f} s")
 
 

@@ -53,6 +53,7 @@ from bench import corpus, harness  # noqa: E402
 BENCH_EMAIL = "bench-{}@example.com"
 _VECTOR_LITERAL = re.compile(r"'\[[^\]]*\]'")
 FILTERS = {"1%": {"b100": 7}, "5%": {"b20": 7}}
+MODES = ("semantic", "hybrid", "lexical")
 
 
 def parse_size(text: str) -> int:
@@ -548,27 +549,29 @@ class Bench:
         overrides: dict[str, str] | None = None,
         halfvec: bool = False,
         explain: bool = False,
+        text: str = "",
+        mode: str = "semantic",
     ) -> tuple[float, list[str]]:
-        """Run services.nearest_sql in a tenant transaction; time only the statement."""
+        """Run the search's statement in a tenant transaction; time only the statement."""
         from django.db import connection
 
-        from memories import services
+        from memories import search
         from recall import tenancy
 
-        sql, params = services.nearest_sql(
-            user_id=user_id,
-            model_id=self.model_id,
-            dimensions=self.dimensions,
+        prepared = search.Search(
+            text=text,
             vector=vector,
-            namespace="default",
+            embedder=self.real,
+            mode=mode,
             limit=limit,
             minimum=0.0,
-            metadata_filter=metadata_filter or {},
+            filters=search.Filters("default", metadata_filter or {}),
         )
+        sql, params = search.statement(user_id, prepared)
         if halfvec:
             sql = sql.replace(f"vector({self.dimensions})", f"halfvec({self.dimensions})")
         with (
-            tenancy.tenant(user_id, local_settings=services.SEARCH_SETTINGS),
+            tenancy.tenant(user_id, local_settings=search.SEARCH_SETTINGS),
             connection.cursor() as cursor,
         ):
             for name, value in (overrides or {}).items():
@@ -691,26 +694,37 @@ class Bench:
     def passes(self) -> Iterator[int]:
         yield from range(self.args.runs)
 
-    def measure_recall(self, table: Table) -> dict[str, Any]:
+    def measure_modes(
+        self, table: Table, plan: list[tuple[int, int]], out: dict[str, Any]
+    ) -> dict[tuple[int, int], list[str]]:
+        """Time recall's statement and service in every mode; return the semantic results."""
         from memories import services
 
-        plan = self.query_plan(table, self.args.queries)
-        out: dict[str, Any] = {}
-
         # The raw SQL (the database's part alone) and the service with the query
-        # embedding stubbed out, alternately, so that noise from a shared machine
-        # falls on both alike.
-        raw_runs, service_runs, found = [], [], {}
+        # embedding stubbed out, in every search mode, taking turns query by
+        # query, so that noise from a shared machine falls on all alike.
+        # recall_raw_sql_ms and recall_service_ms are the semantic mode, as
+        # they were before there were modes; "modes" holds all three.
+        steps = [(kind, mode) for mode in MODES for kind in ("raw", "service")]
+        runs: dict[tuple[str, str], list[dict[str, float]]] = {step: [] for step in steps}
+        found: dict[tuple[int, int], list[str]] = {}
+        shuffle = np.random.default_rng(self.args.seed)
         with harness.using_embedder(self.stub):
             for _ in self.passes():
-                raw_times, service_times = [], []
-                for n, (q, t) in enumerate(plan):
-                    # Whichever runs second finds the pages the first one read in
-                    # shared buffers, so the two take turns going first.
-                    for step in (0, 1) if n % 2 else (1, 0):
-                        if step == 0:
-                            ms, _ = self.raw_nearest(table.users[t], self.query_vectors[q])
-                            raw_times.append(ms)
+                times: dict[tuple[str, str], list[float]] = {step: [] for step in steps}
+                for q, t in plan:
+                    # Whichever runs later finds the pages the earlier ones read
+                    # in shared buffers, so the order changes every query.
+                    for i in shuffle.permutation(len(steps)).tolist():
+                        kind, mode = steps[i]
+                        if kind == "raw":
+                            ms, _ = self.raw_nearest(
+                                table.users[t],
+                                self.query_vectors[q],
+                                text=self.queries[q],
+                                mode=mode,
+                            )
+                            times[kind, mode].append(ms)
                             continue
                         ms, rows = harness.timed(
                             partial(
@@ -719,14 +733,33 @@ class Bench:
                                 query=self.queries[q],
                                 limit=10,
                                 threshold=0,
+                                mode=mode,
                             )
                         )
-                        service_times.append(ms)
-                        found[(q, t)] = [r["id"] for r in rows]
-                raw_runs.append(harness.percentiles(raw_times))
-                service_runs.append(harness.percentiles(service_times))
-        out["recall_raw_sql_ms"] = harness.median_of_runs(raw_runs)
-        out["recall_service_ms"] = harness.median_of_runs(service_runs)
+                        times[kind, mode].append(ms)
+                        if mode == "semantic":
+                            found[(q, t)] = [r["id"] for r in rows]
+                for step in steps:
+                    runs[step].append(harness.percentiles(times[step]))
+        out["recall_raw_sql_ms"] = harness.median_of_runs(runs["raw", "semantic"])
+        out["recall_service_ms"] = harness.median_of_runs(runs["service", "semantic"])
+        out["modes"] = {
+            mode: {
+                "raw_sql_ms": harness.median_of_runs(runs["raw", mode]),
+                "service_ms": harness.median_of_runs(runs["service", mode]),
+            }
+            for mode in MODES
+        }
+
+        return found
+
+    def measure_recall(self, table: Table) -> dict[str, Any]:
+        from memories import services
+
+        plan = self.query_plan(table, self.args.queries)
+        out: dict[str, Any] = {}
+
+        found = self.measure_modes(table, plan, out)
 
         # The service with the model embedding each query.
         embedded = plan[: self.args.embedded_calls]
@@ -741,6 +774,7 @@ class Bench:
                             query=self.queries[q],
                             limit=10,
                             threshold=0,
+                            mode="semantic",
                         )
                     )[0]
                     for q, t in embedded
@@ -783,6 +817,7 @@ class Bench:
                                 limit=10,
                                 threshold=0,
                                 metadata_filter=where,
+                                mode="semantic",
                             )
                         )
                         times.append(ms)
@@ -1146,6 +1181,12 @@ def print_result(result: dict[str, Any]) -> None:
     for key in ("recall_raw_sql_ms", "recall_service_ms", "recall_service_embedded_ms"):
         ms = result[key]
         print(f"  {key}: p50 {ms['p50']} p95 {ms['p95']} p99 {ms['p99']}")
+    for mode, timings in result["modes"].items():
+        raw, service = timings["raw_sql_ms"], timings["service_ms"]
+        print(
+            f"  {mode}: statement p50 {raw['p50']} p95 {raw['p95']}, "
+            f"service p50 {service['p50']} p95 {service['p95']} p99 {service['p99']}"
+        )
     for name, f in result["filters"].items():
         print(
             f"  filter {name}: p50 {f['ms']['p50']} p95 {f['ms']['p95']} ms, "
@@ -1178,6 +1219,8 @@ def print_summary(results: list[dict[str, Any]]) -> None:
                 r["recall_raw_sql_ms"]["p50"],
                 r["recall_service_ms"]["p50"],
                 r["recall_service_ms"]["p95"],
+                r["modes"]["hybrid"]["service_ms"]["p50"],
+                r["modes"]["hybrid"]["service_ms"]["p95"],
                 r["recall_service_embedded_ms"]["p50"],
                 r["recall_at_10"],
                 r["filters"]["1%"]["ms"]["p50"],
@@ -1195,6 +1238,8 @@ def print_summary(results: list[dict[str, Any]]) -> None:
             "sql p50",
             "svc p50",
             "svc p95",
+            "hyb p50",
+            "hyb p95",
             "+emb p50",
             "R@10",
             "1% p50",

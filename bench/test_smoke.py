@@ -50,6 +50,10 @@ def test_scale_smoke_reports_every_measurement(scale: tuple[dict[str, Any], str]
         assert result["index"]["index_mib"] > 0
         for key in ("recall_raw_sql_ms", "recall_service_ms", "recall_service_embedded_ms"):
             assert {"p50", "p95", "p99"} <= result[key].keys()
+        assert set(result["modes"]) == {"semantic", "hybrid", "lexical"}
+        for timings in result["modes"].values():
+            assert {"p50", "p95"} <= timings["service_ms"].keys()
+            assert {"p50", "p95"} <= timings["raw_sql_ms"].keys()
         assert 0.0 <= result["recall_at_10"] <= 1.0
         assert set(result["filters"]) == {"1%", "5%"}
         assert "offset_0_ms" in result["list"]
@@ -62,16 +66,24 @@ def test_scale_smoke_reports_every_measurement(scale: tuple[dict[str, Any], str]
 
 
 def test_retrieval_smoke_reports_every_metric(tmp_path: Path) -> None:
-    report, stdout = run("retrieval", tmp_path=tmp_path)
+    report, stdout = run("retrieval", "--cross-validate", tmp_path=tmp_path)
 
     turns = report["locomo"]["turns"]
-    for key in ("recall@5", "recall@10", "hit@5", "hit@10", "mrr", "ndcg@10"):
+    for key in ("recall@5", "recall@10", "hit@5", "hit@10", "mrr", "mrr@10", "ndcg@10"):
         assert key in turns["overall_1_4"]
     assert set(turns["by_category"]) == {"1", "2", "3", "4", "5"}
     assert turns["category_5"]["questions"] == 1
-    assert "turns+hybrid" in report["locomo"]
-    assert {"ndcg@10", "recall@100", "mrr"} <= report["scifact"]["dense"].keys()
-    assert "hybrid" in report["scifact"]
+    assert {"turns+hybrid", "turns+semantic", "turns+lexical"} <= report["locomo"].keys()
+    # The default row is the default mode's, found by a call that names no mode.
+    assert report["default_mode"] == "hybrid"
+    assert turns == report["locomo"]["turns+hybrid"]
+    for name in ("default", "hybrid", "dense", "bm25"):
+        assert {"ndcg@10", "recall@100", "mrr"} <= report["scifact"][name].keys()
+    for name in ("locomo", "scifact"):
+        assert {"default", "hybrid", "semantic", "lexical"} <= report["latency_ms"][name].keys()
+    folds = report["cross_validation"]["folds"]
+    assert [fold["held_out"] for fold in folds] == ["smoke-1"]
+    assert {"hit@5", "mrr@10"} <= report["cross_validation"]["pooled_held_out"].keys()
     assert {"locomo", "scifact"} <= report["similarity"].keys()
     assert "SciFact" in stdout
 

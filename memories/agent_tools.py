@@ -79,7 +79,8 @@ class AddOutput(BaseModel):
 class Found(BaseModel):
     id: str
     content: str
-    similarity: float
+    similarity: float = Field(description="Cosine similarity to the query, 0-1.")
+    score: float = Field(description="The relevance the list is ordered by, 0-1.")
     source_kind: str
     author: str
     path: str
@@ -90,7 +91,7 @@ class Found(BaseModel):
 
 
 class SearchOutput(BaseModel):
-    memories: list[Found] = Field(description="Most similar first.")
+    memories: list[Found] = Field(description="Best match first (words and meaning).")
     count: int
 
 

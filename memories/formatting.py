@@ -14,11 +14,10 @@ from typing import Any
 
 
 def memory_tag(result: Mapping[str, Any]) -> str:
-    attributes = {
-        "id": result["id"],
-        "similarity": f"{float(result['similarity']):.4f}",
-        "namespace": result.get("namespace", ""),
-    }
+    attributes = {"id": result["id"], "similarity": f"{float(result['similarity']):.4f}"}
+    if result.get("score") is not None:
+        attributes["score"] = f"{float(result['score']):.4f}"
+    attributes["namespace"] = result.get("namespace", "")
     if result.get("created_at"):
         attributes["created_at"] = result["created_at"]
     rendered = " ".join(

@@ -23,7 +23,7 @@ class Priority(models.TextChoices):
     LOW = "low", "Low"
 
 
-# Highest first: the order priority breaks ties in (services.nearest_sql).
+# Highest first: the order priority breaks ties in (memories/search.py).
 PRIORITY_RANK = {Priority.CRITICAL: 3, Priority.HIGH: 2, Priority.MEDIUM: 1, Priority.LOW: 0}
 
 

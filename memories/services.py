@@ -31,7 +31,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,10 +43,9 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from accounts.tiers import Tier
-from memories import embeddings, indexes, jobs, validation
-from memories.indexes import vector_literal, vector_type
+from memories import embeddings, indexes, jobs, search, validation
+from memories.indexes import vector_literal
 from memories.models import (
-    PRIORITY_RANK,
     ForgetConfirmation,
     Job,
     JobStatus,
@@ -507,57 +506,57 @@ def recall(
     namespace: Any = "default",
     limit: Any = 10,
     threshold: Any = None,
+    mode: Any = None,
     metadata_filter: Any = None,
     priority: Any = None,
+    created_after: Any = None,
+    created_before: Any = None,
 ) -> list[dict[str, Any]]:
-    """Return the namespace's memories most similar to ``query``, most similar first.
+    """Return the namespace's memories that best match ``query``, best first.
 
-    ``priority`` keeps only memories of that priority (or of those, given a
-    list). Among results equally similar to two decimals, higher priority
-    comes first: see ``nearest_sql``.
+    How they are ranked, filtered and cut by the threshold, and how priority
+    breaks ties, is memories/search.py's.
     """
-    found, _ = search(
+    found, _ = search_memories(
         user_id=user_id,
         agent_id=agent_id,
         query=query,
         namespace=namespace,
         limit=limit,
         threshold=threshold,
+        mode=mode,
         metadata_filter=metadata_filter,
         priority=priority,
+        created_after=created_after,
+        created_before=created_before,
     )
     return found
 
 
-def search(
+def search_memories(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
-    query: Any,
-    namespace: Any = "default",
-    limit: Any = 10,
-    threshold: Any = None,
-    metadata_filter: Any = None,
-    priority: Any = None,
     use_cache: bool = True,
+    **arguments: Any,
 ) -> tuple[list[dict[str, Any]], str]:
     """``recall``, also saying where the query's vector came from (cache or model).
 
     ``use_cache=False`` embeds the query afresh whatever the cache holds.
     """
-    wanted = _search(
-        query, namespace, limit, threshold, metadata_filter, priority, use_cache=use_cache
-    )
-    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=SEARCH_SETTINGS):
-        found = _nearest(user_id, wanted)
-    return [_found(memory, similarity) for memory, similarity in found], wanted.vector_source
+    wanted = search.prepare(use_cache=use_cache, **arguments)
+    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=search.SEARCH_SETTINGS):
+        found = search.run(user_id, wanted, agent_id=agent_id)
+    return [_found(hit) for hit in found], wanted.vector_source
 
 
-def _found(memory: Memory, similarity: float) -> dict[str, Any]:
+def _found(hit: search.Found) -> dict[str, Any]:
+    memory = hit.memory
     return {
         "id": str(memory.id),
         "content": memory.content,
-        "similarity": similarity,
+        "similarity": hit.similarity,
+        "score": hit.score,
         "metadata": memory.metadata,
         "namespace": memory.namespace,
         "priority": memory.priority,
@@ -566,210 +565,8 @@ def _found(memory: Memory, similarity: float) -> dict[str, Any]:
     }
 
 
-def default_threshold(embedder: embeddings.Embedder | None = None) -> float:
-    if settings.RECALL_DEFAULT_THRESHOLD is not None:
-        return settings.RECALL_DEFAULT_THRESHOLD
-    return (embedder or embeddings.get_embedder()).default_threshold
-
-
-# The condition every read of memories adds: no tool returns an expired
-# memory, even before maintenance purges it.
-LIVE = "expires_at IS NULL OR expires_at > statement_timestamp()"
-# The columns memory_search may filter on, all indexed (see Memory.Meta).
-SOURCE_FILTERS = ("source_kind", "author", "path", "thread_id", "task_id")
-PRIORITY_ORDER = (
-    "CASE priority "
-    + " ".join(f"WHEN '{name}' THEN {rank}" for name, rank in PRIORITY_RANK.items())
-    + " ELSE 0 END"
-)
-
-# A search transaction's planner settings. The nearest-neighbour statement
-# counts the namespace through its b-tree; at some table shapes the planner
-# would rather read the whole table (and sort it) to count a few thousand
-# rows. Every path a search needs has an index, so table scans are off.
-SEARCH_SETTINGS = {"enable_seqscan": "off"}
-
-
-@dataclass(frozen=True)
-class _Search:
-    embedder: embeddings.Embedder
-    vector: np.ndarray
-    namespace: str
-    limit: int
-    minimum: float
-    metadata_filter: dict[str, Any]
-    priorities: list[str]
-    # Where the query's vector came from: "cache", "shared-cache" or "model".
-    vector_source: str = "model"
-    sources: dict[str, str] = field(default_factory=dict)
-
-
-def _search(
-    query: Any,
-    namespace: Any,
-    limit: Any,
-    threshold: Any,
-    metadata_filter: Any,
-    priority: Any = None,
-    *,
-    use_cache: bool = True,
-) -> _Search:
-    """Validate a search's arguments (recall and forget's preview share them), then embed."""
-    text = validation.query(query)
-    ns = validation.namespace(namespace)
-    count = validation.integer(
-        limit, field="limit", low=1, high=validation.RECALL_LIMIT_MAX, default=10
-    )
-    embedder = embeddings.get_embedder()
-    minimum = validation.threshold(threshold, default_threshold(embedder))
-    where = validation.metadata_filter(metadata_filter)
-    levels = validation.priorities(priority)
-    vector, source = _embed_query(embedder, text, use_cache=use_cache)
-    return _Search(embedder, vector, ns, count, minimum, where, levels, source)
-
-
-def _nearest(user_id: uuid.UUID | str, search: _Search) -> list[tuple[Memory, float]]:
-    sql, params = nearest_sql(
-        user_id=user_id,
-        model_id=search.embedder.model_id,
-        dimensions=search.embedder.dimensions,
-        vector=search.vector,
-        namespace=search.namespace,
-        limit=search.limit,
-        minimum=search.minimum,
-        metadata_filter=search.metadata_filter,
-        priorities=search.priorities,
-        sources=search.sources,
-    )
-    rows = Memory.objects.raw(sql, params)
-    # A raw query sets its extra columns, here distance, on each row; the
-    # stub's RawQuerySet knows only the model's fields.
-    return [(row, round(1.0 - float(row.distance), 4)) for row in rows]  # type: ignore[attr-defined]
-
-
-def nearest_sql(
-    *,
-    user_id: uuid.UUID | str,
-    model_id: str,
-    dimensions: int,
-    vector: np.ndarray,
-    namespace: str,
-    limit: int,
-    minimum: float,
-    metadata_filter: dict[str, Any],
-    priorities: list[str] | None = None,
-    sources: dict[str, str] | None = None,
-) -> tuple[str, list[Any]]:
-    """Return the nearest-neighbour query and its parameters.
-
-    Two branches, one of which runs, chosen inside the statement:
-
-    * A namespace holding at most ``RECALL_EXACT_SEARCH_MAX`` memories is
-      ranked exactly: every row is compared with the query. That costs a
-      millisecond or two at these sizes and is always right. HNSW is not,
-      and it is at its weakest exactly here: a young graph, or one holding
-      many identical vectors (common phrases stored by many tenants), can
-      leave freshly inserted elements unreachable from the entry point, so an
-      index scan would silently miss them. The branch orders by
-      ``cosine_distance()``, a function call the index cannot serve, so the
-      planner never picks the index for it whatever its statistics say.
-    * A larger namespace is searched through the per-model HNSW index: ORDER
-      BY the distance operator on the same cast expression the index was
-      built on, LIMIT k, with the model in the WHERE clause to match the
-      partial index. Iterative index scans (set on every connection, see
-      settings) keep the scan going past rows the namespace, metadata or
-      tenant filters reject, so a selective filter still fills ``limit``.
-
-    The size test counts entries of the (user, namespace, updated_at) index up
-    to the cut-off and no further, so it stays cheap for a namespace of any
-    size; its ORDER BY is what steers the planner to that index. Source
-    filters (memory_search's) count too, through their own indexes: a filter
-    that leaves few candidates in a big namespace is ranked exactly, where an
-    index scan could give up (``hnsw.max_scan_tuples``) before reaching them.
-    Row-level security applies to the count as to the search, so an agent's
-    own memories are what is counted. The threshold is applied outside, to
-    the k nearest, so it can never make the index scan run long.
-
-    Expired memories are excluded inside both branches, like every filter, so
-    they never take a place among the k nearest.
-
-    Priority breaks ties, and only ties: the k results are the k most similar
-    (priority plays no part in choosing them, nor does it touch the
-    threshold), and they are ordered by similarity rounded to two decimals,
-    then by priority, then by exact similarity. A memory can therefore rise
-    only above others less than 0.01 more similar, never above one that is
-    clearly more relevant; at that distance this model's similarities do not
-    tell relevant from irrelevant (BENCHMARKS.md, "Priority as a tie-break").
-    """
-    cast = vector_type(dimensions)
-    exact_max = settings.RECALL_EXACT_SEARCH_MAX
-    query = vector_literal(vector)
-    clauses = ["user_id = %s", "namespace = %s", "embedding_model = %s"]
-    filters: list[Any] = [str(user_id), namespace, model_id]
-    if metadata_filter:
-        clauses.append("metadata @> %s::jsonb")
-        filters.append(json.dumps(metadata_filter))
-    if priorities:
-        clauses.append("priority = ANY(%s)")
-        filters.append(list(priorities))
-    clauses.append(f"({LIVE})")
-    # Source filters (memory_search's), ANDed, inside the ranking statement:
-    # they narrow the candidates before the nearest are chosen, never after.
-    narrowing: list[str] = []
-    narrowed: list[Any] = []
-    for column, value in (sources or {}).items():
-        if column not in SOURCE_FILTERS:
-            raise ValueError(f"not a source filter: {column}")
-        narrowing.append(f"{column} = %s")
-        narrowed.append(value)
-    clauses += narrowing
-    filters += narrowed
-    where = " AND ".join(clauses)
-    sized = " AND ".join(["user_id = %s", "namespace = %s", *narrowing])
-    # Without source filters, the ORDER BY steers the planner to the
-    # namespace's b-tree; with them, the planner picks the filter's index.
-    size_order = "" if narrowing else "ORDER BY updated_at DESC"
-    columns = (
-        "id, user_id, agent_id, namespace, source_kind, author, path, thread_id, position,"
-        " task_id, content, metadata, priority, expires_at, created_at, updated_at"
-    )
-    # S608: interpolated are only the vector type (from an int width), the
-    # constant column list, clauses built above from constants, and the
-    # priority ranking built from the Priority choices; every value is a
-    # parameter.
-    sql = f"""
-        WITH query AS MATERIALIZED (SELECT %s::{cast} AS vector),
-        small AS MATERIALIZED (
-            SELECT count(*) <= %s AS yes FROM (
-                SELECT 1 FROM memories WHERE {sized}
-                {size_order} LIMIT %s
-            ) AS capped
-        ),
-        nearest AS MATERIALIZED (
-            (
-                SELECT {columns},
-                       cosine_distance(embedding::{cast}, (SELECT vector FROM query)) AS distance
-                FROM memories
-                WHERE {where} AND (SELECT yes FROM small)
-                ORDER BY distance
-                LIMIT %s
-            )
-            UNION ALL
-            (
-                SELECT {columns},
-                       (embedding::{cast}) <=> (SELECT vector FROM query) AS distance
-                FROM memories
-                WHERE {where} AND NOT (SELECT yes FROM small)
-                ORDER BY distance
-                LIMIT %s
-            )
-        )
-        SELECT * FROM nearest WHERE distance <= %s
-        ORDER BY round((1 - distance)::numeric, 2) DESC, {PRIORITY_ORDER} DESC, distance, id
-    """  # noqa: S608
-    params: list[Any] = [query, exact_max, str(user_id), namespace, *narrowed, exact_max + 1]
-    params += [*filters, limit, *filters, limit, 1.0 - minimum]
-    return sql, params
+default_threshold = search.default_threshold
+SOURCE_FILTERS = search.SOURCE_FILTERS
 
 
 # list_memories ----------------------------------------------------------------
@@ -954,33 +751,49 @@ def forget_preview(
     limit: Any = 10,
     threshold: Any = None,
     metadata_filter: Any = None,
+    created_after: Any = None,
+    created_before: Any = None,
     purge: Any = False,
 ) -> dict[str, Any]:
     """Find what a query would delete and return a token that deletes exactly that.
 
-    Nothing is deleted here. With no matches there is nothing to confirm, so
-    no token is issued. ``purge`` makes the confirmation remove the deleted
-    memories' history too.
+    The matches are what recall would return for the same arguments, in the
+    server's search mode. Nothing is deleted here. With no matches there is
+    nothing to confirm, so no token is issued. ``purge`` makes the
+    confirmation remove the deleted memories' history too.
     """
-    search = _search(query, namespace, limit, threshold, metadata_filter)
+    prepared = search.prepare(
+        query=query,
+        namespace=namespace,
+        limit=limit,
+        threshold=threshold,
+        metadata_filter=metadata_filter,
+        created_after=created_after,
+        created_before=created_before,
+    )
     wipe = validation.flag(purge, field="purge")
     token = secrets.token_urlsafe(32)
     expires_at = timezone.now() + timedelta(seconds=settings.FORGET_TOKEN_TTL_SECONDS)
-    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=SEARCH_SETTINGS):
-        found = _nearest(user_id, search)
+    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=search.SEARCH_SETTINGS):
+        found = search.run(user_id, prepared, agent_id=agent_id)
         ForgetConfirmation.objects.filter(user_id=user_id, expires_at__lt=timezone.now()).delete()
         if found:
             ForgetConfirmation.objects.create(
                 token_hash=_token_hash(token),
                 user_id=user_id,
                 agent_id=agent_id,
-                memory_ids=[memory.id for memory, _ in found],
+                memory_ids=[hit.memory.id for hit in found],
                 purge=wipe,
                 expires_at=expires_at,
             )
     matches = [
-        {"id": str(memory.id), "content": memory.content, "similarity": similarity}
-        for memory, similarity in found
+        {
+            "id": str(hit.memory.id),
+            "content": hit.memory.content,
+            "similarity": hit.similarity,
+            "score": hit.score,
+        }
+        for hit in found
     ]
     return {
         "preview": True,
@@ -2288,25 +2101,31 @@ def search_sources(
     that task (and only that, as the filter says).
     """
     wanted = source_filters(**filters)
-    search = replace(_search(query, SOURCES_NAMESPACE, limit, threshold, None), sources=wanted)
+    prepared = search.prepare(
+        query=query, namespace=SOURCES_NAMESPACE, limit=limit, threshold=threshold, sources=wanted
+    )
     with tenancy.tenant(
-        user_id, agent_id=agent_id, task_id=wanted.get("task_id"), local_settings=SEARCH_SETTINGS
+        user_id,
+        agent_id=agent_id,
+        task_id=wanted.get("task_id"),
+        local_settings=search.SEARCH_SETTINGS,
     ):
-        found = _nearest(user_id, search)
+        found = search.run(user_id, prepared, agent_id=agent_id)
     return [
         {
-            "id": str(memory.id),
-            "content": memory.content,
-            "similarity": similarity,
-            "source_kind": memory.source_kind,
-            "author": memory.author,
-            "path": memory.path,
-            "thread_id": memory.thread_id,
-            "task_id": memory.task_id,
-            "metadata": memory.metadata,
-            "created_at": iso(memory.created_at),
+            "id": str(hit.memory.id),
+            "content": hit.memory.content,
+            "similarity": hit.similarity,
+            "score": hit.score,
+            "source_kind": hit.memory.source_kind,
+            "author": hit.memory.author,
+            "path": hit.memory.path,
+            "thread_id": hit.memory.thread_id,
+            "task_id": hit.memory.task_id,
+            "metadata": hit.memory.metadata,
+            "created_at": iso(hit.memory.created_at),
         }
-        for memory, similarity in found
+        for hit in found
     ]
 
 
@@ -2380,21 +2199,6 @@ def _embed_many(embedder: embeddings.Embedder, texts: list[str]) -> list[np.ndar
         return [_embed(embedder, texts[0])]
     try:
         return list(embedder.embed(texts))
-    except RecallError:
-        raise
-    except Exception:
-        logger.exception("embedding failed", extra={"model": embedder.model_id})
-        raise EmbeddingUnavailable(
-            "The embedding model could not process this request. Try again shortly."
-        ) from None
-
-
-def _embed_query(
-    embedder: embeddings.Embedder, text: str, *, use_cache: bool
-) -> tuple[np.ndarray, str]:
-    """Embed a query through the query cache (memories/embeddings/cache.py)."""
-    try:
-        return embeddings.get_query_cache().embed(embedder, text, use_cache=use_cache)
     except RecallError:
         raise
     except Exception:

@@ -314,7 +314,7 @@ def search_memory(
     """Find memories using semantic search: the best matches, most relevant first, with scores."""
 
     def call(caller: auth.AuthContext) -> CallToolResult:
-        found, source = services.search(
+        found, source = services.search_memories(
             user_id=caller.user_id,
             agent_id=caller.agent_id,
             query=query,
@@ -328,7 +328,7 @@ def search_memory(
             {
                 "memory": item["content"],
                 "metadata": item["metadata"] or None,
-                "score": item["similarity"],
+                "score": item["score"],
                 "id": item["id"],
                 "created_at": item["created_at"],
                 "user_id": item["namespace"],

@@ -19,7 +19,7 @@ import math
 import re
 import unicodedata
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -46,6 +46,7 @@ MESSAGES_MAX = 100
 ROLE_MAX = 32
 LABEL_MAX = 200
 IDEMPOTENCY_KEY_MAX = 200
+SEARCH_MODES = ("hybrid", "semantic", "lexical")
 
 
 def normalize(text: str) -> str:
@@ -122,6 +123,47 @@ def threshold(value: Any, default: float) -> float:
     if not 0.0 <= value <= 1.0:
         raise ValidationFailed(f"threshold must be a number from 0 to 1; got {value}.")
     return float(value)
+
+
+def search_mode(value: Any, default: str) -> str:
+    if value is None:
+        return default
+    if value not in SEARCH_MODES:
+        raise ValidationFailed('mode must be "hybrid", "semantic" or "lexical".')
+    return str(value)
+
+
+def moment(value: Any, *, field: str) -> datetime | None:
+    """Return an ISO 8601 date or date-time as an aware datetime; None stays None.
+
+    A date alone means its midnight, and a time without an offset is UTC.
+    """
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, date):
+        parsed = datetime.combine(value, time())
+    elif isinstance(value, str) and 0 < len(value) <= 64:
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValidationFailed(
+                f"{field} must be an ISO 8601 date or date-time, such as "
+                f'"2025-03-01" or "2025-03-01T09:30:00Z".'
+            ) from None
+    else:
+        raise ValidationFailed(f"{field} must be an ISO 8601 date or date-time string.")
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def created_range(after: Any, before: Any) -> tuple[datetime | None, datetime | None]:
+    """Return (created_after, created_before): the half-open range [after, before)."""
+    start = moment(after, field="created_after")
+    end = moment(before, field="created_before")
+    if start is not None and end is not None and start >= end:
+        raise ValidationFailed("created_after must be earlier than created_before.")
+    return start, end
 
 
 def order(value: Any) -> str:

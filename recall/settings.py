@@ -108,6 +108,10 @@ HNSW_MAX_SCAN_TUPLES = env.integer("HNSW_MAX_SCAN_TUPLES", 20000, low=100)
 # Namespaces up to this many memories are ranked by an exact scan instead of
 # the HNSW index: exact results, at a cost that stays low up to here.
 RECALL_EXACT_SEARCH_MAX = env.integer("RECALL_EXACT_SEARCH_MAX", 2000, low=0, high=1_000_000)
+# How recall, forget's preview and the dashboard rank when the caller does not
+# say: hybrid (lexical and semantic, fused), semantic (cosine only, the
+# specification's original ranking) or lexical (BM25 only). See memories/search.py.
+RECALL_SEARCH_MODE = env.choice("RECALL_SEARCH_MODE", "hybrid", ["hybrid", "semantic", "lexical"])
 
 _database: dict[str, Any]
 if EMBEDDED_DATABASE:

@@ -59,6 +59,10 @@ TENANT_TABLES = frozenset(
         "api_keys",
         "agents",
         "usage_events",
+        # The lexical index, derived from memories (memories/search.py).
+        "search_documents",
+        "search_terms",
+        "search_namespaces",
     }
 )
 

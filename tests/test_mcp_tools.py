@@ -49,6 +49,41 @@ def test_both_protocol_generations_list_the_tools(live, cast, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_recall_takes_a_search_mode_and_a_creation_window(live, cast, mode):
+    key = cast.alice_key.raw
+    _, tools = list_tools(live.mcp_url, key, mode)
+    recall = next(t for t in tools if t.name == "recall")
+    properties = recall.input_schema["properties"]
+    assert {"mode", "created_after", "created_before"} <= properties.keys()
+    item = recall.output_schema["$defs"]["RecalledMemory"]["properties"]
+    assert {"similarity", "score"} <= item.keys()
+    stored = structured(call(live.mcp_url, key, "remember", {"content": "Locker code 7731."}, mode))
+    yesterday = (timezone.now() - timedelta(days=1)).isoformat()
+
+    found = call(
+        live.mcp_url,
+        key,
+        "recall",
+        {"query": "7731", "mode": "lexical", "created_after": yesterday},
+        mode,
+    )
+    [memory] = structured(found)["memories"]
+    assert memory["id"] == stored["id"]
+    assert 0 <= memory["score"] <= 1 and "similarity" in memory
+    assert 'score="' in text(found)
+    later = call(
+        live.mcp_url,
+        key,
+        "recall",
+        {"query": "7731", "created_before": yesterday},
+        mode,
+    )
+    assert structured(later)["memories"] == []
+    refused = call(live.mcp_url, key, "recall", {"query": "7731", "mode": "fuzzy"}, mode)
+    assert refused.is_error
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_every_tool_succeeds_end_to_end(live, cast, mode):
     key = cast.alice_key.raw
     remembered = structured(

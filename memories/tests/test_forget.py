@@ -74,7 +74,7 @@ def test_preview_lists_matches_and_deletes_nothing(cast):
     assert preview["preview"] is True
     assert {m["id"] for m in preview["matches"]} == coffee
     assert preview["total_matches"] == 2
-    assert set(preview["matches"][0]) == {"id", "content", "similarity"}
+    assert set(preview["matches"][0]) == {"id", "content", "similarity", "score"}
     assert len(preview["confirmation_token"]) >= 40
     assert preview["expires_at"].endswith("Z")
     assert len(ids_of(cast.alice.id)) == 4

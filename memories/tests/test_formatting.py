@@ -23,6 +23,12 @@ def test_it_wraps_content_in_a_memory_tag():
     )
 
 
+def test_it_carries_the_score_the_list_is_ordered_by():
+    assert memory_tag(result("Likes tea", score=0.5)) == (
+        '<memory id="m1" similarity="0.9123" score="0.5000" namespace="default">Likes tea</memory>'
+    )
+
+
 def test_stored_markup_cannot_break_out_of_its_tag():
     text = memory_tags(result(c) for c in HOSTILE)
 

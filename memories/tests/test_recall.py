@@ -45,8 +45,24 @@ def test_it_ranks_the_relevant_memory_first_among_distractors(cast):
     )
 
     assert results[0]["content"] == FRAMEWORKS
+    scores = [r["score"] for r in results]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_semantic_mode_ranks_by_cosine_similarity_alone(cast):
+    remember_all(cast.alice.id, [*DISTRACTORS[:6], FRAMEWORKS, *DISTRACTORS[6:]])
+
+    results = services.recall(
+        user_id=cast.alice.id,
+        query="What are the user's web framework preferences?",
+        threshold=0,
+        mode="semantic",
+    )
+
+    assert results[0]["content"] == FRAMEWORKS
     similarities = [r["similarity"] for r in results]
     assert similarities == sorted(similarities, reverse=True)
+    assert [r["score"] for r in results] == similarities
 
 
 def test_the_limit_defaults_to_ten(cast):
@@ -70,6 +86,7 @@ def test_each_result_has_the_specified_fields(cast):
         "id",
         "content",
         "similarity",
+        "score",
         "metadata",
         "namespace",
         "priority",
@@ -81,6 +98,7 @@ def test_each_result_has_the_specified_fields(cast):
     assert result["namespace"] == "preferences"
     assert result["created_at"].endswith("Z")
     assert 0 < result["similarity"] <= 1
+    assert 0 <= result["score"] <= 1
 
 
 def test_the_threshold_drops_weak_matches(cast):
@@ -197,7 +215,8 @@ def test_it_refuses_bad_input(cast, kwargs, fragment):
 def test_bounds_are_inclusive(cast):
     remember_all(cast.alice.id, DISTRACTORS[:2])
     assert services.recall(user_id=cast.alice.id, query="q" * 10_000, limit=50, threshold=0)
-    assert services.recall(user_id=cast.alice.id, query="cat", limit=1, threshold=1.0) == []
+    # No distractor is the query's vector, and none holds all of "cosine 1" either.
+    assert services.recall(user_id=cast.alice.id, query="cosine 1", limit=1, threshold=1.0) == []
     eight = {f"k{n}": n for n in range(8)}
     assert services.recall(user_id=cast.alice.id, query="cat", metadata_filter=eight) == []
 

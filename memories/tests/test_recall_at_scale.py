@@ -31,7 +31,7 @@ from django.db import connection
 from pgvector import Vector
 
 from accounts.models import Agent, User
-from memories import embeddings, services
+from memories import embeddings, search, services
 from recall import tenancy
 
 BIG = 10_000
@@ -167,22 +167,18 @@ def table(django_db_setup, django_db_blocker):
             User.objects.filter(id__in=[big.id, small.id]).delete()
 
 
-def explain(user: User, analyze: bool = False, **kwargs) -> str:
-    embedder = embeddings.get_embedder()
-    sql, params = services.nearest_sql(
-        user_id=user.id,
-        model_id=embedder.model_id,
-        dimensions=embedder.dimensions,
-        vector=embedder.embed_one("web frameworks"),
-        namespace="default",
-        limit=10,
-        minimum=0.0,
-        metadata_filter=kwargs.get("metadata_filter", {}),
+def explain(user: User, analyze: bool = False, mode: str = "semantic", **kwargs) -> str:
+    prepared = search.prepare(
+        query="web frameworks",
+        threshold=0,
+        mode=mode,
+        metadata_filter=kwargs.get("metadata_filter") or None,
         sources=kwargs.get("sources"),
     )
+    sql, params = search.statement(user.id, prepared, agent=kwargs.get("agent_id") is not None)
     with (
         tenancy.tenant(
-            user.id, agent_id=kwargs.get("agent_id"), local_settings=services.SEARCH_SETTINGS
+            user.id, agent_id=kwargs.get("agent_id"), local_settings=search.SEARCH_SETTINGS
         ),
         connection.cursor() as cursor,
     ):
@@ -221,17 +217,19 @@ def branch_ran(plan: str, *, exact: bool) -> bool:
 
 
 @pytest.mark.slow
-def test_a_big_namespace_is_searched_through_the_index(db, table):
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_a_big_namespace_is_searched_through_the_index(db, table, mode):
     big, _, _ = table
-    plan = explain(big, analyze=True)
+    plan = explain(big, analyze=True, mode=mode)
     assert branch_ran(plan, exact=False) and not branch_ran(plan, exact=True), plan
     assert "Index Scan using memories_hnsw_" in plan
 
 
 @pytest.mark.slow
-def test_a_small_namespace_is_ranked_by_an_exact_scan(db, table):
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_a_small_namespace_is_ranked_by_an_exact_scan(db, table, mode):
     _, small, _ = table
-    plan = explain(small, analyze=True)
+    plan = explain(small, analyze=True, mode=mode)
     assert branch_ran(plan, exact=True) and not branch_ran(plan, exact=False), plan
 
 
@@ -315,7 +313,12 @@ def test_a_tenant_with_one_percent_of_the_rows_still_fills_the_limit(db, table):
 def test_the_index_results_match_an_exact_scan(db, table):
     big, _, _ = table
     query = "Which web framework does the user like?"
-    found = [r["id"] for r in services.recall(user_id=big.id, query=query, limit=10, threshold=0)]
+    found = [
+        r["id"]
+        for r in services.recall(
+            user_id=big.id, query=query, limit=10, threshold=0, mode="semantic"
+        )
+    ]
     vector = embeddings.get_embedder().embed_one(query)
     with tenancy.tenant(big.id), connection.cursor() as cursor:
         # Without the cast the partial index cannot serve the query: a true exact scan.

@@ -117,7 +117,15 @@ def test_the_admission_rules_catch_a_transport_that_limits_on_its_own(tmp_path):
 # services are where that choice is made: so only the owning app's services,
 # models and admin (which runs on the operator path) may touch them.
 GUARDED_TABLES = set(tenancy.TENANT_TABLES)
-OWNER_MODULES = ("services.py", "models.py", "admin.py")
+# Tables without a model: the lexical index, derived from memories by triggers.
+DERIVED_TABLES = {
+    "search_documents": "memories",
+    "search_terms": "memories",
+    "search_namespaces": "memories",
+}
+# search.py is the memories app's search service: recall, forget's preview and
+# every retrieval tool rank through it, in the tenant transaction services open.
+OWNER_MODULES = ("services.py", "search.py", "models.py", "admin.py")
 MANAGERS = {"objects", "_default_manager", "_base_manager"}
 # Raw SQL naming a table: FROM t, JOIN t, INTO t, UPDATE t, TABLE t.
 SQL_TABLE = re.compile(r"\b(?:from|join|into|update|table)\s+(?:only\s+)?\"?([a-z_]+)", re.I)
@@ -134,9 +142,12 @@ def guarded_models() -> dict[str, str]:
 
 def table_owners() -> dict[str, str]:
     return {
-        model._meta.db_table: model._meta.app_label
-        for model in apps.get_models()
-        if model._meta.db_table in GUARDED_TABLES
+        **DERIVED_TABLES,
+        **{
+            model._meta.db_table: model._meta.app_label
+            for model in apps.get_models()
+            if model._meta.db_table in GUARDED_TABLES
+        },
     }
 
 

@@ -1,0 +1,448 @@
+"""Search: the one ranking behind recall, forget's preview, the dashboard and every retrieval tool.
+
+Callers validate and embed with ``prepare()`` (outside any transaction: a slow
+embedding provider never holds a connection), then rank with ``run()`` inside
+``tenancy.tenant(user_id, local_settings=SEARCH_SETTINGS)``, or do both with
+``search()``. Every result carries its cosine ``similarity`` and the ``score``
+the list is ordered by. Three modes:
+
+* ``semantic``: cosine similarity alone, exactly as the specification first
+  described recall (``score`` is the similarity). A namespace of at most
+  ``RECALL_EXACT_SEARCH_MAX`` memories is ranked by an exact scan, a larger one
+  through the model's HNSW index.
+* ``lexical``: BM25 alone, over the memory's content and the string values of
+  its metadata, with PostgreSQL's English analysis (stemmed words, whole
+  numbers, names, identifiers, e-mail addresses, versions). IDF, document
+  lengths and the average length are kept per user and namespace, so a word
+  is rare or common relative to the namespace it is searched in.
+* ``hybrid`` (the default, ``RECALL_SEARCH_MODE``): both, fused in one
+  statement. The candidates are the 50 nearest by cosine and the 50 best by
+  BM25 among the memories holding the query's rarest words. Each candidate's
+  cosine and BM25 are min-max normalised over the candidates and averaged
+  with equal weights; then each of the five best lifts the memories up to two
+  places before and after it in the namespace (by creation) halfway to its
+  own score, when theirs is lower. Stored conversation turns answer each
+  other ("what did she say about it?"), and this finds the answer beside the
+  turn that names the subject, without lowering anything.
+
+Filters (namespace, ``metadata_filter``, ``created_after`` / ``created_before``)
+are applied before ranking, in every candidate source, never to a finished
+top-k. A later filter joins ``Filters``: one field, one clause in
+``Filters.clauses()``, one argument to ``recall_rank`` and
+``recall_lexical_matches`` (see the migrations).
+
+The threshold: a memory is returned when its cosine similarity reaches it, or
+(hybrid and lexical modes) when its lexical coverage does: its BM25 over the
+sum of the IDFs of the query's words (words no memory holds included), the
+share of what was asked that it matches, on the same 0-1 scale. A memory that
+holds the rare name or number a query is mostly about passes even when the
+embedding misses it, at the local model's default (0.35) and at the 0.7 that
+clients of OpenAI models pass; memories that share only common words do not.
+
+K1, B, WEIGHT, LIFT and WINDOW were chosen on the LoCoMo dev conversations by
+leave-one-conversation-out and checked on SciFact; POOL, SCAN and PROVIDERS
+bound the work per search, set where larger values stopped changing the
+rankings. BENCHMARKS.md ("Hybrid search") has the figures and the commands.
+
+For a new retrieval tool: ``prepare()`` takes the tool's arguments (a new
+pre-ranking filter joins ``Filters``), ``run()`` or ``search()`` returns
+``Found`` rows, best first; shape them in the tool.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+
+from memories import embeddings, validation
+from memories.indexes import vector_literal, vector_type
+from memories.models import PRIORITY_RANK, Memory
+from recall.errors import EmbeddingUnavailable, RecallError
+
+logger = logging.getLogger(__name__)
+
+# BM25's term-frequency saturation and length normalisation (Anserini's defaults).
+K1 = 0.9
+B = 0.4
+# Candidates from each side.
+POOL = 50
+# Documents the lexical side reads at most: those of the query's rarest words.
+SCAN = 150
+# The lexical share of the fused score.
+WEIGHT = 0.5
+# How many of the best candidates lift their neighbours, how far, and how much.
+PROVIDERS = 5
+WINDOW = 2
+LIFT = 0.5
+
+# A search transaction's planner settings. The nearest-neighbour statement
+# counts the namespace through its b-tree; at some table shapes the planner
+# would rather read the whole table (and sort it) to count a few thousand
+# rows. Every path a search needs has an index, so table scans are off.
+SEARCH_SETTINGS = {"enable_seqscan": "off"}
+
+
+# The columns memory_search may filter on, all indexed (see Memory.Meta).
+SOURCE_FILTERS = ("source_kind", "author", "path", "thread_id", "task_id")
+# No tool returns an expired memory, even before maintenance purges it.
+LIVE = "(expires_at IS NULL OR expires_at > statement_timestamp())"
+# Priority breaks ties among results equally relevant to two decimals.
+PRIORITY_ORDER = (
+    "CASE priority "
+    + " ".join(f"WHEN '{name}' THEN {rank}" for name, rank in PRIORITY_RANK.items())
+    + " ELSE 0 END"
+)
+# The columns a search returns: every column a tool shows, never the vector.
+COLUMNS = (
+    "id, user_id, agent_id, namespace, source_kind, author, path, thread_id, position,"
+    " task_id, content, metadata, priority, expires_at, version, created_at, updated_at"
+)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a memory must be to be ranked at all, in every mode."""
+
+    namespace: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_after: datetime | None = None  # inclusive
+    created_before: datetime | None = None  # exclusive
+    priorities: tuple[str, ...] = ()
+    # memory_search's source filters, column -> value (SOURCE_FILTERS only).
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def clauses(self) -> tuple[list[str], dict[str, Any]]:
+        """Return SQL conditions on ``memories`` (besides the user) and their parameters.
+
+        Expired memories never qualify.
+        """
+        clauses = ["namespace = %(namespace)s", LIVE]
+        params: dict[str, Any] = {"namespace": self.namespace}
+        if self.metadata:
+            clauses.append("metadata @> %(metadata)s::jsonb")
+        if self.created_after is not None:
+            clauses.append("created_at >= %(created_after)s")
+        if self.created_before is not None:
+            clauses.append("created_at < %(created_before)s")
+        if self.priorities:
+            clauses.append("priority = ANY(%(priorities)s)")
+        for column, value in self.sources.items():
+            if column not in SOURCE_FILTERS:
+                raise ValueError(f"not a source filter: {column}")
+            clauses.append(f"{column} = %(source_{column})s")
+            params[f"source_{column}"] = value
+        params.update(
+            metadata=json.dumps(self.metadata) if self.metadata else None,
+            created_after=self.created_after,
+            created_before=self.created_before,
+            priorities=list(self.priorities) or None,
+            sources=json.dumps(self.sources) if self.sources else None,
+        )
+        return clauses, params
+
+
+@dataclass(frozen=True)
+class Search:
+    """One search's validated arguments and the query's vector."""
+
+    text: str
+    vector: np.ndarray
+    embedder: embeddings.Embedder
+    mode: str
+    limit: int
+    minimum: float
+    filters: Filters
+    # Where the query's vector came from: "cache", "shared-cache" or "model".
+    vector_source: str = "model"
+
+
+@dataclass(frozen=True)
+class Found:
+    memory: Memory
+    similarity: float  # cosine, 0-1
+    score: float  # what the list is ordered by
+
+
+def default_threshold(embedder: embeddings.Embedder | None = None) -> float:
+    if settings.RECALL_DEFAULT_THRESHOLD is not None:
+        return settings.RECALL_DEFAULT_THRESHOLD
+    return (embedder or embeddings.get_embedder()).default_threshold
+
+
+def prepare(
+    *,
+    query: Any,
+    namespace: Any = "default",
+    limit: Any = 10,
+    threshold: Any = None,
+    mode: Any = None,
+    metadata_filter: Any = None,
+    created_after: Any = None,
+    created_before: Any = None,
+    priority: Any = None,
+    sources: dict[str, str] | None = None,
+    use_cache: bool = True,
+) -> Search:
+    """Validate a search's arguments, then embed the query (through the query cache).
+
+    ``sources`` are memory_search's filters, validated by its service.
+    """
+    text = validation.query(query)
+    ns = validation.namespace(namespace)
+    count = validation.integer(
+        limit, field="limit", low=1, high=validation.RECALL_LIMIT_MAX, default=10
+    )
+    chosen = validation.search_mode(mode, settings.RECALL_SEARCH_MODE)
+    embedder = embeddings.get_embedder()
+    minimum = validation.threshold(threshold, default_threshold(embedder))
+    where = validation.metadata_filter(metadata_filter)
+    after, before = validation.created_range(created_after, created_before)
+    levels = tuple(validation.priorities(priority))
+    vector, source = embed_query(embedder, text, use_cache=use_cache)
+    filters = Filters(ns, where, after, before, levels, dict(sources or {}))
+    return Search(text, vector, embedder, chosen, count, minimum, filters, source)
+
+
+def embed_query(
+    embedder: embeddings.Embedder, text: str, *, use_cache: bool = True
+) -> tuple[np.ndarray, str]:
+    """Embed a query through the query cache (memories/embeddings/cache.py)."""
+    try:
+        return embeddings.get_query_cache().embed(embedder, text, use_cache=use_cache)
+    except RecallError:
+        raise
+    except Exception:
+        logger.exception("embedding failed", extra={"model": embedder.model_id})
+        raise EmbeddingUnavailable(
+            "The embedding model could not process this request. Try again shortly."
+        ) from None
+
+
+def run(
+    user_id: Any, search: Search, *, agent_id: Any = None, limit: int | None = None
+) -> list[Found]:
+    """Rank inside the caller's tenant transaction; return at most ``search.limit``.
+
+    ``agent_id`` says the transaction acts as that agent (what it may read is
+    the database's business; here it only chooses how the namespace is
+    sized). ``limit`` overrides the search's own, unchecked (benchmarks read
+    100 deep).
+    """
+    sql, params = statement(user_id, search, agent=agent_id is not None, limit=limit)
+    rows = Memory.objects.raw(sql, params)
+    # A raw query sets its extra columns on each row; the stub's RawQuerySet
+    # knows only the model's fields.
+    return [
+        Found(row, round(float(row.similarity), 4), round(float(row.score), 4))  # type: ignore[attr-defined]
+        for row in rows
+    ]
+
+
+def search(*, user_id: Any, agent_id: Any = None, **arguments: Any) -> list[Found]:
+    """``prepare()`` and ``run()`` in one tenant transaction."""
+    from recall import tenancy
+
+    prepared = prepare(**arguments)
+    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=SEARCH_SETTINGS):
+        return run(user_id, prepared, agent_id=agent_id)
+
+
+def statement(
+    user_id: Any, search: Search, *, agent: bool = False, limit: int | None = None
+) -> tuple[str, dict[str, Any]]:
+    """Return the search's one SQL statement and its parameters.
+
+    ``limit`` overrides the search's own (benchmarks read 100 deep).
+    """
+    if search.mode == "semantic":
+        return semantic_sql(user_id, search, agent=agent, limit=limit)
+    return ranked_sql(user_id, search, agent=agent, limit=limit)
+
+
+def _nearest(
+    search: Search, count: int, *, agent: bool = False, rows: bool = True
+) -> tuple[str, dict[str, Any]]:
+    """Return the CTEs that find the ``count`` nearest memories by cosine.
+
+    With ``rows`` the nearest CTE carries the memories' columns; without, ids
+    and distances only.
+
+    Two branches, one of which runs, chosen inside the statement:
+
+    * A namespace holding at most ``RECALL_EXACT_SEARCH_MAX`` memories is
+      ranked exactly: every row is compared with the query. That costs a
+      millisecond or two at these sizes and is always right. HNSW is not,
+      and it is at its weakest exactly here: a young graph, or one holding
+      many identical vectors (common phrases stored by many tenants), can
+      leave freshly inserted elements unreachable from the entry point, so an
+      index scan would silently miss them. The branch orders by
+      ``cosine_distance()``, a function call the index cannot serve, so the
+      planner never picks the index for it whatever its statistics say.
+    * A larger namespace is searched through the per-model HNSW index: ORDER
+      BY the distance operator on the same cast expression the index was
+      built on, LIMIT k, with the model in the WHERE clause to match the
+      partial index. Iterative index scans (set on every connection, see
+      settings) keep the scan going past rows the namespace, metadata, date,
+      priority, source or tenant filters reject, so a selective filter still
+      fills the pool.
+
+    The size: on the user-wide path without source filters, the namespace's
+    document count, one row of search_namespaces kept by trigger. Acting as
+    an agent, or with memory_search's source filters, what the caller may
+    rank can be a small part of a big namespace, where an index scan could
+    give up (``hnsw.max_scan_tuples``) before reaching it; then the rows are
+    counted, under row-level security and the filters, through the
+    narrowest index, up to the cut-off and no further.
+
+    Expired memories are excluded inside both branches, like every filter, so
+    they never take a place among the k nearest.
+    """
+    cast = vector_type(search.embedder.dimensions)
+    clauses, params = search.filters.clauses()
+    where = " AND ".join(["user_id = %(user)s", "embedding_model = %(model)s", *clauses])
+    columns = COLUMNS if rows else "id"
+    narrowing = [f"{column} = %(source_{column})s" for column in search.filters.sources]
+    if agent or narrowing:
+        sized = " AND ".join(["user_id = %(user)s", "namespace = %(namespace)s", *narrowing])
+        # Without source filters, the ORDER BY steers the planner to the
+        # namespace's b-tree; with them, the planner picks the filter's index.
+        order = "" if narrowing else "ORDER BY updated_at DESC"
+        small = f"""
+            SELECT count(*) <= %(exact_max)s AS yes FROM (
+                SELECT 1 FROM memories WHERE {sized} {order} LIMIT %(exact_count)s
+            ) AS capped"""  # noqa: S608
+    else:
+        small = """
+            SELECT coalesce(max(documents), 0) <= %(exact_max)s AS yes FROM search_namespaces
+            WHERE user_id = %(user)s AND namespace = %(namespace)s"""
+    # S608: interpolated are only the vector type (from an int width), the
+    # constant column list and clauses built from constants; values are parameters.
+    sql = f"""
+        query AS MATERIALIZED (SELECT %(vector)s::{cast} AS vector),
+        small AS MATERIALIZED ({small}
+        ),
+        nearest AS MATERIALIZED (
+            (
+                SELECT {columns},
+                       cosine_distance(embedding::{cast}, (SELECT vector FROM query)) AS distance
+                FROM memories
+                WHERE {where} AND (SELECT yes FROM small)
+                ORDER BY distance
+                LIMIT %(nearest)s
+            )
+            UNION ALL
+            (
+                SELECT {columns},
+                       (embedding::{cast}) <=> (SELECT vector FROM query) AS distance
+                FROM memories
+                WHERE {where} AND NOT (SELECT yes FROM small)
+                ORDER BY distance
+                LIMIT %(nearest)s
+            )
+        )"""  # noqa: S608
+    exact_max = settings.RECALL_EXACT_SEARCH_MAX
+    params.update(
+        vector=vector_literal(search.vector),
+        model=search.embedder.model_id,
+        exact_max=exact_max,
+        exact_count=exact_max + 1,
+        nearest=count,
+    )
+    return sql, params
+
+
+def semantic_sql(
+    user_id: Any, search: Search, *, agent: bool = False, limit: int | None = None
+) -> tuple[str, dict[str, Any]]:
+    """Return the nearest memories by cosine, at or above the threshold.
+
+    The threshold is applied outside, to the k nearest, so it can never make
+    the index scan run long. Priority breaks ties, and only ties: the k
+    results are the k most similar (priority plays no part in choosing them,
+    nor does it touch the threshold), ordered by similarity rounded to two
+    decimals, then priority, then exact similarity. A memory can therefore
+    rise only above others less than 0.01 more similar (BENCHMARKS.md,
+    "Priority as a tie-break").
+    """
+    count = limit or search.limit
+    ctes, params = _nearest(search, count, agent=agent)
+    sql = f"""
+        WITH {ctes}
+        SELECT *, 1 - distance AS similarity, 1 - distance AS score
+        FROM nearest WHERE distance <= %(distance)s
+        ORDER BY round((1 - distance)::numeric, 2) DESC, {PRIORITY_ORDER} DESC, distance, id
+    """  # noqa: S608
+    params.update(user=str(user_id), distance=1.0 - search.minimum)
+    return sql, params
+
+
+def ranked_sql(
+    user_id: Any, search: Search, *, agent: bool = False, limit: int | None = None
+) -> tuple[str, dict[str, Any]]:
+    """Return the hybrid or lexical ranking: candidates here, fusion in ``recall_rank()``.
+
+    The nearest-neighbour search stays in this statement, where the model is
+    a literal match for its partial HNSW index; the rest runs in
+    ``recall_rank()`` (see the migrations), whose plan PostgreSQL keeps per
+    connection. Its rows are joined back to ``memories`` here, as the caller
+    under its own policy, so only rows it may read are ever returned.
+
+    The k best by score are the results; priority then breaks ties among
+    them as in semantic mode, on the score rounded to two decimals.
+    """
+    hybrid = search.mode == "hybrid"
+    if hybrid:
+        ctes, params = _nearest(search, POOL, agent=agent, rows=False)
+    else:
+        cast = vector_type(search.embedder.dimensions)
+        ctes = f"""
+        query AS MATERIALIZED (SELECT %(vector)s::{cast} AS vector),
+        nearest AS (SELECT NULL::uuid AS id, NULL::float8 AS distance WHERE false)"""
+        params = {"vector": vector_literal(search.vector), "model": search.embedder.model_id}
+        params.update(search.filters.clauses()[1])
+    columns = ", ".join(f"m.{name.strip()}" for name in COLUMNS.split(","))
+    sql = f"""
+        WITH {ctes},
+        ranked AS MATERIALIZED (
+            SELECT * FROM recall_rank(
+                %(namespace)s, %(text)s, (SELECT vector::vector FROM query),
+                ARRAY(SELECT id FROM nearest ORDER BY id),
+                ARRAY(SELECT distance FROM nearest ORDER BY id), %(model)s,
+                %(created_after)s, %(created_before)s, %(metadata)s::jsonb,
+                %(priorities)s::text[], %(sources)s::jsonb,
+                %(pool)s, %(scan)s, %(k1)s, %(b)s, %(weight)s, %(providers)s, %(window)s, %(lift)s
+            )
+        )
+        SELECT {columns}, r.similarity, r.score
+        FROM (
+            SELECT * FROM ranked
+            WHERE similarity >= %(minimum)s OR coverage >= %(minimum)s
+            ORDER BY score DESC, similarity DESC, id
+            LIMIT %(limit)s
+        ) AS r
+        JOIN memories AS m ON m.id = r.id
+        WHERE m.user_id = %(user)s AND {LIVE}
+        ORDER BY round(r.score::numeric, 2) DESC, {PRIORITY_ORDER} DESC,
+                 r.score DESC, r.similarity DESC, m.id
+    """  # noqa: S608
+    params.update(
+        user=str(user_id),
+        text=search.text,
+        minimum=search.minimum,
+        limit=limit or search.limit,
+        pool=POOL,
+        scan=SCAN,
+        k1=K1,
+        b=B,
+        weight=WEIGHT if hybrid else 1.0,
+        providers=PROVIDERS,
+        window=WINDOW,
+        lift=LIFT if hybrid else 0.0,
+    )
+    return sql, params
