@@ -27,6 +27,7 @@ import uuid
 
 import numpy as np
 import pytest
+from django.conf import settings
 from django.db import connection
 from pgvector import Vector
 
@@ -194,15 +195,20 @@ def test_recall_uses_the_hnsw_index_at_ten_thousand_rows(db, table):
 
 
 def exact_ids(user: User, query: str, **where: object) -> set[str]:
-    """Return the ids of the user's memories (those matching ``where``) at or above similarity 0."""
+    """Return the ids of the user's memories (those matching ``where``) that threshold 0 admits.
+
+    In semantic mode, those at or above similarity 0; in hybrid mode (the
+    default) every one, since lexical coverage always reaches 0.
+    """
     vector = Vector(embeddings.get_embedder().embed_one(query)).to_text()
+    near = "true" if settings.RECALL_SEARCH_MODE != "semantic" else "embedding <=> %s::vector <= 1"
     clauses = "".join(f" AND {column} = %s" for column in where)
+    params = [str(user.id), *([vector] if near != "true" else [])]
     with tenancy.operator(), connection.cursor() as cursor:
         cursor.execute(
             # S608: the column names are this test's own keywords; values are parameters.
-            "SELECT id FROM memories WHERE user_id = %s AND embedding <=> %s::vector <= 1"  # noqa: S608
-            + clauses,
-            [str(user.id), vector, *[str(value) for value in where.values()]],
+            f"SELECT id FROM memories WHERE user_id = %s AND {near}" + clauses,  # noqa: S608
+            [*params, *[str(value) for value in where.values()]],
         )
         return {str(row[0]) for row in cursor.fetchall()}
 
