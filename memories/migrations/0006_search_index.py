@@ -458,7 +458,7 @@ LEXICAL_MATCHES_REVERSE = LEXICAL_MATCHES_REVERSE.replace("SIGNATURE", LEXICAL_S
 class Migration(migrations.Migration):
     dependencies = [
         ("memories", "0005_lifecycle"),
-        ("accounts", "0004_agents"),
+        ("accounts", "0005_agents"),
     ]
 
     operations = [
