@@ -391,6 +391,9 @@ CREATE FUNCTION recall_lexical_matches(
 ) RETURNS TABLE (memory_id uuid, score float8)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, public
+    -- Whoever calls it, and whatever its plan was first made for (a table of
+    -- a few rows, say), the lookup goes through the index.
+    SET enable_seqscan = off
     AS $$
     SELECT d.memory_id,
            sum(p_idf[array_position(p_lexemes, v.lexeme)] * cardinality(v.positions) * (p_k1 + 1)

@@ -40,6 +40,7 @@ CREATE FUNCTION recall_rank(
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, public
     SET plan_cache_mode = force_generic_plan
+    SET enable_seqscan = off
     AS $$
 BEGIN
     RETURN QUERY
