@@ -25,9 +25,15 @@ the list is ordered by. Three modes:
   other ("what did she say about it?"), and this finds the answer beside the
   turn that names the subject, without lowering anything.
 
-Filters (namespace, ``metadata_filter``, ``created_after`` / ``created_before``)
-are applied before ranking, in every candidate source, never to a finished
-top-k. A later filter joins ``Filters``: one field, one clause in
+Filters (namespace, ``metadata_filter``, ``created_after`` / ``created_before``,
+``priority``, memory_search's source filters) are applied before ranking, in
+every candidate source, never to a finished top-k; so are expiry (no search
+returns an expired memory) and the agent rule (acting as an agent, a search
+ranks only that agent's memories and those filed under the task it names:
+row-level security on the dense side, the same rule inside the definer
+functions on the lexical side). Priority breaks ties and only ties: among
+the k best, results equal to two decimals (score; similarity in semantic
+mode) come highest priority first. A later filter joins ``Filters``: one field, one clause in
 ``Filters.clauses()``, one argument to ``recall_rank`` and
 ``recall_lexical_matches`` (see the migrations).
 
