@@ -18,9 +18,10 @@ assignments of priority to the same memories:
 
 For each it reports hit@1/5/10, MRR and, against ``none``, how many
 questions' first relevant result moved up or down, and the largest
-similarity by which a memory was lifted over one ranked above it without
-priority. The rule in ``memories.services.nearest_sql`` bounds that lift
-below 0.01; this measures it.
+score (``recall``'s ordering: the fused relevance in hybrid mode, the
+similarity in semantic mode) by which a memory was lifted over one ranked
+above it without priority. The rule in ``memories/search.py`` bounds that
+lift below 0.01; this measures it.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def run(conversations: list[corpus.Conversation], cache: Any, real: Any) -> dict
                     ranked = Ranked(
                         [frozenset(keys[m["id"]]) for m in found],
                         evidence,
-                        [m["similarity"] for m in found],
+                        [m["score"] for m in found],
                     )
                     rows[scheme].append(ranked.metrics((1, 5, 10)))
                     if scheme == "none":
@@ -200,7 +201,7 @@ def assign(
 
 
 def largest_lift(ranked: Ranked) -> float:
-    """Return the largest similarity by which a result sits above a more similar one."""
+    """Return the largest score by which a result sits above a better-scored one."""
     worst = 0.0
     best_below = -1.0
     for similarity in reversed(ranked.similarities):
