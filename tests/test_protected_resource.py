@@ -60,7 +60,7 @@ def challenge(response: httpx2.Response) -> str:
     return response.headers["www-authenticate"]
 
 
-@pytest.mark.parametrize("path", ["/mcp", "/agent/mcp"])
+@pytest.mark.parametrize("path", ["/mcp", "/agent/mcp", "/v1/mcp"])
 def test_an_anonymous_call_is_pointed_at_the_endpoints_metadata(live, path):
     response = httpx2.post(live.url + path, json={}, headers={"Accept": "application/json"})
 
@@ -75,6 +75,7 @@ def test_an_anonymous_call_is_pointed_at_the_endpoints_metadata(live, path):
     [
         ("/.well-known/oauth-protected-resource/mcp", "/mcp"),
         ("/.well-known/oauth-protected-resource/agent/mcp", "/agent/mcp"),
+        ("/.well-known/oauth-protected-resource/v1/mcp", "/v1/mcp"),
         # Clients that look only at the root get /mcp's.
         ("/.well-known/oauth-protected-resource", "/mcp"),
     ],
@@ -129,6 +130,24 @@ def test_a_token_for_mcp_acts_as_its_agent(live, cast, agents):
     assert {(e.user_id, e.agent_id, e.api_key_id) for e in events} == {
         (cast.alice.id, agents.writer.id, None)
     }
+
+
+def test_a_token_for_v1_mcp_acts_as_its_agent_with_seed_001s_tools(live, cast, agents):
+    store_memory(cast.alice, "Research's note: the launch slipped to May.", agent=agents.research)
+    token = mint(cast.alice, agents.writer, live.url + "/v1/mcp")
+    url = live.url + "/v1/mcp"
+
+    added = call(url, token, "add_memory", {"content": "Writer's note: copy done.", "async": False})
+    found = call(url, token, "search_memory", {"query": "What is the launch status?"})
+    history = call(url, token, "get_memory_history", {"memory_id": structured(added)["memory_id"]})
+
+    assert [r["memory"] for r in structured(found)["results"]] == ["Writer's note: copy done."]
+    assert [h["client"] for h in structured(history)["history"]] == ["v1"]
+    with tenancy.operator():
+        memory = Memory.objects.get(content="Writer's note: copy done.")
+    assert memory.agent_id == agents.writer.id
+    # A token for /v1/mcp is for /v1/mcp only.
+    assert tools_list(live.mcp_url, token).status_code == 401
 
 
 def test_an_api_key_still_acts_for_the_whole_account_at_mcp(live, cast, agents):
