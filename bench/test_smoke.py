@@ -156,3 +156,22 @@ def test_priority_smoke_reports_every_scheme(tmp_path: Path) -> None:
         if scheme != "none":
             assert figures["largest_lift"] < 0.01
     assert "max lift" in stdout
+
+
+def test_auth_smoke_times_every_credential_and_endpoint(tmp_path: Path) -> None:
+    report, stdout = run("auth", tmp_path=tmp_path)
+
+    assert report["seed"]["memories"] == 20
+    assert set(report["results"]) == {
+        "tools/list, API key, /mcp",
+        "tools/list, token, /mcp",
+        "tools/list, token, /agent/mcp",
+        "recall, API key, /mcp",
+        "recall, token, /mcp",
+        "memory_search, token, /agent/mcp",
+    }
+    for figures in report["results"].values():
+        assert figures["requests"] == 10
+        assert 0 < figures["p50_ms"] <= figures["p95_ms"]
+    assert "token_check_ms" in report
+    assert "token check, median over the key's" in stdout
