@@ -5,8 +5,8 @@
 
 Starts ``python -m recall serve`` on a free port and a throwaway data
 directory (bench/http.py's ``Server``: every tier's rate limit raised), creates
-a pro user with an API key, and one agent with one access token for each
-protected resource, ``/mcp`` and ``/agent/mcp``. The tokens are stored the way
+a pro user with an API key, and one agent with an access token for ``/mcp``
+and one for ``/agent/mcp``. The tokens are stored the way
 the consent page stores them (hashed, bound to the agent and the resource) by
 ``recall manage shell``; the browser flow that issues them is tested in
 tests/test_oauth_flow.py, and its cost is not what this measures.
@@ -61,8 +61,8 @@ from bench.http import (  # noqa: E402
 EMAIL = "bench@example.com"
 
 # Run inside the server's environment by ``recall manage shell``: an agent,
-# a public client, and a token per resource, stored as the consent page stores
-# them. Prints "<path> <raw token>" per resource.
+# a public client, and a token for /mcp and one for /agent/mcp, stored as the
+# consent page stores them. Prints "<path> <raw token>" for each.
 MINT = """
 import secrets
 from datetime import timedelta
@@ -85,7 +85,7 @@ with tenancy.operator():
         authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
         redirect_uris="http://127.0.0.1:9/callback",
     )
-    for path in resources.PATHS:
+    for path in (resources.MCP_PATH, resources.AGENT_MCP_PATH):
         raw = secrets.token_urlsafe(30)
         token = AccessToken(
             user=user,
