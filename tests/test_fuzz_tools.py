@@ -64,6 +64,13 @@ def test_no_tool_call_fails_badly_whatever_its_arguments(live, cast, generation,
         if result is None or name in READ_ONLY:
             assert after == before, (name, "a refused or read-only call changed what is stored")
             return
+        if name == "remember" and "job_id" in result:
+            # Queued for the worker: acknowledged now, stored later; the lifecycle tests
+            # follow a job to its memory.
+            assert result["status"] == "queued"
+            return
+        if name == "remember" and "messages" in arguments:
+            return  # a conversation: its own tests check what each message became
         if name == "remember":
             known_ids.append(result["id"])
             with tenancy.operator():
