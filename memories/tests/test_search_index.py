@@ -301,10 +301,31 @@ def lexical_index_scans() -> int:
         return cursor.fetchone()[0]
 
 
-def test_a_lexical_search_reads_the_gin_index_under_forced_rls(cast):
+def grow_the_index(rows: int) -> None:
+    """Leave ``rows`` rolled-back documents in the table and its index, as a busy database has."""
+    with transaction.atomic():
+        with tenancy.operator(), connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO search_documents"
+                " (memory_id, user_id, namespace, created_at, vector, length)"
+                " SELECT gen_random_uuid(), gen_random_uuid(), 'elsewhere', now(),"
+                " to_tsvector('simple', 'word' || g || ' topic' || (g %% 97)), 2"
+                " FROM generate_series(1, %s) AS g",
+                [rows],
+            )
+        transaction.set_rollback(True)
+
+
+@pytest.mark.parametrize("grown", [0, 5_000, 30_000])
+def test_a_lexical_search_reads_the_gin_index_under_forced_rls(cast, grown):
     for n in range(30):
         remember(cast.alice.id, f"Routine note number {n} about the garden.")
     remember(cast.alice.id, "The locker code at the Kessler gym is 7731.")
+    # A grown index with few live rows made a full primary-key scan look
+    # cheaper to the planner (migration 0009); it must not be taken.
+    grow_the_index(grown)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE search_documents")
 
     with transaction.atomic():
         # Plans this connection cached in earlier tests, on other table sizes, go.
