@@ -49,7 +49,10 @@ from recall import context
 APP_ROLE = "recall_app"
 AGENT_ROLE = "recall_agent"
 OPERATOR_ROLE = "recall_operator"
-# The tables under forced row-level security (`recall doctor` checks them).
+# The tables under forced row-level security: `recall doctor` checks them, the
+# architecture test confines them to their app's services, and
+# recall/tests/test_tenant_tables.py fails if a table of users' rows is neither
+# listed here nor out of the tenant roles' reach.
 TENANT_TABLES = frozenset(
     {
         "memories",

@@ -124,6 +124,18 @@ def test_the_manifest_describes_this_version_and_package():
     assert MANIFEST["repository"]["url"].startswith(f"https://github.com/{owner}/")
 
 
+def test_the_manifest_lists_every_mcp_endpoint_the_server_mounts():
+    from oauth import resources
+
+    paths = [urlsplit(remote["url"]).path for remote in MANIFEST["remotes"]]
+
+    # tests/test_server_json_endpoints.py checks each one's credentials live.
+    assert sorted(paths) == sorted(resources.PATHS)
+    for remote in MANIFEST["remotes"]:
+        assert remote["type"] == "streamable-http"
+        assert set(re.findall(r"\{(\w+)\}", remote["url"])) <= set(remote["variables"])
+
+
 def test_every_environment_variable_is_a_documented_setting():
     [package] = MANIFEST["packages"]
     configuration = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
