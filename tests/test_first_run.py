@@ -188,5 +188,7 @@ def test_the_registry_manifest_asks_for_what_the_printed_configuration_sets(firs
     # A registry client installing the package runs `recall stdio` with the
     # variables the manifest names: the same command and settings the banner
     # printed, or it would open another database than the server's.
-    assert server["args"][-1] == [arg["value"] for arg in package["packageArguments"]][-1]
+    arguments = package["packageArguments"]
+    positional = [arg["value"] for arg in arguments if arg["type"] == "positional"]
+    assert server["args"][-len(positional) :] == positional
     assert set(server["env"]) <= declared

@@ -81,3 +81,11 @@ def test_every_recall_command_the_readme_names_is_one_the_cli_runs():
     assert named <= known, named - known
     for target in targets:
         assert re.search(rf"^{target}:", makefile, re.M), target
+
+
+def test_troubleshooting_names_every_tenant_table_doctor_checks():
+    from recall import tenancy
+
+    item = README.split("- **row-level security** enabled and forced", 1)[1].split("\n- ", 1)[0]
+
+    assert set(re.findall(r"`([a-z_]+)`", item)) >= tenancy.TENANT_TABLES

@@ -15,6 +15,8 @@ import copy
 import hashlib
 import json
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -117,7 +119,8 @@ def test_the_manifest_describes_this_version_and_package():
     assert package["transport"] == {"type": "stdio"}
     # `uvx recall stdio`: the package's `recall` command, and its stdio mode.
     assert PROJECT["scripts"]["recall"] == "recall.cli:main"
-    assert [arg["value"] for arg in package["packageArguments"]] == ["stdio"]
+    positional = [arg for arg in package["packageArguments"] if arg["type"] == "positional"]
+    assert [arg["value"] for arg in positional] == ["stdio"]
     # The PyPI package proves it belongs to this name with a line in its README.
     assert f"mcp-name: {MANIFEST['name']}" in README
     owner = MANIFEST["name"].removeprefix("io.github.").split("/")[0]
@@ -134,6 +137,24 @@ def test_the_manifest_lists_every_mcp_endpoint_the_server_mounts():
     for remote in MANIFEST["remotes"]:
         assert remote["type"] == "streamable-http"
         assert set(re.findall(r"\{(\w+)\}", remote["url"])) <= set(remote["variables"])
+
+
+def test_every_option_of_the_package_is_one_recall_stdio_takes():
+    [package] = MANIFEST["packages"]
+    named = [arg for arg in package["packageArguments"] if arg["type"] == "named"]
+    usage = subprocess.run(
+        [sys.executable, "-m", "recall", "stdio", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+
+    assert named
+    for option in named:
+        assert f"{option['name']} {{{','.join(option['choices'])}}}" in usage, usage
+        assert option["default"] in option["choices"]
 
 
 def test_every_environment_variable_is_a_documented_setting():
