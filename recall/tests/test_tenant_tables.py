@@ -17,8 +17,9 @@ TENANT_ROLES = [tenancy.APP_ROLE, tenancy.AGENT_ROLE]
 
 
 def tables_with_a_user_column() -> set[str]:
+    """Return the tables holding users' rows: a model's user foreign key, or a raw user_id."""
     user = get_user_model()
-    return {
+    modelled = {
         model._meta.db_table
         for model in apps.get_models()
         if any(
@@ -26,6 +27,15 @@ def tables_with_a_user_column() -> set[str]:
             for field in model._meta.get_fields()
         )
     }
+    # Tables that migrations create in SQL (the search index) have no model.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.table_name FROM information_schema.columns c "
+            "JOIN information_schema.tables t USING (table_schema, table_name) "
+            "WHERE c.table_schema = current_schema() AND c.column_name = 'user_id' "
+            "AND t.table_type = 'BASE TABLE'"
+        )
+        return modelled | {row[0] for row in cursor.fetchall()}
 
 
 def forced_tables() -> dict[str, bool]:
