@@ -7,6 +7,9 @@ at most ``AUTH_CACHE_TTL_SECONDS`` (default 300, capped at one hour).
 How fast a revocation or tier change takes effect:
 
 * in the process that made it: at once (``invalidate()`` clears the cache);
+* in the other workers of the same ``recall serve --workers N``: at once, on
+  their next request (``invalidate()`` bumps a counter in their shared memory,
+  ``recall/sharedstate.py``, which every cached lookup compares);
 * in other processes, with Redis configured: within ``AUTH_CACHE_SYNC_SECONDS``
   (default 2). ``invalidate()`` bumps a counter in Redis; every process reads
   the counter at most that often and clears its cache when it moved;
@@ -30,6 +33,7 @@ from typing import Any
 from django.conf import settings
 
 from accounts import keys
+from recall import sharedstate
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +107,28 @@ class AuthCache:
         return len(self._entries)
 
 
+class _WorkerSync:
+    """Clears the local cache when another worker of this server bumps the shared version."""
+
+    def __init__(self) -> None:
+        self._seen: int | None = None
+
+    def poll(self, cache: AuthCache) -> None:
+        state = sharedstate.get()
+        if state is None:
+            return
+        version = state.auth_version()
+        if version != self._seen:
+            if self._seen is not None:
+                cache.clear()
+            self._seen = version
+
+    def bump(self) -> None:
+        state = sharedstate.get()
+        if state is not None:
+            state.bump_auth_version()
+
+
 class _PeerSync:
     """Clears the local cache when another process bumps the shared version."""
 
@@ -165,6 +191,7 @@ class _PeerSync:
 
 _cache: AuthCache | None = None
 _sync = _PeerSync()
+_workers = _WorkerSync()
 
 
 def get_cache() -> AuthCache:
@@ -179,6 +206,7 @@ def cached(raw: str) -> AuthContext | None:
     if not keys.is_well_formed(raw):
         return None
     cache = get_cache()
+    _workers.poll(cache)
     _sync.poll(cache)
     return cache.get(keys.digest(raw))
 
@@ -190,6 +218,7 @@ def authenticate(raw: str) -> AuthContext | None:
     if not keys.is_well_formed(raw):
         return None
     cache = get_cache()
+    _workers.poll(cache)
     _sync.poll(cache)
     digest = keys.digest(raw)
     context = cache.get(digest)
@@ -208,11 +237,13 @@ def authenticate(raw: str) -> AuthContext | None:
 def invalidate() -> None:
     """Forget every cached key here at once, and in other processes within seconds."""
     get_cache().clear()
+    _workers.bump()
     _sync.bump()
 
 
 def reset() -> None:
     """Drop the cache and the Redis client (tests, settings changes)."""
-    global _cache, _sync
+    global _cache, _sync, _workers
     _cache = None
     _sync = _PeerSync()
+    _workers = _WorkerSync()

@@ -10,6 +10,10 @@ Backends
     ``InMemoryRateLimiter`` keeps buckets in this process. It is the default,
     and exact while one process serves all traffic.
 
+    ``SharedMemoryRateLimiter`` keeps them in memory shared by the worker
+    processes of one ``recall serve --workers N`` (``recall/sharedstate.py``),
+    so N workers on one machine admit one allowance per key, without Redis.
+
     ``RedisRateLimiter`` keeps them in Redis (``REDIS_URL``), so every process
     on every machine draws from the same bucket. One Lua script refills and
     takes a token atomically, timed by the Redis server's clock because app
@@ -18,9 +22,10 @@ Backends
 
 Failure policy (``FailoverRateLimiter``, used whenever ``REDIS_URL`` is set)
     Rate limiting must not take the service down with it. When Redis cannot
-    answer, the request is decided by an in-process limiter instead: limits
-    fail open to per-process limits, so during an outage a client may get up
-    to one allowance per server process, but never unlimited requests.
+    answer, the request is decided by a local limiter instead (the workers'
+    shared memory, or the process's own buckets): limits fail open to
+    per-machine limits, so during an outage a client may get up to one
+    allowance per server, but never unlimited requests.
 
     The first failure of an outage logs one warning; later failures in the
     same outage log nothing. While Redis is down, one request every
@@ -57,6 +62,9 @@ import redis
 from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from recall import sharedstate
+from recall.sharedstate import SharedState
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +190,24 @@ class InMemoryRateLimiter:
 
     def close(self) -> None:
         pass
+
+
+class SharedMemoryRateLimiter:
+    """Token buckets shared by the worker processes of one server, through shared memory."""
+
+    backend = "shared"
+
+    def __init__(self, state: SharedState, *, clock: Clock = time.monotonic) -> None:
+        self._state = state
+        self._clock = clock
+
+    def check(self, key: str, capacity: int, refill_per_s: float) -> RateDecision:
+        _validate(capacity, refill_per_s)
+        allowed, tokens = self._state.take(key, capacity, refill_per_s, EPSILON, self._clock)
+        return _decide(allowed, tokens, capacity, refill_per_s, self.backend)
+
+    def close(self) -> None:
+        pass  # the mapping belongs to the process, not to one limiter
 
 
 # Refill, then take one token if there is one. Returns {allowed, tokens left}.
@@ -361,12 +387,19 @@ def get_rate_limiter() -> RateLimiter:
         return limiter
     with _limiter_lock:
         if _limiter is None:
+            # The workers of one server share their buckets; with Redis, the
+            # servers of a fleet do, and a Redis outage falls back to what one
+            # machine can share.
+            shared = sharedstate.get()
+            local: RateLimiter = (
+                SharedMemoryRateLimiter(shared) if shared is not None else InMemoryRateLimiter()
+            )
             if settings.REDIS_URL:
                 _limiter = FailoverRateLimiter(
-                    primary=RedisRateLimiter(settings.REDIS_URL), fallback=InMemoryRateLimiter()
+                    primary=RedisRateLimiter(settings.REDIS_URL), fallback=local
                 )
             else:
-                _limiter = InMemoryRateLimiter()
+                _limiter = local
         return _limiter
 
 

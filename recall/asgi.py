@@ -75,7 +75,7 @@ from billing import usage  # noqa: E402
 from memories import embeddings, jobs  # noqa: E402
 from memories.mcp import build_agent_server, build_server, build_v1_server  # noqa: E402
 from oauth import resources, tokens  # noqa: E402
-from recall import context, errors, jsonrpc, outage  # noqa: E402
+from recall import context, errors, jsonrpc, outage, workers  # noqa: E402
 from recall.db import embedded  # noqa: E402
 from recall.jsonrpc import (  # noqa: E402
     RPC_RATE_LIMITED,
@@ -177,8 +177,9 @@ class Recall:
                 threading.Thread(
                     target=self._load_embedder, name="embedder-load", daemon=True
                 ).start()
-                if settings.EMBEDDED_DATABASE:
-                    # Ours to run, so ours to bring back if it dies.
+                if settings.EMBEDDED_DATABASE and not workers.is_worker():
+                    # Ours to run, so ours to bring back if it dies (with
+                    # several workers, the parent's: recall/workers.py).
                     watcher = embedded.Supervisor(Path(settings.RECALL_DATA_DIR))
                     supervisor = await anyio.to_thread.run_sync(watcher.start)
                 self.workers = jobs.Workers().start()

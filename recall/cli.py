@@ -1,6 +1,7 @@
 """The ``recall`` command.
 
     recall serve                 migrate, load the model, serve HTTP on PORT (default 8080)
+                                 (--workers N: N processes on one port; default: the cores)
     recall stdio                 serve the same tools over stdio, as RECALL_API_KEY's user
                                  (--tools v1: seed 001's tools, as /v1/mcp serves them)
     recall worker                run background adds and maintenance only (--threads N)
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     command, rest = args[0], args[1:]
     if command == "serve":
-        serve()
+        serve(rest)
     elif command == "stdio":
         stdio(rest)
     elif command == "worker":
@@ -68,9 +69,19 @@ def _django(argv: list[str]) -> None:
     execute_from_command_line(argv)
 
 
-def serve() -> None:
+def serve(argv: list[str] | None = None) -> None:
+    import argparse
+
     import django
 
+    parser = argparse.ArgumentParser(prog="recall serve")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="server processes sharing the port (default: WEB_CONCURRENCY, else the cores)",
+    )
+    args = parser.parse_args(argv or [])
     django.setup()
     from django.conf import settings
 
@@ -80,30 +91,39 @@ def serve() -> None:
 
     import uvicorn
 
-    from recall import startup
+    from recall import startup, workers
 
-    startup.prepare(sys.stdout)
+    count = args.workers if args.workers is not None else settings.WEB_CONCURRENCY
+    if count < 1:
+        parser.error("--workers must be at least 1")
+    # One startup for all workers: migrations, the index check and the first
+    # user happen here once. Each worker loads its own copy of the model (an
+    # onnxruntime session cannot be shared between processes), so the parent
+    # of several workers does not hold one too.
+    startup.prepare(sys.stdout, load_model=count == 1)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
     # signal with the handlers it found. Make those a normal exit, so atexit
     # hooks run (they stop the embedded PostgreSQL) and the exit code is 0.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _exit_cleanly)
     logging.getLogger("recall.startup").info(
-        "serving", extra={"host": settings.HOST, "port": settings.PORT}
+        "serving", extra={"host": settings.HOST, "port": settings.PORT, "workers": count}
     )
-    uvicorn.run(
-        "recall.asgi:application",
-        host=settings.HOST,
-        port=settings.PORT,
-        lifespan="on",
-        # uvicorn's h11 protocol, with a deadline for slow clients.
-        http="recall.protocol:TimedH11Protocol",
-        log_config=None,  # our LOGGING handles uvicorn's loggers
-        access_log=False,  # tool calls log themselves, with request ids
-        proxy_headers=True,
-        forwarded_allow_ips=settings.FORWARDED_ALLOW_IPS,
-        timeout_graceful_shutdown=10,
-    )
+    with workers.shared(count):
+        uvicorn.run(
+            "recall.asgi:application",
+            host=settings.HOST,
+            port=settings.PORT,
+            workers=count,
+            lifespan="on",
+            # uvicorn's h11 protocol, with a deadline for slow clients.
+            http="recall.protocol:TimedH11Protocol",
+            log_config=None,  # our LOGGING handles uvicorn's loggers
+            access_log=False,  # tool calls log themselves, with request ids
+            proxy_headers=True,
+            forwarded_allow_ips=settings.FORWARDED_ALLOW_IPS,
+            timeout_graceful_shutdown=10,
+        )
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

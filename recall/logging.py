@@ -41,6 +41,8 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "event": record.getMessage(),
+            # Which worker of `recall serve --workers N` wrote the line.
+            "pid": record.process,
         }
         entry.update(_fields(record))
         if record.exc_info and record.exc_info[1] is not None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from recall import env
+from recall import env, workers
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -231,6 +231,9 @@ PORT = env.integer("PORT", 8080, low=1, high=65535)
 TRANSPORT = env.choice("TRANSPORT", "http", ["http", "stdio"])
 # Proxies whose X-Forwarded-For/-Proto headers uvicorn trusts (comma-separated IPs, or *).
 FORWARDED_ALLOW_IPS = env.string("FORWARDED_ALLOW_IPS", "127.0.0.1")
+# `recall serve` runs this many server processes on one port (--workers
+# overrides it); the usual name for it, read by uvicorn and gunicorn too.
+WEB_CONCURRENCY = env.integer("WEB_CONCURRENCY", workers.cores(), low=1, high=256)
 # Tool calls run in this many worker threads per process, each with its own
 # database connection.
 WORKER_THREADS = env.integer("WORKER_THREADS", 16, low=1, high=256)

@@ -6,7 +6,8 @@
    memories embedded by another model are waiting for `manage.py reembed`.
 3. On first run (no users yet), create a first user with a dashboard
    password and an API key, and show them once, with client configuration.
-4. Load the embedding model, so the first request does not pay for it.
+4. Load the embedding model, so the first request does not pay for it (with
+   several workers, each loads its own as it starts).
 
 Steps 1 to 3 run under one advisory lock, so that processes starting together
 (a fleet of app servers, or `recall serve` and a desktop client's `recall
@@ -49,16 +50,20 @@ class FirstRun:
     tier: str
 
 
-def prepare(out: TextIO = sys.stdout, *, announce_urls: bool = True) -> FirstRun | None:
+def prepare(
+    out: TextIO = sys.stdout, *, announce_urls: bool = True, load_model: bool = True
+) -> FirstRun | None:
+    """Get ready to serve; ``load_model=False`` for a parent whose workers load their own."""
     with startup_lock():
         migrate()
         check_embeddings()
         first = bootstrap()
     if first is not None:
         announce(first, out, announce_urls=announce_urls)
-    from memories import embeddings
+    if load_model:
+        from memories import embeddings
 
-    embeddings.get_embedder().load()
+        embeddings.get_embedder().load()
     return first
 
 

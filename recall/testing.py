@@ -51,8 +51,17 @@ def database_url() -> str:
 
 
 class LiveServer:
-    def __init__(self, env: dict[str, str] | None = None, *, port: int | None = None) -> None:
+    """The app under uvicorn; with ``workers``, the way operators run it: ``recall serve --workers``."""
+
+    def __init__(
+        self,
+        env: dict[str, str] | None = None,
+        *,
+        port: int | None = None,
+        workers: int | None = None,
+    ) -> None:
         self.port = port or free_port()
+        self.workers = workers
         self.url = f"http://127.0.0.1:{self.port}"
         self.mcp_url = f"{self.url}/mcp"
         self.extra_env = env or {}
@@ -72,30 +81,38 @@ class LiveServer:
             "PGAPPNAME": SERVER_APPLICATION_NAME,
             # OAuth issuer and resource identifiers: where this server listens.
             "RECALL_PUBLIC_URL": self.url,
+            # Read by `recall serve` (with workers); uvicorn takes them as arguments.
+            "HOST": "127.0.0.1",
+            "PORT": str(self.port),
         }
         env.update(self.extra_env)
         return env
 
+    def command(self) -> list[str]:
+        if self.workers is not None:
+            return [sys.executable, "-m", "recall", "serve", "--workers", str(self.workers)]
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "recall.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--lifespan",
+            "on",
+            "--http",
+            "recall.protocol:TimedH11Protocol",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+
     def start(self, timeout: float = 90.0) -> LiveServer:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(  # noqa: S603 - fixed argv
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "recall.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--lifespan",
-                "on",
-                "--http",
-                "recall.protocol:TimedH11Protocol",
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
+            self.command(),
             cwd=settings.BASE_DIR,
             env=self.environment(),
             stdout=log,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +32,7 @@ import numpy as np
 
 from memories.embeddings.base import Embedder, clean_model_id, normalise, text_list
 from memories.embeddings.batcher import Batcher
+from recall import workers
 from recall.errors import EmbeddingUnavailable
 
 BUNDLED_MODEL_ID = "all-MiniLM-L6-v2"
@@ -327,12 +327,13 @@ def intra_op_threads() -> int:
     callers at once both give 240-330 queries a second, one thread slightly
     ahead as often as not. More threads on bigger machines buy little for a
     model this small; concurrent requests use the other cores.
+
+    With several workers (``recall serve --workers N``) each gets its share
+    of the cores, so N model runs at once never ask for more threads than
+    the machine has.
     """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, min(2, cores))
+    share = workers.cores() // workers.count()
+    return max(1, min(2, share))
 
 
 def _load_session(path: Path) -> Any:
