@@ -77,6 +77,7 @@ from memories.mcp import build_agent_server, build_server, build_v1_server  # no
 from oauth import resources, tokens  # noqa: E402
 from recall import context, errors, jsonrpc, outage, workers  # noqa: E402
 from recall.db import embedded  # noqa: E402
+from recall.fastpath import FastPath  # noqa: E402
 from recall.jsonrpc import (  # noqa: E402
     RPC_RATE_LIMITED,
     RPC_UNAUTHORIZED,
@@ -103,6 +104,8 @@ class Endpoint:
     sessions: Any
     verifier: BearerAuthBackend
     api_keys: bool
+    # Answers stateless tools/call, tools/list and ping (recall/fastpath.py).
+    fast: FastPath | None
 
 
 def build_endpoint(path: str, server: Any, *, api_keys: bool) -> Endpoint:
@@ -116,7 +119,9 @@ def build_endpoint(path: str, server: Any, *, api_keys: bool) -> Endpoint:
     verifier = BearerAuthBackend(
         tokens.Verifier(path), resource_server_url=AnyHttpUrl(resources.identifier(path))
     )
-    return Endpoint(path, server.session_manager, verifier, api_keys)
+    sessions = server.session_manager
+    fast = FastPath(sessions) if settings.MCP_FAST_PATH else None
+    return Endpoint(path, sessions, verifier, api_keys, fast)
 
 
 class Recall:
@@ -262,7 +267,12 @@ class Recall:
         auth_token = auth.current.set(caller)
         rid_token = context.request_id.set(rid)
         try:
-            await endpoint.sessions.handle_request(scope, replay(body), jsonrpc.Clean(respond))
+            clean = jsonrpc.Clean(respond)
+            answered = endpoint.fast is not None and await endpoint.fast.answer(
+                scope, replay(body), body, message, clean
+            )
+            if not answered:
+                await endpoint.sessions.handle_request(scope, replay(body), clean)
         finally:
             auth.current.reset(auth_token)
             context.request_id.reset(rid_token)

@@ -51,7 +51,7 @@ def database_url() -> str:
 
 
 class LiveServer:
-    """The app under uvicorn; with ``workers``, the way operators run it: ``recall serve --workers``."""
+    """The app under uvicorn; with ``workers``, as operators run it: ``recall serve --workers``."""
 
     def __init__(
         self,
