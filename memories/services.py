@@ -867,11 +867,13 @@ def forget_confirm(
         # Deleting the confirmation first claims it: of two concurrent
         # confirmations, the second finds nothing.
         with connection.cursor() as cursor:
+            # The user as well as the policy: a distributed database routes
+            # on the statement's own user_id (docs/scale-out.md).
             cursor.execute(
-                "DELETE FROM forget_confirmations WHERE token_hash = %s"
+                "DELETE FROM forget_confirmations WHERE token_hash = %s AND user_id = %s"
                 " RETURNING memory_ids, namespace, cutoff, purge,"
                 " expires_at <= statement_timestamp()",
-                [_token_hash(confirmation_token)],
+                [_token_hash(confirmation_token), str(user_id)],
             )
             claimed = cursor.fetchone()
         if claimed is None:
