@@ -488,22 +488,19 @@ class CpuMeter:
 
     def _snapshot(self) -> dict[str, float]:
         snap = {"machine": self._machine(), "server": 0.0, "postgres": 0.0}
-        if self.server_pid:
-            with contextlib.suppress(OSError):
-                snap["server"] = _ticks(Path(f"/proc/{self.server_pid}/stat").read_text())
-        if self.postmaster_pid:
-            total = 0
-            for stat in Path("/proc").glob("[0-9]*/stat"):
-                with contextlib.suppress(OSError, IndexError, ValueError):
-                    text = stat.read_text()
-                    pid, ppid = int(text.split()[0]), int(text.rsplit(")", 1)[1].split()[1])
-                    # Backends that exit in the window leave their time in
-                    # the postmaster's reaped-children fields.
-                    if pid == self.postmaster_pid:
-                        total += _ticks(text, reaped=True)
-                    elif ppid == self.postmaster_pid:
-                        total += _ticks(text)
-            snap["postgres"] = total
+        owners = {"server": self.server_pid, "postgres": self.postmaster_pid}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                text = stat.read_text()
+                pid, ppid = int(text.split()[0]), int(text.rsplit(")", 1)[1].split()[1])
+                for name, owner in owners.items():
+                    # A server's workers (recall serve --workers N) and
+                    # PostgreSQL's backends are children; those that exit in
+                    # the window leave their time in the parent's reaped fields.
+                    if owner and pid == owner:
+                        snap[name] += _ticks(text, reaped=True)
+                    elif owner and ppid == owner:
+                        snap[name] += _ticks(text)
         return {k: v / self.hz for k, v in snap.items()}
 
     @staticmethod
@@ -924,6 +921,8 @@ def py_spy(pid: int, seconds: float, out: Path, *, gil: bool, rate: int) -> str:
         "--format",
         "raw",
         "--nonblocking",
+        # The workers of `recall serve --workers N` are the server's children.
+        "--subprocesses",
         "--output",
         str(out),
     ]
