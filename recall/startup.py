@@ -60,10 +60,16 @@ def prepare(
         first = bootstrap()
     if first is not None:
         announce(first, out, announce_urls=announce_urls)
-    if load_model:
-        from memories import embeddings
+    from memories import embeddings
 
+    if load_model:
         embeddings.get_embedder().load()
+    elif settings.EMBEDDING_PROVIDER == "local":
+        # The workers each load the model; its files are checked once, here,
+        # so a damaged install stops the server before any worker starts.
+        from memories.embeddings import local
+
+        local.check_model_files(settings.RECALL_LOCAL_MODEL_DIR)
     return first
 
 
