@@ -65,13 +65,13 @@ def shared(workers: int) -> Iterator[None]:
     from django.conf import settings
     from django.db import connections
 
+    from recall.db import embedded
+
     state = sharedstate.SharedState.create()
     os.environ[sharedstate.ENV] = str(state.path)
     os.environ[COUNT_ENV] = str(workers)
     supervisor = None
     if settings.EMBEDDED_DATABASE:
-        from recall.db import embedded
-
         supervisor = embedded.Supervisor(Path(settings.RECALL_DATA_DIR)).start()
     # The parent only supervises from here on: no connection of its own.
     connections.close_all()
@@ -80,6 +80,10 @@ def shared(workers: int) -> Iterator[None]:
     finally:
         if supervisor is not None:
             supervisor.stop()
+        if settings.EMBEDDED_DATABASE:
+            # The workers have stopped; the embedded server stops with the
+            # parent, its last user (see embedded.forget_exited).
+            embedded.forget_exited(Path(settings.RECALL_DATA_DIR))
         os.environ.pop(sharedstate.ENV, None)
         os.environ.pop(COUNT_ENV, None)
         state.remove()

