@@ -96,15 +96,37 @@ def both(pair, transactional_db) -> Iterator[Pair]:
     wait_until_quiet()
 
 
-def endpoints() -> list[str]:
-    """Every MCP endpoint the app mounts."""
+def endpoints() -> dict[str, bool]:
+    """Every MCP endpoint the app mounts, and whether it takes API keys (else OAuth tokens)."""
     from recall.asgi import application
 
-    return list(application.mcp_paths)
+    return {path: endpoint.api_keys for path, endpoint in application.endpoints.items()}
 
 
-def send(server: LiveServer, path: str, body: Any, sent: dict[str, str]) -> Answer:
+@dataclass(frozen=True)
+class Credential:
+    """A bearer for each server of a pair: an API key works at both, an OAuth token at one."""
+
+    by_server: dict[str, str]
+
+    @classmethod
+    def key(cls, raw: str) -> Credential:
+        return cls({"*": raw})
+
+    def for_server(self, server: LiveServer) -> str:
+        return self.by_server.get(server.url) or self.by_server["*"]
+
+
+def send(
+    server: LiveServer,
+    path: str,
+    body: Any,
+    sent: dict[str, str],
+    credential: Credential | None = None,
+) -> Answer:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    if credential is not None:
+        sent = {**sent, "Authorization": f"Bearer {credential.for_server(server)}"}
     response = httpx2.post(f"{server.url}{path}", headers=sent, content=raw, timeout=120)
     return Answer(response.status_code, list(response.headers.multi_items()), response.content)
 
@@ -128,15 +150,27 @@ def leaves(value: Any, path: str = "") -> dict[str, Any]:
 
 
 def assert_same(fast: Answer, sdk: Answer, volatile: set[str], what: str) -> None:
-    body = fast.body
-    if volatile:
-        ours, theirs = leaves(json.loads(fast.body)), leaves(json.loads(sdk.body))
-        assert ours.keys() == theirs.keys(), what
+    assert fast.status == sdk.status, what
+    if not volatile:
+        assert fast.body == sdk.body, what
+        assert fast.comparable_headers() == sdk.comparable_headers(), what
+        return
+    ours, theirs = leaves(json.loads(fast.body)), leaves(json.loads(sdk.body))
+    # The same values in the same order, except where the SDK differs from itself...
+    assert list(ours) == list(theirs), what
+    steady = [path for path in ours if path not in volatile]
+    assert [ours[p] for p in steady] == [theirs[p] for p in steady], what
+    # ...and, where those are strings (a token, a time), the same bytes once swapped.
+    if all(isinstance(theirs[path], str) for path in volatile):
+        body = fast.body
         for path in volatile:
-            if isinstance(ours[path], str) and ours[path] != theirs[path]:
+            if ours[path] != theirs[path]:
                 body = body.replace(ours[path].encode(), theirs[path].encode())
-    assert (fast.status, body) == (sdk.status, sdk.body), what
-    assert fast.comparable_headers() == sdk.comparable_headers(), what
+        assert body == sdk.body, what
+    lengths = {"content-length"}  # numbers of another width change it
+    assert [(k, v) for k, v in fast.comparable_headers() if k not in lengths] == [
+        (k, v) for k, v in sdk.comparable_headers() if k not in lengths
+    ], what
 
 
 def compare(
@@ -147,6 +181,7 @@ def compare(
     what: str,
     *,
     fixed_point: bool = True,
+    credential: Credential | None = None,
 ) -> Answer:
     """Send one request to both servers and assert the same answer; return the SDK's.
 
@@ -156,10 +191,10 @@ def compare(
     """
     sent = {**sent, "X-Request-ID": f"same-{uuid.uuid4().hex}"}
     if fixed_point:
-        send(pair.sdk, path, make(), sent)
-    first = send(pair.sdk, path, make(), sent)
-    fast = send(pair.fast, path, make(), sent)
-    second = send(pair.sdk, path, make(), sent)
+        send(pair.sdk, path, make(), sent, credential)
+    first = send(pair.sdk, path, make(), sent, credential)
+    fast = send(pair.fast, path, make(), sent, credential)
+    second = send(pair.sdk, path, make(), sent, credential)
     volatile: set[str] = set()
     if first.body != second.body:
         before, after = leaves(json.loads(first.body)), leaves(json.loads(second.body))
@@ -223,25 +258,44 @@ def calls_for(tool: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return calls
 
 
-def published(pair: Pair, path: str, sent: dict[str, str]) -> list[dict[str, Any]]:
-    listed = send(pair.sdk, path, envelope("tools/list", {}, LEGACY), sent)
+def published(pair: Pair, path: str, credential: Credential) -> list[dict[str, Any]]:
+    listed = send(pair.sdk, path, envelope("tools/list", {}, LEGACY), bare(LEGACY), credential)
     return json.loads(listed.body)["result"]["tools"]
+
+
+def bare(generation: str, body: Any = None) -> dict[str, str]:
+    """A client's headers without its credential, which ``Credential`` adds per server."""
+    sent = headers("", generation, body)
+    del sent["Authorization"]
+    return sent
 
 
 # Every tool of every endpoint ------------------------------------------------------------
 
 
-def credentials(cast: Any, path: str) -> str:
-    if path == "/mcp":
-        return issue_key(cast.alice, "equivalence", tier="team").raw
-    raise AssertionError(f"no credential for the MCP endpoint {path}: teach this test one")
+def credentials(pair: Pair, cast: Any, agents: Any, path: str, api_keys: bool) -> Credential:
+    """An API key where the endpoint takes keys; else an OAuth token bound to each server's URL."""
+    if api_keys:
+        return Credential.key(issue_key(cast.alice, f"equivalence {path}", tier="team").raw)
+    from tests.test_protected_resource import mint
+
+    return Credential(
+        {
+            server.url: mint(cast.alice, agents.writer, server.url + path)
+            for server in (pair.fast, pair.sdk)
+        }
+    )
 
 
 @pytest.mark.parametrize("generation", GENERATIONS)
-def test_every_tool_of_every_endpoint_answers_the_same_on_both_paths(both, cast, generation):
-    for path in endpoints():
-        key = credentials(cast, path)
-        tools = published(both, path, headers(key, LEGACY))
+def test_every_tool_of_every_endpoint_answers_the_same_on_both_paths(
+    both, cast, agents, generation
+):
+    mounted = endpoints()
+    assert "/mcp" in mounted and len(mounted) > 1
+    for path, api_keys in mounted.items():
+        credential = credentials(both, cast, agents, path, api_keys)
+        tools = published(both, path, credential)
         assert tools, f"{path} publishes no tools"
         for tool in tools:
             for label, arguments in calls_for(tool):
@@ -252,14 +306,15 @@ def test_every_tool_of_every_endpoint_answers_the_same_on_both_paths(both, cast,
                     both,
                     path,
                     lambda body=body: body,
-                    headers(key, generation, body),
+                    bare(generation, body),
                     f"{path} {tool['name']} {label} ({generation})",
+                    credential=credential,
                 )
 
 
 @pytest.mark.parametrize("generation", GENERATIONS)
 def test_protocol_requests_and_malformed_calls_answer_the_same_on_both_paths(
-    both, cast, generation
+    both, cast, agents, generation
 ):
     malformed: list[tuple[str, str, dict[str, Any]]] = [
         ("ping", "ping", {}),
@@ -271,8 +326,8 @@ def test_protocol_requests_and_malformed_calls_answer_the_same_on_both_paths(
         ("arguments not an object", "tools/call", {"name": "x", "arguments": "x"}),
         ("a progress token", "tools/list", {"_meta": {"progressToken": "p1"}}),
     ]
-    for path in endpoints():
-        key = credentials(cast, path)
+    for path, api_keys in endpoints().items():
+        credential = credentials(both, cast, agents, path, api_keys)
         for label, method, params in malformed:
             for call_id in (1, "string-id"):
                 body = envelope(method, params, generation, call_id)
@@ -280,15 +335,23 @@ def test_protocol_requests_and_malformed_calls_answer_the_same_on_both_paths(
                     both,
                     path,
                     lambda body=body: body,
-                    headers(key, generation, body),
+                    bare(generation, body),
                     f"{path} {label} id={call_id!r} ({generation})",
+                    credential=credential,
                 )
         # A 2025-era client may leave the version header out altogether.
         if generation == LEGACY:
-            sent = headers(key, LEGACY)
+            sent = bare(LEGACY)
             del sent["MCP-Protocol-Version"]
             body = envelope("tools/list", {}, LEGACY)
-            compare(both, path, lambda body=body: body, sent, f"{path} tools/list, no version")
+            compare(
+                both,
+                path,
+                lambda body=body: body,
+                sent,
+                f"{path} tools/list, no version",
+                credential=credential,
+            )
 
 
 # Every error code --------------------------------------------------------------------

@@ -26,26 +26,32 @@ from django.test.utils import CaptureQueriesContext
 from accounts import auth, services
 from billing import services as billing_services
 from billing import usage
-from memories import tools
+from memories import agent_tools, tools
 
 pytestmark = pytest.mark.django_db
 
-# Distributed by user_id (docs/scale-out.md, "Tables").
+# Distributed by user_id (docs/scale-out.md, "The layout").
 TENANT_TABLES = {"memories", "forget_confirmations", "usage_events"}
 # Replicated to every node: small, read on every request, written rarely.
-REFERENCE_TABLES = {"users", "api_keys"}
+REFERENCE_TABLES = {"users", "api_keys", "agents"}
 
 # Transaction control and the tenant path's own settings route nowhere.
 CONTROL = re.compile(
     r"^\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE|SET\b|SELECT set_config\()", re.I
 )
-TABLE = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE)\s+([a-z_][a-z_0-9]*)", re.I)
+# A name after FROM or JOIN (unless it is a function call), INTO or UPDATE.
+TABLE = re.compile(
+    r"\b(?:(?:FROM|JOIN)\s+([a-z_][a-z_0-9]*)\b(?!\s*\()|(?:INTO|UPDATE)\s+([a-z_][a-z_0-9]*))",
+    re.I,
+)
+INSERT = re.compile(r"\bINSERT\s+INTO\s+([a-z_][a-z_0-9]*)\s*\(([^)]*)\)", re.I)
+ROLE = re.compile(r"SET LOCAL ROLE (\w+)", re.I)
 FILTERS_USER = re.compile(r"\buser_id\s*(?:=|IN\b)", re.I)
 
 
 def tables(sql: str) -> set[str]:
     plain = sql.replace('"', "")
-    found = {name.lower() for name in TABLE.findall(plain)}
+    found = {name.lower() for pair in TABLE.findall(plain) for name in pair if name}
     # CTE names and functions are not tables.
     ctes = {
         name.lower()
@@ -56,15 +62,26 @@ def tables(sql: str) -> set[str]:
 
 def is_tenant_local(sql: str) -> bool:
     plain = sql.replace('"', "")
-    if plain.lstrip().upper().startswith("INSERT"):
-        columns = plain.split("(", 1)[1].split(")", 1)[0]
-        return "user_id" in {column.strip().split(".")[-1] for column in columns.split(",")}
+    inserts = INSERT.findall(plain)
+    if inserts and all(table.lower() in TENANT_TABLES for table, _ in inserts):
+        return all(
+            "user_id" in {column.strip().split(".")[-1] for column in columns.split(",")}
+            for _, columns in inserts
+        )
     return bool(FILTERS_USER.search(plain))
 
 
-def check(statements: list[str], what: str) -> None:
-    assert statements, f"{what}: no statements captured"
+def check(statements: list[str], what: str, *, fan_out: str = "") -> None:
+    """Assert each statement routes to one tenant's shard.
+
+    ``fan_out`` names, for a tool that has one, what it reads across tenants
+    on the operator path by design (docs/scale-out.md).
+    """
+    operator = False
     for sql in statements:
+        role = ROLE.search(sql)
+        if role:
+            operator = role.group(1) == "recall_operator"
         if CONTROL.match(sql):
             continue
         touched = tables(sql)
@@ -72,8 +89,8 @@ def check(statements: list[str], what: str) -> None:
         assert not unknown, (
             f"{what}: {sorted(unknown)} is neither distributed nor reference:\n{sql}"
         )
-        if touched & TENANT_TABLES:
-            assert is_tenant_local(sql), f"{what}: a tenant table without user_id:\n{sql}"
+        if touched & TENANT_TABLES and not is_tenant_local(sql):
+            assert operator and fan_out, f"{what}: a tenant table without user_id:\n{sql}"
 
 
 def captured(run: Callable[[], Any]) -> list[str]:
@@ -82,8 +99,13 @@ def captured(run: Callable[[], Any]) -> list[str]:
     return [query["sql"] for query in queries.captured_queries]
 
 
-def as_caller(cast: Any, run: Callable[[], Any]) -> Callable[[], Any]:
-    caller = auth.AuthContext(user_id=cast.alice.id, api_key_id=cast.alice_key.key.id, tier="pro")
+def as_caller(cast: Any, run: Callable[[], Any], agent: Any = None) -> Callable[[], Any]:
+    caller = auth.AuthContext(
+        user_id=cast.alice.id,
+        api_key_id=None if agent else cast.alice_key.key.id,
+        tier="pro",
+        agent_id=agent.id if agent else None,
+    )
 
     def called() -> Any:
         token = auth.current.set(caller)
@@ -107,8 +129,10 @@ def preview_token(cast: Any) -> str:
     return result.structured_content["confirmation_token"]
 
 
-# One flow per tool: what an agent's call to it does.
-FLOWS: dict[str, list[tuple[str, Callable[[Any], Callable[[], Any]]]]] = {
+Flow = Callable[[Any], Callable[[], Any]]
+
+# One flow per tool of /mcp: what an agent's call to it does.
+FLOWS: dict[str, list[tuple[str, Flow]]] = {
     "remember": [("store", lambda cast: lambda: tools.remember(content="Lunch is at noon."))],
     "recall": [
         ("search", lambda cast: lambda: tools.recall(query="when is lunch", threshold=0)),
@@ -144,19 +168,49 @@ FLOWS: dict[str, list[tuple[str, Callable[[Any], Callable[[], Any]]]]] = {
 }
 
 
-def test_every_tool_has_a_flow_here():
-    assert {fn.__name__ for fn, _ in tools.TOOLS} == set(FLOWS)
+# Seed 003's tools at /agent/mcp, called as Alice's writer agent.
+AGENT_FLOWS: dict[str, list[tuple[str, Flow]]] = {
+    "memory_add": [
+        (
+            "note",
+            lambda cast: lambda: agent_tools.memory_add(content="The launch moved to May."),
+        )
+    ],
+    "memory_search": [("search", lambda cast: lambda: agent_tools.memory_search(query="launch"))],
+    "memory_recall": [("recall", lambda cast: lambda: agent_tools.memory_recall(query="launch"))],
+    "memory_filters": [("filters", lambda cast: lambda: agent_tools.memory_filters())],
+}
 
 
-@pytest.mark.parametrize(
-    ("tool", "label"), [(tool, label) for tool, flows in FLOWS.items() for label, _ in flows]
-)
-def test_each_tool_calls_statements_only_tenant_local(cast, tool, label):
+# Tools that read across tenants on purpose, on the operator path, and why.
+FAN_OUT = {"health_check": "the background-job queue's depth, server-wide"}
+
+CATALOGUES = [
+    ("mcp", tools.TOOLS, FLOWS, False),
+    ("agent", agent_tools.TOOLS, AGENT_FLOWS, True),
+]
+CASES = [
+    (server, tool, label)
+    for server, _, flows, _ in CATALOGUES
+    for tool, made in flows.items()
+    for label, _ in made
+]
+
+
+@pytest.mark.parametrize("server", [name for name, *_ in CATALOGUES])
+def test_every_tool_of_every_server_has_a_flow_here(server):
+    [(catalogue, flows)] = [(c, f) for name, c, f, _ in CATALOGUES if name == server]
+    assert {fn.__name__ for fn, _ in catalogue} == set(flows)
+
+
+@pytest.mark.parametrize(("server", "tool", "label"), CASES)
+def test_each_tool_calls_statements_only_tenant_local(cast, agents, server, tool, label):
     stored(cast, "Lunch is at noon.")
-    [make] = [make for name, make in FLOWS[tool] if name == label]
-    run = as_caller(cast, make(cast))
+    [(flows, as_agent)] = [(f, a) for name, _, f, a in CATALOGUES if name == server]
+    [make] = [make for name, make in flows[tool] if name == label]
+    run = as_caller(cast, make(cast), agents.writer if as_agent else None)
 
-    check(captured(run), f"{tool} ({label})")
+    check(captured(run), f"{server} {tool} ({label})", fan_out=FAN_OUT.get(tool, ""))
 
 
 def test_authentication_and_usage_writes_route_to_one_node(cast):
@@ -183,6 +237,15 @@ def test_authentication_and_usage_writes_route_to_one_node(cast):
 def test_the_check_itself_catches_a_statement_without_the_user():
     with pytest.raises(AssertionError, match="without user_id"):
         check(["SELECT id FROM memories WHERE namespace = %s"], "a forgetful query")
+    with pytest.raises(AssertionError, match="without user_id"):
+        check(["WITH j AS (INSERT INTO memories (id) VALUES (%s)) SELECT 1"], "a lost insert")
+    with pytest.raises(AssertionError, match="without user_id"):
+        check(["SELECT count(*) FROM memories"], "a fan-out nobody declared")
+    check(
+        ["SET LOCAL ROLE recall_operator", "SELECT count(*) FROM memories"],
+        "a declared fan-out",
+        fan_out="the queue",
+    )
     with pytest.raises(AssertionError, match="neither distributed nor reference"):
         check(["SELECT * FROM somewhere_new WHERE user_id = %s"], "an unplanned table")
     check(["INSERT INTO memories (id, user_id) VALUES (%s, %s)"], "an insert")
