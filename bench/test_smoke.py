@@ -175,3 +175,25 @@ def test_auth_smoke_times_every_credential_and_endpoint(tmp_path: Path) -> None:
         assert 0 < figures["p50_ms"] <= figures["p95_ms"]
     assert "token_check_ms" in report
     assert "token check, median over the key's" in stdout
+
+
+def test_fastpath_smoke_reports_both_paths_for_each_request(tmp_path: Path) -> None:
+    report, stdout = run("fastpath", tmp_path=tmp_path)
+
+    assert set(report["cpu_per_request"]) == {"ping", "tools/list", "list_memories", "recall"}
+    for figures in report["cpu_per_request"].values():
+        assert figures["sdk_us"] > 0 and figures["fast_us"] > 0
+    assert "fast path" in stdout
+
+
+def test_ratelimit_measures_the_shared_memory_limiter_across_processes(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "ratelimit.py"), "--checks", "2000", "--processes", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "shared memory" in done.stdout and "shared x2 procs" in done.stdout
