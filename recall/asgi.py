@@ -75,7 +75,7 @@ from billing import usage  # noqa: E402
 from memories import embeddings, jobs  # noqa: E402
 from memories.mcp import build_agent_server, build_server, build_v1_server  # noqa: E402
 from oauth import resources, tokens  # noqa: E402
-from recall import context, errors, jsonrpc, outage, workers  # noqa: E402
+from recall import context, errors, jsonrpc, outage  # noqa: E402
 from recall.db import embedded  # noqa: E402
 from recall.fastpath import FastPath  # noqa: E402
 from recall.jsonrpc import (  # noqa: E402
@@ -83,6 +83,7 @@ from recall.jsonrpc import (  # noqa: E402
     RPC_UNAUTHORIZED,
     refusal,
 )
+from recall.workers import is_worker  # noqa: E402
 
 logger = logging.getLogger("recall.http")
 
@@ -182,7 +183,7 @@ class Recall:
                 threading.Thread(
                     target=self._load_embedder, name="embedder-load", daemon=True
                 ).start()
-                if settings.EMBEDDED_DATABASE and not workers.is_worker():
+                if settings.EMBEDDED_DATABASE and not is_worker():
                     # Ours to run, so ours to bring back if it dies (with
                     # several workers, the parent's: recall/workers.py).
                     watcher = embedded.Supervisor(Path(settings.RECALL_DATA_DIR))
