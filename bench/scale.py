@@ -571,7 +571,7 @@ class Bench:
         if halfvec:
             sql = sql.replace(f"vector({self.dimensions})", f"halfvec({self.dimensions})")
         with (
-            tenancy.tenant(user_id, local_settings=search.SEARCH_SETTINGS),
+            tenancy.tenant(user_id, local_settings=search.transaction_settings(prepared)),
             connection.cursor() as cursor,
         ):
             for name, value in (overrides or {}).items():

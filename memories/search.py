@@ -69,6 +69,7 @@ from django.conf import settings
 from memories import embeddings, validation
 from memories.indexes import vector_literal, vector_type
 from memories.models import PRIORITY_RANK, Memory
+from recall import tenancy
 from recall.errors import EmbeddingUnavailable, RecallError
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,17 @@ LIFT = 0.5
 # would rather read the whole table (and sort it) to count a few thousand
 # rows. Every path a search needs has an index, so table scans are off.
 SEARCH_SETTINGS = {"enable_seqscan": "off"}
+
+# HNSW search breadth grows with the namespace: hnsw.ef_search is
+# HNSW_EF_SEARCH (100) up to EF_KNEE memories, then grows with the square root
+# of the size, HNSW_EF_SEARCH * (n / EF_KNEE) ** EF_EXPONENT, at most EF_MAX:
+# 316 at 1M. Fixed at 100, recall@10 was 0.90 at 1M memories in one
+# namespace; 300 gave 0.955 and 400 0.978, while 100k keeps 100 and its
+# latency (BENCHMARKS.md, "HNSW accuracy at scale", bench/scale.py
+# --ef-search-sweep).
+EF_KNEE = 100_000
+EF_EXPONENT = 0.5
+EF_MAX = 1000
 
 
 # The columns memory_search may filter on, all indexed (see Memory.Meta).
@@ -252,11 +264,32 @@ def run(
 
 def search(*, user_id: Any, agent_id: Any = None, **arguments: Any) -> list[Found]:
     """``prepare()`` and ``run()`` in one tenant transaction."""
-    from recall import tenancy
-
     prepared = prepare(**arguments)
-    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=SEARCH_SETTINGS):
+    opening = transaction_settings(prepared, agent=agent_id is not None)
+    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
         return run(user_id, prepared, agent_id=agent_id)
+
+
+def transaction_settings(
+    search: Search, *, agent: bool = False
+) -> dict[str, str | tenancy.Computed]:
+    """Return the settings a search's tenant transaction opens with.
+
+    ``SEARCH_SETTINGS``, and the HNSW search breadth for the namespace's size,
+    read from its search statistics in the transaction's first round trip. An
+    agent's transaction may not read those statistics (they describe every
+    agent's memories) and searches at the base breadth.
+    """
+    if agent:
+        return dict(SEARCH_SETTINGS)
+    base = settings.HNSW_EF_SEARCH
+    breadth = tenancy.Computed(
+        "SELECT greatest(%s, least(%s, ceil(%s * power("
+        "greatest(coalesce(max(documents), 0), 1)::float8 / %s, %s))))::int"
+        " FROM search_namespaces WHERE user_id = recall_current_user_id() AND namespace = %s",
+        [base, EF_MAX, base, EF_KNEE, EF_EXPONENT, search.filters.namespace],
+    )
+    return {**SEARCH_SETTINGS, "hnsw.ef_search": breadth}
 
 
 def statement(
@@ -327,12 +360,57 @@ def _nearest(
         small = """
             SELECT coalesce(max(documents), 0) <= %(exact_max)s AS yes FROM search_namespaces
             WHERE user_id = %(user)s AND namespace = %(namespace)s"""
+    filters = search.filters
+    filtered = bool(
+        filters.metadata
+        or filters.created_after
+        or filters.created_before
+        or filters.priorities
+        or filters.sources
+    )
+    # A filtered search of a big namespace first asks which memories its
+    # filters match, through their indexes (recall_filtered_ids, migration
+    # 0009), up to the exact cut-off; if they are that few, it ranks them
+    # exactly, like a small namespace, else it scans the HNSW index with the
+    # filters applied along the way.
+    narrow = (
+        """,
+        matching AS MATERIALIZED (
+            SELECT ARRAY(SELECT recall_filtered_ids(
+                %(namespace)s, %(model)s, %(created_after)s, %(created_before)s,
+                %(metadata)s::jsonb, %(priorities)s, %(sources)s::jsonb, %(exact_count)s
+            )) AS ids
+            WHERE NOT (SELECT yes FROM small)
+        ),
+        narrow AS MATERIALIZED (
+            SELECT coalesce((SELECT cardinality(ids) <= %(exact_max)s FROM matching), false)
+                AS yes
+        )"""
+        if filtered
+        else ""
+    )
+    ranked_matches = (
+        f"""
+            UNION ALL
+            (
+                SELECT {columns},
+                       cosine_distance(embedding::{cast}, (SELECT vector FROM query)) AS distance
+                FROM memories
+                WHERE {where} AND (SELECT yes FROM narrow)
+                  AND id = ANY((SELECT ids FROM matching)::uuid[])
+                ORDER BY distance
+                LIMIT %(nearest)s
+            )"""  # noqa: S608
+        if filtered
+        else ""
+    )
+    not_narrow = " AND NOT (SELECT yes FROM narrow)" if filtered else ""
     # S608: interpolated are only the vector type (from an int width), the
     # constant column list and clauses built from constants; values are parameters.
     sql = f"""
         query AS MATERIALIZED (SELECT %(vector)s::{cast} AS vector),
         small AS MATERIALIZED ({small}
-        ),
+        ){narrow},
         nearest AS MATERIALIZED (
             (
                 SELECT {columns},
@@ -341,13 +419,13 @@ def _nearest(
                 WHERE {where} AND (SELECT yes FROM small)
                 ORDER BY distance
                 LIMIT %(nearest)s
-            )
+            ){ranked_matches}
             UNION ALL
             (
                 SELECT {columns},
                        (embedding::{cast}) <=> (SELECT vector FROM query) AS distance
                 FROM memories
-                WHERE {where} AND NOT (SELECT yes FROM small)
+                WHERE {where} AND NOT (SELECT yes FROM small){not_narrow}
                 ORDER BY distance
                 LIMIT %(nearest)s
             )

@@ -545,7 +545,8 @@ def search_memories(
     ``use_cache=False`` embeds the query afresh whatever the cache holds.
     """
     wanted = search.prepare(use_cache=use_cache, **arguments)
-    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=search.SEARCH_SETTINGS):
+    opening = search.transaction_settings(wanted, agent=agent_id is not None)
+    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
         found = search.run(user_id, wanted, agent_id=agent_id)
     return [_found(hit) for hit in found], wanted.vector_source
 
@@ -774,7 +775,8 @@ def forget_preview(
     wipe = validation.flag(purge, field="purge")
     token = secrets.token_urlsafe(32)
     expires_at = timezone.now() + timedelta(seconds=settings.FORGET_TOKEN_TTL_SECONDS)
-    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=search.SEARCH_SETTINGS):
+    opening = search.transaction_settings(prepared, agent=agent_id is not None)
+    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
         found = search.run(user_id, prepared, agent_id=agent_id)
         ForgetConfirmation.objects.filter(user_id=user_id, expires_at__lt=timezone.now()).delete()
         if found:
@@ -2110,7 +2112,7 @@ def search_sources(
         user_id,
         agent_id=agent_id,
         task_id=wanted.get("task_id"),
-        local_settings=search.SEARCH_SETTINGS,
+        local_settings=search.transaction_settings(prepared, agent=agent_id is not None),
     ):
         found = search.run(user_id, prepared, agent_id=agent_id)
     return [

@@ -37,9 +37,10 @@ row of ``memory_history``; nothing else reads them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -79,14 +80,15 @@ def tenant(
     *,
     agent_id: uuid.UUID | str | None = None,
     task_id: str | None = None,
-    local_settings: dict[str, str] | None = None,
+    local_settings: Mapping[str, str | Computed] | None = None,
 ) -> Iterator[None]:
     """Run the block in one transaction that sees only ``user_id``'s rows.
 
     With ``agent_id``, only that agent's rows of agent-scoped tables, plus,
     for reading, memories filed under ``task_id`` by the user's other agents.
     ``local_settings`` are further settings for this transaction only (planner
-    switches, say), sent in the same round trip as the role switch.
+    switches, say), sent in the same round trip as the role switch; a
+    ``Computed`` one is worked out by the database, as the tenant.
     """
     uid = str(uuid.UUID(str(user_id)))
     aid = str(uuid.UUID(str(agent_id))) if agent_id is not None else ""
@@ -100,15 +102,30 @@ def tenant(
             [uid, aid, task_id or "", *_actor()],
         ),
     ]
-    extra = [
-        ("SELECT set_config(%s, %s, true)", [name, value])
-        for name, value in (local_settings or {}).items()
-    ]
+    extra = [_setting(name, value) for name, value in (local_settings or {}).items()]
     label = (
         f"tenant:{uid}" + (f"/agent:{aid}" if aid else "") + (f"/task:{task_id}" if task_id else "")
     )
     with _switch(label, statements + extra, using, extra_names=list(local_settings or {})):
         yield
+
+
+@dataclass(frozen=True)
+class Computed:
+    """A setting's value as a scalar SQL expression over the tenant's own rows.
+
+    It is evaluated in the transaction's opening round trip, after the role
+    switch, so the tenant policies apply to what it reads.
+    """
+
+    sql: str
+    params: list[Any]
+
+
+def _setting(name: str, value: str | Computed) -> tuple[str, list[Any]]:
+    if isinstance(value, Computed):
+        return f"SELECT set_config(%s, ({value.sql})::text, true)", [name, *value.params]
+    return "SELECT set_config(%s, %s, true)", [name, value]
 
 
 @contextmanager

@@ -26,12 +26,21 @@ from django.test.utils import CaptureQueriesContext
 from accounts import auth, services
 from billing import services as billing_services
 from billing import usage
-from memories import agent_tools, tools
+from memories import agent_tools, tools, v1_tools
 
 pytestmark = pytest.mark.django_db
 
 # Distributed by user_id (docs/scale-out.md, "The layout").
-TENANT_TABLES = {"memories", "forget_confirmations", "usage_events"}
+TENANT_TABLES = {
+    "memories",
+    "forget_confirmations",
+    "usage_events",
+    "memory_history",
+    "memory_jobs",
+    "search_documents",
+    "search_terms",
+    "search_namespaces",
+}
 # Replicated to every node: small, read on every request, written rarely.
 REFERENCE_TABLES = {"users", "api_keys", "agents"}
 
@@ -168,6 +177,32 @@ FLOWS: dict[str, list[tuple[str, Flow]]] = {
 }
 
 
+def job_id(cast: Any) -> str:
+    result = as_caller(cast, lambda: tools.remember(content="Filed later.", async_=True))()
+    return result.structured_content["job_id"]
+
+
+FLOWS.update(
+    {
+        "memory_history": [
+            (
+                "history",
+                lambda cast: (lambda id: lambda: tools.memory_history(id=id))(
+                    stored(cast, "Has a past.")
+                ),
+            )
+        ],
+        "job_status": [
+            (
+                "status",
+                lambda cast: (lambda job: lambda: tools.job_status(job_id=job))(job_id(cast)),
+            )
+        ],
+        "memory_stats": [("stats", lambda cast: lambda: tools.memory_stats())],
+        "health_check": [("health", lambda cast: lambda: tools.health_check())],
+    }
+)
+
 # Seed 003's tools at /agent/mcp, called as Alice's writer agent.
 AGENT_FLOWS: dict[str, list[tuple[str, Flow]]] = {
     "memory_add": [
@@ -182,12 +217,54 @@ AGENT_FLOWS: dict[str, list[tuple[str, Flow]]] = {
 }
 
 
+def v1_stored(cast: Any) -> str:
+    result = as_caller(cast, lambda: v1_tools.add_memory(content="Tea at four.", async_=False))()
+    return result.structured_content["memory_id"]
+
+
+# Seed 001's tools at /v1/mcp.
+V1_FLOWS: dict[str, list[tuple[str, Flow]]] = {
+    "add_memory": [
+        ("add", lambda cast: lambda: v1_tools.add_memory(content="Tea at five.", async_=False)),
+        ("add later", lambda cast: lambda: v1_tools.add_memory(content="Tea at six.")),
+    ],
+    "search_memory": [("search", lambda cast: lambda: v1_tools.search_memory(query="tea"))],
+    "get_all_memories": [("page", lambda cast: lambda: v1_tools.get_all_memories(limit=5))],
+    "update_memory": [
+        (
+            "update",
+            lambda cast: (
+                lambda id: lambda: v1_tools.update_memory(memory_id=id, content="Tea at three.")
+            )(v1_stored(cast)),
+        )
+    ],
+    "delete_memory": [
+        (
+            "delete",
+            lambda cast: (lambda id: lambda: v1_tools.delete_memory(memory_id=id))(v1_stored(cast)),
+        )
+    ],
+    "delete_all_memories": [("delete all", lambda cast: lambda: v1_tools.delete_all_memories())],
+    "get_memory_history": [
+        (
+            "history",
+            lambda cast: (lambda id: lambda: v1_tools.get_memory_history(memory_id=id))(
+                v1_stored(cast)
+            ),
+        )
+    ],
+    "cache_stats": [("stats", lambda cast: lambda: v1_tools.cache_stats())],
+    "optimize_cache": [("optimize", lambda cast: lambda: v1_tools.optimize_cache())],
+    "health_check": [("health", lambda cast: lambda: v1_tools.health_check())],
+}
+
 # Tools that read across tenants on purpose, on the operator path, and why.
 FAN_OUT = {"health_check": "the background-job queue's depth, server-wide"}
 
 CATALOGUES = [
     ("mcp", tools.TOOLS, FLOWS, False),
     ("agent", agent_tools.TOOLS, AGENT_FLOWS, True),
+    ("v1", v1_tools.TOOLS, V1_FLOWS, False),
 ]
 CASES = [
     (server, tool, label)
@@ -238,11 +315,11 @@ def test_the_check_itself_catches_a_statement_without_the_user():
     with pytest.raises(AssertionError, match="without user_id"):
         check(["SELECT id FROM memories WHERE namespace = %s"], "a forgetful query")
     with pytest.raises(AssertionError, match="without user_id"):
-        check(["WITH j AS (INSERT INTO memories (id) VALUES (%s)) SELECT 1"], "a lost insert")
+        check(["WITH j AS (INSERT INTO memory_jobs (id) VALUES (%s)) SELECT 1"], "a lost insert")
     with pytest.raises(AssertionError, match="without user_id"):
-        check(["SELECT count(*) FROM memories"], "a fan-out nobody declared")
+        check(["SELECT count(*) FROM memory_jobs"], "a fan-out nobody declared")
     check(
-        ["SET LOCAL ROLE recall_operator", "SELECT count(*) FROM memories"],
+        ["SET LOCAL ROLE recall_operator", "SELECT count(*) FROM memory_jobs"],
         "a declared fan-out",
         fan_out="the queue",
     )

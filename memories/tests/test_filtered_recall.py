@@ -1,0 +1,251 @@
+"""A filtered recall of a big namespace returns exactly the top k of the memories it matches.
+
+One tenant holds 3,000 memories in one namespace, past the exact-scan
+cut-off (2,000), so an unfiltered recall goes through the HNSW index. 1% of
+them carry ``{"team": "blue"}``, 30% ``{"kind": "note"}`` and 80% ``{"bulk":
+true}``; creation times are an hour apart. A filter that matches at most the
+cut-off is found through its indexes (``recall_filtered_ids``, migration
+0009, under forced row-level security) and ranked exactly; these tests
+compare it with an exact scan of the matching rows. A broader filter goes
+through the HNSW index with the filter applied along the way, and still
+fills the limit. Charlie, another tenant, has memories with the same
+metadata and vectors; they never appear.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from django.db import connection
+from pgvector import Vector
+
+from accounts.models import Agent, User
+from memories import embeddings, search, services
+from memories.tests.test_recall_at_scale import synthetic_vectors
+from recall import tenancy
+
+pytestmark = pytest.mark.slow
+
+SIZE = 3_000
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+QUERIES = [
+    "web frameworks the user prefers",
+    "when the team deploys",
+    "allergies and medicine",
+    "what the family grows in the garden",
+    "music and instruments",
+]
+
+
+def metadata_for(n: int) -> dict[str, object]:
+    tags: dict[str, object] = {}
+    if n % 100 == 0:
+        tags["team"] = "blue"
+    if n % 10 < 3:
+        tags["kind"] = "note"
+    if n % 5 != 0:
+        tags["bulk"] = True
+    return tags
+
+
+def insert(user: User, vectors: np.ndarray, agent: Agent | None = None) -> None:
+    model = embeddings.get_embedder().model_id
+    rows = [
+        (
+            str(uuid.uuid4()),
+            str(user.id),
+            str(agent.id) if agent else None,
+            f"synthetic {n}",
+            hashlib.sha256(f"{user.id}-{agent}-{n}".encode()).hexdigest(),
+            Vector(vector).to_text(),
+            model,
+            json.dumps(metadata_for(n)),
+            NOW - timedelta(hours=n),
+        )
+        for n, vector in enumerate(vectors)
+    ]
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.executemany(
+            "INSERT INTO memories (id, user_id, agent_id, namespace, content, content_hash,"
+            " embedding, embedding_model, metadata, created_at)"
+            " VALUES (%s, %s, %s, 'default', %s, %s, %s::vector, %s, %s::jsonb, %s)",
+            rows,
+        )
+
+
+@pytest.fixture(scope="module")
+def tenants(django_db_setup, django_db_blocker):
+    rng = np.random.default_rng(11)
+    with django_db_blocker.unblock():
+        alice = User.objects.create_user("filtered-alice@example.com")
+        charlie = User.objects.create_user("filtered-charlie@example.com")
+        vectors = synthetic_vectors(SIZE, rng)
+        insert(alice, vectors)
+        insert(charlie, vectors)  # the same vectors and metadata, another tenant
+        with tenancy.operator():
+            scout = Agent.objects.create(user=alice, name="scout")
+            writer = Agent.objects.create(user=alice, name="writer")
+        insert(alice, synthetic_vectors(30, rng), agent=scout)
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM ANALYZE memories")
+        yield alice, charlie, scout, writer
+        with tenancy.operator():
+            User.objects.filter(id__in=[alice.id, charlie.id]).delete()
+
+
+def exact_top(user: User, query: str, where: str, params: list[object], k: int = 10) -> list[str]:
+    """The true k nearest of the user's memories that satisfy ``where`` (an exact scan)."""
+    vector = Vector(embeddings.get_embedder().embed_one(query)).to_text()
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_indexscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        cursor.execute(
+            # S608: ``where`` is this test's own SQL; values are parameters.
+            "SELECT id FROM memories WHERE user_id = %s AND "  # noqa: S608
+            + where
+            + " ORDER BY embedding <=> %s::vector, id LIMIT %s",
+            [str(user.id), *params, vector, k],
+        )
+        return [str(row[0]) for row in cursor.fetchall()]
+
+
+def recalled(user: User, query: str, **filters: object) -> list[str]:
+    found = services.recall(
+        user_id=user.id, query=query, limit=10, threshold=0, mode="semantic", **filters
+    )
+    return [memory["id"] for memory in found]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_a_one_percent_metadata_filter_returns_exactly_the_top_k_of_its_matches(db, tenants, query):
+    alice, *_ = tenants
+    expected = exact_top(alice, query, "metadata @> %s::jsonb", ['{"team": "blue"}'])
+
+    assert recalled(alice, query, metadata_filter={"team": "blue"}) == expected
+
+
+@pytest.mark.parametrize("query", QUERIES[:3])
+def test_a_thirty_percent_filter_under_the_cut_off_is_exact_too(db, tenants, query):
+    alice, *_ = tenants
+    expected = exact_top(alice, query, "metadata @> %s::jsonb", ['{"kind": "note"}'])
+
+    assert recalled(alice, query, metadata_filter={"kind": "note"}) == expected
+
+
+@pytest.mark.parametrize("query", QUERIES[:3])
+def test_a_date_window_returns_exactly_the_top_k_inside_it(db, tenants, query):
+    alice, *_ = tenants
+    after, before = NOW - timedelta(hours=900), NOW - timedelta(hours=870)
+    expected = exact_top(alice, query, "created_at >= %s AND created_at < %s", [after, before])
+
+    found = recalled(
+        alice, query, created_after=after.isoformat(), created_before=before.isoformat()
+    )
+
+    assert len(expected) == 10 and found == expected
+
+
+def test_metadata_and_dates_together(db, tenants):
+    alice, *_ = tenants
+    after = NOW - timedelta(hours=1500)
+    query = QUERIES[0]
+    expected = exact_top(
+        alice, query, "metadata @> %s::jsonb AND created_at >= %s", ['{"kind": "note"}', after]
+    )
+
+    found = recalled(
+        alice, query, metadata_filter={"kind": "note"}, created_after=after.isoformat()
+    )
+
+    assert found == expected
+
+
+def test_a_filter_broader_than_the_cut_off_searches_the_index_and_fills_the_limit(db, tenants):
+    alice, *_ = tenants
+    found = services.recall(
+        user_id=alice.id,
+        query=QUERIES[1],
+        limit=10,
+        threshold=0,
+        mode="semantic",
+        metadata_filter={"bulk": True},
+    )
+
+    assert len(found) == 10
+    assert all(memory["metadata"].get("bulk") is True for memory in found)
+    # Too many matches to rank them all: the narrow branch does not run.
+    plan = analysed(alice, {"bulk": True})
+    narrow = next(line for line in plan.splitlines() if "memories_pkey" in line)
+    assert "never executed" in narrow, plan
+
+
+def analysed(user: User, metadata: dict[str, object]) -> str:
+    prepared = search.prepare(
+        query=QUERIES[0], threshold=0, mode="semantic", metadata_filter=metadata
+    )
+    sql, params = search.statement(user.id, prepared)
+    with (
+        tenancy.tenant(user.id, local_settings=search.transaction_settings(prepared)),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute("EXPLAIN (ANALYZE, COSTS OFF) " + sql, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_a_narrow_filter_skips_the_index_scan_altogether(db, tenants):
+    alice, *_ = tenants
+    plan = analysed(alice, {"team": "blue"})
+
+    hnsw = next(line for line in plan.splitlines() if "Index Scan using memories_hnsw_" in line)
+    assert "never executed" in hnsw, plan
+
+
+def test_another_tenants_matching_memories_never_appear(db, tenants):
+    _, charlie, *_ = tenants
+    found = services.recall(
+        user_id=charlie.id,
+        query=QUERIES[0],
+        limit=50,
+        threshold=0,
+        mode="semantic",
+        metadata_filter={"team": "blue"},
+    )
+
+    assert len(found) == 30  # Charlie's own 30, all of them
+    with tenancy.operator():
+        owners = set(
+            User.objects.filter(memories__id__in=[m["id"] for m in found]).values_list(
+                "id", flat=True
+            )
+        )
+    assert owners == {charlie.id}
+
+
+def test_an_agent_ranks_only_the_memories_it_may_read(db, tenants):
+    alice, _, scout, writer = tenants
+    as_writer = services.recall(
+        user_id=alice.id,
+        agent_id=writer.id,
+        query=QUERIES[0],
+        limit=10,
+        threshold=0,
+        mode="semantic",
+        metadata_filter={"team": "blue"},
+    )
+    as_scout = services.recall(
+        user_id=alice.id,
+        agent_id=scout.id,
+        query=QUERIES[0],
+        limit=10,
+        threshold=0,
+        mode="semantic",
+        metadata_filter={"team": "blue"},
+    )
+
+    assert as_writer == []  # the writer has no memories; the user's are not its
+    assert len(as_scout) == 1  # the scout's one blue memory (n = 0)
