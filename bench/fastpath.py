@@ -77,6 +77,8 @@ def main() -> None:  # noqa: C901 - one linear script: set up, measure, report
         )
     app = Recall()
     endpoint = app.endpoints["/mcp"]
+    fast_path = endpoint.fast
+    assert fast_path is not None, "MCP_FAST_PATH is off"
     scope = {
         "type": "http",
         "http_version": "1.1",
@@ -104,7 +106,7 @@ def main() -> None:  # noqa: C901 - one linear script: set up, measure, report
         rid = context.request_id.set("bench")
         try:
             clean = jsonrpc.Clean(send)
-            if not (fast and await endpoint.fast.answer(scope, receive, body, message, clean)):
+            if not (fast and await fast_path.answer(scope, receive, body, message, clean)):
                 await endpoint.sessions.handle_request(scope, receive, clean)
         finally:
             auth.current.reset(token)

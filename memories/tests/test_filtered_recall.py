@@ -18,6 +18,7 @@ import hashlib
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pytest
@@ -98,7 +99,7 @@ def tenants(django_db_setup, django_db_blocker):
             User.objects.filter(id__in=[alice.id, charlie.id]).delete()
 
 
-def exact_top(user: User, query: str, where: str, params: list[object], k: int = 10) -> list[str]:
+def exact_top(user: User, query: str, where: str, params: list[Any], k: int = 10) -> list[str]:
     """The true k nearest of the user's memories that satisfy ``where`` (an exact scan)."""
     vector = Vector(embeddings.get_embedder().embed_one(query)).to_text()
     with tenancy.operator(), connection.cursor() as cursor:
@@ -114,7 +115,7 @@ def exact_top(user: User, query: str, where: str, params: list[object], k: int =
         return [str(row[0]) for row in cursor.fetchall()]
 
 
-def recalled(user: User, query: str, **filters: object) -> list[str]:
+def recalled(user: User, query: str, **filters: Any) -> list[str]:
     found = services.recall(
         user_id=user.id, query=query, limit=10, threshold=0, mode="semantic", **filters
     )
