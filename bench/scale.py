@@ -1159,7 +1159,11 @@ def halfvec_index_sql(model_id: str, dimensions: int, name: str, m: int, ef: int
 
 
 def scan_kind(plan: list[str]) -> str:
-    text = "\n".join(plan)
+    """Name the scan that ran, from an analysed plan (branches not taken say "never executed")."""
+    text = "\n".join(line for line in plan if "never executed" not in line)
+    if "memories_pkey" in text and "recall_filtered_ids" not in text:
+        # The filter's matches, fetched by id (recall_filtered_ids) and ranked exactly.
+        return "matches+sort"
     if "memories_hnsw_" in text:
         return "hnsw"
     if "memories_metadata_gin" in text:
