@@ -1161,7 +1161,7 @@ def halfvec_index_sql(model_id: str, dimensions: int, name: str, m: int, ef: int
 def scan_kind(plan: list[str]) -> str:
     """Name the scan that ran, from an analysed plan (branches not taken say "never executed")."""
     text = "\n".join(line for line in plan if "never executed" not in line)
-    if "memories_pkey" in text and "recall_filtered_ids" not in text:
+    if "memories_pkey" in text:
         # The filter's matches, fetched by id (recall_filtered_ids) and ranked exactly.
         return "matches+sort"
     if "memories_hnsw_" in text:
