@@ -393,12 +393,21 @@ def _nearest(
         f"""
             UNION ALL
             (
-                SELECT {columns},
-                       cosine_distance(embedding::{cast}, (SELECT vector FROM query)) AS distance
-                FROM memories
-                WHERE {where} AND (SELECT yes FROM narrow)
-                  AND id = ANY((SELECT ids FROM matching)::uuid[])
-                ORDER BY distance
+                -- Each match by its primary key, whatever the table's statistics.
+                SELECT found.*
+                FROM unnest((SELECT ids FROM matching)::uuid[]) AS match(id)
+                CROSS JOIN LATERAL (
+                    SELECT {columns},
+                           cosine_distance(embedding::{cast}, (SELECT vector FROM query))
+                               AS distance
+                    FROM memories
+                    -- recall_filtered_ids applied every filter; the caller's
+                    -- own policy applies here again, whatever it returned.
+                    WHERE memories.id = match.id AND user_id = %(user)s
+                    LIMIT 1  -- one row per id; also keeps the planner from flattening this
+                ) AS found
+                WHERE (SELECT yes FROM narrow)
+                ORDER BY found.distance
                 LIMIT %(nearest)s
             )"""  # noqa: S608
         if filtered
