@@ -370,7 +370,7 @@ def _nearest(
     )
     # A filtered search of a big namespace first asks which memories its
     # filters match, through their indexes (recall_filtered_ids, migration
-    # 0009), up to the exact cut-off; if they are that few, it ranks them
+    # 0010), up to the exact cut-off; if they are that few, it ranks them
     # exactly, like a small namespace, else it scans the HNSW index with the
     # filters applied along the way.
     narrow = (

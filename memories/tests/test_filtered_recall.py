@@ -6,7 +6,7 @@ index, without loading thousands of rows (whose statistics would steer other
 modules' plans). 4% of the memories carry ``{"team": "blue"}``, 30%
 ``{"kind": "note"}`` and 80% ``{"bulk": true}``; creation times are an hour
 apart. A filter that matches at most the cut-off is found through its indexes
-(``recall_filtered_ids``, migration 0009, under forced row-level security)
+(``recall_filtered_ids``, migration 0010, under forced row-level security)
 and ranked exactly; these tests compare it with an exact scan of the matching
 rows. A broader filter is searched the way unfiltered recall is, and still
 fills the limit. Charlie, another tenant, has memories with the same metadata

@@ -74,6 +74,6 @@ FILTERED_REVERSE = f"DROP FUNCTION IF EXISTS recall_filtered_ids({SIGNATURE});"
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memories", "0008_search_ranking")]
+    dependencies = [("memories", "0009_lexical_scan_by_index")]
 
     operations = [migrations.RunSQL(FILTERED, FILTERED_REVERSE)]
