@@ -404,7 +404,7 @@ def _nearest(
                     -- recall_filtered_ids applied every filter; the caller's
                     -- own policy applies here again, whatever it returned.
                     WHERE memories.id = match.id AND user_id = %(user)s
-                    LIMIT 1  -- one row per id; also keeps the planner from flattening this
+                    LIMIT 1  -- one row per id; it also stops the planner flattening this
                 ) AS found
                 WHERE (SELECT yes FROM narrow)
                 ORDER BY found.distance

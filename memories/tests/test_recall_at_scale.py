@@ -315,22 +315,44 @@ def test_a_tenant_with_one_percent_of_the_rows_still_fills_the_limit(db, table):
     assert len(found) == 10
 
 
+# Questions with real neighbours in the table (the nearest at cosine 0.65 to
+# 0.82). "Which web framework does the user like?", the one question this
+# test used to ask, has none: its nearest lie at 0.41-0.44, a flat region
+# where a greedy graph search can settle on other rows as close, and did
+# (0 of 10 in two full runs). How the index does on the whole spread of
+# queries is recall@10 in BENCHMARKS.md, over 200 of them.
+QUESTIONS = [
+    "Who prefers FastAPI for web services?",
+    "When does the team deploy?",
+    "What is the customer allergic to?",
+    "Which instrument does my sister play?",
+    "What does the landlord grow on the balcony?",
+    "Who keeps bees?",
+]
+
+
 @pytest.mark.slow
 def test_the_index_results_match_an_exact_scan(db, table):
     big, _, _ = table
-    query = "Which web framework does the user like?"
-    found = [
-        r["id"]
-        for r in services.recall(
-            user_id=big.id, query=query, limit=10, threshold=0, mode="semantic"
-        )
-    ]
-    vector = embeddings.get_embedder().embed_one(query)
-    with tenancy.tenant(big.id), connection.cursor() as cursor:
-        # Without the cast the partial index cannot serve the query: a true exact scan.
-        cursor.execute(
-            "SELECT id FROM memories ORDER BY embedding <=> %s::vector LIMIT 10",
-            [Vector(vector).to_text()],
-        )
-        exact = [str(row[0]) for row in cursor.fetchall()]
-    assert len(set(found) & set(exact)) >= 9
+    overlaps = {}
+    for query in QUESTIONS:
+        found = [
+            r["id"]
+            for r in services.recall(
+                user_id=big.id, query=query, limit=10, threshold=0, mode="semantic"
+            )
+        ]
+        vector = embeddings.get_embedder().embed_one(query)
+        with tenancy.tenant(big.id), connection.cursor() as cursor:
+            # Without the cast the partial index cannot serve the query: a true exact scan.
+            cursor.execute(
+                "SELECT id FROM memories ORDER BY embedding <=> %s::vector LIMIT 10",
+                [Vector(vector).to_text()],
+            )
+            exact = [str(row[0]) for row in cursor.fetchall()]
+        overlaps[query] = len(set(found) & set(exact))
+
+    # recall@10 of at least 0.9 over the questions, the bar BENCHMARKS.md
+    # sets, and no question answered from the wrong part of the graph.
+    assert sum(overlaps.values()) >= 9 * len(QUESTIONS), overlaps
+    assert min(overlaps.values()) >= 7, overlaps

