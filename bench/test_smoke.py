@@ -56,6 +56,9 @@ def test_scale_smoke_reports_every_measurement(scale: tuple[dict[str, Any], str]
             assert {"p50", "p95"} <= timings["raw_sql_ms"].keys()
         assert 0.0 <= result["recall_at_10"] <= 1.0
         assert set(result["filters"]) == {"1%", "5%"}
+        for figures in result["filters"].values():
+            assert figures["hybrid"]["ms"]["p50"] > 0
+            assert figures["hybrid"]["outside_filter"] == 0
         assert "offset_0_ms" in result["list"]
         assert {"stubbed_ms", "embedded_ms", "stubbed_per_s"} <= result["remember"].keys()
         assert {"by_id_ms", "preview_ms", "confirm_ms"} <= result["forget"].keys()
