@@ -135,6 +135,17 @@ class Filters:
     # memory_search's source filters, column -> value (SOURCE_FILTERS only).
     sources: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def narrowing(self) -> bool:
+        """Whether anything besides the namespace limits which memories are ranked."""
+        return bool(
+            self.metadata
+            or self.created_after
+            or self.created_before
+            or self.priorities
+            or self.sources
+        )
+
     def clauses(self) -> tuple[list[str], dict[str, Any]]:
         """Return SQL conditions on ``memories`` (besides the user) and their parameters.
 
@@ -360,14 +371,7 @@ def _nearest(
         small = """
             SELECT coalesce(max(documents), 0) <= %(exact_max)s AS yes FROM search_namespaces
             WHERE user_id = %(user)s AND namespace = %(namespace)s"""
-    filters = search.filters
-    filtered = bool(
-        filters.metadata
-        or filters.created_after
-        or filters.created_before
-        or filters.priorities
-        or filters.sources
-    )
+    filtered = search.filters.narrowing
     # A filtered search of a big namespace first asks which memories its
     # filters match, through their indexes (recall_filtered_ids, migration
     # 0010), up to the exact cut-off; if they are that few, it ranks them
