@@ -340,12 +340,16 @@ class Bench:
         with tenancy.operator():
             User.objects.filter(email__startswith="bench-").delete()
 
-    def make_table(self, size: int, layout: str) -> Table:
+    def make_table(self, size: int, layout: str, *, prefix: str = "") -> Table:
+        """Create the table's tenants and its rows (in memory); ``prefix`` names the tenants."""
         from accounts.models import User
 
         tenants = 1 if layout == "one" else min(self.args.tenants, size)
         users = User.objects.bulk_create(
-            [User(email=BENCH_EMAIL.format(n), password="!") for n in range(tenants)]  # noqa: S106
+            [
+                User(email=BENCH_EMAIL.format(f"{prefix}{n}"), password="!")  # noqa: S106
+                for n in range(tenants)
+            ]
         )
         rng = np.random.default_rng(self.args.seed + size)
         bases = min(self.args.bases or len(self.texts), len(self.texts), size)

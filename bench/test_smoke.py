@@ -200,3 +200,17 @@ def test_ratelimit_measures_the_shared_memory_limiter_across_processes(tmp_path:
 
     assert done.returncode == 0, done.stderr[-3000:]
     assert "shared memory" in done.stdout and "shared x2 procs" in done.stdout
+
+
+def test_cutoff_smoke_times_every_tenant_mode_and_way(tmp_path: Path) -> None:
+    report, stdout = run("cutoff", tmp_path=tmp_path)
+
+    assert set(report["cut_off"]) == {"semantic", "hybrid"}
+    assert all(n >= 2000 for n in report["cut_off"].values())  # RECALL_EXACT_SEARCH_MAX floor
+    seen = {(r["tenant"], r["mode"]) for r in report["results"]}
+    assert seen == {(size, mode) for size in (300, 40, 120) for mode in ("semantic", "hybrid")}
+    for result in report["results"]:
+        assert result["rule_takes"] == "exact"  # the smoke tenants are all under 2,000
+        for way in ("rule", "exact", "index"):
+            assert result[way]["p50"] > 0
+    assert "rule takes" in stdout

@@ -7,9 +7,10 @@ embedding provider never holds a connection), then rank with ``run()`` inside
 the list is ordered by. Three modes:
 
 * ``semantic``: cosine similarity alone, exactly as the specification first
-  described recall (``score`` is the similarity). A namespace of at most
-  ``RECALL_EXACT_SEARCH_MAX`` memories is ranked by an exact scan, a larger one
-  through the model's HNSW index.
+  described recall (``score`` is the similarity). A namespace no larger than
+  a cut-off (``RECALL_EXACT_SEARCH_MAX``, or more in a big shared table, see
+  ``_nearest``) is ranked by an exact scan, a larger one through the model's
+  HNSW index.
 * ``lexical``: BM25 alone, over the memory's content and the string values of
   its metadata, with PostgreSQL's English analysis (stemmed words, whole
   numbers, names, identifiers, e-mail addresses, versions). IDF, document
@@ -67,7 +68,7 @@ import numpy as np
 from django.conf import settings
 
 from memories import embeddings, validation
-from memories.indexes import vector_literal, vector_type
+from memories.indexes import index_name, vector_literal, vector_type
 from memories.models import PRIORITY_RANK, Memory
 from recall import tenancy
 from recall.errors import EmbeddingUnavailable, RecallError
@@ -325,9 +326,9 @@ def _nearest(
 
     Two branches, one of which runs, chosen inside the statement:
 
-    * A namespace holding at most ``RECALL_EXACT_SEARCH_MAX`` memories is
-      ranked exactly: every row is compared with the query. That costs a
-      millisecond or two at these sizes and is always right. HNSW is not,
+    * A namespace holding at most the cut-off (below) is ranked exactly:
+      every row is compared with the query. That costs a few milliseconds at
+      these sizes and is always right. HNSW is not,
       and it is at its weakest exactly here: a young graph, or one holding
       many identical vectors (common phrases stored by many tenants), can
       leave freshly inserted elements unreachable from the entry point, so an
@@ -350,6 +351,21 @@ def _nearest(
     counted, under row-level security and the filters, through the
     narrowest index, up to the cut-off and no further.
 
+    The cut-off is ``RECALL_EXACT_SEARCH_MAX`` (2,000) or, when more,
+    sqrt(``RECALL_EXACT_SEARCH_RATIO`` (8) x k x N), where k is the
+    neighbours sought (``count``: the limit, or hybrid's pool of 50) and N
+    the rows of the model's HNSW index, read from its statistics
+    (``pg_class.reltuples``). An exact scan costs in proportion to the n
+    rows it ranks; an index scan that must skip every row outside them, in
+    proportion to k x N / n. The square root puts the switch where the two
+    meet: for N = 138k, 3,300 memories at k = 10 and 7,400 in hybrid mode;
+    for N = 1M, 8,900 and 20,000. Measured (``bench/cutoff.py``, a tenant
+    in a shared table of 144k): 3,000 memories in hybrid mode took 72 ms p50
+    through the graph and 20 ms exactly, 6,000 took 42 and 27 ms, 10,000 26
+    and 39 ms; in semantic mode (k = 10) 3,000 took 15 ms either way and
+    6,000 11 ms through the graph, 25 ms exactly. A single tenant's 100k
+    keeps the graph.
+
     Expired memories are excluded inside both branches, like every filter, so
     they never take a place among the k nearest.
     """
@@ -364,19 +380,23 @@ def _nearest(
         # namespace's b-tree; with them, the planner picks the filter's index.
         order = "" if narrowing else "ORDER BY updated_at DESC"
         small = f"""
-            SELECT count(*) <= %(exact_max)s AS yes FROM (
-                SELECT 1 FROM memories WHERE {sized} {order} LIMIT %(exact_count)s
+            SELECT count(*) <= (SELECT rows FROM cutoff) AS yes FROM (
+                SELECT 1 FROM memories WHERE {sized} {order}
+                LIMIT (SELECT rows + 1 FROM cutoff)
             ) AS capped"""  # noqa: S608
     else:
         small = """
-            SELECT coalesce(max(documents), 0) <= %(exact_max)s AS yes FROM search_namespaces
+            SELECT coalesce(max(documents), 0) <= (SELECT rows FROM cutoff) AS yes
+            FROM search_namespaces
             WHERE user_id = %(user)s AND namespace = %(namespace)s"""
     filtered = search.filters.narrowing
     # A filtered search of a big namespace first asks which memories its
     # filters match, through their indexes (recall_filtered_ids, migration
-    # 0010), up to the exact cut-off; if they are that few, it ranks them
-    # exactly, like a small namespace, else it scans the HNSW index with the
-    # filters applied along the way.
+    # 0010), up to RECALL_EXACT_SEARCH_MAX; if they are that few, it ranks
+    # them exactly, else it scans the HNSW index with the filters applied
+    # along the way. Not the namespace's cut-off: matches are read one by one
+    # by primary key, several times the cost per row of a namespace's scan
+    # (5,000 matches of 100k: 90 ms exactly, 38 ms through the index).
     narrow = (
         """,
         matching AS MATERIALIZED (
@@ -422,6 +442,11 @@ def _nearest(
     # constant column list and clauses built from constants; values are parameters.
     sql = f"""
         query AS MATERIALIZED (SELECT %(vector)s::{cast} AS vector),
+        cutoff AS MATERIALIZED (
+            SELECT greatest(%(exact_max)s, floor(sqrt(%(exact_ratio)s * greatest(coalesce(
+                (SELECT reltuples FROM pg_class WHERE oid = to_regclass(%(index)s)), 0), 0)
+            )))::int AS rows
+        ),
         small AS MATERIALIZED ({small}
         ){narrow},
         nearest AS MATERIALIZED (
@@ -443,12 +468,13 @@ def _nearest(
                 LIMIT %(nearest)s
             )
         )"""  # noqa: S608
-    exact_max = settings.RECALL_EXACT_SEARCH_MAX
     params.update(
         vector=vector_literal(search.vector),
         model=search.embedder.model_id,
-        exact_max=exact_max,
-        exact_count=exact_max + 1,
+        exact_max=settings.RECALL_EXACT_SEARCH_MAX,
+        exact_count=settings.RECALL_EXACT_SEARCH_MAX + 1,
+        exact_ratio=settings.RECALL_EXACT_SEARCH_RATIO * count,
+        index=index_name(search.embedder.model_id),
         nearest=count,
     )
     return sql, params

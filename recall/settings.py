@@ -108,6 +108,10 @@ HNSW_MAX_SCAN_TUPLES = env.integer("HNSW_MAX_SCAN_TUPLES", 20000, low=100)
 # Namespaces up to this many memories are ranked by an exact scan instead of
 # the HNSW index: exact results, at a cost that stays low up to here.
 RECALL_EXACT_SEARCH_MAX = env.integer("RECALL_EXACT_SEARCH_MAX", 2000, low=0, high=1_000_000)
+# ... or up to sqrt(this * neighbours sought * the rows of the model's HNSW
+# index), when more: an exact scan costs in proportion to the rows it ranks,
+# a walk of a shared graph to the graph's share per row sought (memories/search.py).
+RECALL_EXACT_SEARCH_RATIO = env.number("RECALL_EXACT_SEARCH_RATIO", 8.0, low=0.0, high=1e6)
 # How recall, forget's preview and the dashboard rank when the caller does not
 # say: hybrid (lexical and semantic, fused), semantic (cosine only, the
 # specification's original ranking) or lexical (BM25 only). See memories/search.py.

@@ -102,6 +102,7 @@ def tenants(django_db_setup, django_db_blocker):
 @pytest.fixture(autouse=True)
 def cut_off(settings):
     settings.RECALL_EXACT_SEARCH_MAX = CUT_OFF
+    settings.RECALL_EXACT_SEARCH_RATIO = 0  # not more in a big test database
 
 
 def exact_top(user: User, query: str, where: str, params: list[Any], k: int = 10) -> list[str]:

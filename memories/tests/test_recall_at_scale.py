@@ -245,7 +245,54 @@ def test_the_exact_scan_cut_off_is_a_setting(db, table, settings):
     settings.RECALL_EXACT_SEARCH_MAX = BIG + SCOUT  # the user-wide view holds both
     assert branch_ran(explain(big, analyze=True), exact=True)
     settings.RECALL_EXACT_SEARCH_MAX = 0
+    settings.RECALL_EXACT_SEARCH_RATIO = 0
     assert branch_ran(explain(small, analyze=True), exact=False)
+
+
+def index_rows() -> float:
+    """The rows of the model's HNSW index, as its statistics say (what the cut-off reads)."""
+    from memories.indexes import index_name
+
+    name = index_name(embeddings.get_embedder().model_id)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", [name])
+        return float(cursor.fetchone()[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_a_small_part_of_a_big_index_is_ranked_exactly_past_the_fixed_cut_off(
+    db, table, settings, mode
+):
+    big, small, scout = table
+    rows = index_rows()
+    assert rows >= BIG, rows  # the fixture's ANALYZE counted the index
+    # A fixed cut-off of 20, below the small tenant's 101 memories and the
+    # scout agent's 30: the index for every one of them.
+    settings.RECALL_EXACT_SEARCH_MAX = 20
+    settings.RECALL_EXACT_SEARCH_RATIO = 0
+    assert branch_ran(explain(small, analyze=True, mode=mode), exact=False)
+    assert branch_ran(explain(big, analyze=True, mode=mode, agent_id=scout.id), exact=False)
+    # sqrt(ratio x k x rows) = 1,000, k the neighbours sought: above the small
+    # tenant and the scout's memories (counted under the agent's policy), far
+    # below the big tenant's.
+    k = search.POOL if mode == "hybrid" else 10
+    settings.RECALL_EXACT_SEARCH_RATIO = 1000**2 / (k * rows)
+    assert branch_ran(explain(small, analyze=True, mode=mode), exact=True)
+    assert branch_ran(explain(big, analyze=True, mode=mode, agent_id=scout.id), exact=True)
+    assert branch_ran(explain(big, analyze=True, mode=mode), exact=False)
+    # and what it returns is the exact top 10
+    found = services.recall(
+        user_id=small.id, query="web frameworks", limit=10, threshold=0, mode="semantic"
+    )
+    vector = Vector(embeddings.get_embedder().embed_one("web frameworks")).to_text()
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memories WHERE user_id = %s"
+            " ORDER BY cosine_distance(embedding, %s::vector) LIMIT 10",
+            [str(small.id), vector],
+        )
+        assert {r["id"] for r in found} == {str(row[0]) for row in cursor.fetchall()}
 
 
 @pytest.mark.slow

@@ -1,0 +1,218 @@
+"""Where an exact scan beats the HNSW index: tenants of several sizes in one shared table.
+
+    python bench/cutoff.py --data DIR --big 100k --tenants 3k,10k,25k --json out.json
+    python bench/cutoff.py --smoke        # seconds, no data: checks that it runs
+
+Loads one big tenant (``--big`` memories) and one tenant of each of
+``--tenants`` sizes into one table (one HNSW index over all of them, as in a
+hosted deployment), then times recall for every tenant, in semantic and
+hybrid mode, three ways, taking turns query by query:
+
+* ``rule``: the product's choice (``RECALL_EXACT_SEARCH_MAX``, or
+  sqrt(``RECALL_EXACT_SEARCH_RATIO`` x the index's rows) when more; see
+  ``memories/search.py``);
+* ``exact``: every namespace ranked by an exact scan;
+* ``index``: every namespace searched through the HNSW index.
+
+Each timing is the service (``services.recall``) with the query embedding
+stubbed out, as in ``bench/scale.py``. The report gives p50/p95 per tenant,
+mode and way, the cut-off in effect and which way the rule took. A small
+tenant in a big table is where the index does worst: the scan walks the
+shared graph and rejects every other tenant's rows on the way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if sys.path[0] == str(Path(__file__).resolve().parent):
+    sys.path[0] = _ROOT
+elif _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from bench import corpus, harness, scale  # noqa: E402
+
+WAYS = ("rule", "exact", "index")
+LIMIT = 10
+MODES = ("semantic", "hybrid")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Time recall for tenants of several sizes sharing one table and index, "
+        "by the product's rule, by exact scans and through the index.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--data", type=Path, help="Benchmark data directory (holds scifact/).")
+    parser.add_argument("--smoke", action="store_true", help="Tiny sizes and built-in texts.")
+    parser.add_argument("--big", type=scale.parse_size, default="100k", help="The big tenant.")
+    parser.add_argument(
+        "--tenants",
+        type=scale.csv_of(scale.parse_size),
+        default="3k,10k,25k",
+        help="The other tenants' sizes.",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="Timed passes; medians reported.")
+    parser.add_argument("--queries", type=int, default=60, help="Queries per tenant and pass.")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--sigma", type=float, default=0.03, help="Perturbation noise.")
+    parser.add_argument(
+        "--cache", type=Path, default=corpus.DEFAULT_CACHE, help="Embedding cache directory."
+    )
+    parser.add_argument("--workdir", type=Path, help="Where the throwaway database lives.")
+    parser.add_argument("--json", type=Path, help="Write the results here.")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.big, args.tenants = 300, [40, 120]
+        args.runs, args.queries = 1, 3
+    elif args.data is None:
+        parser.error("--data is required unless --smoke")
+    # What scale.Bench reads of its arguments, at its defaults.
+    args.bases, args.m, args.ef_construction = 0, 0, 0
+    args.maintenance_work_mem = "64MB" if args.smoke else "2GB"
+    args.build_workers = 1
+
+    where = harness.configure(None, args.workdir)
+    bench = scale.Bench(args)
+    report: dict[str, Any] = {
+        "command": "python bench/cutoff.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": harness.machine(),
+        "database": {"where": where, **harness.database_versions()},
+        "config": bench.config(),
+    }
+    try:
+        report.update(run(bench, args))
+    finally:
+        bench.cleanup()
+    print_report(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def run(bench: scale.Bench, args: argparse.Namespace) -> dict[str, Any]:
+    from django.conf import settings
+
+    bench.reset()
+    bench.drop_index()
+    sizes = [args.big, *args.tenants]
+    tenants = []
+    loads = []
+    for n, size in enumerate(sizes):
+        bench.args.seed = args.seed + n  # different rows for every tenant
+        table = bench.make_table(size, "one", prefix=f"t{n}-")
+        loads.append(bench.bulk_load(table))
+        print(f"  loaded {size:,} memories {loads[-1]}", flush=True)
+        tenants.append((size, table.users[0]))
+    bench.args.seed = args.seed
+    index = bench.build_index()
+    print(f"  index {index}", flush=True)
+    from memories import search
+
+    # recall's limit here in semantic mode; hybrid seeks its pool.
+    neighbours = {"semantic": LIMIT, "hybrid": search.POOL}
+    cutoff = {mode: cut_off(bench.model_id, k) for mode, k in neighbours.items()}
+
+    rules = {
+        "rule": (settings.RECALL_EXACT_SEARCH_MAX, settings.RECALL_EXACT_SEARCH_RATIO),
+        "exact": (10**9, 0.0),
+        "index": (0, 0.0),
+    }
+    steps = [(size, user, mode, way) for size, user in tenants for mode in MODES for way in WAYS]
+    runs: dict[tuple[int, str, str], list[dict[str, float]]] = {
+        (size, mode, way): [] for size, _, mode, way in steps
+    }
+    rng = np.random.default_rng(args.seed)
+    picks = rng.choice(len(bench.queries), size=args.queries, replace=False)
+    started = time.perf_counter()
+    with harness.using_embedder(bench.stub):
+        for _ in range(args.runs):
+            times: dict[tuple[int, str, str], list[float]] = {key: [] for key in runs}
+            for q in picks.tolist():
+                for i in rng.permutation(len(steps)).tolist():
+                    size, user, mode, way = steps[i]
+                    settings.RECALL_EXACT_SEARCH_MAX, settings.RECALL_EXACT_SEARCH_RATIO = rules[
+                        way
+                    ]
+                    ms, _ = harness.timed(
+                        partial(recall, user_id=user, query=bench.queries[q], mode=mode)
+                    )
+                    times[size, mode, way].append(ms)
+            for key, samples in times.items():
+                runs[key].append(harness.percentiles(samples))
+    settings.RECALL_EXACT_SEARCH_MAX, settings.RECALL_EXACT_SEARCH_RATIO = rules["rule"]
+    return {
+        "load": loads,
+        "index": index,
+        "cut_off": cutoff,
+        "measure_seconds": round(time.perf_counter() - started, 1),
+        "results": [
+            {
+                "tenant": size,
+                "mode": mode,
+                "rule_takes": "exact" if size <= cutoff[mode] else "index",
+                **{way: harness.median_of_runs(runs[size, mode, way]) for way in WAYS},
+            }
+            for size, _ in tenants
+            for mode in MODES
+        ],
+    }
+
+
+def recall(*, user_id: str, query: str, mode: str) -> Any:
+    from memories import services
+
+    return services.recall(user_id=user_id, query=query, limit=LIMIT, threshold=0, mode=mode)
+
+
+def cut_off(model_id: str, neighbours: int) -> int:
+    """The exact-scan cut-off the product computes now for ``neighbours`` sought.
+
+    The same expression as memories/search.py's ``cutoff``.
+    """
+    from django.conf import settings
+    from django.db import connection
+
+    from memories.indexes import index_name
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT greatest(%s, floor(sqrt(%s * greatest(coalesce("
+            "(SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)), 0), 0))))::int",
+            [
+                settings.RECALL_EXACT_SEARCH_MAX,
+                settings.RECALL_EXACT_SEARCH_RATIO * neighbours,
+                index_name(model_id),
+            ],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def print_report(report: dict[str, Any]) -> None:
+    cutoffs = ", ".join(f"{mode} {n:,}" for mode, n in report["cut_off"].items())
+    print(f"\ncut-off in effect (memories): {cutoffs}")
+    rows = [
+        [
+            f"{r['tenant']:,}",
+            r["mode"],
+            r["rule_takes"],
+            *(f"{r[way]['p50']:.1f} / {r[way]['p95']:.1f}" for way in WAYS),
+        ]
+        for r in report["results"]
+    ]
+    harness.print_table(
+        rows, ["tenant", "mode", "rule takes", *(f"{way} p50/p95 ms" for way in WAYS)]
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
