@@ -156,9 +156,14 @@ class Memory(models.Model):
             models.Index(
                 "user", "namespace", models.F("updated_at").desc(), name="memories_list_updated_idx"
             ),
-            # Used by recall's metadata_filter (containment, @>).
+            # Used by recall's metadata_filter (containment, @>). New entries go
+            # straight into the index, not a pending list every search reads
+            # (migration 0011).
             GinIndex(
-                fields=["metadata"], opclasses=["jsonb_path_ops"], name="memories_metadata_gin"
+                fields=["metadata"],
+                opclasses=["jsonb_path_ops"],
+                name="memories_metadata_gin",
+                fastupdate=False,
             ),
         ]
 
