@@ -177,23 +177,14 @@ def recall(*, user_id: str, query: str, mode: str) -> Any:
 def cut_off(model_id: str, neighbours: int) -> int:
     """The exact-scan cut-off the product computes now for ``neighbours`` sought.
 
-    The same expression as memories/search.py's ``cutoff``.
+    The statement memories/search.py runs for it.
     """
-    from django.conf import settings
     from django.db import connection
 
-    from memories.indexes import index_name
+    from memories import search
 
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT greatest(%s, floor(sqrt(%s * greatest(coalesce("
-            "(SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)), 0), 0))))::int",
-            [
-                settings.RECALL_EXACT_SEARCH_MAX,
-                settings.RECALL_EXACT_SEARCH_RATIO * neighbours,
-                index_name(model_id),
-            ],
-        )
+        cursor.execute(search.CUTOFF, search.cutoff_params(model_id, neighbours))
         return int(cursor.fetchone()[0])
 
 

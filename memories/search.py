@@ -107,6 +107,24 @@ EF_EXPONENT = 0.5
 EF_MAX = 1000
 
 
+# The exact-scan cut-off, in memories (see _nearest): RECALL_EXACT_SEARCH_MAX,
+# or sqrt(ratio x neighbours sought x the rows of the model's HNSW index) when
+# more, from the index's statistics. Parameters: cutoff_params().
+CUTOFF = (
+    "SELECT greatest(%(exact_max)s, floor(sqrt(%(exact_ratio)s * greatest(coalesce("
+    "(SELECT reltuples FROM pg_class WHERE oid = to_regclass(%(index)s)), 0), 0))))::int"
+    " AS rows"
+)
+
+
+def cutoff_params(model_id: str, neighbours: int) -> dict[str, Any]:
+    return {
+        "exact_max": settings.RECALL_EXACT_SEARCH_MAX,
+        "exact_ratio": settings.RECALL_EXACT_SEARCH_RATIO * neighbours,
+        "index": index_name(model_id),
+    }
+
+
 # The columns memory_search may filter on, all indexed (see Memory.Meta).
 SOURCE_FILTERS = ("source_kind", "author", "path", "thread_id", "task_id")
 # No tool returns an expired memory, even before maintenance purges it.
@@ -442,11 +460,7 @@ def _nearest(
     # constant column list and clauses built from constants; values are parameters.
     sql = f"""
         query AS MATERIALIZED (SELECT %(vector)s::{cast} AS vector),
-        cutoff AS MATERIALIZED (
-            SELECT greatest(%(exact_max)s, floor(sqrt(%(exact_ratio)s * greatest(coalesce(
-                (SELECT reltuples FROM pg_class WHERE oid = to_regclass(%(index)s)), 0), 0)
-            )))::int AS rows
-        ),
+        cutoff AS MATERIALIZED ({CUTOFF}),
         small AS MATERIALIZED ({small}
         ){narrow},
         nearest AS MATERIALIZED (
@@ -471,11 +485,9 @@ def _nearest(
     params.update(
         vector=vector_literal(search.vector),
         model=search.embedder.model_id,
-        exact_max=settings.RECALL_EXACT_SEARCH_MAX,
         exact_count=settings.RECALL_EXACT_SEARCH_MAX + 1,
-        exact_ratio=settings.RECALL_EXACT_SEARCH_RATIO * count,
-        index=index_name(search.embedder.model_id),
         nearest=count,
+        **cutoff_params(search.embedder.model_id, count),
     )
     return sql, params
 
