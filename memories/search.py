@@ -376,13 +376,13 @@ def _nearest(
     (``pg_class.reltuples``). An exact scan costs in proportion to the n
     rows it ranks; an index scan that must skip every row outside them, in
     proportion to k x N / n. The square root puts the switch where the two
-    meet: for N = 138k, 3,300 memories at k = 10 and 7,400 in hybrid mode;
-    for N = 1M, 8,900 and 20,000. Measured (``bench/cutoff.py``, a tenant
-    in a shared table of 144k): 3,000 memories in hybrid mode took 72 ms p50
-    through the graph and 20 ms exactly, 6,000 took 42 and 27 ms, 10,000 26
-    and 39 ms; in semantic mode (k = 10) 3,000 took 15 ms either way and
-    6,000 11 ms through the graph, 25 ms exactly. A single tenant's 100k
-    keeps the graph.
+    meet: for N = 144k, 3,400 memories at k = 10 and 7,600 in hybrid mode;
+    for N = 1M, 8,900 and 20,000. Measured (``bench/cutoff.py``, tenants in
+    one shared table of 144k, p50): 3,000 memories in hybrid mode took 76 ms
+    through the graph and 20 ms exactly, 6,000 took 41 and 27 ms, 10,000 27
+    and 37 ms; in semantic mode (k = 10) 3,000 took 15 and 16 ms, and 6,000
+    11 ms through the graph, 25 ms exactly (BENCHMARKS.md, "Exact or index:
+    the cut-off"). A single tenant's 100k keeps the graph.
 
     Expired memories are excluded inside both branches, like every filter, so
     they never take a place among the k nearest.
