@@ -19,9 +19,13 @@ from django.conf import settings
 
 HOLDER = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
     from pathlib import Path
     from recall.db import embedded
+    # stop() interrupts this process. A shell that starts the test run in the
+    # background (`pytest &`, no job control) ignores SIGINT, and children
+    # inherit that: restore Python's own handler, or stop() would wait forever.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     server = embedded.start(Path(sys.argv[1]))
     print(server.host, server.pid, flush=True)
     try:
