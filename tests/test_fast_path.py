@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -182,12 +183,57 @@ def leaves(value: Any, path: str = "") -> dict[str, Any]:
     return {path: value}
 
 
-def swap(raw: bytes, ours: Any, theirs: Any) -> bytes:
-    """Put ``theirs`` where ``ours`` is, as it is written in the body and inside a text block."""
-    for a, b in ((ours, theirs), (json.dumps(ours), json.dumps(theirs))):
-        text_a, text_b = (a, b) if isinstance(a, str) else (json.dumps(a), json.dumps(b))
-        raw = raw.replace(text_a.encode(), text_b.encode())
+def _written(key: str, value: Any, inner: bool) -> str:
+    """How ``"key": value`` is written in a body, or inside a text block (JSON in a string)."""
+    text = f"{json.dumps(key)}:{json.dumps(value)}"
+    return json.dumps(text)[1:-1] if inner else text
+
+
+def swap(raw: bytes, ours: dict[str, Any], theirs: dict[str, Any], paths: set[str]) -> bytes:
+    """Write ``theirs`` where ``ours`` has each of ``paths``, in place, once each.
+
+    A value is found by its key, as the n-th ``"key":value`` of its layer (the
+    body, or a text block inside it) in document order, followed by the end of
+    its value. So a value that is a prefix of its replacement (6.0 and 6.09), or
+    that another key shares, is neither matched twice nor matched elsewhere.
+    """
+    spans: list[tuple[int, int, bytes]] = []
+    text = raw.decode()
+    for path in paths:
+        key, inner = path.rsplit("/", 1)[-1], "~" in path
+        if key.isdigit():  # a list item has no key to anchor on
+            raise AssertionError(f"cannot place a volatile list item: {path}")
+        same = [
+            p
+            for p, v in ours.items()
+            if p.rsplit("/", 1)[-1] == key and ("~" in p) == inner and v == ours[path]
+        ]
+        pattern = re.escape(_written(key, ours[path], inner)) + r"(?=[,}\]])"
+        found = list(re.finditer(pattern, text))
+        assert len(found) == len(same), f"{path}: {len(found)} places for {len(same)} values"
+        match = found[same.index(path)]
+        written = _written(key, theirs[path], inner).encode()
+        start, end = len(text[: match.start()].encode()), len(text[: match.end()].encode())
+        spans.append((start, end, written))
+    for start, end, written in sorted(spans, reverse=True):
+        raw = raw[:start] + written + raw[end:]
     return raw
+
+
+def test_swap_writes_each_value_once_in_its_place() -> None:
+    # CI once failed here: a fast answer's 6.0 became 6.09999, since 6.0 is a
+    # prefix of the SDK's 6.09 and the value was replaced four times over.
+    def body(latency: float, uptime: float) -> bytes:
+        inner = {"database": {"latency_ms": latency}, "uptime_seconds": uptime, "other": 6.0}
+        outer = {
+            "content": [{"text": json.dumps(inner, separators=(",", ":"))}],
+            "structuredContent": inner,
+        }
+        return json.dumps(outer, separators=(",", ":")).encode()
+
+    fast, sdk = body(6.0, 12.5), body(6.09, 12.5)
+    ours, theirs = leaves(json.loads(fast)), leaves(json.loads(sdk))
+    assert swap(fast, ours, theirs, {p for p in ours if ours[p] != theirs[p]}) == sdk
 
 
 def assert_same(fast: Answer, sdk: Answer, volatile: set[str], what: str) -> None:
@@ -196,9 +242,7 @@ def assert_same(fast: Answer, sdk: Answer, volatile: set[str], what: str) -> Non
     if volatile:
         ours, theirs = leaves(json.loads(fast.body)), leaves(json.loads(sdk.body))
         assert list(ours) == list(theirs), what  # the same paths, in the same order
-        for path in volatile:
-            if ours[path] != theirs[path]:
-                body = swap(body, ours[path], theirs[path])
+        body = swap(body, ours, theirs, {p for p in volatile if ours[p] != theirs[p]})
     assert body == sdk.body, what
     length = {b"content-length"}  # a swapped value of another width changes it
     assert [h for h in fast.headers if h[0] not in length] == [
