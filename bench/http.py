@@ -41,6 +41,13 @@ from ``py-spy record`` on the server process under a recall-heavy load, and
 statement, plus EXPLAIN ANALYZE of the recall query. See ``profile`` and
 ``profile_split`` for how samples are attributed.
 
+``--openai-stub`` embeds through a local OpenAI-compatible embeddings server
+(``memories/tests/fake_openai.py``, in a process of its own) instead of the
+local model, as a deployment that embeds remotely does: the server's CPU per
+request then leaves out the model's, which onnxruntime spends off the GIL and
+so no py-spy split shows. Its vectors are random per text, so only the costs
+mean anything in such a run, not which memories come back.
+
 With 3,000 seeded memories, all one tenant's, recall searches the HNSW index
 (namespaces of up to RECALL_EXACT_SEARCH_MAX memories, 2,000 by default, are
 ranked by an exact scan instead); pass ``--seed-memories`` or ``--server-env``
@@ -649,6 +656,50 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# The stub serves until its stdin closes, which happens when the bench exits.
+STUB = """
+import sys
+from memories.tests.fake_openai import serving
+with serving() as stub:
+    stub.width = int(sys.argv[1])
+    print(stub.url, flush=True)
+    sys.stdin.read()
+    print(len(stub.requests), flush=True)
+"""
+
+
+@contextlib.contextmanager
+def openai_stub(served: list[int], width: int = 384) -> Iterator[dict[str, str]]:
+    """Run the OpenAI-compatible stub in its own process; yield the server settings for it.
+
+    On the way out, ``served`` gets the number of embedding requests it answered.
+    """
+    process = subprocess.Popen(
+        [sys.executable, "-c", STUB, str(width)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        if not url.startswith("http"):
+            raise RuntimeError("the OpenAI stub did not start")
+        yield {
+            "EMBEDDING_PROVIDER": "openai",
+            "OPENAI_BASE_URL": url,
+            "OPENAI_API_KEY": "bench-stub",
+            "OPENAI_EMBEDDING_DIMENSIONS": str(width),
+        }
+    finally:
+        if process.stdin is not None:
+            process.stdin.close()
+        count = process.stdout.readline().strip() if process.stdout else ""
+        served.append(int(count) if count.isdigit() else 0)
+        process.wait(10)
+
+
 class Server:
     """``python -m recall serve`` on a free port and a throwaway data directory."""
 
@@ -1218,6 +1269,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--server-env", action="append", default=[], metavar="NAME=VALUE", help="Server setting."
     )
+    parser.add_argument(
+        "--openai-stub",
+        action="store_true",
+        help="Embed through a local OpenAI-compatible stub, not the local model.",
+    )
     parser.add_argument("--smoke", action="store_true", help="Seconds-long run at tiny sizes.")
     parser.add_argument("--json", type=Path, help="Write the results here.")
     args = parser.parse_args(argv)
@@ -1276,6 +1332,16 @@ def run_levels(
     return [{"mix": m, **median_of(r)} for (m, _), r in runs.items()], offset
 
 
+def server_settings(
+    args: argparse.Namespace, stack: contextlib.ExitStack, stub_served: list[int]
+) -> dict[str, str]:
+    """``--server-env``, plus with ``--openai-stub`` the settings of a stub started on ``stack``."""
+    settings = parse_env(args.server_env)
+    if args.openai_stub:
+        settings.update(stack.enter_context(openai_stub(stub_served)))
+    return settings
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.data:
@@ -1300,9 +1366,14 @@ def main(argv: list[str] | None = None) -> int:
             "client_processes": args.client_procs,
             "texts": source,
             "server_env": parse_env(args.server_env),
+            "embedder": "OpenAI-compatible stub" if args.openai_stub else "server's own",
         },
     }
+    if args.openai_stub and args.url:
+        raise SystemExit("--openai-stub configures the server the bench starts; not with --url")
     server: Server | None = None
+    stub = contextlib.ExitStack()
+    stub_served: list[int] = []
     workdir = args.profile_out or Path(tempfile.mkdtemp(prefix="recall-http-bench-out-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
@@ -1310,7 +1381,7 @@ def main(argv: list[str] | None = None) -> int:
             url, key = args.url, args.key
             report["first_key_check"] = "not applicable (--url)"
         else:
-            server = Server(parse_env(args.server_env), pg_stats=args.profile)
+            server = Server(server_settings(args, stub, stub_served), pg_stats=args.profile)
             print(f"starting python -m recall serve on port {server.port} ...", flush=True)
             server.start()
             assert server.first_key is not None
@@ -1358,6 +1429,9 @@ def main(argv: list[str] | None = None) -> int:
             if server.logs() and "Traceback" in server.logs():
                 report["server_tracebacks"] = server.logs().count("Traceback")
             server.cleanup()
+        stub.close()
+        if stub_served:
+            report["stub_embedding_requests"] = stub_served[0]
         if not args.profile_out:
             shutil.rmtree(workdir, ignore_errors=True)
 

@@ -89,3 +89,23 @@ def test_profile_samples_are_attributed_to_layers():
         "auth + rate limit": 0.05,
         "logging": 0.05,
     }
+
+
+def test_the_openai_stub_run_embeds_through_the_stub_and_not_the_model(tmp_path):
+    out = tmp_path / "http.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RECALL_DATA_DIR")}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "http.py"), "--smoke", "--openai-stub", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["errors_total"] == 0
+    assert report["config"]["embedder"] == "OpenAI-compatible stub"
+    # Without the stub in use, nothing would have asked it for a vector.
+    assert report["stub_embedding_requests"] > 0
