@@ -6,7 +6,8 @@
 Loads one big tenant (``--big`` memories) and one tenant of each of
 ``--tenants`` sizes into one table (one HNSW index over all of them, as in a
 hosted deployment), then times recall for every tenant, in semantic and
-hybrid mode, three ways, taking turns query by query:
+hybrid mode, three ways, taking turns query by query (``--big 0``: the
+tenants alone, one table each, as on one user's own server):
 
 * ``rule``: the product's choice (``RECALL_EXACT_SEARCH_MAX``, or
   sqrt(``RECALL_EXACT_SEARCH_RATIO`` x the index's rows) when more; see
@@ -16,7 +17,9 @@ hybrid mode, three ways, taking turns query by query:
 
 Each timing is the service (``services.recall``) with the query embedding
 stubbed out, as in ``bench/scale.py``. The report gives p50/p95 per tenant,
-mode and way, the cut-off in effect and which way the rule took. A small
+mode and way, the cut-off in effect, which way the rule took, and how much of
+the exact top 10 the rule's and the index's results hold (overlap@10, over
+the first pass's queries). A small
 tenant in a big table is where the index does worst: the scan walks the
 shared graph and rejects every other tenant's rows on the way.
 """
@@ -54,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--data", type=Path, help="Benchmark data directory (holds scifact/).")
     parser.add_argument("--smoke", action="store_true", help="Tiny sizes and built-in texts.")
-    parser.add_argument("--big", type=scale.parse_size, default="100k", help="The big tenant.")
+    parser.add_argument(
+        "--big", type=scale.parse_size, default="100k", help="The big tenant (0: none)."
+    )
     parser.add_argument(
         "--tenants",
         type=scale.csv_of(scale.parse_size),
@@ -72,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="Write the results here.")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.big, args.tenants = 300, [40, 120]
+        args.big, args.tenants = (300 if args.big else 0), [40, 120]
         args.runs, args.queries = 1, 3
     elif args.data is None:
         parser.error("--data is required unless --smoke")
@@ -100,23 +105,41 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(bench: scale.Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """Load the tenants and time them; with ``--big 0``, each tenant alone in the table."""
+    tables = [[args.big, *args.tenants]] if args.big else [[size] for size in args.tenants]
+    report: dict[str, Any] = {"load": [], "index": [], "cut_off": {}, "results": []}
+    started = time.perf_counter()
+    for n, sizes in enumerate(tables):
+        timed = time_table(bench, args, sizes, seed=args.seed + 100 * n)
+        for key in ("load", "index"):
+            report[key] += timed[key]
+        report["cut_off"][", ".join(f"{size:,}" for size in sizes)] = timed["cut_off"]
+        report["results"] += timed["results"]
+    report["measure_seconds"] = round(time.perf_counter() - started, 1)
+    return report
+
+
+def time_table(
+    bench: scale.Bench, args: argparse.Namespace, sizes: list[int], *, seed: int
+) -> dict[str, Any]:
+    """Load one table holding a tenant of each size, build its index, and time every tenant."""
     from django.conf import settings
+
+    from memories import search
 
     bench.reset()
     bench.drop_index()
-    sizes = [args.big, *args.tenants]
     tenants = []
     loads = []
     for n, size in enumerate(sizes):
-        bench.args.seed = args.seed + n  # different rows for every tenant
-        table = bench.make_table(size, "one", prefix=f"t{n}-")
+        bench.args.seed = seed + n  # different rows for every tenant
+        table = bench.make_table(size, "one", prefix=f"t{seed}-{n}-")
         loads.append(bench.bulk_load(table))
         print(f"  loaded {size:,} memories {loads[-1]}", flush=True)
         tenants.append((size, table.users[0]))
     bench.args.seed = args.seed
     index = bench.build_index()
     print(f"  index {index}", flush=True)
-    from memories import search
 
     # recall's limit here in semantic mode; hybrid seeks its pool.
     neighbours = {"semantic": LIMIT, "hybrid": search.POOL}
@@ -131,36 +154,52 @@ def run(bench: scale.Bench, args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[tuple[int, str, str], list[dict[str, float]]] = {
         (size, mode, way): [] for size, _, mode, way in steps
     }
+    # The first pass's result ids, to compare each way's with the exact scan's.
+    found: dict[tuple[int, str, str, int], list[str]] = {}
     rng = np.random.default_rng(args.seed)
     picks = rng.choice(len(bench.queries), size=args.queries, replace=False)
-    started = time.perf_counter()
-    with harness.using_embedder(bench.stub):
-        for _ in range(args.runs):
-            times: dict[tuple[int, str, str], list[float]] = {key: [] for key in runs}
-            for q in picks.tolist():
-                for i in rng.permutation(len(steps)).tolist():
-                    size, user, mode, way = steps[i]
-                    settings.RECALL_EXACT_SEARCH_MAX, settings.RECALL_EXACT_SEARCH_RATIO = rules[
-                        way
-                    ]
-                    ms, _ = harness.timed(
-                        partial(recall, user_id=user, query=bench.queries[q], mode=mode)
-                    )
-                    times[size, mode, way].append(ms)
-            for key, samples in times.items():
-                runs[key].append(harness.percentiles(samples))
-    settings.RECALL_EXACT_SEARCH_MAX, settings.RECALL_EXACT_SEARCH_RATIO = rules["rule"]
+    try:
+        with harness.using_embedder(bench.stub):
+            for run_number in range(args.runs):
+                times: dict[tuple[int, str, str], list[float]] = {key: [] for key in runs}
+                for q in picks.tolist():
+                    for i in rng.permutation(len(steps)).tolist():
+                        size, user, mode, way = steps[i]
+                        (
+                            settings.RECALL_EXACT_SEARCH_MAX,
+                            settings.RECALL_EXACT_SEARCH_RATIO,
+                        ) = rules[way]
+                        ms, results = harness.timed(
+                            partial(recall, user_id=user, query=bench.queries[q], mode=mode)
+                        )
+                        times[size, mode, way].append(ms)
+                        if run_number == 0:
+                            found[size, mode, way, q] = [hit["id"] for hit in results]
+                for key, samples in times.items():
+                    runs[key].append(harness.percentiles(samples))
+    finally:
+        settings.RECALL_EXACT_SEARCH_MAX, settings.RECALL_EXACT_SEARCH_RATIO = rules["rule"]
+
+    def overlap(size: int, mode: str, way: str) -> float:
+        shares = [
+            len(set(found[size, mode, way, q]) & set(exact)) / len(exact)
+            for q in picks.tolist()
+            if (exact := found[size, mode, "exact", q])
+        ]
+        return round(float(np.mean(shares)), 3) if shares else 1.0
+
     return {
         "load": loads,
-        "index": index,
+        "index": [index],
         "cut_off": cutoff,
-        "measure_seconds": round(time.perf_counter() - started, 1),
         "results": [
             {
                 "tenant": size,
+                "table": sum(sizes),
                 "mode": mode,
                 "rule_takes": "exact" if size <= cutoff[mode] else "index",
                 **{way: harness.median_of_runs(runs[size, mode, way]) for way in WAYS},
+                "overlap@10": {way: overlap(size, mode, way) for way in ("rule", "index")},
             }
             for size, _ in tenants
             for mode in MODES
@@ -189,19 +228,30 @@ def cut_off(model_id: str, neighbours: int) -> int:
 
 
 def print_report(report: dict[str, Any]) -> None:
-    cutoffs = ", ".join(f"{mode} {n:,}" for mode, n in report["cut_off"].items())
-    print(f"\ncut-off in effect (memories): {cutoffs}")
+    for table, cutoffs in report["cut_off"].items():
+        shown = ", ".join(f"{mode} {n:,}" for mode, n in cutoffs.items())
+        print(f"\ntable of {table}: cut-off in effect (memories): {shown}")
     rows = [
         [
             f"{r['tenant']:,}",
+            f"{r['table']:,}",
             r["mode"],
             r["rule_takes"],
             *(f"{r[way]['p50']:.1f} / {r[way]['p95']:.1f}" for way in WAYS),
+            f"{r['overlap@10']['rule']:.3f} / {r['overlap@10']['index']:.3f}",
         ]
         for r in report["results"]
     ]
     harness.print_table(
-        rows, ["tenant", "mode", "rule takes", *(f"{way} p50/p95 ms" for way in WAYS)]
+        rows,
+        [
+            "tenant",
+            "table",
+            "mode",
+            "rule takes",
+            *(f"{way} p50/p95 ms" for way in WAYS),
+            "overlap@10 rule / index",
+        ],
     )
 
 

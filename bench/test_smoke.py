@@ -205,12 +205,25 @@ def test_ratelimit_measures_the_shared_memory_limiter_across_processes(tmp_path:
 def test_cutoff_smoke_times_every_tenant_mode_and_way(tmp_path: Path) -> None:
     report, stdout = run("cutoff", tmp_path=tmp_path)
 
-    assert set(report["cut_off"]) == {"semantic", "hybrid"}
-    assert all(n >= 2000 for n in report["cut_off"].values())  # RECALL_EXACT_SEARCH_MAX floor
-    seen = {(r["tenant"], r["mode"]) for r in report["results"]}
-    assert seen == {(size, mode) for size in (300, 40, 120) for mode in ("semantic", "hybrid")}
+    [(table, cut_off)] = report["cut_off"].items()
+    assert table == "300, 40, 120"  # one shared table
+    assert set(cut_off) == {"semantic", "hybrid"}
+    assert all(n >= 2000 for n in cut_off.values())  # RECALL_EXACT_SEARCH_MAX floor
+    seen = {(r["tenant"], r["table"], r["mode"]) for r in report["results"]}
+    assert seen == {(size, 460, mode) for size in (300, 40, 120) for mode in ("semantic", "hybrid")}
     for result in report["results"]:
         assert result["rule_takes"] == "exact"  # the smoke tenants are all under 2,000
         for way in ("rule", "exact", "index"):
             assert result[way]["p50"] > 0
+        # Taking the exact scan, the rule returns exactly its results.
+        assert result["overlap@10"]["rule"] == 1.0
+        assert 0 <= result["overlap@10"]["index"] <= 1
     assert "rule takes" in stdout
+
+
+def test_cutoff_smoke_with_no_big_tenant_gives_each_tenant_its_own_table(tmp_path: Path) -> None:
+    report, _ = run("cutoff", "--big", "0", tmp_path=tmp_path)
+
+    assert set(report["cut_off"]) == {"40", "120"}
+    seen = {(r["tenant"], r["table"], r["mode"]) for r in report["results"]}
+    assert seen == {(size, size, mode) for size in (40, 120) for mode in ("semantic", "hybrid")}

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -309,6 +310,18 @@ def transaction_settings(
     read from its search statistics in the transaction's first round trip. An
     agent's transaction may not read those statistics (they describe every
     agent's memories) and searches at the base breadth.
+
+    An unfiltered search of a namespace above the exact-scan cut-off also
+    turns sorting off, so that the statement's index branch reads the HNSW
+    index. Left to itself, the planner ranks a namespace of a few thousand
+    memories that is most of its table (one user's own server) by reading
+    and sorting all of them: 3,000 alone took 17.7 ms in semantic mode and
+    25.4 ms in hybrid mode that way, 9.6 and 19.1 ms through the index
+    (BENCHMARKS.md, "The index branch reads the index"). The cut-off has
+    already judged the index the faster way; this lets the plan follow it.
+    The exact branch orders by a function the index cannot serve, so it
+    sorts either way; filtered and agents' searches are left to the planner,
+    which weighs their filters' indexes as well.
     """
     if agent:
         return dict(SEARCH_SETTINGS)
@@ -319,7 +332,23 @@ def transaction_settings(
         " FROM search_namespaces WHERE user_id = recall_current_user_id() AND namespace = %s",
         [base, EF_MAX, base, EF_KNEE, EF_EXPONENT, search.filters.namespace],
     )
-    return {**SEARCH_SETTINGS, "hnsw.ef_search": breadth}
+    opening: dict[str, str | tenancy.Computed] = {**SEARCH_SETTINGS, "hnsw.ef_search": breadth}
+    if search.mode != "lexical" and not search.filters.narrowing:
+        neighbours = POOL if search.mode == "hybrid" else search.limit
+        cutoff, params = _positional(CUTOFF, cutoff_params(search.embedder.model_id, neighbours))
+        # The same test as _nearest's "small" CTE, on the same statistics.
+        opening["enable_sort"] = tenancy.Computed(
+            f"SELECT CASE WHEN coalesce(max(documents), 0) <= ({cutoff}) THEN 'on' ELSE 'off' END"  # noqa: S608
+            " FROM search_namespaces WHERE user_id = recall_current_user_id() AND namespace = %s",
+            [*params, search.filters.namespace],
+        )
+    return opening
+
+
+def _positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
+    """Rewrite ``%(name)s`` placeholders as ``%s``, with the values in their order."""
+    names = re.findall(r"%\((\w+)\)s", sql)
+    return re.sub(r"%\((\w+)\)s", "%s", sql), [params[name] for name in names]
 
 
 def statement(
@@ -359,7 +388,9 @@ def _nearest(
       partial index. Iterative index scans (set on every connection, see
       settings) keep the scan going past rows the namespace, metadata, date,
       priority, source or tenant filters reject, so a selective filter still
-      fills the pool.
+      fills the pool. For an unfiltered search the transaction opens with
+      sorting off (``transaction_settings``), so the planner cannot rank a
+      namespace that is most of its table by reading and sorting it instead.
 
     The size: on the user-wide path without source filters, the namespace's
     document count, one row of search_namespaces kept by trigger. Acting as

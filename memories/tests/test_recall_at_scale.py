@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import uuid
+from typing import Any
 
 import numpy as np
 import pytest
@@ -176,11 +177,12 @@ def explain(user: User, analyze: bool = False, mode: str = "semantic", **kwargs)
         metadata_filter=kwargs.get("metadata_filter") or None,
         sources=kwargs.get("sources"),
     )
-    sql, params = search.statement(user.id, prepared, agent=kwargs.get("agent_id") is not None)
+    agent = kwargs.get("agent_id") is not None
+    sql, params = search.statement(user.id, prepared, agent=agent)
+    # The settings the product opens a search's transaction with, unless told.
+    opening = kwargs.get("opening") or search.transaction_settings(prepared, agent=agent)
     with (
-        tenancy.tenant(
-            user.id, agent_id=kwargs.get("agent_id"), local_settings=search.SEARCH_SETTINGS
-        ),
+        tenancy.tenant(user.id, agent_id=kwargs.get("agent_id"), local_settings=opening),
         connection.cursor() as cursor,
     ):
         cursor.execute(("EXPLAIN (ANALYZE, COSTS OFF) " if analyze else "EXPLAIN ") + sql, params)
@@ -247,6 +249,48 @@ def test_the_exact_scan_cut_off_is_a_setting(db, table, settings):
     settings.RECALL_EXACT_SEARCH_MAX = 0
     settings.RECALL_EXACT_SEARCH_RATIO = 0
     assert branch_ran(explain(small, analyze=True), exact=False)
+
+
+def sort_setting(user: User, **arguments: Any) -> str:
+    """The enable_sort a search's transaction opens with, as the database reports it."""
+    prepared = search.prepare(query="web frameworks", threshold=0, **arguments)
+    opening = search.transaction_settings(prepared)
+    with tenancy.tenant(user.id, local_settings=opening), connection.cursor() as cursor:
+        cursor.execute("SHOW enable_sort")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_the_index_branch_reads_the_index_where_the_planner_would_sort(db, table, settings, mode):
+    _, small, _ = table
+    # The cut-off sends the small tenant to the index branch, and its 101
+    # rows are cheap to sort: left to itself, the planner reads and sorts them.
+    settings.RECALL_EXACT_SEARCH_MAX = 0
+    settings.RECALL_EXACT_SEARCH_RATIO = 0
+    planner = explain(small, analyze=True, mode=mode, opening=search.SEARCH_SETTINGS)
+    assert branch_ran(planner, exact=False), planner
+    assert "Index Scan using memories_hnsw_" not in planner, planner
+
+    plan = explain(small, analyze=True, mode=mode)
+    assert branch_ran(plan, exact=False) and not branch_ran(plan, exact=True), plan
+    assert "Index Scan using memories_hnsw_" in plan, plan
+    found = services.recall(user_id=small.id, query="web frameworks", threshold=0, mode=mode)
+    assert len(found) == 10
+
+
+@pytest.mark.slow
+def test_sorting_stays_on_where_the_exact_scan_or_a_filter_decides(db, table, settings):
+    big, small, _ = table
+    assert sort_setting(big) == "off"  # above the cut-off: the index branch
+    assert sort_setting(big, mode="hybrid") == "off"
+    assert sort_setting(small) == "on"  # at most the cut-off: the exact scan sorts anyway
+    # Filters have indexes of their own to weigh; lexical search has no vector side.
+    assert sort_setting(big, metadata_filter={"flag": "rare"}) == "on"
+    assert sort_setting(big, sources={"path": RARE_PATH}) == "on"
+    assert sort_setting(big, mode="lexical") == "on"
+    settings.RECALL_EXACT_SEARCH_MAX = BIG + SCOUT
+    assert sort_setting(big) == "on"  # the cut-off decides, as in the statement
 
 
 def index_rows() -> float:
