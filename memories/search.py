@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -311,17 +310,19 @@ def transaction_settings(
     agent's transaction may not read those statistics (they describe every
     agent's memories) and searches at the base breadth.
 
-    An unfiltered search of a namespace above the exact-scan cut-off also
-    turns sorting off, so that the statement's index branch reads the HNSW
-    index. Left to itself, the planner ranks a namespace of a few thousand
-    memories that is most of its table (one user's own server) by reading
-    and sorting all of them: 3,000 alone took 17.7 ms in semantic mode and
-    25.4 ms in hybrid mode that way, 9.6 and 19.1 ms through the index
-    (BENCHMARKS.md, "The index branch reads the index"). The cut-off has
-    already judged the index the faster way; this lets the plan follow it.
-    The exact branch orders by a function the index cannot serve, so it
-    sorts either way; filtered and agents' searches are left to the planner,
-    which weighs their filters' indexes as well.
+    An unfiltered search also turns sorting off, so that the statement's
+    index branch reads the HNSW index. Left to itself, the planner ranks a
+    namespace of a few thousand memories that is most of its table (one
+    user's own server) by reading and sorting all of them: 3,000 alone took
+    17.8 ms in semantic mode and 26.1 ms in hybrid mode that way, 10.6 and
+    21.2 ms through the index (BENCHMARKS.md, "The index branch reads the
+    index"). The cut-off has already judged the index the faster way; this
+    lets the plan follow it. The exact branch orders by a function no index
+    serves, so it sorts either way, and the top-level ordering has no other
+    way either. A constant, not worked out from the cut-off in the opening
+    round trip: that evaluation alone cost 0.3-1 ms a search. Filtered
+    searches are left to the planner, which weighs their filters' indexes
+    too; lexical ones have no vector side.
     """
     if agent:
         return dict(SEARCH_SETTINGS)
@@ -334,21 +335,8 @@ def transaction_settings(
     )
     opening: dict[str, str | tenancy.Computed] = {**SEARCH_SETTINGS, "hnsw.ef_search": breadth}
     if search.mode != "lexical" and not search.filters.narrowing:
-        neighbours = POOL if search.mode == "hybrid" else search.limit
-        cutoff, params = _positional(CUTOFF, cutoff_params(search.embedder.model_id, neighbours))
-        # The same test as _nearest's "small" CTE, on the same statistics.
-        opening["enable_sort"] = tenancy.Computed(
-            f"SELECT CASE WHEN coalesce(max(documents), 0) <= ({cutoff}) THEN 'on' ELSE 'off' END"  # noqa: S608
-            " FROM search_namespaces WHERE user_id = recall_current_user_id() AND namespace = %s",
-            [*params, search.filters.namespace],
-        )
+        opening["enable_sort"] = "off"
     return opening
-
-
-def _positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
-    """Rewrite ``%(name)s`` placeholders as ``%s``, with the values in their order."""
-    names = re.findall(r"%\((\w+)\)s", sql)
-    return re.sub(r"%\((\w+)\)s", "%s", sql), [params[name] for name in names]
 
 
 def statement(

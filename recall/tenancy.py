@@ -102,7 +102,7 @@ def tenant(
             [uid, aid, task_id or "", *_actor()],
         ),
     ]
-    extra = [_setting(name, value) for name, value in (local_settings or {}).items()]
+    extra = [_settings(local_settings)] if local_settings else []
     label = (
         f"tenant:{uid}" + (f"/agent:{aid}" if aid else "") + (f"/task:{task_id}" if task_id else "")
     )
@@ -122,10 +122,21 @@ class Computed:
     params: list[Any]
 
 
-def _setting(name: str, value: str | Computed) -> tuple[str, list[Any]]:
-    if isinstance(value, Computed):
-        return f"SELECT set_config(%s, ({value.sql})::text, true)", [name, *value.params]
-    return "SELECT set_config(%s, %s, true)", [name, value]
+def _settings(values: Mapping[str, str | Computed]) -> tuple[str, list[Any]]:
+    """One statement that sets every local setting: each statement costs a parse and a plan.
+
+    It is planned before any of its settings takes effect, so a ``Computed``
+    one cannot depend on another set here.
+    """
+    calls, params = [], []
+    for name, value in values.items():
+        if isinstance(value, Computed):
+            calls.append(f"set_config(%s, ({value.sql})::text, true)")
+            params += [name, *value.params]
+        else:
+            calls.append("set_config(%s, %s, true)")
+            params += [name, value]
+    return "SELECT " + ", ".join(calls), params
 
 
 @contextmanager
@@ -163,10 +174,9 @@ def _switch(
 ) -> Iterator[None]:
     active = _active.get()
     if active == label:  # re-entering the same identity changes nothing but settings
-        if extra_names:
+        if extra_names:  # the settings are the last statement
             with connections[using].cursor() as cursor:
-                for sql, params in statements[-len(extra_names) :]:
-                    cursor.execute(sql, params)
+                cursor.execute(*statements[-1])
         yield
         return
     if active is not None:

@@ -280,17 +280,15 @@ def test_the_index_branch_reads_the_index_where_the_planner_would_sort(db, table
 
 
 @pytest.mark.slow
-def test_sorting_stays_on_where_the_exact_scan_or_a_filter_decides(db, table, settings):
+def test_sorting_is_off_for_unfiltered_searches_only(db, table):
     big, small, _ = table
-    assert sort_setting(big) == "off"  # above the cut-off: the index branch
-    assert sort_setting(big, mode="hybrid") == "off"
-    assert sort_setting(small) == "on"  # at most the cut-off: the exact scan sorts anyway
+    for user in (big, small):  # the exact branch sorts whatever the setting
+        assert sort_setting(user) == "off"
+        assert sort_setting(user, mode="hybrid") == "off"
     # Filters have indexes of their own to weigh; lexical search has no vector side.
     assert sort_setting(big, metadata_filter={"flag": "rare"}) == "on"
     assert sort_setting(big, sources={"path": RARE_PATH}) == "on"
     assert sort_setting(big, mode="lexical") == "on"
-    settings.RECALL_EXACT_SEARCH_MAX = BIG + SCOUT
-    assert sort_setting(big) == "on"  # the cut-off decides, as in the statement
 
 
 def index_rows() -> float:
