@@ -314,8 +314,8 @@ def transaction_settings(
     index branch reads the HNSW index. Left to itself, the planner ranks a
     namespace of a few thousand memories that is most of its table (one
     user's own server) by reading and sorting all of them: 3,000 alone took
-    17.8 ms in semantic mode and 26.1 ms in hybrid mode that way, 10.6 and
-    21.2 ms through the index (BENCHMARKS.md, "The index branch reads the
+    17.2 ms in semantic mode and 25.1 ms in hybrid mode that way, 9.5 and
+    19.6 ms through the index (BENCHMARKS.md, "The index branch reads the
     index"). The cut-off has already judged the index the faster way; this
     lets the plan follow it. The exact branch orders by a function no index
     serves, so it sorts either way, and the top-level ordering has no other
