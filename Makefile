@@ -24,12 +24,15 @@ doctor: install
 test: install
 	$(BIN)/pytest
 
-# mypy's Django plugin imports recall.settings; given the two secrets, it
-# writes nothing into the data directory.
+# mypy's Django plugin imports recall.settings and runs django.setup(). Given
+# the two secrets it writes nothing into the data directory, and given a
+# DATABASE_URL (never connected to) settings pick the stock PostgreSQL backend:
+# the embedded one starts its server as soon as setup builds a connection
+# wrapper, and lint left one running on ~/.local/share/recall.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	SECRET_KEY=mypy API_KEY_SECRET=mypy $(BIN)/mypy
+	DATABASE_URL=postgres://mypy@127.0.0.1:9/mypy SECRET_KEY=mypy API_KEY_SECRET=mypy $(BIN)/mypy
 
 format: install
 	$(BIN)/ruff format .
