@@ -19,20 +19,24 @@ from bench import http as bench_http
 BENCH = Path(__file__).resolve().parent
 
 
-def test_the_smoke_run_finishes_with_no_errors_and_reports_every_level(tmp_path):
+def smoke_run(tmp_path: Path, *args: str) -> dict:
+    """Run ``bench/http.py --smoke`` with ``args`` on its own data directory; return its report."""
     out = tmp_path / "http.json"
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RECALL_DATA_DIR")}
     done = subprocess.run(
-        [sys.executable, str(BENCH / "http.py"), "--smoke", "--json", str(out)],
+        [sys.executable, str(BENCH / "http.py"), "--smoke", *args, "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
         env=env,
         cwd=tmp_path,
     )
-
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_the_smoke_run_finishes_with_no_errors_and_reports_every_level(tmp_path):
+    report = smoke_run(tmp_path)
     assert {
         "machine",
         "config",
@@ -92,19 +96,7 @@ def test_profile_samples_are_attributed_to_layers():
 
 
 def test_the_openai_stub_run_embeds_through_the_stub_and_not_the_model(tmp_path):
-    out = tmp_path / "http.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RECALL_DATA_DIR")}
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "http.py"), "--smoke", "--openai-stub", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=tmp_path,
-    )
-
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads(out.read_text())
+    report = smoke_run(tmp_path, "--openai-stub")
     assert report["errors_total"] == 0
     assert report["config"]["embedder"] == "OpenAI-compatible stub"
     # Without the stub in use, nothing would have asked it for a vector.
