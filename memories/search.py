@@ -427,25 +427,26 @@ def _nearest(
             FROM search_namespaces
             WHERE user_id = %(user)s AND namespace = %(namespace)s"""
     filtered = search.filters.narrowing
-    # A filtered search of a big namespace first asks which memories its
-    # filters match, through their indexes (recall_filtered_ids, migration
-    # 0010), up to RECALL_EXACT_SEARCH_MAX; if they are that few, it ranks
-    # them exactly, else it scans the HNSW index with the filters applied
-    # along the way. Not the namespace's cut-off: matches are read one by one
-    # by primary key, several times the cost per row of a namespace's scan
-    # (5,000 matches of 100k: 90 ms exactly, 38 ms through the index).
+    # A filtered search of a big namespace first asks for the nearest of the
+    # memories its filters match, found through the filters' indexes and
+    # measured in the same pass (recall_filtered_nearest, migration 0012), if
+    # they number at most RECALL_EXACT_SEARCH_MAX; then it reads those few
+    # rows by primary key, else it scans the HNSW index with the filters
+    # applied along the way. Not the namespace's cut-off: matches are read one
+    # by one, several times the cost per row of a namespace's scan (5,000
+    # matches of 100k: 90 ms exactly, 38 ms through the index).
     narrow = (
         """,
         matching AS MATERIALIZED (
-            SELECT ARRAY(SELECT recall_filtered_ids(
+            SELECT recall_filtered_nearest(
                 %(namespace)s, %(model)s, %(created_after)s, %(created_before)s,
-                %(metadata)s::jsonb, %(priorities)s, %(sources)s::jsonb, %(exact_count)s
-            )) AS ids
+                %(metadata)s::jsonb, %(priorities)s, %(sources)s::jsonb, %(exact_max)s,
+                (SELECT vector FROM query)::vector, %(nearest)s
+            ) AS ids
             WHERE NOT (SELECT yes FROM small)
         ),
         narrow AS MATERIALIZED (
-            SELECT coalesce((SELECT cardinality(ids) <= %(exact_max)s FROM matching), false)
-                AS yes
+            SELECT coalesce((SELECT ids IS NOT NULL FROM matching), false) AS yes
         )"""
         if filtered
         else ""
@@ -454,7 +455,7 @@ def _nearest(
         f"""
             UNION ALL
             (
-                -- Each match by its primary key, whatever the table's statistics.
+                -- The nearest matches by primary key, whatever the table's statistics.
                 SELECT found.*
                 FROM unnest((SELECT ids FROM matching)::uuid[]) AS match(id)
                 CROSS JOIN LATERAL (
@@ -462,7 +463,7 @@ def _nearest(
                            cosine_distance(embedding::{cast}, (SELECT vector FROM query))
                                AS distance
                     FROM memories
-                    -- recall_filtered_ids applied every filter; the caller's
+                    -- recall_filtered_nearest applied every filter; the caller's
                     -- own policy applies here again, whatever it returned.
                     WHERE memories.id = match.id AND user_id = %(user)s
                     LIMIT 1  -- one row per id; it also stops the planner flattening this
@@ -504,7 +505,6 @@ def _nearest(
     params.update(
         vector=vector_literal(search.vector),
         model=search.embedder.model_id,
-        exact_count=settings.RECALL_EXACT_SEARCH_MAX + 1,
         nearest=count,
         **cutoff_params(search.embedder.model_id, count),
     )

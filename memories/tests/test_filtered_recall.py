@@ -6,9 +6,9 @@ index, without loading thousands of rows (whose statistics would steer other
 modules' plans). 4% of the memories carry ``{"team": "blue"}``, 30%
 ``{"kind": "note"}`` and 80% ``{"bulk": true}``; creation times are an hour
 apart. A filter that matches at most the cut-off is found through its indexes
-(``recall_filtered_ids``, migration 0010, under forced row-level security)
-and ranked exactly; these tests compare it with an exact scan of the matching
-rows. A broader filter is searched the way unfiltered recall is, and still
+and ranked exactly, in one pass (``recall_filtered_nearest``, migration 0012,
+under forced row-level security); these tests compare it with an exact scan
+of the matching rows. A broader filter is searched the way unfiltered recall is, and still
 fills the limit. Charlie, another tenant, has memories with the same metadata
 and vectors; they never appear.
 """
@@ -105,19 +105,24 @@ def cut_off(settings):
     settings.RECALL_EXACT_SEARCH_RATIO = 0  # not more in a big test database
 
 
-def exact_top(user: User, query: str, where: str, params: list[Any], k: int = 10) -> list[str]:
-    """The true k nearest of the user's memories that satisfy ``where`` (an exact scan)."""
+def exact_top(
+    user: User, query: str, where: str, params: list[Any], k: int = 10, *, floor: bool = True
+) -> list[str]:
+    """The true k nearest of the user's memories that satisfy ``where`` (an exact scan).
+
+    With ``floor``, only those within recall's own floor: threshold 0, a
+    cosine similarity of 0 or more.
+    """
     vector = Vector(embeddings.get_embedder().embed_one(query)).to_text()
     with tenancy.operator(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_indexscan = off")
         cursor.execute("SET LOCAL enable_bitmapscan = off")
         cursor.execute(
             # S608: ``where`` is this test's own SQL; values are parameters.
-            # Within recall's own floor: threshold 0, a cosine similarity of 0 or more.
-            "SELECT id FROM memories WHERE user_id = %s AND embedding <=> %s::vector <= 1 AND "  # noqa: S608
+            "SELECT id FROM memories WHERE user_id = %s AND embedding <=> %s::vector <= %s AND "  # noqa: S608
             + where
             + " ORDER BY embedding <=> %s::vector, id LIMIT %s",
-            [str(user.id), vector, *params, vector, k],
+            [str(user.id), vector, 1 if floor else 2, *params, vector, k],
         )
         return [str(row[0]) for row in cursor.fetchall()]
 
@@ -205,14 +210,104 @@ def analysed(user: User, metadata: dict[str, object]) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
-def test_a_narrow_filter_is_ranked_from_its_matches_alone(db, tenants):
+def test_a_narrow_filter_reads_only_its_nearest_matches_again(db, tenants):
     alice, *_ = tenants
     plan = analysed(alice, {"team": "blue"})
 
-    # Its 14 matches (12, and 2 of the scout's) are fetched by primary key and ranked:
-    # nothing else is read.
+    # Its 14 matches (12, and 2 of the scout's) are found and measured in one
+    # pass; only the 10 nearest are read again, by primary key, and nothing else.
     narrow = next(line for line in plan.splitlines() if "memories_pkey" in line)
-    assert "never executed" not in narrow and "loops=14" in narrow, plan
+    assert "never executed" not in narrow and "loops=10" in narrow, plan
+    index = next(line for line in plan.splitlines() if "memories memories_2" in line)
+    assert "never executed" in index, plan
+
+
+def filtered_nearest(user: User, query: str, metadata: str, most: int, k: int) -> Any:
+    """Call the function as the tenant's own role, as the recall statement does."""
+    vector = Vector(embeddings.get_embedder().embed_one(query)).to_text()
+    model = embeddings.get_embedder().model_id
+    with tenancy.tenant(user.id), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT recall_filtered_nearest('default', %s, NULL, NULL, %s::jsonb, NULL, NULL,"
+            " %s, %s::vector, %s)",
+            [model, metadata, most, vector, k],
+        )
+        found = cursor.fetchone()[0]
+    return None if found is None else [str(memory_id) for memory_id in found]
+
+
+@pytest.mark.parametrize("query", QUERIES[:2])
+def test_the_function_returns_the_callers_nearest_matches_nearest_first(db, tenants, query):
+    alice, charlie, *_ = tenants
+    for user in (alice, charlie):
+        where = "metadata @> %s::jsonb"
+        expected = exact_top(user, query, where, ['{"kind": "note"}'], k=5, floor=False)
+
+        assert filtered_nearest(user, query, '{"kind": "note"}', CUT_OFF, 5) == expected
+
+
+def test_the_function_answers_null_when_more_match_than_it_may_rank(db, tenants):
+    alice, *_ = tenants
+    # {"bulk": true}: 240 of alice's 300, and 24 of the scout's 30.
+    assert filtered_nearest(alice, QUERIES[0], '{"bulk": true}', 263, 10) is None
+    found = filtered_nearest(alice, QUERIES[0], '{"bulk": true}', 264, 10)
+    where = "metadata @> %s::jsonb"
+    assert found == exact_top(alice, QUERIES[0], where, ['{"bulk": true}'], floor=False)
+    assert filtered_nearest(alice, QUERIES[0], '{"nothing": "matches"}', 10, 10) == []
+
+
+def test_only_the_tenant_roles_may_call_the_filtered_function(db):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT has_function_privilege(r, 'recall_filtered_nearest(text, text, timestamptz,"
+            " timestamptz, jsonb, text[], jsonb, integer, vector, integer)', 'EXECUTE')"
+            " FROM unnest(ARRAY['recall_app', 'recall_agent', 'recall_operator', 'public']) r"
+        )
+        assert [row[0] for row in cursor.fetchall()] == [True, True, False, False]
+        cursor.execute(
+            "SELECT p.prosecdef, pg_get_userbyid(p.proowner), p.proconfig"
+            " FROM pg_proc p WHERE p.proname = 'recall_filtered_nearest'"
+        )
+        definer, owner, config = cursor.fetchone()
+        cursor.execute("SELECT count(*) FROM pg_proc WHERE proname = 'recall_filtered_ids'")
+        assert cursor.fetchone()[0] == 0  # replaced, not left callable beside it
+    assert definer and owner == "recall_search"
+    assert "search_path=pg_catalog, public" in config
+
+
+def test_a_long_memory_keeps_its_vector_in_its_row(db):
+    # Content the compressor cannot shrink, long enough that the row outgrows
+    # 2 KB: it is the content that leaves the row, not the vector every exact
+    # ranking reads.
+    user = User.objects.create_user("filtered-long@example.com")
+    content = "".join(
+        np.random.default_rng(5).choice(list("abcdefghijklmnopqrstuvwxyz0123456789"), 900)
+    )
+    vector = Vector(embeddings.get_embedder().embed_one(content)).to_text()
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO memories (id, user_id, namespace, content, content_hash, embedding,"
+            " embedding_model, metadata) VALUES (gen_random_uuid(), %s, 'default', %s, %s,"
+            " %s::vector, %s, '{}')"
+            " RETURNING id",
+            [
+                str(user.id),
+                content,
+                hashlib.sha256(content.encode()).hexdigest(),
+                vector,
+                embeddings.get_embedder().model_id,
+            ],
+        )
+        # As stored: RETURNING shows the row before it was toasted.
+        cursor.execute(
+            "SELECT pg_column_toast_chunk_id(embedding), pg_column_toast_chunk_id(content)"
+            " FROM memories WHERE id = %s",
+            [cursor.fetchone()[0]],
+        )
+        vector_chunk, content_chunk = cursor.fetchone()
+
+    assert vector_chunk is None
+    assert content_chunk is not None
 
 
 def test_another_tenants_matching_memories_never_appear(db, tenants):
