@@ -30,7 +30,34 @@ DECLARE
     clauses text := 'm.user_id = recall_current_user_id() AND m.namespace = $1'
                     ' AND m.embedding_model = $2 AND VISIBLE_M';
 BEGIN
-    IF p_created_after IS NOT NULL THEN
+CLAUSES
+    RETURN QUERY EXECUTE 'SELECT m.id FROM memories m WHERE ' || clauses || ' LIMIT $8'
+        USING p_namespace, p_model, p_created_after, p_created_before, p_metadata,
+              p_priorities, p_sources, p_limit;
+END
+$$;
+HAND_OVER
+"""
+
+SIGNATURE = "text, text, timestamptz, timestamptz, jsonb, text[], jsonb, integer"
+
+
+def hand_over(function: str) -> str:
+    """Let only the tenant roles call ``function`` and give it to recall_search."""
+    return f"""REVOKE ALL ON FUNCTION {function} FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION {function} TO recall_app, recall_agent;
+-- The hand-over, as for recall_lexical_matches (0006).
+GRANT recall_search TO CURRENT_USER;
+GRANT CREATE ON SCHEMA public TO recall_search;
+ALTER FUNCTION {function} OWNER TO recall_search;
+REVOKE CREATE ON SCHEMA public FROM recall_search;
+REVOKE recall_search FROM CURRENT_USER;
+"""
+
+
+# The filters' conditions, added to `clauses` for those given; parameters $3
+# to $7 are the filters in the signature's order (also 0012's).
+CLAUSES = """    IF p_created_after IS NOT NULL THEN
         clauses := clauses || ' AND m.created_at >= $3';
     END IF;
     IF p_created_before IS NOT NULL THEN
@@ -45,28 +72,15 @@ BEGIN
     IF p_sources IS NOT NULL THEN
         clauses := clauses || ' AND SOURCES_M';
     END IF;
-    RETURN QUERY EXECUTE 'SELECT m.id FROM memories m WHERE ' || clauses || ' LIMIT $8'
-        USING p_namespace, p_model, p_created_after, p_created_before, p_metadata,
-              p_priorities, p_sources, p_limit;
-END
-$$;
-REVOKE ALL ON FUNCTION recall_filtered_ids(SIGNATURE) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION recall_filtered_ids(SIGNATURE) TO recall_app, recall_agent;
--- The hand-over, as for recall_lexical_matches (0006).
-GRANT recall_search TO CURRENT_USER;
-GRANT CREATE ON SCHEMA public TO recall_search;
-ALTER FUNCTION recall_filtered_ids(SIGNATURE) OWNER TO recall_search;
-REVOKE CREATE ON SCHEMA public FROM recall_search;
-REVOKE recall_search FROM CURRENT_USER;
 """
-
-SIGNATURE = "text, text, timestamptz, timestamptz, jsonb, text[], jsonb, integer"
 SOURCES = " AND ".join(
     f"(p_sources->>''{column}'' IS NULL OR m.{column} = p_sources->>''{column}'')"
     for column in ("source_kind", "author", "path", "thread_id", "task_id")
 ).replace("p_sources", "$7")
 FILTERED = (
-    FILTERED.replace("VISIBLE_M", _index.visible("m").replace("'", "''"))
+    FILTERED.replace("CLAUSES\n", CLAUSES)
+    .replace("HAND_OVER\n", hand_over("recall_filtered_ids(SIGNATURE)"))
+    .replace("VISIBLE_M", _index.visible("m").replace("'", "''"))
     .replace("SOURCES_M", SOURCES)
     .replace("SIGNATURE", SIGNATURE)
 )

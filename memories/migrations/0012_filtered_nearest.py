@@ -45,21 +45,7 @@ DECLARE
     matched integer;
     nearest uuid[];
 BEGIN
-    IF p_created_after IS NOT NULL THEN
-        clauses := clauses || ' AND m.created_at >= $3';
-    END IF;
-    IF p_created_before IS NOT NULL THEN
-        clauses := clauses || ' AND m.created_at < $4';
-    END IF;
-    IF p_metadata IS NOT NULL THEN
-        clauses := clauses || ' AND m.metadata @> $5';
-    END IF;
-    IF p_priorities IS NOT NULL THEN
-        clauses := clauses || ' AND m.priority = ANY($6)';
-    END IF;
-    IF p_sources IS NOT NULL THEN
-        clauses := clauses || ' AND SOURCES_M';
-    END IF;
+CLAUSES
     EXECUTE 'SELECT count(*)::int, (array_agg(id ORDER BY distance, id))[1:$10]'
             ' FROM (SELECT m.id, m.embedding <=> $9 AS distance FROM memories m WHERE '
             || clauses || ' LIMIT $8 + 1) AS found'
@@ -72,20 +58,15 @@ BEGIN
     RETURN coalesce(nearest, '{}');
 END
 $$;
-REVOKE ALL ON FUNCTION recall_filtered_nearest(SIGNATURE) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION recall_filtered_nearest(SIGNATURE) TO recall_app, recall_agent;
--- The hand-over, as for recall_lexical_matches (0006).
-GRANT recall_search TO CURRENT_USER;
-GRANT CREATE ON SCHEMA public TO recall_search;
-ALTER FUNCTION recall_filtered_nearest(SIGNATURE) OWNER TO recall_search;
-REVOKE CREATE ON SCHEMA public FROM recall_search;
-REVOKE recall_search FROM CURRENT_USER;
+HAND_OVER
 DROP FUNCTION recall_filtered_ids(OLD_SIGNATURE);
 """
 
 SIGNATURE = "text, text, timestamptz, timestamptz, jsonb, text[], jsonb, integer, vector, integer"
 NEAREST = (
-    NEAREST.replace("VISIBLE_M", _filtered._index.visible("m").replace("'", "''"))
+    NEAREST.replace("CLAUSES\n", _filtered.CLAUSES)
+    .replace("HAND_OVER\n", _filtered.hand_over("recall_filtered_nearest(SIGNATURE)"))
+    .replace("VISIBLE_M", _filtered._index.visible("m").replace("'", "''"))
     .replace("SOURCES_M", _filtered.SOURCES)
     .replace("OLD_SIGNATURE", _filtered.SIGNATURE)
     .replace("SIGNATURE", SIGNATURE)
