@@ -1190,7 +1190,7 @@ def scan_kind(plan: list[str]) -> str:
     """Name the scan that ran, from an analysed plan (branches not taken say "never executed")."""
     text = "\n".join(line for line in plan if "never executed" not in line)
     if "memories_pkey" in text:
-        # The filter's matches, fetched by id (recall_filtered_ids) and ranked exactly.
+        # The filter's nearest matches (recall_filtered_nearest), read again by id.
         return "matches+sort"
     if "memories_hnsw_" in text:
         return "hnsw"
