@@ -157,13 +157,12 @@ class Filters:
     @property
     def narrowing(self) -> bool:
         """Whether anything besides the namespace limits which memories are ranked."""
-        return bool(
-            self.metadata
-            or self.created_after
-            or self.created_before
-            or self.priorities
-            or self.sources
-        )
+        return bool(self.metadata or self.others)
+
+    @property
+    def others(self) -> bool:
+        """Whether anything besides the namespace and the metadata limits them."""
+        return bool(self.created_after or self.created_before or self.priorities or self.sources)
 
     def clauses(self) -> tuple[list[str], dict[str, Any]]:
         """Return SQL conditions on ``memories`` (besides the user) and their parameters.
@@ -432,22 +431,45 @@ def _nearest(
     # measured in the same pass (recall_filtered_nearest, migration 0012), if
     # they number at most RECALL_EXACT_SEARCH_MAX; then it reads those few
     # rows by primary key, else it scans the HNSW index with the filters
-    # applied along the way. Not the namespace's cut-off: matches are read one
-    # by one, several times the cost per row of a namespace's scan (5,000
-    # matches of 100k: 90 ms exactly, 38 ms through the index).
-    narrow = (
+    # applied along the way. Not the namespace's cut-off: a filter's matches
+    # are scattered, one heap page each. At 100k memories a 1% filter's 969
+    # matches took 3.7 ms to find and measure; at 1M, where most pages are
+    # not in shared buffers, reading 2,001 of them cost 13-28 ms
+    # (BENCHMARKS.md, "A million memories, quiet").
+    #
+    # That attempt is wasted when more match: the function reads the limit
+    # and one more only to answer NULL. On the user-wide path a filter of
+    # one metadata key and nothing else has a lower bound on its matches,
+    # the pair's count in search_metadata (migration 0013): the namespace's
+    # memories of this model without an expiry whose value is exactly this
+    # one. Above the limit, the function would answer NULL for certain, and
+    # the search goes straight to the index.
+    counted = not agent and len(search.filters.metadata) == 1 and not search.filters.others
+    broad = (
         """,
+        broad AS MATERIALIZED (
+            SELECT coalesce(max(memories), 0) > %(exact_max)s AS yes
+            FROM search_metadata
+            WHERE user_id = %(user)s AND namespace = %(namespace)s
+              AND embedding_model = %(model)s AND pair = %(metadata)s::jsonb::text
+        )"""
+        if filtered and counted
+        else ""
+    )
+    skip = " AND NOT (SELECT yes FROM broad)" if broad else ""
+    narrow = (
+        f"""{broad},
         matching AS MATERIALIZED (
             SELECT recall_filtered_nearest(
                 %(namespace)s, %(model)s, %(created_after)s, %(created_before)s,
                 %(metadata)s::jsonb, %(priorities)s, %(sources)s::jsonb, %(exact_max)s,
                 (SELECT vector FROM query)::vector, %(nearest)s
             ) AS ids
-            WHERE NOT (SELECT yes FROM small)
+            WHERE NOT (SELECT yes FROM small){skip}
         ),
         narrow AS MATERIALIZED (
             SELECT coalesce((SELECT ids IS NOT NULL FROM matching), false) AS yes
-        )"""
+        )"""  # noqa: S608 (constant CTEs; values are parameters)
         if filtered
         else ""
     )

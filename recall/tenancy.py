@@ -67,6 +67,7 @@ TENANT_TABLES = frozenset(
         "search_documents",
         "search_terms",
         "search_namespaces",
+        "search_metadata",
     }
 )
 

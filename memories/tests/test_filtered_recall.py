@@ -197,9 +197,9 @@ def test_a_filter_broader_than_the_cut_off_searches_the_index_and_fills_the_limi
     assert "never executed" in narrow, plan
 
 
-def analysed(user: User, metadata: dict[str, object]) -> str:
+def analysed(user: User, metadata: dict[str, object], **filters: Any) -> str:
     prepared = search.prepare(
-        query=QUERIES[0], threshold=0, mode="semantic", metadata_filter=metadata
+        query=QUERIES[0], threshold=0, mode="semantic", metadata_filter=metadata, **filters
     )
     sql, params = search.statement(user.id, prepared)
     with (
@@ -220,6 +220,30 @@ def test_a_narrow_filter_reads_only_its_nearest_matches_again(db, tenants):
     assert "never executed" not in narrow and "loops=10" in narrow, plan
     index = next(line for line in plan.splitlines() if "memories memories_2" in line)
     assert "never executed" in index, plan
+
+
+def attempted(plan: str) -> bool:
+    """Whether the statement called recall_filtered_nearest (its CTE returned a row)."""
+    lines = plan.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.strip() == "CTE matching")
+    result = lines[start + 1]
+    assert "Result" in result, plan
+    return "rows=1" in result
+
+
+def test_a_broad_filter_of_one_key_goes_straight_to_the_index(db, tenants):
+    alice, *_ = tenants
+    # search_metadata counts 264 of alice's memories with {"bulk": true}
+    # (240 and the scout's 24), more than the cut-off: the function would
+    # answer NULL, so it is not asked.
+    assert not attempted(analysed(alice, {"bulk": True}))
+    # 14 with {"team": "blue"}, 99 with {"kind": "note"}: asked, and answering.
+    assert attempted(analysed(alice, {"team": "blue"}))
+    assert attempted(analysed(alice, {"kind": "note"}))
+    # A count bounds only a filter of one key and nothing else.
+    assert attempted(analysed(alice, {"bulk": True, "kind": "note"}))
+    after = (NOW - timedelta(hours=20)).isoformat()
+    assert attempted(analysed(alice, {"bulk": True}, created_after=after))
 
 
 def filtered_nearest(user: User, query: str, metadata: str, most: int, k: int) -> Any:

@@ -122,6 +122,7 @@ DERIVED_TABLES = {
     "search_documents": "memories",
     "search_terms": "memories",
     "search_namespaces": "memories",
+    "search_metadata": "memories",
 }
 # search.py is the memories app's search service: recall, forget's preview and
 # every retrieval tool rank through it, in the tenant transaction services open.

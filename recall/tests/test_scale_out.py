@@ -40,6 +40,7 @@ TENANT_TABLES = {
     "search_documents",
     "search_terms",
     "search_namespaces",
+    "search_metadata",
 }
 # Replicated to every node: small, read on every request, written rarely.
 REFERENCE_TABLES = {"users", "api_keys", "agents"}
