@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection, connections
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from accounts.tiers import Tier
 from memories import services
@@ -219,3 +221,60 @@ def test_a_tenant_reads_only_its_own_counts_and_writes_none(cast, agents):
             connection.cursor() as cursor,
         ):
             cursor.execute(statement)
+
+
+def test_deleting_a_user_leaves_nothing_of_their_metadata(cast):
+    remember(cast.alice.id, "Alice's project is Apollo.", metadata={"project": "apollo"})
+    remember(cast.charlie.id, "Charlie's project is Hermes.", metadata={"project": "hermes"})
+
+    with tenancy.operator():
+        cast.alice.delete()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT user_id, pair FROM search_metadata")
+            rows = cursor.fetchall()
+    assert rows == [(cast.charlie.id, '{"project": "hermes"}')]
+
+
+values = st.one_of(
+    st.sampled_from(["apollo", "zeus", "", "Ünïcode"]),
+    st.integers(-2, 2),
+    st.booleans(),
+    st.none(),
+    st.lists(st.sampled_from(["a", "b"]), max_size=2),
+    # Around the length limit; validation refuses control characters.
+    st.text(st.characters(exclude_categories=("Cc", "Cs")), min_size=240, max_size=260),
+)
+metadatas = st.dictionaries(st.sampled_from(["project", "kind", "n", "tags"]), values, max_size=3)
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "change", "expire", "keep", "drop"]), metadatas, st.integers()
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=steps)
+def test_any_sequence_of_writes_keeps_the_counts_exact(cast, steps):
+    alice = cast.alice.id
+    ids: list[str] = []
+    for action, metadata, pick in steps:
+        if action == "add" or not ids:
+            ids.append(remember(alice, f"Fact {len(ids)} {pick}.", metadata=metadata))
+            continue
+        target = ids[pick % len(ids)]
+        if action == "change":
+            services.update_memory(user_id=alice, id=target, metadata=metadata)
+        elif action == "drop":
+            services.forget_by_id(user_id=alice, id=target)
+            ids.remove(target)
+        else:
+            expiry = None if action == "keep" else datetime.now(UTC) + timedelta(days=1)
+            with tenancy.operator(), connection.cursor() as cursor:
+                cursor.execute(
+                    "UPDATE memories SET expires_at = %s WHERE id = %s", [expiry, target]
+                )
+        assert_consistent(alice)
