@@ -96,14 +96,16 @@ LIFT = 0.5
 SEARCH_SETTINGS = {"enable_seqscan": "off"}
 
 # HNSW search breadth grows with the namespace: hnsw.ef_search is
-# HNSW_EF_SEARCH (100) up to EF_KNEE memories, then grows with the square root
-# of the size, HNSW_EF_SEARCH * (n / EF_KNEE) ** EF_EXPONENT, at most EF_MAX:
-# 316 at 1M. Fixed at 100, recall@10 was 0.90 at 1M memories in one
-# namespace; 300 gave 0.955 and 400 0.978, while 100k keeps 100 and its
-# latency (BENCHMARKS.md, "HNSW accuracy at scale", bench/scale.py
-# --ef-search-sweep).
+# HNSW_EF_SEARCH (100) up to EF_KNEE memories, then grows with the size,
+# HNSW_EF_SEARCH * (n / EF_KNEE) ** EF_EXPONENT, at most EF_MAX: 264 at 400k,
+# 502 at 1M. Fixed at 100, recall@10 was 0.87-0.90 at 1M memories in one
+# namespace. How much breadth 0.95 needs depends on the graph build: four
+# builds of the same 1M vectors gave 0.937-0.953 at 316 (the square root,
+# this rule's first exponent), one 0.952 at 400 and 0.962 at 500; 100k keeps
+# 100 and its latency (BENCHMARKS.md, "HNSW accuracy at scale" and "The
+# breadth at 1M, over four builds"; bench/scale.py --ef-search-sweep).
 EF_KNEE = 100_000
-EF_EXPONENT = 0.5
+EF_EXPONENT = 0.7
 EF_MAX = 1000
 
 
