@@ -132,6 +132,49 @@ END
 $$;
 """
 
+def follow_memories(prefix: str, tables: str) -> str:
+    """The triggers through which ``{prefix}_follow_memories()`` sees every write of
+    memories (statement-level, with the transition tables each event has), and a
+    ``{prefix}_truncate()`` that empties ``tables`` when memories is truncated."""
+    events = (
+        ("insert", "NEW TABLE AS new_memories"),
+        ("update", "OLD TABLE AS old_memories NEW TABLE AS new_memories"),
+        ("delete", "OLD TABLE AS old_memories"),
+    )
+    triggers = "".join(
+        f"CREATE TRIGGER {prefix}_{event} AFTER {event.upper()} ON memories\n"
+        f"    REFERENCING {transitions}\n"
+        f"    FOR EACH STATEMENT EXECUTE FUNCTION {prefix}_follow_memories();\n"
+        for event, transitions in events
+    )
+    return f"""{triggers}
+CREATE FUNCTION {prefix}_truncate() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, public
+    AS $$
+BEGIN
+    TRUNCATE {tables};
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER {prefix}_truncate AFTER TRUNCATE ON memories
+    FOR EACH STATEMENT EXECUTE FUNCTION {prefix}_truncate();
+"""
+
+
+def unfollow_memories(prefix: str) -> str:
+    """Drop what ``follow_memories(prefix, ...)`` created, and the follower itself."""
+    triggers = "".join(
+        f"DROP TRIGGER IF EXISTS {prefix}_{event} ON memories;\n"
+        for event in ("truncate", "delete", "update", "insert")
+    )
+    return (
+        f"{triggers}DROP FUNCTION IF EXISTS {prefix}_truncate();\n"
+        f"DROP FUNCTION IF EXISTS {prefix}_follow_memories();\n"
+    )
+
+
+
 # Guarantees: whoever writes `memories` (a tenant, an agent, the operator, a
 # bulk load) writes its search document in the same statement: inserted with
 # the memory, rewritten when its content, metadata, namespace or creation
@@ -183,37 +226,14 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER search_documents_insert AFTER INSERT ON memories
-    REFERENCING NEW TABLE AS new_memories
-    FOR EACH STATEMENT EXECUTE FUNCTION search_documents_follow_memories();
-CREATE TRIGGER search_documents_update AFTER UPDATE ON memories
-    REFERENCING OLD TABLE AS old_memories NEW TABLE AS new_memories
-    FOR EACH STATEMENT EXECUTE FUNCTION search_documents_follow_memories();
-CREATE TRIGGER search_documents_delete AFTER DELETE ON memories
-    REFERENCING OLD TABLE AS old_memories
-    FOR EACH STATEMENT EXECUTE FUNCTION search_documents_follow_memories();
-
-CREATE FUNCTION search_documents_truncate() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, public
-    AS $$
-BEGIN
-    TRUNCATE search_documents, search_terms, search_namespaces;
-    RETURN NULL;
-END
-$$;
-CREATE TRIGGER search_documents_truncate AFTER TRUNCATE ON memories
-    FOR EACH STATEMENT EXECUTE FUNCTION search_documents_truncate();
+FOLLOW_MEMORIES
 """
 
-DOCUMENT_TRIGGERS_REVERSE = """
-DROP TRIGGER IF EXISTS search_documents_truncate ON memories;
-DROP TRIGGER IF EXISTS search_documents_delete ON memories;
-DROP TRIGGER IF EXISTS search_documents_update ON memories;
-DROP TRIGGER IF EXISTS search_documents_insert ON memories;
-DROP FUNCTION IF EXISTS search_documents_truncate();
-DROP FUNCTION IF EXISTS search_documents_follow_memories();
-"""
+DOCUMENT_TRIGGERS = DOCUMENT_TRIGGERS.replace(
+    "FOLLOW_MEMORIES\n",
+    follow_memories("search_documents", "search_documents, search_terms, search_namespaces"),
+)
+DOCUMENT_TRIGGERS_REVERSE = unfollow_memories("search_documents")
 
 # Guarantees: search_terms and search_namespaces always count exactly the
 # search documents committed with them, whatever wrote the documents (the

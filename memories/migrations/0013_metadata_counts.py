@@ -1,4 +1,8 @@
+from importlib import import_module
+
 from django.db import migrations
+
+_index = import_module("memories.migrations.0006_search_index")
 
 # Guarantees: per user, namespace and embedding model, search_metadata counts
 # the memories without an expiry whose metadata holds each top-level key with
@@ -132,28 +136,7 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER search_metadata_insert AFTER INSERT ON memories
-    REFERENCING NEW TABLE AS new_memories
-    FOR EACH STATEMENT EXECUTE FUNCTION search_metadata_follow_memories();
-CREATE TRIGGER search_metadata_update AFTER UPDATE ON memories
-    REFERENCING OLD TABLE AS old_memories NEW TABLE AS new_memories
-    FOR EACH STATEMENT EXECUTE FUNCTION search_metadata_follow_memories();
-CREATE TRIGGER search_metadata_delete AFTER DELETE ON memories
-    REFERENCING OLD TABLE AS old_memories
-    FOR EACH STATEMENT EXECUTE FUNCTION search_metadata_follow_memories();
-
-CREATE FUNCTION search_metadata_truncate() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, public
-    AS $$
-BEGIN
-    TRUNCATE search_metadata;
-    RETURN NULL;
-END
-$$;
-CREATE TRIGGER search_metadata_truncate AFTER TRUNCATE ON memories
-    FOR EACH STATEMENT EXECUTE FUNCTION search_metadata_truncate();
-
+FOLLOW_MEMORIES
 -- The hand-over, as for the search triggers (0006).
 GRANT recall_search TO CURRENT_USER;
 GRANT CREATE ON SCHEMA public TO recall_search;
@@ -172,18 +155,13 @@ SELECT m.user_id, m.namespace, m.embedding_model, p.pair, count(*)
  WHERE m.expires_at IS NULL
  GROUP BY m.user_id, m.namespace, m.embedding_model, p.pair;
 RESET ROLE;
-""".replace("PAIR_MAX", str(PAIR_MAX))
+""".replace("PAIR_MAX", str(PAIR_MAX)).replace(
+    "FOLLOW_MEMORIES\n", _index.follow_memories("search_metadata", "search_metadata")
+)
 
-COUNTS_REVERSE = """
-DROP TRIGGER IF EXISTS search_metadata_truncate ON memories;
-DROP TRIGGER IF EXISTS search_metadata_delete ON memories;
-DROP TRIGGER IF EXISTS search_metadata_update ON memories;
-DROP TRIGGER IF EXISTS search_metadata_insert ON memories;
-DROP FUNCTION IF EXISTS search_metadata_truncate();
-DROP FUNCTION IF EXISTS search_metadata_follow_memories();
-DROP FUNCTION IF EXISTS recall_metadata_pairs(jsonb);
-DROP TABLE IF EXISTS search_metadata;
-"""
+COUNTS_REVERSE = _index.unfollow_memories("search_metadata") + (
+    "DROP FUNCTION IF EXISTS recall_metadata_pairs(jsonb);\nDROP TABLE IF EXISTS search_metadata;\n"
+)
 
 
 class Migration(migrations.Migration):
