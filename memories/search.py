@@ -99,11 +99,12 @@ SEARCH_SETTINGS = {"enable_seqscan": "off"}
 # HNSW_EF_SEARCH (100) up to EF_KNEE memories, then grows with the size,
 # HNSW_EF_SEARCH * (n / EF_KNEE) ** EF_EXPONENT, at most EF_MAX: 264 at 400k,
 # 502 at 1M. Fixed at 100, recall@10 was 0.87-0.90 at 1M memories in one
-# namespace. How much breadth 0.95 needs depends on the graph build: four
-# builds of the same 1M vectors gave 0.937-0.953 at 316 (the square root,
-# this rule's first exponent), one 0.952 at 400 and 0.962 at 500; 100k keeps
-# 100 and its latency (BENCHMARKS.md, "HNSW accuracy at scale" and "The
-# breadth at 1M, over four builds"; bench/scale.py --ef-search-sweep).
+# namespace. How much breadth 0.95 needs depends on the graph build: five
+# builds of the same 1M vectors gave 0.937-0.953 at 316-317 (the square
+# root, this rule's first exponent), three of them under 0.95; two of those
+# gave 0.962 at 500 and 0.973 at 502. 100k keeps 100 and its latency
+# (BENCHMARKS.md, "HNSW accuracy at scale" and "The breadth at 1M, over four
+# builds"; bench/scale.py --ef-search-sweep).
 EF_KNEE = 100_000
 EF_EXPONENT = 0.7
 EF_MAX = 1000
