@@ -81,6 +81,8 @@ def findings() -> Iterator[Finding]:
     else:
         yield from database_roles()
         yield from row_level_security()
+    if settings.EMBEDDED_DATABASE and not any(f.status == "problem" for f in database):
+        yield from database_buffers()
     yield from embedding_model()
     yield from redis_server()
     yield from webhooks()
@@ -216,6 +218,38 @@ def database_server() -> Iterator[Finding]:
         )
     else:
         yield Finding(name, "ok", f"{described}; migrations applied")
+
+
+def database_buffers() -> Iterator[Finding]:
+    """The embedded server's shared_buffers, against what RECALL_EMBEDDED_SHARED_BUFFERS asks."""
+    from recall.db import embedded
+
+    name = "database buffers"
+    wanted = embedded.shared_buffers_wanted()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_size_bytes(current_setting('shared_buffers'))")
+            running = int(cursor.fetchone()[0])
+    except Exception as exc:
+        _close_quietly()
+        yield Finding(name, "warning", f"not checked: {_first_line(exc)}")
+        return
+    if running == wanted:
+        yield Finding(name, "ok", f"shared_buffers {_megabytes(running)}")
+        return
+    yield Finding(
+        name,
+        "warning",
+        f"shared_buffers is {_megabytes(running)}; {embedded.SHARED_BUFFERS_ENV} asks for"
+        f" {_megabytes(wanted)}, which applies when the server next starts",
+        "stop every Recall process that uses this data directory, then start one; if the"
+        f" server still runs with less, pgdata/log says why: set {embedded.SHARED_BUFFERS_ENV}"
+        " lower",
+    )
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1024**2:,.0f} MB"
 
 
 def _close_quietly() -> None:

@@ -194,3 +194,31 @@ def test_serving_every_address_to_local_names_only_is_a_warning(settings):
     [finding] = doctor.reachability()
 
     assert finding.status == "warning" and "421" in finding.message
+
+
+def running_shared_buffers() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_size_bytes(current_setting('shared_buffers')) / 1024")
+        return f"{cursor.fetchone()[0]}kB"
+
+
+@pytest.mark.skipif(not settings.EMBEDDED_DATABASE, reason="the embedded server's own check")
+def test_it_reports_the_embedded_servers_buffers_and_a_size_not_applied_yet(db, monkeypatch):
+    running = running_shared_buffers()
+    monkeypatch.setenv("RECALL_EMBEDDED_SHARED_BUFFERS", running)
+    found = {f.check: f for f in doctor.findings()}
+    assert found["database buffers"].status == "ok"
+    megabytes = int(running.removesuffix("kB")) // 1024
+    assert found["database buffers"].message == f"shared_buffers {megabytes:,} MB"
+
+    # Asked for more than the server runs with: it takes a restart, which
+    # the doctor names, with what to do if the server cannot take it.
+    monkeypatch.setenv("RECALL_EMBEDDED_SHARED_BUFFERS", f"{megabytes + 64}MB")
+    code, report = run_doctor()
+    assert code == 0, report  # a warning: the server serves meanwhile
+    assert (
+        f"warning  database buffers    shared_buffers is {megabytes:,} MB;"
+        f" RECALL_EMBEDDED_SHARED_BUFFERS asks for {megabytes + 64:,} MB,"
+        " which applies when the server next starts"
+    ) in report, report
+    assert "set RECALL_EMBEDDED_SHARED_BUFFERS lower" in report

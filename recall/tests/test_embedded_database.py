@@ -236,7 +236,7 @@ def test_a_size_is_taken_as_given(raw, expected):
 
 
 @pytest.mark.parametrize(
-    "raw", ["", "lots", "512", "512mb", "-1GB", "1.5GB", "512KB", "2PB", "0MB"]
+    "raw", ["", "lots", "512", "512mb", "-1GB", "1.5GB", "512KB", "2PB", "0MB", "2TB"]
 )
 def test_anything_else_is_refused(raw):
     from recall.db import embedded
