@@ -2364,3 +2364,127 @@ def reembed(
         dropped=tuple(dropped),
         seconds=time.monotonic() - started,
     )
+
+
+# imports from other memory servers (memories/importers) ------------------------
+
+
+@dataclass(frozen=True)
+class ImportItem:
+    """One memory an import stores: validated, with its agent resolved, and its place."""
+
+    namespace: str
+    agent_id: uuid.UUID | None
+    thread_id: str | None
+    kind: str
+    author: str
+    path: str
+    content: str
+    content_hash: str
+    metadata: dict[str, Any]
+    priority: str
+    created_at: datetime | None
+    updated_at: datetime | None
+
+    @property
+    def place(self) -> tuple[Any, ...]:
+        # memories_dedup's columns; an import sets no position and no task.
+        return (self.agent_id, self.namespace, self.thread_id, self.path, self.content_hash)
+
+
+def new_imports(*, user_id: uuid.UUID | str, items: list[ImportItem]) -> list[int]:
+    """Return the positions of ``items`` whose place no live memory (nor an earlier item) holds."""
+    with tenancy.tenant(user_id):
+        rows = (
+            Memory.objects.live()
+            .filter(
+                user_id=user_id,
+                content_hash__in={item.content_hash for item in items},
+                position__isnull=True,
+                task_id__isnull=True,
+            )
+            .values_list("agent_id", "namespace", "thread_id", "path", "content_hash")
+        )
+        held = set(rows)
+    fresh = []
+    for n, item in enumerate(items):
+        if item.place not in held:
+            held.add(item.place)
+            fresh.append(n)
+    return fresh
+
+
+def store_imports(
+    *,
+    user_id: uuid.UUID | str,
+    items: list[ImportItem],
+    vectors: list[np.ndarray],
+    model_id: str,
+    tier: str | None = None,
+    finish: Callable[[int], None] | None = None,
+) -> int:
+    """Store a batch of imported memories in one transaction; return how many were new.
+
+    A memory whose place is taken meanwhile is skipped (memories_dedup), and
+    an expired memory holding a place gives it up, as in ``store``. The
+    history trigger records each as created by the acting client, with its
+    metadata (``imported_from`` included). ``tier`` applies the free tier's
+    quota. ``finish`` runs inside the transaction with the count, so that a
+    job's progress is saved atomically with what it stored.
+    """
+    if not items:
+        if finish is not None:
+            with tenancy.tenant(user_id):
+                finish(0)
+        return 0
+    row = (
+        "(%s::uuid, %s::uuid, %s::uuid, %s, %s, %s, %s, %s, %s, %s, %s::vector, %s, %s::jsonb,"
+        " %s, %s::timestamptz, %s::timestamptz)"
+    )
+    params: list[Any] = []
+    for item, vector in zip(items, vectors, strict=True):
+        params += [
+            uuid.uuid4(),
+            str(user_id),
+            item.agent_id,
+            item.namespace,
+            item.kind,
+            item.author,
+            item.path,
+            item.thread_id,
+            item.content,
+            item.content_hash,
+            vector_literal(vector),
+            model_id,
+            json.dumps(item.metadata),
+            item.priority,
+            item.created_at,
+            item.updated_at or item.created_at,
+        ]
+    with tenancy.tenant(user_id):
+        if tier == Tier.FREE:
+            _check_quota(user_id, adding=len(items))
+        Memory.objects.filter(
+            user_id=user_id,
+            content_hash__in={item.content_hash for item in items},
+            expires_at__lte=Now(),
+        ).delete()
+        with connection.cursor() as cursor:
+            values = ", ".join([row] * len(items))
+            cursor.execute(
+                "INSERT INTO memories (id, user_id, agent_id, namespace, source_kind, author, path,"  # noqa: S608 (placeholders only)
+                " thread_id, content, content_hash, embedding, embedding_model, metadata, priority,"
+                " created_at, updated_at) SELECT id, user_id, agent_id, namespace, source_kind,"
+                " author, path, thread_id, content, content_hash, embedding, embedding_model,"
+                " metadata, priority, coalesce(created_at, statement_timestamp()),"
+                " coalesce(updated_at, created_at, statement_timestamp())"
+                f" FROM (VALUES {values}) AS v(id, user_id, agent_id, namespace, source_kind,"
+                " author, path, thread_id, content, content_hash, embedding, embedding_model,"
+                " metadata, priority, created_at, updated_at)"
+                " ON CONFLICT ON CONSTRAINT memories_dedup DO NOTHING RETURNING id",
+                params,
+            )
+            inserted = len(cursor.fetchall())
+        if finish is not None:
+            finish(inserted)
+    return inserted
