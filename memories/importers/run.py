@@ -19,14 +19,17 @@ Otherwise the content is embedded again, with the embedder's batch API.
 
 from __future__ import annotations
 
+import contextvars
 import sqlite3
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from django.db import connection
 
 from memories import embeddings, services, validation
 from memories.importers import FORMATS, READERS, base
@@ -124,6 +127,11 @@ def run_import(
     its records are passed over and its counts carried on. ``checkpoint``
     runs inside each batch's transaction with the report as it will be once
     the batch commits.
+
+    This thread reads, validates, looks up duplicates and embeds; one writer
+    thread stores, a batch behind, so that the model and the database work
+    at the same time. One writer keeps the batches in order: a checkpoint
+    never counts a batch that has not committed.
     """
     options.check()
     started = time.monotonic()
@@ -133,24 +141,42 @@ def run_import(
     skip = report.read
     importer = _Importer(user_id, options, report, tier, checkpoint)
     stream = READERS[options.format](source, **options.reader_options())
-    for n, item in enumerate(stream, start=1):
-        if n <= skip:
-            continue
-        report.read += 1
-        if isinstance(item, base.Refused):
-            importer.pending_refusals.append((item.where, item.reason))
-        else:
-            importer.add(item, source.label)
-        if len(importer.batch) >= BATCH or len(importer.pending_refusals) >= BATCH:
-            importer.flush()
-            report.seconds = spent + time.monotonic() - started
-            if progress is not None:
-                progress(report)
-    importer.flush()
+    read = 0
+    try:
+        for item in stream:
+            read += 1
+            if read <= skip:
+                continue
+            if isinstance(item, base.Refused):
+                importer.refusals.append((item.where, item.reason))
+            else:
+                importer.add(item, source.label)
+            if read % BATCH == 0:
+                importer.flush(read)
+                report.seconds = spent + time.monotonic() - started
+                if progress is not None:
+                    progress(report)
+        importer.flush(read)
+        importer.finish()
+    finally:
+        importer.close()
     report.seconds = spent + time.monotonic() - started
     if progress is not None:
         progress(report)
     return report
+
+
+@dataclass
+class _Batch:
+    """What one batch changes in the report, applied once its transaction commits."""
+
+    read: int  # records read up to the end of this batch
+    refusals: list[tuple[str, str]]
+    items: int
+    fresh: list[services.ImportItem]
+    vectors: list[np.ndarray]
+    reused: int
+    decisions: list[str]
 
 
 class _Importer:
@@ -169,16 +195,20 @@ class _Importer:
         self.checkpoint = checkpoint
         self.embedder = embeddings.get_embedder()
         self.batch: list[tuple[services.ImportItem, base.Record, str | None]] = []
-        self.pending_refusals: list[tuple[str, str]] = []
+        self.refusals: list[tuple[str, str]] = []
+        self.decided: list[str] = []
         self.agents: dict[str, uuid.UUID] | None = None
         self.decisions: dict[tuple[str, int], bool] = {}
+        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="import-writer")
+        self.pending: Future[None] | None = None
+        self.flushed = report.read
 
     def add(self, record: base.Record, label: str) -> None:
         try:
             item = self._item(record, label)
         except (ValidationFailed, ValueError) as error:
             reason = error.message if isinstance(error, RecallError) else str(error)
-            self.pending_refusals.append((record.where, reason.rstrip(".")))
+            self.refusals.append((record.where, reason.rstrip(".")))
             return
         self.batch.append((item, record, record.agent))
 
@@ -218,47 +248,65 @@ class _Importer:
 
     # one batch ---------------------------------------------------------------
 
-    def flush(self) -> None:
-        report = self.report
-        for where, reason in self.pending_refusals:
-            report.refuse(where, reason)
-        self.pending_refusals = []
+    def flush(self, read: int) -> None:
         batch, self.batch = self.batch, []
-        if not batch:
-            if self.checkpoint is not None and not self.options.dry_run:
-                services.store_imports(
-                    user_id=self.user_id,
-                    items=[],
-                    vectors=[],
-                    model_id=self.embedder.model_id,
-                    finish=lambda _: self.checkpoint(report) if self.checkpoint else None,
-                )
+        refusals, self.refusals = self.refusals, []
+        if read == self.flushed:
             return
-        items = self._with_agents(batch)
-        fresh = services.new_imports(user_id=self.user_id, items=items)
+        self.flushed = read
+        items = self._with_agents(batch) if batch else []
+        fresh = services.new_imports(user_id=self.user_id, items=items) if items else []
         if self.options.dry_run:
-            report.imported += len(fresh)
-            report.duplicates += len(items) - len(fresh)
+            self._apply(_Batch(read, refusals, len(items), [items[i] for i in fresh], [], 0, []))
             return
         vectors, reused = self._vectors([batch[i][1] for i in fresh], [items[i] for i in fresh])
-        embedded = len(fresh) - reused
+        decisions, self.decided = self.decided, []
+        work = _Batch(
+            read, refusals, len(items), [items[i] for i in fresh], vectors, reused, decisions
+        )
+        self._wait()
+        self.pending = self.writer.submit(contextvars.copy_context().run, self._write, work)
 
-        def settle(inserted: int) -> None:
-            report.imported += inserted
-            report.duplicates += len(items) - inserted
-            report.reused += reused
-            report.embedded += embedded
-            if self.checkpoint is not None:
-                self.checkpoint(report)
+    def finish(self) -> None:
+        self._wait()
 
+    def close(self) -> None:
+        # The writer thread's own connection: looked up in that thread.
+        self.writer.submit(lambda: connection.close())
+        self.writer.shutdown(wait=True, cancel_futures=False)
+
+    def _wait(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()  # a failed batch stops the import here, with its error
+
+    def _write(self, work: _Batch) -> None:
         services.store_imports(
             user_id=self.user_id,
-            items=[items[i] for i in fresh],
-            vectors=vectors,
+            items=work.fresh,
+            vectors=work.vectors,
             model_id=self.embedder.model_id,
             tier=self.tier,
-            finish=settle,
+            finish=lambda inserted: self._settle(work, inserted),
         )
+
+    def _settle(self, work: _Batch, inserted: int) -> None:
+        self._apply(work, inserted)
+        if self.checkpoint is not None:
+            self.checkpoint(self.report)
+
+    def _apply(self, work: _Batch, inserted: int | None = None) -> None:
+        report = self.report
+        new = len(work.fresh) if inserted is None else inserted
+        report.read = work.read
+        for where, reason in work.refusals:
+            report.refuse(where, reason)
+        report.imported += new
+        report.duplicates += work.items - new
+        if inserted is not None:
+            report.reused += work.reused
+            report.embedded += len(work.fresh) - work.reused
+        report.vectors += work.decisions
 
     def _with_agents(
         self, batch: list[tuple[services.ImportItem, base.Record, str | None]]
@@ -320,10 +368,10 @@ class _Importer:
         ours = self.embedder.model_id
         said = f"{model or 'an unnamed model'}, {width} dimensions"
         if model.casefold() != _model_name(ours).casefold():
-            self.report.vectors.append(f"{said}: not {ours}, embedded again")
+            self.decided.append(f"{said}: not {ours}, embedded again")
             return False
         if width != self.embedder.dimensions:
-            self.report.vectors.append(
+            self.decided.append(
                 f"{said}: {ours} here has {self.embedder.dimensions}, embedded again"
             )
             return False
@@ -339,7 +387,7 @@ class _Importer:
         median, lowest = float(np.median(similarity)), float(np.min(similarity))
         agree = median >= AGREE_MEDIAN and lowest >= AGREE_MIN
         verdict = "reused" if agree else "do not match ours, embedded again"
-        self.report.vectors.append(
+        self.decided.append(
             f"{said}: a sample of {len(sample)} compared with ours, median similarity"
             f" {median:.3f} (lowest {lowest:.3f}): {verdict}"
         )
