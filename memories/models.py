@@ -392,3 +392,30 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.id} ({self.status})"
+
+
+class ImportChunk(models.Model):
+    """A piece of a file uploaded on the dashboard for import, kept until its job ends.
+
+    In the database rather than on a disk, so that whichever process or
+    machine runs the job can read it. The job deletes its pieces when it
+    finishes or fails, and they go with the job in any case (ON DELETE CASCADE).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_index=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    seq = models.PositiveIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        db_table = "memory_import_chunks"
+        constraints = [
+            # Also used by the job reading its file back, piece by piece, in order.
+            models.UniqueConstraint(fields=["job", "seq"], name="memory_import_chunks_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} piece {self.seq}"

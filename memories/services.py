@@ -47,6 +47,7 @@ from memories import embeddings, indexes, jobs, search, validation
 from memories.indexes import vector_literal
 from memories.models import (
     ForgetConfirmation,
+    ImportChunk,
     Job,
     JobStatus,
     Memory,
@@ -1207,15 +1208,22 @@ def run_next_job() -> bool:
             "   WHERE (status = 'queued' AND run_after <= statement_timestamp())"
             "      OR (status = 'running' AND lease_until < statement_timestamp())"
             "   ORDER BY run_after LIMIT 1 FOR UPDATE SKIP LOCKED)"
-            " RETURNING id, user_id, agent_id, payload, attempts, client, api_key_id",
+            " RETURNING id, user_id, agent_id, payload, attempts, client, api_key_id, kind, result",
             [settings.JOB_LEASE_SECONDS],
         )
         taken = cursor.fetchone()
     if taken is None:
         return False
-    job_id, user_id, agent_id, payload, attempts, client, api_key_id = taken
+    job_id, user_id, agent_id, payload, attempts, client, api_key_id, kind, result = taken
     if isinstance(payload, str):  # Django has psycopg hand jsonb over as text
         payload = json.loads(payload)
+    if kind == "import":  # an upload on the dashboard (memories/importers/job.py)
+        from memories.importers import job
+
+        if isinstance(result, str):
+            result = json.loads(result)
+        job.run(job_id, user_id, payload, attempts, result)
+        return True
     with context.acting_as(client or "worker", api_key_id):
         _run_job(job_id, user_id, agent_id, payload, attempts)
     return True
@@ -2502,3 +2510,123 @@ def _copy_imports(raw: Any, items: list[ImportItem], vectors: list[np.ndarray]) 
                     item.updated_at or item.created_at,
                 )
             )
+
+
+IMPORT_CHUNK_BYTES = 1024 * 1024
+
+
+def enqueue_import(
+    *,
+    user_id: uuid.UUID | str,
+    tier: str,
+    filename: str,
+    options: dict[str, Any],
+    chunks: Iterable[bytes],
+) -> uuid.UUID:
+    """Queue an import of an uploaded file for a worker, keeping the file with the job.
+
+    The file is stored in pieces of ``IMPORT_CHUNK_BYTES`` in the same
+    transaction as the job, so a job never waits for a file that is not there.
+    """
+    job_id = uuid.uuid4()
+    who = context.actor.get()
+    payload = {"filename": filename, "options": options, "tier": tier}
+    with tenancy.tenant(user_id):
+        Job.objects.create(
+            id=job_id,
+            user_id=user_id,
+            kind="import",
+            status=JobStatus.QUEUED,
+            request_hash=_fingerprint(payload),
+            payload=payload,
+            items=0,  # the quota is checked batch by batch as it runs
+            client=who.client if who else "",
+            api_key_id=who.api_key_id if who else None,
+        )
+        seq = 0
+        buffer = b""
+        for chunk in chunks:
+            buffer += chunk
+            while len(buffer) >= IMPORT_CHUNK_BYTES:
+                ImportChunk.objects.create(
+                    job_id=job_id, user_id=user_id, seq=seq, data=buffer[:IMPORT_CHUNK_BYTES]
+                )
+                buffer = buffer[IMPORT_CHUNK_BYTES:]
+                seq += 1
+        if buffer or seq == 0:
+            ImportChunk.objects.create(job_id=job_id, user_id=user_id, seq=seq, data=buffer)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [jobs.CHANNEL])
+    jobs.wake()
+    return job_id
+
+
+def import_file(*, user_id: uuid.UUID | str, job_id: uuid.UUID) -> Iterator[bytes]:
+    """Yield an import job's uploaded file piece by piece, each read in its own transaction."""
+    seq = 0
+    while True:
+        with tenancy.tenant(user_id):
+            piece = (
+                ImportChunk.objects.filter(job_id=job_id, seq=seq)
+                .values_list("data", flat=True)
+                .first()
+            )
+        if piece is None:
+            return
+        yield bytes(piece)
+        seq += 1
+
+
+def save_import_progress(*, job_id: uuid.UUID, report: dict[str, Any]) -> None:
+    """Save a running import's report and extend its lease, in the caller's tenant transaction."""
+    Job.objects.filter(id=job_id).update(
+        result=report,
+        lease_until=Now() + timedelta(seconds=settings.JOB_LEASE_SECONDS),
+    )
+
+
+def finish_import(
+    *,
+    user_id: uuid.UUID | str,
+    job_id: uuid.UUID,
+    report: dict[str, Any] | None,
+    error: RecallError | None = None,
+) -> None:
+    """Settle an import job, done or failed, keeping its report and deleting its file."""
+    with tenancy.tenant(user_id):
+        # The payload stays: a file's name and the options, no memory content.
+        fields: dict[str, Any] = {
+            "status": JobStatus.FAILED if error else JobStatus.DONE,
+            "finished_at": Now(),
+            "lease_until": None,
+        }
+        if report is not None:
+            fields["result"] = report
+        if error is not None:
+            fields["error_code"] = error.code
+            fields["error_message"] = error.message[:500]
+        Job.objects.filter(id=job_id).update(**fields)
+        ImportChunk.objects.filter(job_id=job_id).delete()
+
+
+def import_jobs(*, user_id: uuid.UUID | str, limit: int = 5) -> list[dict[str, Any]]:
+    """Return the user's latest import jobs, newest first, with their reports."""
+    with tenancy.tenant(user_id):
+        found = list(
+            Job.objects.filter(user_id=user_id, kind="import")
+            .order_by("-created_at")
+            .values(
+                "id", "status", "payload", "result", "error_message", "created_at", "finished_at"
+            )[:limit]
+        )
+    return found
+
+
+def requeue_job(
+    *, job_id: uuid.UUID, user_id: uuid.UUID | str, attempts: int, error: RecallError
+) -> bool:
+    """Queue a job again after a passing failure, with back-off; False when out of attempts."""
+    if attempts >= settings.JOB_MAX_ATTEMPTS:
+        return False
+    _retry_or_fail(job_id, uuid.UUID(str(user_id)), attempts, error)
+    return True

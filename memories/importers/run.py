@@ -32,7 +32,7 @@ import numpy as np
 from django.db import connection
 
 from memories import embeddings, services, validation
-from memories.importers import FORMATS, READERS, base
+from memories.importers import FORMATS, READERS, base, generic, letta, mem0, openmemory
 from memories.importers.sources import Source
 from recall.errors import EmbeddingUnavailable, RecallError, ValidationFailed
 
@@ -59,6 +59,16 @@ class Options:
         if self.format not in READERS:
             raise ValidationFailed(f"Unknown format {self.format!r}; one of {', '.join(FORMATS)}.")
         self.namespace = validation.namespace(self.namespace)
+        identities = {"mem0": mem0.IDENTITIES, "openmemory": openmemory.IDENTITIES}
+        identities["letta"] = letta.IDENTITIES
+        if self.ids:
+            if self.format not in identities:
+                raise ValidationFailed("--ids applies to mem0, openmemory and letta.")
+            base.identities(self.ids, identities[self.format], flag="--ids")
+        if self.columns:
+            if self.format not in ("jsonl", "csv"):
+                raise ValidationFailed("--map applies to jsonl and csv.")
+            generic.mapping(self.columns)
 
     def reader_options(self) -> dict[str, Any]:
         return {"ids": self.ids, "columns": self.columns, "source_model": self.source_model}
