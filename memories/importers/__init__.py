@@ -2,7 +2,7 @@
 
 Each reader takes a ``sources.Source`` and yields ``base.Record`` or
 ``base.Refused`` values as a stream (see base.py); ``run.run_import`` turns
-them into memories through the memories services, in batches. The formats,
+them into Recall's memories through the memories services, in batches. The formats,
 what maps to what, and the ``imported_from`` metadata key are described in
 the README's "Moving from another memory server".
 """

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from memories import chunking
 from memories.importers.base import Record, Refused, Stream, jsonable

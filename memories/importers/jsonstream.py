@@ -43,10 +43,10 @@ class Events:
 
     # reading ---------------------------------------------------------------
 
-    def _more(self, chars: int = READ_CHARS) -> bool:
+    def _more(self, chars: int | None = None) -> bool:
         if self.eof:
             return False
-        chunk = self.stream.read(chars)
+        chunk = self.stream.read(chars or READ_CHARS)
         if not chunk:
             self.eof = True
             return False
@@ -107,8 +107,11 @@ class Events:
                 continue
             except RecursionError:
                 raise self.error("JSON nested too deeply") from None
-            # A number at the very end of the buffer may continue in the next read.
-            cut = end == len(self.buf) and not self.eof and isinstance(value, int | float)
+            # A number that runs to the end of the buffer ("12", "12.", "1e")
+            # may continue in the next read.
+            rest = self.buf[end:]
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            cut = number and not self.eof and len(rest) < 32 and not rest.strip("0123456789.eE+-")
             if cut and self._more(want):
                 continue
             self.pos = end

@@ -40,6 +40,8 @@ from recall.errors import ValidationFailed
 FORMAT = "mcp-memory-service"
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 TABLE = "memory_embeddings"
+# Its own table of memories, in the file (not ours: named apart for that reason).
+SOURCE = "memories"
 COLUMNS = (
     "content_hash",
     "content",
@@ -69,7 +71,7 @@ def read(source: Source, *, source_model: str | None = None, **_: Any) -> Stream
 
 
 def _rows(db: sqlite3.Connection, label: str, model: str) -> Stream:
-    present = {row[1] for row in db.execute("PRAGMA table_info(memories)")}
+    present = {row[1] for row in db.execute(f"PRAGMA table_info({SOURCE})")}
     if not {"content", "content_hash"} <= present:
         raise ValidationFailed(
             f"{label}: not an mcp-memory-service database (no memories table with content)."
@@ -80,11 +82,10 @@ def _rows(db: sqlite3.Connection, label: str, model: str) -> Stream:
     if vectors is not None:
         # Column and table names are ours (COLUMNS, TABLE), never the file's.
         join = f" LEFT JOIN {TABLE}_rowids r ON r.rowid = m.id"
-        query = (
-            f"SELECT m.id, {select}, r.chunk_id, r.chunk_offset FROM memories m{join} ORDER BY m.id"  # noqa: S608
-        )
+        query = f"SELECT m.id, {select}, r.chunk_id, r.chunk_offset FROM {SOURCE} m{join}"  # noqa: S608
     else:
-        query = f"SELECT m.id, {select}, NULL, NULL FROM memories m ORDER BY m.id"  # noqa: S608
+        query = f"SELECT m.id, {select}, NULL, NULL FROM {SOURCE} m"  # noqa: S608
+    query += " ORDER BY m.id"
     for row in db.execute(query):
         rowid, *values, chunk_id, offset = row
         fields = dict(zip(columns, values, strict=True))

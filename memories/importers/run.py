@@ -32,7 +32,16 @@ import numpy as np
 from django.db import connection
 
 from memories import embeddings, services, validation
-from memories.importers import FORMATS, READERS, base, generic, letta, mem0, openmemory
+from memories.importers import (
+    FORMATS,
+    READERS,
+    base,
+    generic,
+    letta,
+    mcp_memory_service,
+    mem0,
+    openmemory,
+)
 from memories.importers.sources import Source
 from recall.errors import EmbeddingUnavailable, RecallError, ValidationFailed
 
@@ -432,7 +441,8 @@ def estimate_total(source: Source, fmt: str) -> int | None:
         try:
             db = sqlite3.connect(f"{source.path.resolve().as_uri()}?mode=ro", uri=True)
             try:
-                return int(db.execute("SELECT count(*) FROM memories").fetchone()[0])
+                table = mcp_memory_service.SOURCE
+                return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # noqa: S608
             finally:
                 db.close()
         except sqlite3.Error:
