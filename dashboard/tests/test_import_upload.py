@@ -44,7 +44,7 @@ def test_an_upload_is_imported_by_a_worker_and_reported_on_the_page(cast, alice_
 
     assert response.status_code == 302 and response["Location"].endswith("/memories/#imports")
     queued = alice_client.get("/memories/").content.decode()
-    assert "waiting for a worker" in queued and 'http-equiv="refresh"' in queued
+    assert "waiting for a worker" in queued and "data-refreshing" in queued
     assert contents(cast.alice) == set()
 
     assert services.run_next_job()
@@ -58,7 +58,7 @@ def test_an_upload_is_imported_by_a_worker_and_reported_on_the_page(cast, alice_
     page = alice_client.get("/memories/").content.decode()
     assert "imported 3 · 0 duplicates · 2 refused" in page
     assert "refused 1: created_at &#x27;last tuesday&#x27; is not an ISO 8601 date" in page
-    assert 'http-equiv="refresh"' not in page
+    assert "data-refreshing" not in page
 
 
 def test_an_upload_over_the_limit_is_refused_and_queues_nothing(cast, alice_client, settings):
@@ -149,3 +149,23 @@ def test_the_free_tier_quota_stops_an_import(cast, alice_client, settings):
     assert re.search(
         r"free tier holds at most 2 memories", alice_client.get("/memories/").content.decode()
     )
+
+
+def test_the_background_workers_run_an_uploaded_import(cast, alice_client):
+    import time
+
+    from memories import jobs
+
+    upload(alice_client, "letta.af", format="letta")
+    running = jobs.Workers(threads=1, maintenance=False).start()
+    try:
+        deadline = time.monotonic() + 60
+        while the_job(cast.alice).status in ("queued", "running") and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        running.stop()
+
+    job = the_job(cast.alice)
+    assert job.status == "done", (job.status, job.error_message, job.result)
+    assert job.result["imported"] == 5
+    assert len(contents(cast.alice)) == 5

@@ -19,12 +19,12 @@ Otherwise the content is embedded again, with the embedder's batch API.
 
 from __future__ import annotations
 
-import contextvars
 import sqlite3
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ from memories.importers import (
     openmemory,
 )
 from memories.importers.sources import Source
+from recall import context
 from recall.errors import EmbeddingUnavailable, RecallError, ValidationFailed
 
 BATCH = 256
@@ -284,7 +285,10 @@ class _Importer:
             read, refusals, len(items), [items[i] for i in fresh], vectors, reused, decisions
         )
         self._wait()
-        self.pending = self.writer.submit(contextvars.copy_context().run, self._write, work)
+        # Not the whole context: Django's connection lives in it (asgiref's
+        # Local), and the writer needs a connection of its own. Who is acting,
+        # for the history rows, is all it takes along.
+        self.pending = self.writer.submit(self._write, work, context.actor.get())
 
     def finish(self) -> None:
         self._wait()
@@ -299,7 +303,12 @@ class _Importer:
             pending, self.pending = self.pending, None
             pending.result()  # a failed batch stops the import here, with its error
 
-    def _write(self, work: _Batch) -> None:
+    def _write(self, work: _Batch, who: context.Actor | None) -> None:
+        acting = context.acting_as(who.client, who.api_key_id) if who else nullcontext()
+        with acting:
+            self._store(work)
+
+    def _store(self, work: _Batch) -> None:
         services.store_imports(
             user_id=self.user_id,
             items=work.fresh,
