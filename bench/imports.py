@@ -122,7 +122,7 @@ def run_case(fmt: str, path: Path, workdir: Path) -> dict[str, Any]:
     from recall import context
 
     embeddings.get_embedder().load()
-    user = accounts.create_user(email="bench@example.com", password="bench-password-1")
+    user = accounts.create_user(email="bench@example.com", tier="unlimited")
     sampler = harness.MemorySampler(interval=0.2)
     sampler.attach()
     sampler.start()
@@ -170,11 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     sources = build_sources(args.workdir, count, args.seed)
-    results = {
+    cases: list[dict[str, Any]] = []
+    results: dict[str, Any] = {
         "command": "python bench/imports.py " + " ".join(argv or sys.argv[1:]),
         "records": count,
         "machine": harness.machine(),
-        "cases": [],
+        "cases": cases,
     }
     for fmt in args.cases.split(","):
         done = subprocess.run(
@@ -185,9 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         if done.returncode != 0:
             print(done.stderr[-4000:], file=sys.stderr)
             return 1
-        results["cases"].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        cases.append(json.loads(done.stdout.strip().splitlines()[-1]))
     rows = []
-    for case in results["cases"]:
+    for case in cases:
         for phase in ("first", "again"):
             run = case[phase]
             peaks = case["peaks"].get(phase, {})
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         ["source", "run", "seconds", "records/s", "imported", "duplicates", "reused",
          "embedded", "peak RSS MiB", "PostgreSQL PSS MiB"],
     )  # fmt: skip
-    for case in results["cases"]:
+    for case in cases:
         for decision in case["first"]["vectors"]:
             print(f"{case['format']}: {decision}")
     if args.json:

@@ -2612,14 +2612,14 @@ def finish_import(
 def import_jobs(*, user_id: uuid.UUID | str, limit: int = 5) -> list[dict[str, Any]]:
     """Return the user's latest import jobs, newest first, with their reports."""
     with tenancy.tenant(user_id):
-        found = list(
+        rows = (
             Job.objects.filter(user_id=user_id, kind="import")
             .order_by("-created_at")
             .values(
                 "id", "status", "payload", "result", "error_message", "created_at", "finished_at"
             )[:limit]
         )
-    return found
+        return [dict(row) for row in rows]
 
 
 def requeue_job(

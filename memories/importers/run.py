@@ -341,7 +341,7 @@ class _Importer:
     ) -> list[services.ImportItem]:
         from accounts import services as accounts
 
-        names = {name for _, _, name in batch if name}
+        names: set[str] = {name for _, _, name in batch if name}
         if names and self.agents is None:
             self.agents = {
                 a.name.casefold(): a.id for a in accounts.list_agents(user_id=self.user_id)
@@ -352,10 +352,10 @@ class _Importer:
                 created = accounts.create_agent(user_id=self.user_id, name=name)
                 agents[created.name.casefold()] = created.id
         out = []
-        for item, _, name in batch:
-            agent = agents.get(name.casefold()) if name else None
-            if name and agent is None:  # a dry run: an agent that does not exist yet
-                agent = uuid.uuid5(uuid.NAMESPACE_OID, name.casefold())
+        for item, _, named in batch:
+            agent = agents.get(named.casefold()) if named else None
+            if named and agent is None:  # a dry run: an agent that does not exist yet
+                agent = uuid.uuid5(uuid.NAMESPACE_OID, named.casefold())
             out.append(_replace(item, agent_id=agent))
         return out
 

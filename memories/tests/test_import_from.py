@@ -41,7 +41,7 @@ def imported(email: str, fmt: str, path: Path | str, *args: str) -> str:
 
 def rows(user: Any, **filters: Any) -> list[dict[str, Any]]:
     with tenancy.tenant(user.id):
-        return list(
+        found = (
             Memory.objects.filter(user_id=user.id, **filters)
             .order_by("created_at")
             .values(
@@ -59,6 +59,7 @@ def rows(user: Any, **filters: Any) -> list[dict[str, Any]]:
                 "embedding",
             )
         )
+        return [dict(row) for row in found]
 
 
 def by_content(user: Any) -> dict[str, dict[str, Any]]:
