@@ -1,7 +1,7 @@
 """Measure `recall import --from`: memories per second, vectors reused and re-embedded, peak RSS.
 
     python bench/imports.py --json bench/results/imports.json      # 100k records
-    python bench/imports.py --smoke                                # 2,000, a minute
+    python bench/imports.py --smoke                                # 400, seconds
 
 Two sources of the same generated memories (made-up sentences, deterministic
 by ``--seed``) are written once into ``--workdir`` and kept for later runs:
@@ -112,7 +112,7 @@ def build_sources(workdir: Path, count: int, seed: int) -> dict[str, Path]:
     return {"mem0": mem0, "mcp-memory-service": mcp}
 
 
-def run_case(fmt: str, path: Path, workdir: Path) -> dict[str, Any]:
+def run_case(fmt: str, path: Path, workdir: Path, writers: int) -> dict[str, Any]:
     """One case in this process: a fresh database, the import, then the same again."""
     harness.configure(workdir=workdir)
     from accounts import services as accounts
@@ -126,11 +126,17 @@ def run_case(fmt: str, path: Path, workdir: Path) -> dict[str, Any]:
     sampler = harness.MemorySampler(interval=0.2)
     sampler.attach()
     sampler.start()
-    results: dict[str, Any] = {"format": fmt, "file_mib": round(path.stat().st_size / 2**20, 1)}
+    results: dict[str, Any] = {
+        "format": fmt,
+        "writers": writers,
+        "file_mib": round(path.stat().st_size / 2**20, 1),
+    }
     for phase in ("first", "again"):
         with sampler.phase(phase), context.acting_as("import"):
             started = time.monotonic()
-            report = run_import(user_id=user.id, source=Source.at(path), options=Options(fmt))
+            report = run_import(
+                user_id=user.id, source=Source.at(path), options=Options(fmt), writers=writers
+            )
             seconds = time.monotonic() - started
         results[phase] = {
             "seconds": round(seconds, 1),
@@ -151,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--smoke", action="store_true", help="2,000 records.")
+    parser.add_argument("--smoke", action="store_true", help="400 records.")
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -159,14 +165,17 @@ def main(argv: list[str] | None = None) -> int:
         help="Where the generated sources are kept between runs, and the throwaway databases.",
     )
     parser.add_argument("--cases", default=",".join(CASES), help="Which of " + ", ".join(CASES))
+    parser.add_argument(
+        "--writers", type=int, default=2, help="Writer threads, as `recall import --from` runs (2)."
+    )
     parser.add_argument("--json", type=Path, help="Write the results here.")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    count = 2_000 if args.smoke else args.records
+    count = 400 if args.smoke else args.records
 
     if args.case:  # a child: one case, its results as JSON on stdout
-        print(json.dumps(run_case(args.case, args.source, args.workdir)))
+        print(json.dumps(run_case(args.case, args.source, args.workdir, args.writers)))
         return 0
 
     sources = build_sources(args.workdir, count, args.seed)
@@ -180,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     for fmt in args.cases.split(","):
         done = subprocess.run(
             [sys.executable, __file__, "--case", fmt, "--source", str(sources[fmt]),
-             "--workdir", str(args.workdir)],
+             "--workdir", str(args.workdir), "--writers", str(args.writers)],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         if done.returncode != 0:

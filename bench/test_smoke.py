@@ -227,3 +227,22 @@ def test_cutoff_smoke_with_no_big_tenant_gives_each_tenant_its_own_table(tmp_pat
     assert set(report["cut_off"]) == {"40", "120"}
     seen = {(r["tenant"], r["table"], r["mode"]) for r in report["results"]}
     assert seen == {(size, size, mode) for size in (40, 120) for mode in ("semantic", "hybrid")}
+
+
+def test_imports_smoke_measures_both_sources_twice(tmp_path: Path) -> None:
+    report, stdout = run("imports", "--workdir", str(tmp_path / "work"), tmp_path=tmp_path)
+
+    cases = {case["format"]: case for case in report["cases"]}
+    assert set(cases) == {"mcp-memory-service", "mem0"}
+    mcp, mem0 = cases["mcp-memory-service"], cases["mem0"]
+    assert (mcp["first"]["imported"], mcp["first"]["reused"], mcp["first"]["embedded"]) == (
+        400,
+        400,
+        0,
+    )
+    assert (mem0["first"]["imported"], mem0["first"]["embedded"]) == (400, 400)
+    for case in (mcp, mem0):
+        assert case["again"]["duplicates"] == 400 and case["again"]["imported"] == 0
+        assert case["first"]["records_per_second"] > 0
+        assert case["peaks"]["first"]["python_rss_mib"] > 0
+    assert "reused" in stdout

@@ -403,9 +403,17 @@ class ImportChunk(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # ON DELETE CASCADE in the database (migration 0014), as for Job: deleting a
+    # user or a finished job (maintenance) takes its pieces, whoever deletes.
+    job = models.ForeignKey(
+        Job, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+", db_index=False
+    )
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+        db_index=False,
     )
     seq = models.PositiveIntegerField()
     data = models.BinaryField()

@@ -169,3 +169,16 @@ def test_the_background_workers_run_an_uploaded_import(cast, alice_client):
     assert job.status == "done", (job.status, job.error_message, job.result)
     assert job.result["imported"] == 5
     assert len(contents(cast.alice)) == 5
+
+
+def test_an_uploads_file_goes_with_its_user_and_with_its_job(cast, alice_client, charlie_client):
+    upload(alice_client, "mem0.json")
+    upload(charlie_client, "mem0.json")
+    with tenancy.operator():
+        assert ImportChunk.objects.count() == 2
+
+        cast.alice.delete()
+
+        assert set(ImportChunk.objects.values_list("user_id", flat=True)) == {cast.charlie.id}
+        Job.objects.filter(user_id=cast.charlie.id).delete()
+        assert not ImportChunk.objects.exists()

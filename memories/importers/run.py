@@ -20,8 +20,10 @@ Otherwise the content is embedded again, with the embedder's batch API.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
@@ -47,6 +49,8 @@ from recall import context
 from recall.errors import EmbeddingUnavailable, RecallError, ValidationFailed
 
 BATCH = 256
+# Writer threads of the operator's command (BENCHMARKS.md, "Imports").
+WRITERS = 2
 EXAMPLES = 20  # refusals listed one by one in a report; the rest are counted
 SAMPLE = 16  # vectors compared with our own before any is reused
 # Cosine similarity a source's vector must reach with ours for the same text.
@@ -139,6 +143,7 @@ def run_import(
     progress: Callable[[Report], None] | None = None,
     resume: Report | None = None,
     checkpoint: Callable[[Report], None] | None = None,
+    writers: int = 1,
 ) -> Report:
     """Import ``source`` for the user; return the report.
 
@@ -148,18 +153,22 @@ def run_import(
     runs inside each batch's transaction with the report as it will be once
     the batch commits.
 
-    This thread reads, validates, looks up duplicates and embeds; one writer
-    thread stores, a batch behind, so that the model and the database work
-    at the same time. One writer keeps the batches in order: a checkpoint
-    never counts a batch that has not committed.
+    This thread reads, validates, looks up duplicates and embeds; writer
+    threads store, a batch behind, so that the model and the database work
+    at the same time. One writer (the default) keeps the batches in order, so
+    a checkpoint never counts a batch that has not committed; the operator's
+    command, which keeps no checkpoint, runs ``WRITERS``, for the database's
+    work on the index is most of an import's when vectors are reused.
     """
+    if checkpoint is not None and writers != 1:
+        raise ValueError("a checkpointed import stores its batches in order: one writer")
     options.check()
     started = time.monotonic()
     report = resume or Report(format=options.format, source=source.label)
     report.dry_run = options.dry_run
     spent = report.seconds
     skip = report.read
-    importer = _Importer(user_id, options, report, tier, checkpoint)
+    importer = _Importer(user_id, options, report, tier, checkpoint, writers)
     stream = READERS[options.format](source, **options.reader_options())
     read = 0
     try:
@@ -207,6 +216,7 @@ class _Importer:
         report: Report,
         tier: str | None,
         checkpoint: Callable[[Report], None] | None,
+        writers: int = 1,
     ) -> None:
         self.user_id = user_id
         self.options = options
@@ -219,8 +229,10 @@ class _Importer:
         self.decided: list[str] = []
         self.agents: dict[str, uuid.UUID] | None = None
         self.decisions: dict[tuple[str, int], bool] = {}
-        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="import-writer")
-        self.pending: Future[None] | None = None
+        self.writers = writers
+        self.writer = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="import-writer")
+        self.pending: deque[Future[None]] = deque()
+        self.lock = threading.Lock()  # writers settle into one report
         self.flushed = report.read
 
     def add(self, record: base.Record, label: str) -> None:
@@ -284,29 +296,32 @@ class _Importer:
         work = _Batch(
             read, refusals, len(items), [items[i] for i in fresh], vectors, reused, decisions
         )
-        self._wait()
+        while len(self.pending) >= self.writers:
+            self._wait()
         # Not the whole context: Django's connection lives in it (asgiref's
         # Local), and the writer needs a connection of its own. Who is acting,
         # for the history rows, is all it takes along.
-        self.pending = self.writer.submit(self._write, work, context.actor.get())
+        self.pending.append(self.writer.submit(self._write, work, context.actor.get()))
 
     def finish(self) -> None:
-        self._wait()
+        while self.pending:
+            self._wait()
 
     def close(self) -> None:
-        # The writer thread's own connection: looked up in that thread.
-        self.writer.submit(lambda: connection.close())
         self.writer.shutdown(wait=True, cancel_futures=False)
 
     def _wait(self) -> None:
-        if self.pending is not None:
-            pending, self.pending = self.pending, None
-            pending.result()  # a failed batch stops the import here, with its error
+        # A failed batch stops the import here, with its error.
+        self.pending.popleft().result()
 
     def _write(self, work: _Batch, who: context.Actor | None) -> None:
         acting = context.acting_as(who.client, who.api_key_id) if who else nullcontext()
-        with acting:
-            self._store(work)
+        try:
+            with acting:
+                self._store(work)
+        finally:
+            # This thread's own connection; a batch is long enough to reconnect for.
+            connection.close()
 
     def _store(self, work: _Batch) -> None:
         services.store_imports(
@@ -319,14 +334,15 @@ class _Importer:
         )
 
     def _settle(self, work: _Batch, inserted: int) -> None:
-        self._apply(work, inserted)
+        with self.lock:
+            self._apply(work, inserted)
         if self.checkpoint is not None:
             self.checkpoint(self.report)
 
     def _apply(self, work: _Batch, inserted: int | None = None) -> None:
         report = self.report
         new = len(work.fresh) if inserted is None else inserted
-        report.read = work.read
+        report.read = max(report.read, work.read)
         for where, reason in work.refusals:
             report.refuse(where, reason)
         report.imported += new
@@ -346,7 +362,7 @@ class _Importer:
             self.agents = {
                 a.name.casefold(): a.id for a in accounts.list_agents(user_id=self.user_id)
             }
-        agents = self.agents or {}
+        agents = self.agents if self.agents is not None else {}
         for name in sorted(names):
             if name.casefold() not in agents and not self.options.dry_run:
                 created = accounts.create_agent(user_id=self.user_id, name=name)

@@ -2,10 +2,17 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-# Guarantees: a file uploaded for import is readable and deletable only inside
+# Guarantees: a piece of an uploaded file goes with its job and its user,
+# whoever deletes them (maintenance removes finished jobs with raw SQL; a user
+# is deleted with their jobs by the cascade of migration 0005). And: a file
+# uploaded for import is readable and deletable only inside
 # its owner's tenant transaction (user-wide: agents have no grant) or on the
 # operator path, like the job it belongs to. Pieces are never updated.
 RLS = """
+ALTER TABLE memory_import_chunks ADD CONSTRAINT memory_import_chunks_job_fk
+    FOREIGN KEY (job_id) REFERENCES memory_jobs (id) ON DELETE CASCADE;
+ALTER TABLE memory_import_chunks ADD CONSTRAINT memory_import_chunks_user_fk
+    FOREIGN KEY (user_id) REFERENCES users (id) ON DELETE CASCADE;
 ALTER TABLE memory_import_chunks ENABLE ROW LEVEL SECURITY;
 ALTER TABLE memory_import_chunks FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON memory_import_chunks FOR ALL TO recall_app
@@ -25,6 +32,8 @@ DROP POLICY IF EXISTS operator_access ON memory_import_chunks;
 DROP POLICY IF EXISTS tenant_isolation ON memory_import_chunks;
 ALTER TABLE memory_import_chunks NO FORCE ROW LEVEL SECURITY;
 ALTER TABLE memory_import_chunks DISABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_import_chunks DROP CONSTRAINT IF EXISTS memory_import_chunks_user_fk;
+ALTER TABLE memory_import_chunks DROP CONSTRAINT IF EXISTS memory_import_chunks_job_fk;
 """
 
 
@@ -44,8 +53,9 @@ class Migration(migrations.Migration):
                 (
                     "job",
                     models.ForeignKey(
+                        db_constraint=False,
                         db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
                         related_name="+",
                         to="memories.job",
                     ),
@@ -53,8 +63,9 @@ class Migration(migrations.Migration):
                 (
                     "user",
                     models.ForeignKey(
+                        db_constraint=False,
                         db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
                         related_name="+",
                         to=settings.AUTH_USER_MODEL,
                     ),

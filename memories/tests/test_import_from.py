@@ -430,3 +430,14 @@ def test_jsonl_imports_with_dotted_fields_and_refuses_a_bad_date(cast):
 def test_a_mapping_naming_a_missing_column_is_refused(cast):
     with pytest.raises(CommandError, match="--map names columns the header lacks: text"):
         imported("alice@example.com", "csv", FIXTURES / "generic.csv", "--map", "content=text")
+
+
+def test_the_commands_writers_store_every_batch_once(cast, monkeypatch):
+    monkeypatch.setattr(run, "BATCH", 1)  # five batches between two writer threads
+
+    out = imported("alice@example.com", "letta", FIXTURES / "letta.af")
+    again = imported("alice@example.com", "letta", FIXTURES / "letta.af")
+
+    assert "Imported 5 of 5 records" in out
+    assert "Imported 0 of 5 records" in again and "5 skipped as duplicates" in again
+    assert len(rows(cast.alice)) == 5

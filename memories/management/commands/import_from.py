@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import services as accounts_services
 from memories.importers import FORMATS, Source
-from memories.importers.run import Options, Report, estimate_total, run_import
+from memories.importers.run import WRITERS, Options, Report, estimate_total, run_import
 from recall import context
 from recall.errors import RecallError
 
@@ -74,7 +74,11 @@ class Command(BaseCommand):
         try:
             with context.acting_as("import"):
                 report = run_import(
-                    user_id=user.id, source=source, options=chosen, progress=self._progress
+                    user_id=user.id,
+                    source=source,
+                    options=chosen,
+                    progress=self._progress,
+                    writers=WRITERS,
                 )
         except RecallError as error:
             self.stderr.write("")
