@@ -76,6 +76,6 @@ class ImportForm(forms.Form):
         max_length=200,
         required=False,
         label="Identities (mem0, OpenMemory, Letta)",
-        widget=forms.TextInput(attrs={"placeholder": "user_id=namespace,run_id=thread"}),
+        widget=forms.TextInput(attrs={"placeholder": "user_id=metadata,run_id=namespace"}),
     )
     dry_run = forms.BooleanField(required=False, label="Dry run: check, store nothing")

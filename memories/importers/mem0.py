@@ -7,8 +7,9 @@ JSON Lines with one memory per line (``.jsonl``). Each memory is
 "user_id", "agent_id", "run_id", ...}``.
 
 ``memory`` becomes the content and ``metadata`` the memory's metadata;
-``user_id``, ``agent_id``, ``run_id`` (and ``app_id``) go where the mapping
-says (by default: the agent of that name, the thread, and metadata), and
+``user_id``, ``agent_id`` and ``run_id`` go where the mapping says (by
+default: a namespace, the user's agent of that name, and the thread; ``app_id``
+to metadata only), and
 everything else the memory carried (``hash``, ``categories``, ...) is kept
 under ``imported_from``.
 """
@@ -22,7 +23,7 @@ from memories.importers.base import Record, Refused, Stream, identities, place
 from memories.importers.sources import Source, documents, lines_of
 
 FORMAT = "mem0"
-IDENTITIES = {"user_id": "metadata", "agent_id": "agent", "run_id": "thread", "app_id": "metadata"}
+IDENTITIES = {"user_id": "namespace", "agent_id": "agent", "run_id": "thread", "app_id": "metadata"}
 ARRAYS = frozenset({"results", "memories"})
 KNOWN = {"id", "memory", "text", "content", "metadata", "created_at", "updated_at", *IDENTITIES}
 

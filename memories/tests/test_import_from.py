@@ -97,7 +97,7 @@ def test_a_mem0_export_keeps_timestamps_identities_and_provenance(cast):
     # agent_id goes to the user's agent of that name, run_id to the thread.
     assert memories["Is training for a half marathon in October"]["agent__name"] == "coach"
     assert memories["Asked to be reminded about the dentist on Friday"]["thread_id"] == "session-42"
-    assert milk["agent__name"] is None and milk["namespace"] == "default"
+    assert milk["agent__name"] is None and milk["namespace"] == "dana"  # user_id
 
 
 def test_the_history_records_the_import_with_its_source(cast):
@@ -121,11 +121,11 @@ def test_identities_go_where_the_ids_flag_says(cast):
         "mem0",
         FIXTURES / "mem0.json",
         "--ids",
-        "user_id=namespace,agent_id=metadata",
+        "user_id=metadata,agent_id=metadata",
     )
 
     memories = by_content(cast.alice)
-    assert {row["namespace"] for row in memories.values()} == {"dana"}
+    assert {row["namespace"] for row in memories.values()} == {"default"}
     assert all(row["agent__name"] is None for row in memories.values())
     assert accounts_services.list_agents(user_id=cast.alice.id) == []
 

@@ -34,7 +34,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--ids",
-            help="Where source identities go, e.g. user_id=namespace,agent_id=agent,run_id=thread "
+            help="Where source identities go, e.g. user_id=metadata,run_id=namespace "
             "(mem0), app=namespace (openmemory), agent=metadata (letta).",
         )
         parser.add_argument(
