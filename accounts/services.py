@@ -18,10 +18,10 @@ from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from accounts import auth, tiers
+from accounts import keycache, tiers
 from accounts.models import Agent, ApiKey, User
-from recall import tenancy
-from recall.errors import NotFound, QuotaExceeded, ValidationFailed
+from core import tenancy
+from core.errors import NotFound, QuotaExceeded, ValidationFailed
 
 
 def check_tier(tier: object) -> str:
@@ -117,8 +117,8 @@ def _invalidate() -> None:
     # Now, and again once the surrounding transaction (an admin request, a
     # webhook) commits: a request that authenticates in between still reads
     # the old row and would cache it until the TTL runs out.
-    auth.invalidate()
-    transaction.on_commit(auth.invalidate)
+    keycache.invalidate()
+    transaction.on_commit(keycache.invalidate)
 
 
 # Self-service: a user's own keys, on the tenant path ---------------------------

@@ -295,7 +295,7 @@ class Runner:
 
     def cleanup(self) -> None:
         from accounts.models import User
-        from recall import tenancy
+        from core import tenancy
 
         with tenancy.operator():
             User.objects.filter(id__in=self.users).delete()
@@ -561,8 +561,8 @@ class Runner:
 
     def deep(self, user_id: str, query: str, mode: str | None) -> list[str]:
         """Return the ids the search's own statement ranks first, 100 deep."""
+        from core import tenancy
         from memories import search
-        from recall import tenancy
 
         prepared = search.prepare(query=query, namespace="default", mode=mode)
         with tenancy.tenant(user_id, local_settings=search.SEARCH_SETTINGS):

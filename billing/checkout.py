@@ -16,7 +16,7 @@ from django.conf import settings
 from accounts import tiers
 from accounts.models import User
 from billing.models import BillingAccount
-from recall.errors import RecallError, ValidationFailed
+from core.errors import RecallError, ValidationFailed
 
 if TYPE_CHECKING:
     from stripe.params.checkout import SessionCreateParams

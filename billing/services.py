@@ -45,9 +45,9 @@ from accounts import services as accounts_services
 from accounts import tiers
 from accounts.models import User
 from billing.models import BillingAccount, Subscription, UsageEvent, WebhookEvent
-from billing.usage import Event
-from recall import tenancy
-from recall.errors import NotFound, ValidationFailed
+from core import tenancy
+from core.errors import NotFound, ValidationFailed
+from core.usage import Event
 
 logger = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from billing import services, stripe_shapes
-from recall import safejson
-from recall.errors import RecallError
+from core import safejson
+from core.errors import RecallError
 
 logger = logging.getLogger(__name__)
 

@@ -33,14 +33,14 @@ from accounts import tiers
 from accounts.models import User
 from billing import checkout
 from billing import services as billing_services
+from core import context
+from core.errors import Conflict, NotFound, RecallError
 from dashboard.charts import stacked_bars
 from dashboard.forms import KeyForm, SignupForm
 from memories import services as memory_services
 from memories import transfer
 from oauth import resources
 from oauth import services as oauth_services
-from recall import context
-from recall.errors import Conflict, NotFound, RecallError
 
 
 class AuthenticatedRequest(HttpRequest):

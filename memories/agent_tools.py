@@ -15,10 +15,10 @@ from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from accounts import auth
+from core.errors import ValidationFailed
 from memories import services, validation
 from memories.formatting import memory_tags
 from memories.tools import _run, success
-from recall.errors import ValidationFailed
 
 INSTRUCTIONS = """\
 This is your memory, bound to the agent this connection was approved for.

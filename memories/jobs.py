@@ -31,8 +31,8 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from recall import errors, outage
-from recall.logging import describe_exception
+from core import errors, outage
+from core.logging import describe_exception
 
 logger = logging.getLogger(__name__)
 

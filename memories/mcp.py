@@ -36,10 +36,10 @@ from pydantic import BaseModel, ValidationError
 
 from accounts import admission, auth
 from billing import usage
+from core import context, process
+from core.errors import RecallError, ValidationFailed
+from core.logging import describe_exception, fingerprint
 from memories import agent_tools, tools, v1_tools
-from recall import context, process
-from recall.errors import RecallError, ValidationFailed
-from recall.logging import describe_exception, fingerprint
 
 logger = logging.getLogger("recall.mcp")
 

@@ -40,7 +40,7 @@ class Memory(models.Model):
     )
     # NULL for memories written with a user-wide API key: they belong to the
     # user. Otherwise the agent that wrote it, which alone may see it (plus
-    # task sharing); row-level security enforces that, see recall/tenancy.py.
+    # task sharing); row-level security enforces that, see core/tenancy.py.
     # A composite foreign key (agent_id, user_id), ON DELETE CASCADE, keeps
     # agents to their own user (migration 0004); Django must not emulate it.
     agent = models.ForeignKey(

@@ -67,11 +67,11 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
+from core import tenancy
+from core.errors import EmbeddingUnavailable, RecallError
 from memories import embeddings, validation
 from memories.indexes import index_name, vector_literal, vector_type
 from memories.models import PRIORITY_RANK, Memory
-from recall import tenancy
-from recall.errors import EmbeddingUnavailable, RecallError
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ usage page's quota). ``recall/tests/test_architecture.py`` keeps it so.
 
 The five operations return plain data (dicts, lists, str, bool) shaped as
 the RecallMCP specification describes, and raise only
-``recall.errors.RecallError`` subclasses for anything a caller did or could
+``core.errors.RecallError`` subclasses for anything a caller did or could
 fix. Input is validated in full before anything is written, so bad input
 writes nothing.
 
@@ -43,6 +43,21 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from accounts.tiers import Tier
+from core import context, errors, process, tenancy
+from core.admin_tools import count_per_user
+from core.errors import (
+    ConfirmationExpired,
+    ConfirmationInvalid,
+    Conflict,
+    EmbeddingUnavailable,
+    InternalError,
+    NotFound,
+    QuotaExceeded,
+    RecallError,
+    ValidationFailed,
+)
+from core.logging import describe_exception
+from core.timestamps import iso
 from memories import embeddings, indexes, jobs, search, validation
 from memories.indexes import vector_literal
 from memories.models import (
@@ -54,21 +69,6 @@ from memories.models import (
     Priority,
     SourceKind,
 )
-from recall import context, errors, process, tenancy
-from recall.admin_tools import count_per_user
-from recall.errors import (
-    ConfirmationExpired,
-    ConfirmationInvalid,
-    Conflict,
-    EmbeddingUnavailable,
-    InternalError,
-    NotFound,
-    QuotaExceeded,
-    RecallError,
-    ValidationFailed,
-)
-from recall.logging import describe_exception
-from recall.timestamps import iso
 
 logger = logging.getLogger(__name__)
 

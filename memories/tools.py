@@ -24,11 +24,11 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from accounts import auth
+from core import errors, outage
+from core.errors import InternalError, RecallError, ValidationFailed
+from core.logging import describe_exception
 from memories import services, validation
 from memories.formatting import memory_tags
-from recall import errors, outage
-from recall.errors import InternalError, RecallError, ValidationFailed
-from recall.logging import describe_exception
 
 logger = logging.getLogger(__name__)
 

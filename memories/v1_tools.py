@@ -35,9 +35,9 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from accounts import auth
+from core.errors import RecallError
 from memories import services, validation
 from memories.tools import MetadataFilter, _run, success
-from recall.errors import RecallError
 
 INSTRUCTIONS = """\
 Recall's memory tools: add_memory stores information (async by default),

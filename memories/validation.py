@@ -25,7 +25,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from recall.errors import ValidationFailed
+from core.errors import ValidationFailed
 
 CONTENT_MAX = 50_000
 QUERY_MAX = 10_000

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 from django.db.models import Max, Min
 
 from accounts import services as accounts_services
+from core.errors import NotFound
 from oauth.models import Application, RefreshToken
-from recall.errors import NotFound
 
 
 @dataclass(frozen=True)

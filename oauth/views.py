@@ -21,10 +21,10 @@ from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error, InvalidRequestErro
 
 from accounts import services as accounts_services
 from accounts.models import Agent
+from core.errors import NotFound, RecallError
 from oauth import resources
 from oauth.models import Application
 from oauth.services import describe_client
-from recall.errors import NotFound, RecallError
 
 NEW_AGENT = "new"
 

@@ -27,7 +27,7 @@ from typing import Literal, TextIO
 from django.conf import settings
 from django.db import connection, transaction
 
-from recall import tenancy
+from core import tenancy
 
 Status = Literal["ok", "warning", "problem"]
 
@@ -405,8 +405,8 @@ def row_level_security() -> Iterator[Finding]:
 
 
 def embedding_model() -> Iterator[Finding]:
+    from core.errors import EmbeddingUnavailable
     from memories.embeddings import local
-    from recall.errors import EmbeddingUnavailable
 
     name = "embedding model"
     if settings.EMBEDDING_PROVIDER == "openai":

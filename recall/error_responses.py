@@ -15,7 +15,7 @@ from collections.abc import Callable
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
-from recall import errors, outage
+from core import errors, outage
 
 logger = logging.getLogger("recall.http")
 

@@ -15,7 +15,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from recall import safejson
+from core import safejson
 
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from recall import env, workers
+from core import workers
+from recall import env
 from recall.db.embedded import shared_buffers_wanted as embedded_shared_buffers
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -396,8 +397,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "json": {"()": "recall.logging.JsonFormatter"},
-        "console": {"()": "recall.logging.ConsoleFormatter"},
+        "json": {"()": "core.logging.JsonFormatter"},
+        "console": {"()": "core.logging.ConsoleFormatter"},
     },
     "handlers": {
         "stderr": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},

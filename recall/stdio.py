@@ -14,9 +14,10 @@ from django.conf import settings
 
 from accounts import auth
 from billing import usage
+from core import context
 from memories import jobs
 from memories.mcp import build_server, build_v1_server
-from recall import context, startup
+from recall import startup
 
 
 def run(tools: str = "mcp") -> None:

@@ -18,9 +18,9 @@ from django.core.management.base import CommandError
 
 from accounts import auth
 from accounts.models import ApiKey, User
-from recall import tenancy
-from recall.testing import free_port
+from core import tenancy
 from tests.clients import call, structured
+from tests.support import free_port
 
 pytestmark = pytest.mark.slow
 

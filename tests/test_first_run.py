@@ -25,8 +25,8 @@ from django.conf import settings
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from recall.testing import free_port
 from tests.clients import raw_call
+from tests.support import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -41,8 +41,8 @@ from mcp.shared.auth import (
 )
 from pydantic import AnyUrl
 
-from recall.testing import LiveServer, store_memory
 from tests.oauth_servers import Callback, MetadataHost
+from tests.support import LiveServer, store_memory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

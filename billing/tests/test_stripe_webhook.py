@@ -18,10 +18,10 @@ from billing.tests.stripe_events import (
     event,
     subscription,
 )
+from core import tenancy
+from core.errors import QuotaExceeded
 from memories import services as memories
 from memories.models import Memory
-from recall import tenancy
-from recall.errors import QuotaExceeded
 
 
 @pytest.fixture(autouse=True)

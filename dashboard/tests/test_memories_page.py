@@ -6,10 +6,10 @@ import pytest
 from django.test import Client
 
 from accounts.tiers import Tier
+from core import tenancy
 from memories import services
 from memories.models import Memory
-from recall import tenancy
-from recall.testing import store_memory
+from tests.support import store_memory
 
 URL = "/memories/"
 FRAMEWORKS = (

@@ -27,9 +27,9 @@ from django.db import connection
 from pgvector import Vector
 
 from accounts.models import Agent, User
+from core import tenancy
 from memories import embeddings, search, services
 from memories.tests.test_recall_at_scale import synthetic_vectors
-from recall import tenancy
 
 pytestmark = pytest.mark.slow
 

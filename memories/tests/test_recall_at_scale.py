@@ -33,8 +33,8 @@ from django.db import connection
 from pgvector import Vector
 
 from accounts.models import Agent, User
+from core import tenancy
 from memories import embeddings, search, services
-from recall import tenancy
 
 BIG = 10_000
 SMALL = 101  # 1% of the table

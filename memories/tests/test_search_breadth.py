@@ -12,8 +12,8 @@ import pytest
 from django.db import connection
 
 from accounts.tiers import Tier
+from core import tenancy
 from memories import search, services
-from recall import tenancy
 
 pytestmark = pytest.mark.django_db
 

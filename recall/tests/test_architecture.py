@@ -15,7 +15,7 @@ from pathlib import Path
 from django.apps import apps
 from django.db import connection
 
-from recall import tenancy
+from core import tenancy
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ("accounts", "billing", "dashboard", "memories", "oauth", "recall")
@@ -112,7 +112,7 @@ def test_the_admission_rules_catch_a_transport_that_limits_on_its_own(tmp_path):
 
 # An app's tables only through its services ---------------------------------------
 
-# The tables under forced row-level security (recall/tenancy.py). Every read
+# The tables under forced row-level security (core/tenancy.py). Every read
 # or write of them must choose the tenant or the operator path, and an app's
 # services are where that choice is made: so only the owning app's services,
 # models and admin (which runs on the operator path) may touch them.

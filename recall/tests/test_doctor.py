@@ -15,7 +15,7 @@ from django.db import connection
 from accounts.tests.redis_server import RedisServer, RedisServerMissing
 from memories.embeddings import local
 from recall import doctor
-from recall.testing import database_url, free_port
+from tests.support import database_url, free_port
 
 
 def run_doctor() -> tuple[int, str]:
