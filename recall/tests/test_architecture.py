@@ -153,7 +153,9 @@ def table_owners() -> dict[str, str]:
 
 
 def may_touch(path: str, app: str) -> bool:
-    return path.split("/") in ([app, name] for name in OWNER_MODULES)
+    parts = path.split("/")
+    # An app's services may be a package of modules (memories/services/).
+    return parts in ([app, name] for name in OWNER_MODULES) or parts[:2] == [app, "services"]
 
 
 def model_name(node: ast.expr) -> str | None:

@@ -1,0 +1,197 @@
+"""What a caller holds and how the server serves it: stats, the query cache, health."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count, Max, Min
+
+from core import process, tenancy
+from core.logging import describe_exception
+from core.timestamps import iso
+from memories import embeddings, validation
+from memories.models import (
+    Job,
+    JobStatus,
+    Memory,
+    MemoryHistory,
+)
+from memories.services.queue import queue_depth
+
+logger = logging.getLogger("memories.services")
+
+
+def memory_stats(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    api_key_id: uuid.UUID | str | None = None,
+) -> dict[str, Any]:
+    """Return what the caller holds and how the server serves them.
+
+    Memories per namespace with the oldest and newest, history rows, the
+    caller's background adds by status, the query cache's counters (this
+    process's), and the caller's own p50/p95 over its latest 1,000 calls
+    (from usage events, which land a moment after each call).
+    """
+    from billing import services as billing_services
+
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        namespaces = list(
+            Memory.objects.live()
+            .filter(user_id=user_id)
+            .values("namespace")
+            .annotate(count=Count("id"), oldest=Min("created_at"), newest=Max("created_at"))
+            .order_by("namespace")
+        )
+        history_rows = MemoryHistory.objects.filter(user_id=user_id).count()
+        by_status = dict(
+            Job.objects.filter(user_id=user_id)
+            .values_list("status")
+            .annotate(n=Count("id"))
+            .values_list("status", "n")
+        )
+    latency = billing_services.recent_latency(
+        user_id=user_id, agent_id=agent_id, api_key_id=api_key_id
+    )
+    return {
+        "memories": sum(row["count"] for row in namespaces),
+        "namespaces": [
+            {
+                "namespace": row["namespace"],
+                "count": row["count"],
+                "oldest": iso(row["oldest"]),
+                "newest": iso(row["newest"]),
+            }
+            for row in namespaces
+        ],
+        "history_rows": history_rows,
+        "jobs": {status.value: by_status.get(status.value, 0) for status in JobStatus},
+        "cache": cache_stats(),
+        "latency": {
+            "calls": latency.calls,
+            "p50_ms": latency.p50_ms,
+            "p95_ms": latency.p95_ms,
+        },
+    }
+
+
+def cache_stats() -> dict[str, Any]:
+    """Return the query cache's counters in this process."""
+    stats = embeddings.get_query_cache().stats()
+    return {
+        "hits": stats.hits,
+        "shared_hits": stats.shared_hits,
+        "misses": stats.misses,
+        "hit_rate": round(stats.hit_rate, 4) if stats.hit_rate is not None else None,
+        "size": stats.size,
+        "max_size": stats.max_size,
+        "ttl_seconds": stats.ttl_seconds,
+        "bytes": stats.bytes,
+        "evictions": stats.evictions,
+        "expirations": stats.expirations,
+        "avg_hit_ms": _ms(stats.avg_hit_ms),
+        "avg_miss_ms": _ms(stats.avg_miss_ms),
+        "avg_ms": _ms(stats.avg_ms),
+        "shared": stats.shared,
+        "shared_available": stats.shared_available,
+    }
+
+
+def optimize_cache(*, force_refresh: Any = False, max_entries: Any = None) -> dict[str, Any]:
+    """Expire, demote and share the query cache's entries, and report what was done."""
+    refresh = validation.flag(force_refresh, field="force_refresh")
+    size = settings.QUERY_CACHE_SIZE
+    keep = validation.integer(
+        max_entries, field="max_memories", low=0, high=max(size, 0), default=size
+    )
+    done = embeddings.get_query_cache().optimize(
+        model_id=embeddings.get_embedder().model_id, max_entries=keep, force_refresh=refresh
+    )
+    return {
+        "expired": done.expired,
+        "demoted": done.demoted,
+        "promoted": done.promoted,
+        "refreshed": done.refreshed,
+        "kept": done.kept,
+        "bytes_freed": done.bytes_freed,
+        "seconds": round(done.seconds, 4),
+    }
+
+
+def worker_pool() -> dict[str, int]:
+    """Return how busy the threads that run tool calls (each with its connection) are."""
+    return process.worker_pool()
+
+
+def _ms(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
+
+
+def health() -> dict[str, Any]:
+    """Check the database, the embedder, the queue and Redis; report no secrets."""
+    started = time.perf_counter()
+    database: dict[str, Any] = {"ok": True}
+    queue: dict[str, Any] | None = None
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        database["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
+        queue = queue_depth()
+    except Exception as exc:
+        logger.warning("health: database unavailable", extra=describe_exception(exc))
+        database = {"ok": False, "error": "the database did not answer"}
+    embedder = embeddings.get_embedder()
+    stats = embeddings.get_query_cache().stats()
+    redis = _redis_health()
+    ok = database["ok"] and embedder.is_loaded and redis is not False
+    return {
+        "status": "ok" if ok else "degraded",
+        "database": database,
+        "embedder": {"ok": embedder.is_loaded, "model": embedder.model_id},
+        "queue": queue,
+        "redis": redis,
+        "cache": {
+            "size": stats.size,
+            "shared_size": _shared_cache_size(settings.REDIS_URL)
+            if redis and settings.REDIS_URL
+            else None,
+            "hit_rate": round(stats.hit_rate, 4) if stats.hit_rate is not None else None,
+            "bytes": stats.bytes,
+        },
+        "version": process.version(),
+        "uptime_seconds": round(process.uptime_seconds(), 1),
+        "rss_bytes": process.rss_bytes(),
+    }
+
+
+def _redis_health() -> bool | None:
+    """True or False when Redis is configured (whether it answers), None when it is not."""
+    if not settings.REDIS_URL:
+        return None
+    import redis
+
+    try:
+        with redis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=0.25, socket_connect_timeout=0.25
+        ) as client:
+            return bool(client.ping())
+    except Exception:
+        return False
+
+
+def _shared_cache_size(url: str) -> int | None:
+    import redis
+
+    from memories.embeddings.cache import KEY_PREFIX
+
+    try:
+        with redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25) as client:
+            return sum(1 for _ in client.scan_iter(match=KEY_PREFIX + "*", count=1000))
+    except Exception:
+        return None

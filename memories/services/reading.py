@@ -1,0 +1,185 @@
+"""Reading memories: recall (the one search, shaped), listing, namespaces and counts."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from django.db.models import Count
+
+from core import tenancy
+from core.timestamps import iso
+from memories import search, validation
+from memories.models import (
+    Memory,
+)
+
+logger = logging.getLogger("memories.services")
+
+
+def recall(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    query: Any,
+    namespace: Any = "default",
+    limit: Any = 10,
+    threshold: Any = None,
+    mode: Any = None,
+    metadata_filter: Any = None,
+    priority: Any = None,
+    created_after: Any = None,
+    created_before: Any = None,
+) -> list[dict[str, Any]]:
+    """Return the namespace's memories that best match ``query``, best first.
+
+    How they are ranked, filtered and cut by the threshold, and how priority
+    breaks ties, is memories/search.py's.
+    """
+    found, _ = search_memories(
+        user_id=user_id,
+        agent_id=agent_id,
+        query=query,
+        namespace=namespace,
+        limit=limit,
+        threshold=threshold,
+        mode=mode,
+        metadata_filter=metadata_filter,
+        priority=priority,
+        created_after=created_after,
+        created_before=created_before,
+    )
+    return found
+
+
+def search_memories(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    use_cache: bool = True,
+    **arguments: Any,
+) -> tuple[list[dict[str, Any]], str]:
+    """``recall``, also saying where the query's vector came from (cache or model).
+
+    ``use_cache=False`` embeds the query afresh whatever the cache holds.
+    """
+    wanted = search.prepare(use_cache=use_cache, **arguments)
+    opening = search.transaction_settings(wanted, agent=agent_id is not None)
+    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
+        found = search.run(user_id, wanted, agent_id=agent_id)
+    return [_found(hit) for hit in found], wanted.vector_source
+
+
+def _found(hit: search.Found) -> dict[str, Any]:
+    memory = hit.memory
+    return {
+        "id": str(memory.id),
+        "content": memory.content,
+        "similarity": hit.similarity,
+        "score": hit.score,
+        "metadata": memory.metadata,
+        "namespace": memory.namespace,
+        "priority": memory.priority,
+        "created_at": iso(memory.created_at),
+        "expires_at": iso(memory.expires_at) if memory.expires_at else None,
+    }
+
+
+default_threshold = search.default_threshold
+
+
+SOURCE_FILTERS = search.SOURCE_FILTERS
+
+
+def list_memories(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    namespace: Any = "default",
+    limit: Any = 20,
+    offset: Any = 0,
+    order: Any = "created_at",
+    priority: Any = None,
+    thread_id: Any = None,
+) -> list[dict[str, Any]]:
+    """Return a page of the namespace's memories, newest first by ``order``.
+
+    With ``thread_id``, only that conversation's messages, in the order they
+    were said (``order`` does not apply): read back in full, they are the
+    conversation.
+    """
+    ns = validation.namespace(namespace)
+    count = validation.integer(
+        limit, field="limit", low=1, high=validation.LIST_LIMIT_MAX, default=20
+    )
+    skip = validation.integer(offset, field="offset", low=0, high=validation.OFFSET_MAX, default=0)
+    column = validation.order(order)
+    levels = validation.priorities(priority)
+    thread = validation.label(thread_id, field="thread_id")
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        rows = Memory.objects.live().filter(user_id=user_id, namespace=ns)
+        if levels:
+            rows = rows.filter(priority__in=levels)
+        if thread is not None:
+            rows = rows.filter(thread_id=thread).order_by("position", "created_at", "id")
+        else:
+            rows = rows.order_by(f"-{column}", "-id")
+        page = list(rows.values(*_LISTED)[skip : skip + count])
+    return [_listed(row) for row in page]
+
+
+_LISTED = (
+    "id",
+    "content",
+    "namespace",
+    "thread_id",
+    "position",
+    "metadata",
+    "priority",
+    "content_hash",
+    "version",
+    "created_at",
+    "updated_at",
+    "expires_at",
+)
+
+
+def _listed(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": str(row["id"]),
+        "content": row["content"],
+        "namespace": row["namespace"],
+        "thread_id": row["thread_id"],
+        "position": row["position"],
+        "metadata": row["metadata"],
+        "priority": row["priority"],
+        "hash": row["content_hash"],
+        "version": row["version"],
+        "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["updated_at"]),
+        "expires_at": iso(row["expires_at"]) if row["expires_at"] else None,
+    }
+
+
+def list_namespaces(*, user_id: uuid.UUID | str) -> list[dict[str, Any]]:
+    """Return the user's namespaces with how many memories each holds, by name."""
+    with tenancy.tenant(user_id):
+        return list(
+            Memory.objects.filter(user_id=user_id)
+            .values("namespace")
+            .annotate(count=Count("id"))
+            .order_by("namespace")
+        )
+
+
+def count_namespace(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    namespace: Any = "default",
+) -> int:
+    """Return how many live memories one namespace of the user's (or agent's) holds."""
+    ns = validation.namespace(namespace)
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        return Memory.objects.live().filter(user_id=user_id, namespace=ns).count()

@@ -1,0 +1,117 @@
+"""``remember``: validate a call in full, then store it at once or queue it."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from core.errors import (
+    ValidationFailed,
+)
+from memories import validation
+from memories.services.queue import enqueue_remember
+from memories.services.storing import Item, Remembering, fingerprint, store, turn_items
+
+logger = logging.getLogger("memories.services")
+
+
+def remembering(
+    *,
+    content: Any = None,
+    messages: Any = None,
+    namespace: Any = "default",
+    metadata: Any = None,
+    priority: Any = None,
+    expires_at: Any = None,
+    ttl_seconds: Any = None,
+    thread_id: Any = None,
+) -> Remembering:
+    """Validate a remember call in full, writing nothing.
+
+    Either ``content`` (one memory) or ``messages`` (a conversation: one
+    memory per message, in order, all in one thread).
+    """
+    if (content is None) == (messages is None):
+        raise ValidationFailed("Pass content (one memory) or messages (a conversation), not both.")
+    ns = validation.namespace(namespace)
+    level = validation.priority(priority)
+    expiry = validation.expiry(expires_at, ttl_seconds)
+    thread = validation.label(thread_id, field="thread_id")
+    meta = validation.metadata(metadata)
+    if content is not None:
+        items: tuple[Item, ...] = (Item(validation.content(content), meta),)
+    else:
+        items = turn_items(messages, meta)
+    given = {
+        "items": [[item.content, item.metadata] for item in items],
+        "namespace": ns,
+        "priority": level,
+        "expires_at": expires_at,
+        "ttl_seconds": ttl_seconds,
+        "thread_id": thread,
+    }
+    return Remembering(
+        items=items,
+        namespace=ns,
+        priority=level,
+        expires_at=expiry,
+        # A conversation always has a thread: the caller's, or a new one.
+        thread_id=thread or (uuid.uuid4().hex if messages is not None else None),
+        fingerprint=fingerprint(given),
+        conversation=messages is not None,
+    )
+
+
+def remember(
+    *,
+    user_id: uuid.UUID | str,
+    tier: str,
+    content: Any = None,
+    messages: Any = None,
+    namespace: Any = "default",
+    metadata: Any = None,
+    priority: Any = None,
+    expires_at: Any = None,
+    ttl_seconds: Any = None,
+    thread_id: Any = None,
+    background: Any = False,
+    idempotency_key: Any = None,
+    agent_id: uuid.UUID | str | None = None,
+) -> dict[str, Any]:
+    """Store a memory (or a conversation), or return the identical one already stored.
+
+    Identical means equal normalised content in the same namespace, written by
+    the same agent (or both user-wide), and for a conversation's messages in
+    the same thread and position. The unique constraint ``memories_dedup``
+    decides it, so concurrent identical calls produce one row; the look-up
+    first only saves an embedding. An identical memory that has expired does
+    not count: it is replaced.
+
+    With ``background``, the call is validated and queued, and returns at
+    once: see ``enqueue_remember``.
+    """
+    call = remembering(
+        content=content,
+        messages=messages,
+        namespace=namespace,
+        metadata=metadata,
+        priority=priority,
+        expires_at=expires_at,
+        ttl_seconds=ttl_seconds,
+        thread_id=thread_id,
+    )
+    if validation.flag(background, field="async"):
+        return enqueue_remember(
+            user_id=user_id,
+            agent_id=agent_id,
+            tier=tier,
+            call=call,
+            idempotency_key=idempotency_key,
+        )
+    if idempotency_key is not None:
+        raise ValidationFailed(
+            "idempotency_key applies to async calls; a synchronous remember is already "
+            "idempotent (identical content is stored once)."
+        )
+    return call.shape(store(user_id=user_id, agent_id=agent_id, tier=tier, call=call))

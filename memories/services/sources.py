@@ -1,0 +1,267 @@
+"""Seed 003's memory: add turns, documents and notes; search and recall with source filters.
+
+Seed 003's memories live in one namespace: an agent's memory is the agent's.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from core import tenancy
+from core.errors import (
+    ValidationFailed,
+)
+from core.timestamps import iso
+from memories import search, validation
+from memories.models import (
+    Memory,
+    Priority,
+    SourceKind,
+)
+from memories.services.storing import Item, Remembering, fingerprint, store, turn_items, written_by
+
+logger = logging.getLogger("memories.services")
+
+
+# Seed 003's memories live in one namespace: an agent's memory is the agent's.
+SOURCES_NAMESPACE = "default"
+
+
+DOCUMENT_MAX = 200_000
+
+
+LABEL_MAX = 200
+
+
+PATH_MAX = 1024
+
+
+def _label(value: Any, field: str, maximum: int = LABEL_MAX) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationFailed(f"{field} must be a string.")
+    text = validation.normalize(value)
+    if "\x00" in text:
+        raise ValidationFailed(f"{field} must not contain NUL characters.")
+    if len(text) > maximum:
+        raise ValidationFailed(f"{field} is at most {maximum} characters.")
+    return text or None
+
+
+def _sourced(
+    items: tuple[Item, ...], *, thread_id: str | None, task_id: str | None, conversation: bool
+) -> Remembering:
+    """A seed 003 add as a call ``store`` writes: default namespace and priority, no expiry."""
+    given = {
+        "items": [
+            [item.content, item.metadata, item.kind, item.author, item.path] for item in items
+        ],
+        "thread_id": thread_id,
+        "task_id": task_id,
+    }
+    return Remembering(
+        items=items,
+        namespace=SOURCES_NAMESPACE,
+        priority=Priority.MEDIUM.value,
+        expires_at=None,
+        thread_id=thread_id,
+        task_id=task_id,
+        fingerprint=fingerprint(given),
+        conversation=conversation,
+    )
+
+
+def add_turns(
+    *,
+    user_id: uuid.UUID | str,
+    tier: str,
+    agent_id: uuid.UUID | str | None,
+    turns: Any,
+    thread_id: Any = None,
+    task_id: Any = None,
+) -> list[dict[str, Any]]:
+    """Store conversation turns, one memory each, in order, all or none.
+
+    The same conversation ingestion as ``remember(messages=...)``: a turn is
+    ``{"role", "content", "name"?, "timestamp"?}``, its author is the name,
+    else the role, and each turn keeps its position (in the ``position``
+    column and in metadata) and the thread, so that the conversation can be
+    read back in order.
+    """
+    call = _sourced(
+        turn_items(turns, {}),
+        thread_id=_label(thread_id, "thread_id"),
+        task_id=_label(task_id, "task_id"),
+        conversation=True,
+    )
+    return store(user_id=user_id, tier=tier, agent_id=agent_id, call=call)
+
+
+def add_document(
+    *,
+    user_id: uuid.UUID | str,
+    tier: str,
+    agent_id: uuid.UUID | str | None,
+    content: Any,
+    path: Any,
+    author: Any = None,
+    task_id: Any = None,
+) -> list[dict[str, Any]]:
+    """Store a document as chunks cut by its structure and size, all under ``path``."""
+    from memories import chunking
+
+    where = _label(path, "path", PATH_MAX)
+    if not where:
+        raise ValidationFailed("A document needs a path, such as 'docs/handbook.md'.")
+    text = validation.text(content, field="content", maximum=DOCUMENT_MAX)
+    writer = _label(author, "author") or ""
+    items = tuple(
+        Item(
+            c.text,
+            {"heading": c.heading, "chunk": c.position} if c.heading else {"chunk": c.position},
+            kind=SourceKind.DOCUMENT.value,
+            author=writer,
+            path=where,
+        )
+        for c in chunking.chunk(text)
+    )
+    call = _sourced(items, thread_id=None, task_id=_label(task_id, "task_id"), conversation=False)
+    return store(user_id=user_id, tier=tier, agent_id=agent_id, call=call)
+
+
+def add_note(
+    *,
+    user_id: uuid.UUID | str,
+    tier: str,
+    agent_id: uuid.UUID | str | None,
+    content: Any,
+    author: Any = None,
+    thread_id: Any = None,
+    task_id: Any = None,
+) -> list[dict[str, Any]]:
+    item = Item(
+        validation.content(content),
+        {},
+        kind=SourceKind.NOTE.value,
+        author=_label(author, "author") or "",
+    )
+    call = _sourced(
+        (item,),
+        thread_id=_label(thread_id, "thread_id"),
+        task_id=_label(task_id, "task_id"),
+        conversation=False,
+    )
+    return store(user_id=user_id, tier=tier, agent_id=agent_id, call=call)
+
+
+def source_filters(**values: Any) -> dict[str, str]:
+    """Validate memory_search's filters; unset ones are dropped."""
+    chosen: dict[str, str] = {}
+    for name in search.SOURCE_FILTERS:
+        value = values.get(name)
+        if value is None:
+            continue
+        maximum = PATH_MAX if name == "path" else LABEL_MAX
+        clean = _label(value, name, maximum)
+        if clean is None:
+            raise ValidationFailed(f"{name} must not be empty; leave it out to not filter.")
+        if name == "source_kind" and clean not in SourceKind.values:
+            raise ValidationFailed("source_kind must be conversation, document or note.")
+        chosen[name] = clean
+    return chosen
+
+
+def search_sources(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    query: Any,
+    limit: Any = 10,
+    threshold: Any = None,
+    **filters: Any,
+) -> list[dict[str, Any]]:
+    """Rank the agent's memories by meaning, with source filters applied before ranking.
+
+    Naming ``task_id`` also searches what the user's other agents filed under
+    that task (and only that, as the filter says).
+    """
+    wanted = source_filters(**filters)
+    prepared = search.prepare(
+        query=query, namespace=SOURCES_NAMESPACE, limit=limit, threshold=threshold, sources=wanted
+    )
+    with tenancy.tenant(
+        user_id,
+        agent_id=agent_id,
+        task_id=wanted.get("task_id"),
+        local_settings=search.transaction_settings(prepared, agent=agent_id is not None),
+    ):
+        found = search.run(user_id, prepared, agent_id=agent_id)
+    return [
+        {
+            "id": str(hit.memory.id),
+            "content": hit.memory.content,
+            "similarity": hit.similarity,
+            "score": hit.score,
+            "source_kind": hit.memory.source_kind,
+            "author": hit.memory.author,
+            "path": hit.memory.path,
+            "thread_id": hit.memory.thread_id,
+            "task_id": hit.memory.task_id,
+            "metadata": hit.memory.metadata,
+            "created_at": iso(hit.memory.created_at),
+        }
+        for hit in found
+    ]
+
+
+FILTER_VALUES_MAX = 200
+
+
+def list_source_filters(
+    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None
+) -> dict[str, list[str]]:
+    """Return the source kinds, authors and paths the caller's own memories hold."""
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        own = Memory.objects.live().filter(written_by(agent_id), user_id=user_id)
+
+        def values(column: str) -> list[str]:
+            rows = (
+                own.exclude(**{column: ""})
+                .values_list(column, flat=True)
+                .distinct()
+                .order_by(column)[:FILTER_VALUES_MAX]
+            )
+            return list(rows)
+
+        return {
+            "source_kinds": values("source_kind"),
+            "authors": values("author"),
+            "paths": values("path"),
+        }
+
+
+def recall_answer(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    query: Any,
+    limit: Any = 10,
+    threshold: Any = None,
+    **filters: Any,
+) -> dict[str, Any]:
+    """Answer a question from the agent's memory: a short answer and the ids it rests on."""
+    from memories import chat
+
+    found = search_sources(
+        user_id=user_id,
+        agent_id=agent_id,
+        query=query,
+        limit=limit,
+        threshold=threshold,
+        **filters,
+    )
+    minimum = validation.threshold(threshold, search.default_threshold())
+    return chat.answer(validation.query(query), found, minimum).as_dict()
