@@ -564,7 +564,9 @@ class Runner:
         from core import tenancy
         from memories import search
 
-        prepared = search.prepare(query=query, namespace="default", mode=mode)
+        prepared = search.prepare(
+            search.SearchArgs.parse(query=query, namespace="default", mode=mode)
+        )
         with tenancy.tenant(user_id, local_settings=search.SEARCH_SETTINGS):
             return [str(hit.memory.id) for hit in search.run(user_id, prepared, limit=100)]
 

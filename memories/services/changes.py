@@ -13,7 +13,7 @@ import secrets
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -138,14 +138,8 @@ def forget_preview(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
-    query: Any,
-    namespace: Any = "default",
-    limit: Any = 10,
-    threshold: Any = None,
-    metadata_filter: Any = None,
-    created_after: Any = None,
-    created_before: Any = None,
-    purge: Any = False,
+    purge: object = False,
+    **arguments: Unpack[search.SearchArguments],
 ) -> dict[str, Any]:
     """Find what a query would delete and return a token that deletes exactly that.
 
@@ -154,21 +148,12 @@ def forget_preview(
     nothing to confirm, so no token is issued. ``purge`` makes the
     confirmation remove the deleted memories' history too.
     """
-    prepared = search.prepare(
-        query=query,
-        namespace=namespace,
-        limit=limit,
-        threshold=threshold,
-        metadata_filter=metadata_filter,
-        created_after=created_after,
-        created_before=created_before,
-    )
+    args = search.SearchArgs.parse(**arguments)
     wipe = validation.flag(purge, field="purge")
     token = secrets.token_urlsafe(32)
     expires_at = timezone.now() + timedelta(seconds=settings.FORGET_TOKEN_TTL_SECONDS)
-    opening = search.transaction_settings(prepared, agent=agent_id is not None)
-    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
-        found = search.run(user_id, prepared, agent_id=agent_id)
+
+    def confirm(found: list[search.Found]) -> None:
         ForgetConfirmation.objects.filter(user_id=user_id, expires_at__lt=timezone.now()).delete()
         if found:
             ForgetConfirmation.objects.create(
@@ -179,6 +164,8 @@ def forget_preview(
                 purge=wipe,
                 expires_at=expires_at,
             )
+
+    found = search.search(user_id=user_id, agent_id=agent_id, args=args, within=confirm).found
     matches = [
         {
             "id": str(hit.memory.id),

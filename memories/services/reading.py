@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import Any, Unpack
 
 from django.db.models import Count
 
@@ -22,34 +22,14 @@ def recall(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
-    query: Any,
-    namespace: Any = "default",
-    limit: Any = 10,
-    threshold: Any = None,
-    mode: Any = None,
-    metadata_filter: Any = None,
-    priority: Any = None,
-    created_after: Any = None,
-    created_before: Any = None,
+    **arguments: Unpack[search.SearchArguments],
 ) -> list[dict[str, Any]]:
     """Return the namespace's memories that best match ``query``, best first.
 
     How they are ranked, filtered and cut by the threshold, and how priority
     breaks ties, is memories/search.py's.
     """
-    found, _ = search_memories(
-        user_id=user_id,
-        agent_id=agent_id,
-        query=query,
-        namespace=namespace,
-        limit=limit,
-        threshold=threshold,
-        mode=mode,
-        metadata_filter=metadata_filter,
-        priority=priority,
-        created_after=created_after,
-        created_before=created_before,
-    )
+    found, _ = search_memories(user_id=user_id, agent_id=agent_id, **arguments)
     return found
 
 
@@ -57,18 +37,15 @@ def search_memories(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
-    use_cache: bool = True,
-    **arguments: Any,
+    **arguments: Unpack[search.SearchArguments],
 ) -> tuple[list[dict[str, Any]], str]:
     """``recall``, also saying where the query's vector came from (cache or model).
 
     ``use_cache=False`` embeds the query afresh whatever the cache holds.
     """
-    wanted = search.prepare(use_cache=use_cache, **arguments)
-    opening = search.transaction_settings(wanted, agent=agent_id is not None)
-    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
-        found = search.run(user_id, wanted, agent_id=agent_id)
-    return [_found(hit) for hit in found], wanted.vector_source
+    args = search.SearchArgs.parse(**arguments)
+    searched = search.search(user_id=user_id, agent_id=agent_id, args=args)
+    return [_found(hit) for hit in searched.found], searched.vector_source
 
 
 def _found(hit: search.Found) -> dict[str, Any]:

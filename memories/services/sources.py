@@ -178,43 +178,54 @@ def search_sources(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None,
-    query: Any,
-    limit: Any = 10,
-    threshold: Any = None,
-    **filters: Any,
+    query: object,
+    limit: object = 10,
+    threshold: object = None,
+    **filters: object,
 ) -> list[dict[str, Any]]:
     """Rank the agent's memories by meaning, with source filters applied before ranking.
 
     Naming ``task_id`` also searches what the user's other agents filed under
     that task (and only that, as the filter says).
     """
-    wanted = source_filters(**filters)
-    prepared = search.prepare(
-        query=query, namespace=SOURCES_NAMESPACE, limit=limit, threshold=threshold, sources=wanted
+    args = _source_search(query, limit, threshold, filters)
+    return [_sourced_hit(hit) for hit in _search(user_id, agent_id, args)]
+
+
+def _source_search(
+    query: object, limit: object, threshold: object, filters: dict[str, object]
+) -> search.SearchArgs:
+    sources = source_filters(**filters)
+    return search.SearchArgs.parse(
+        query=query,  # type: ignore[arg-type]  # validated here
+        namespace=SOURCES_NAMESPACE,
+        limit=limit,  # type: ignore[arg-type]
+        threshold=threshold,  # type: ignore[arg-type]
+        sources=sources,
     )
-    with tenancy.tenant(
-        user_id,
-        agent_id=agent_id,
-        task_id=wanted.get("task_id"),
-        local_settings=search.transaction_settings(prepared, agent=agent_id is not None),
-    ):
-        found = search.run(user_id, prepared, agent_id=agent_id)
-    return [
-        {
-            "id": str(hit.memory.id),
-            "content": hit.memory.content,
-            "similarity": hit.similarity,
-            "score": hit.score,
-            "source_kind": hit.memory.source_kind,
-            "author": hit.memory.author,
-            "path": hit.memory.path,
-            "thread_id": hit.memory.thread_id,
-            "task_id": hit.memory.task_id,
-            "metadata": hit.memory.metadata,
-            "created_at": iso(hit.memory.created_at),
-        }
-        for hit in found
-    ]
+
+
+def _search(
+    user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, args: search.SearchArgs
+) -> list[search.Found]:
+    task = args.filters.sources.get("task_id")
+    return search.search(user_id=user_id, agent_id=agent_id, task_id=task, args=args).found
+
+
+def _sourced_hit(hit: search.Found) -> dict[str, Any]:
+    return {
+        "id": str(hit.memory.id),
+        "content": hit.memory.content,
+        "similarity": hit.similarity,
+        "score": hit.score,
+        "source_kind": hit.memory.source_kind,
+        "author": hit.memory.author,
+        "path": hit.memory.path,
+        "thread_id": hit.memory.thread_id,
+        "task_id": hit.memory.task_id,
+        "metadata": hit.memory.metadata,
+        "created_at": iso(hit.memory.created_at),
+    }
 
 
 FILTER_VALUES_MAX = 200
@@ -247,21 +258,15 @@ def recall_answer(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None,
-    query: Any,
-    limit: Any = 10,
-    threshold: Any = None,
-    **filters: Any,
+    query: object,
+    limit: object = 10,
+    threshold: object = None,
+    **filters: object,
 ) -> dict[str, Any]:
     """Answer a question from the agent's memory: a short answer and the ids it rests on."""
     from memories import chat
 
-    found = search_sources(
-        user_id=user_id,
-        agent_id=agent_id,
-        query=query,
-        limit=limit,
-        threshold=threshold,
-        **filters,
-    )
-    minimum = validation.threshold(threshold, search.default_threshold())
-    return chat.answer(validation.query(query), found, minimum).as_dict()
+    args = _source_search(query, limit, threshold, filters)
+    found = [_sourced_hit(hit) for hit in _search(user_id, agent_id, args)]
+    minimum = args.threshold if args.threshold is not None else search.default_threshold()
+    return chat.answer(args.query, found, minimum).as_dict()

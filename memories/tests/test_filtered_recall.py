@@ -199,7 +199,9 @@ def test_a_filter_broader_than_the_cut_off_searches_the_index_and_fills_the_limi
 
 def analysed(user: User, metadata: dict[str, object], **filters: Any) -> str:
     prepared = search.prepare(
-        query=QUERIES[0], threshold=0, mode="semantic", metadata_filter=metadata, **filters
+        search.SearchArgs.parse(
+            query=QUERIES[0], threshold=0, mode="semantic", metadata_filter=metadata, **filters
+        )
     )
     sql, params = search.statement(user.id, prepared)
     with (

@@ -171,11 +171,13 @@ def table(django_db_setup, django_db_blocker):
 
 def explain(user: User, analyze: bool = False, mode: str = "semantic", **kwargs) -> str:
     prepared = search.prepare(
-        query="web frameworks",
-        threshold=0,
-        mode=mode,
-        metadata_filter=kwargs.get("metadata_filter") or None,
-        sources=kwargs.get("sources"),
+        search.SearchArgs.parse(
+            query="web frameworks",
+            threshold=0,
+            mode=mode,
+            metadata_filter=kwargs.get("metadata_filter") or None,
+            sources=kwargs.get("sources"),
+        )
     )
     agent = kwargs.get("agent_id") is not None
     sql, params = search.statement(user.id, prepared, agent=agent)
@@ -253,7 +255,9 @@ def test_the_exact_scan_cut_off_is_a_setting(db, table, settings):
 
 def sort_setting(user: User, **arguments: Any) -> str:
     """The enable_sort a search's transaction opens with, as the database reports it."""
-    prepared = search.prepare(query="web frameworks", threshold=0, **arguments)
+    prepared = search.prepare(
+        search.SearchArgs.parse(query="web frameworks", threshold=0, **arguments)
+    )
     opening = search.transaction_settings(prepared)
     with tenancy.tenant(user.id, local_settings=opening), connection.cursor() as cursor:
         cursor.execute("SHOW enable_sort")

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 
 def breadth(user_id, agent_id=None, **arguments) -> int:
-    prepared = search.prepare(query="tea", threshold=0, **arguments)
+    prepared = search.prepare(search.SearchArgs.parse(query="tea", threshold=0, **arguments))
     opening = search.transaction_settings(prepared, agent=agent_id is not None)
     with (
         tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening),
