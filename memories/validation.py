@@ -31,7 +31,8 @@ CONTENT_MAX = 50_000
 QUERY_MAX = 10_000
 NAMESPACE_MAX = 64
 # Letters, digits and ``_ - . : / @``: safe in URLs, logs and tag attributes.
-NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9_.:/@-]{1,64}")
+NAMESPACE_CHARS = "A-Za-z0-9_.:/@-"
+NAMESPACE_PATTERN = re.compile(f"[{NAMESPACE_CHARS}]{{1,{NAMESPACE_MAX}}}")
 METADATA_MAX_BYTES = 16_384
 METADATA_MAX_DEPTH = 8
 FILTER_MAX_KEYS = 8

@@ -39,7 +39,7 @@ from billing import usage
 from core import context, process
 from core.errors import RecallError, ValidationFailed
 from core.logging import describe_exception, fingerprint
-from memories import agent_tools, tools, v1_tools
+from memories.mcp import agent_tools, runtime, tools, v1_tools
 
 logger = logging.getLogger("recall.mcp")
 
@@ -94,8 +94,8 @@ def _server(
     catalogue: list[tuple[Callable[..., Any], ToolAnnotations]],
     *,
     client: str,
-    failure: Callable[[RecallError], CallToolResult] = tools.failure,
-    error_model: type[BaseModel] = tools.ErrorOutput,
+    failure: Callable[[RecallError], CallToolResult] = runtime.failure,
+    error_model: type[BaseModel] = runtime.ErrorOutput,
 ) -> MCPServer:
     """Build a server for one tool catalogue.
 
