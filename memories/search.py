@@ -228,19 +228,27 @@ def default_threshold(embedder: embeddings.Embedder | None = None) -> float:
     return (embedder or embeddings.get_embedder()).default_threshold
 
 
-class SearchArguments(TypedDict, total=False):
-    """A search's arguments as a caller gives them; ``SearchArgs.parse`` validates them."""
+class QueryArguments(TypedDict, total=False):
+    """A search's arguments as a caller gives them, but the mode (the server's).
 
-    query: str
+    ``SearchArgs.parse`` validates them.
+    """
+
+    query: str | None
     namespace: str | None
     limit: int
     threshold: float | None
-    mode: str | None
     metadata_filter: Mapping[str, object] | None
     priority: str | Sequence[str] | None
     created_after: str | datetime | None
     created_before: str | datetime | None
     use_cache: bool
+
+
+class SearchArguments(QueryArguments, total=False):
+    """A search's arguments as a caller gives them, the mode too."""
+
+    mode: str | None
 
 
 @dataclass(frozen=True)

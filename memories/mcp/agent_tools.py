@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from core.errors import ValidationFailed
 from memories import services, validation
 from memories.formatting import memory_tags
 from memories.mcp import runtime
@@ -140,41 +139,17 @@ def memory_add(
     its path. All of a call is stored, or none of it.
     """
     caller = runtime.caller()
-    given = [x is not None for x in (messages, document, content)]
-    if sum(given) != 1:
-        raise ValidationFailed("Pass exactly one of messages, document or content.")
-    user_id, tier, agent_id = caller.user_id, caller.tier, caller.agent_id
-    if messages is not None:
-        stored = services.add_turns(
-            user_id=user_id,
-            tier=tier,
-            agent_id=agent_id,
-            turns=[m.model_dump() for m in messages],
-            thread_id=thread_id,
-            task_id=task_id,
-        )
-    elif document is not None:
-        if thread_id is not None:
-            raise ValidationFailed("thread_id groups conversations and notes, not documents.")
-        stored = services.add_document(
-            user_id=user_id,
-            tier=tier,
-            agent_id=agent_id,
-            content=document.content,
-            path=document.path,
-            author=author,
-            task_id=task_id,
-        )
-    else:
-        stored = services.add_note(
-            user_id=user_id,
-            tier=tier,
-            agent_id=agent_id,
-            content=content,
-            author=author,
-            thread_id=thread_id,
-            task_id=task_id,
-        )
+    stored = services.add(
+        user_id=caller.user_id,
+        tier=caller.tier,
+        agent_id=caller.agent_id,
+        messages=[m.model_dump() for m in messages] if messages is not None else None,
+        document=document.model_dump() if document is not None else None,
+        content=content,
+        author=author,
+        thread_id=thread_id,
+        task_id=task_id,
+    )
     return success({"memories": stored, "count": len(stored)})
 
 

@@ -21,7 +21,6 @@ from typing import Annotated, Any, Literal
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from core.errors import ValidationFailed
 from memories import services, validation
 from memories.formatting import memory_tags
 from memories.mcp import runtime
@@ -504,40 +503,14 @@ def forget(
     is true (on the deleting call or the preview).
     """
     caller = runtime.caller()
-    if mode == "by_id":
-        if id is None:
-            raise ValidationFailed('mode "by_id" needs the id of the memory to delete.')
-        return success(
-            services.forget_by_id(
-                user_id=caller.user_id, agent_id=caller.agent_id, id=id, purge=purge
-            )
-        )
-    if confirmation_token is not None:
-        return success(
-            services.forget_confirm(
-                user_id=caller.user_id,
-                agent_id=caller.agent_id,
-                confirmation_token=confirmation_token,
-                purge=purge,
-            )
-        )
-    if mode == "all":
-        return success(
-            services.forget_all_preview(
-                user_id=caller.user_id,
-                agent_id=caller.agent_id,
-                namespace=namespace,
-                purge=purge,
-            )
-        )
-    if query is None:
-        raise ValidationFailed(
-            'mode "by_query" needs a query (to preview) or a confirmation_token (to delete).'
-        )
     return success(
-        services.forget_preview(
+        services.forget(
             user_id=caller.user_id,
             agent_id=caller.agent_id,
+            mode=mode,
+            id=id,
+            confirmation_token=confirmation_token,
+            purge=purge,
             query=query,
             namespace=namespace,
             limit=limit,
@@ -545,7 +518,6 @@ def forget(
             metadata_filter=metadata_filter,
             created_after=created_after,
             created_before=created_before,
-            purge=purge,
         )
     )
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from memories.services.changes import (
     erase_history,
+    forget,
     forget_all_preview,
     forget_by_id,
     forget_confirm,
@@ -100,6 +101,7 @@ from memories.services.sources import (
     LABEL_MAX,
     PATH_MAX,
     SOURCES_NAMESPACE,
+    add,
     add_document,
     add_note,
     add_turns,
@@ -144,6 +146,7 @@ __all__ = [
     "Quota",
     "Reembedding",
     "Remembering",
+    "add",
     "add_document",
     "add_note",
     "add_turns",
@@ -157,6 +160,7 @@ __all__ = [
     "erase_history",
     "export_memories",
     "fingerprint",
+    "forget",
     "forget_all_preview",
     "forget_by_id",
     "forget_confirm",

@@ -115,6 +115,45 @@ def update_memory(
     return {"success": True}
 
 
+def forget(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    mode: str,
+    id: object = None,
+    confirmation_token: object = None,
+    purge: object = False,
+    **arguments: Unpack[search.QueryArguments],
+) -> dict[str, Any]:
+    """Forget, as the ``forget`` tool's modes say: one memory, or two steps for more.
+
+    ``by_id`` deletes the memory ``id`` at once. ``by_query`` and ``all``
+    never delete on the first call: it previews (the search ``arguments``
+    name what, ``all`` its namespace) and returns a token; the same mode
+    with that ``confirmation_token`` deletes exactly what was previewed.
+    """
+    if mode == "by_id":
+        if id is None:
+            raise ValidationFailed('mode "by_id" needs the id of the memory to delete.')
+        return forget_by_id(user_id=user_id, agent_id=agent_id, id=id, purge=purge)
+    if confirmation_token is not None:
+        return forget_confirm(
+            user_id=user_id,
+            agent_id=agent_id,
+            confirmation_token=confirmation_token,
+            purge=purge,
+        )
+    if mode == "all":
+        return forget_all_preview(
+            user_id=user_id, agent_id=agent_id, namespace=arguments.get("namespace"), purge=purge
+        )
+    if arguments.get("query") is None:
+        raise ValidationFailed(
+            'mode "by_query" needs a query (to preview) or a confirmation_token (to delete).'
+        )
+    return forget_preview(user_id=user_id, agent_id=agent_id, purge=purge, **arguments)
+
+
 def forget_by_id(
     *,
     user_id: uuid.UUID | str,
@@ -139,7 +178,7 @@ def forget_preview(
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
     purge: object = False,
-    **arguments: Unpack[search.SearchArguments],
+    **arguments: Unpack[search.QueryArguments],
 ) -> dict[str, Any]:
     """Find what a query would delete and return a token that deletes exactly that.
 

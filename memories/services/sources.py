@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from core import tenancy
@@ -71,6 +72,59 @@ def _sourced(
         task_id=task_id,
         fingerprint=fingerprint(given),
         conversation=conversation,
+    )
+
+
+def add(
+    *,
+    user_id: uuid.UUID | str,
+    tier: str,
+    agent_id: uuid.UUID | str | None,
+    messages: object = None,
+    document: Mapping[str, object] | None = None,
+    content: object = None,
+    author: object = None,
+    thread_id: object = None,
+    task_id: object = None,
+) -> list[dict[str, Any]]:
+    """Store exactly one of: conversation ``messages``, a ``document`` (content, path), a note.
+
+    What ``memory_add`` does: turns as ``add_turns``, a document as
+    ``add_document`` (a thread groups conversations and notes, not
+    documents), a note as ``add_note``.
+    """
+    given = [x is not None for x in (messages, document, content)]
+    if sum(given) != 1:
+        raise ValidationFailed("Pass exactly one of messages, document or content.")
+    if messages is not None:
+        return add_turns(
+            user_id=user_id,
+            tier=tier,
+            agent_id=agent_id,
+            turns=messages,
+            thread_id=thread_id,
+            task_id=task_id,
+        )
+    if document is not None:
+        if thread_id is not None:
+            raise ValidationFailed("thread_id groups conversations and notes, not documents.")
+        return add_document(
+            user_id=user_id,
+            tier=tier,
+            agent_id=agent_id,
+            content=document.get("content"),
+            path=document.get("path"),
+            author=author,
+            task_id=task_id,
+        )
+    return add_note(
+        user_id=user_id,
+        tier=tier,
+        agent_id=agent_id,
+        content=content,
+        author=author,
+        thread_id=thread_id,
+        task_id=task_id,
     )
 
 
