@@ -209,6 +209,21 @@ def rate_limits() -> list[RateLimit]:
 # Lookups for the CLI and the auth cache, on the operator path --------------------
 
 
+def get_user(*, user_id: uuid.UUID | str) -> User | None:
+    """Return the user with this id, or None."""
+    return User.objects.filter(id=user_id).first()
+
+
+def has_users() -> bool:
+    """Say whether any user exists yet (the first run creates one)."""
+    return User.objects.exists()
+
+
+def normalize_email(email: str | None) -> str:
+    """Return an address as users are stored under it (the domain in lower case)."""
+    return User.objects.normalize_email(email)
+
+
 def find_user(*, email: str) -> User | None:
     """Return the user with this email address, however it is capitalised."""
     return User.objects.filter(email=User.objects.normalize_email(email)).first()

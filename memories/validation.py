@@ -289,8 +289,14 @@ def expiry(expires_at: Any, ttl_seconds: Any) -> datetime | None:
     return when
 
 
-def label(value: Any, *, field: str, maximum: int = LABEL_MAX) -> str | None:
-    """Return a short identifier (a thread id, a name), normalised; None when absent."""
+def label(
+    value: Any, *, field: str, maximum: int = LABEL_MAX, blank_is_none: bool = False
+) -> str | None:
+    """Return a short identifier (a thread id, a name, a path), normalised; None when absent.
+
+    An empty (or all-whitespace) label is refused, or with ``blank_is_none``
+    taken as absent: seed 003's tools treat it so.
+    """
     if value is None:
         return None
     if not isinstance(value, str):
@@ -298,6 +304,8 @@ def label(value: Any, *, field: str, maximum: int = LABEL_MAX) -> str | None:
     _check_storable(value, field)
     cleaned = normalize(value)
     if not cleaned:
+        if blank_is_none:
+            return None
         raise ValidationFailed(f"{field} must not be empty; leave it out instead.")
     if len(cleaned) > maximum:
         raise ValidationFailed(f"{field} is at most {maximum} characters.")

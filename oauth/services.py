@@ -21,6 +21,11 @@ from core.errors import NotFound
 from oauth.models import Application, RefreshToken
 
 
+def find_application(*, client_id: str) -> Application | None:
+    """Return the registered client with this id, or None."""
+    return Application.objects.filter(client_id=client_id).first()
+
+
 @dataclass(frozen=True)
 class Connection:
     id: uuid.UUID

@@ -23,8 +23,7 @@ from accounts import services as accounts_services
 from accounts.models import Agent
 from core.errors import NotFound, RecallError
 from oauth import resources
-from oauth.models import Application
-from oauth.services import describe_client
+from oauth.services import describe_client, find_application
 
 NEW_AGENT = "new"
 
@@ -100,7 +99,7 @@ class ConsentView(AuthorizationView):
         context = super().get_context_data(**kwargs)
         client_id = kwargs.get("client_id") or self._posted("client_id")
         application = kwargs.get("application") or (
-            Application.objects.filter(client_id=client_id).first() if client_id else None
+            find_application(client_id=client_id) if client_id else None
         )
         if application is not None:
             name, origin, how = describe_client(application)

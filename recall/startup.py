@@ -108,9 +108,8 @@ def bootstrap() -> FirstRun | None:
     Call it under ``startup_lock()``, or two processes may both find no users.
     """
     from accounts import services
-    from accounts.models import User
 
-    if User.objects.exists():
+    if services.has_users():
         return None
     email = settings.RECALL_ADMIN_EMAIL
     tier = settings.RECALL_ADMIN_TIER

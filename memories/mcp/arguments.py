@@ -1,4 +1,4 @@
-"""The argument types the tool catalogues share, their bounds taken from memories/validation.py.
+"""The argument types the tool catalogues share, with the limits of memories/validation.py.
 
 The SDK publishes each tool's arguments as JSON Schema from these, and checks
 calls against them before a tool runs; memories/validation.py holds the same

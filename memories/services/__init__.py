@@ -36,6 +36,8 @@ connection.
 
 from __future__ import annotations
 
+# The tier's memory limit is accounts' rule; memories' callers find it here too.
+from accounts.tiers import memory_limit
 from memories.services.changes import (
     erase_history,
     forget,
@@ -79,7 +81,6 @@ from memories.services.quota import (
     check_quota,
     count_memories,
     memories_per_user,
-    memory_limit,
     memory_quota,
 )
 from memories.services.reading import (

@@ -19,7 +19,6 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from accounts.tiers import Tier
 from core import context, errors, tenancy
 from core.errors import (
     Conflict,
@@ -84,8 +83,7 @@ def enqueue_remember(
             first = _job_by_key(user_id, agent_id, key)
             if first is not None:
                 return _replay(first, fingerprint)
-        if tier == Tier.FREE:
-            check_quota(user_id, adding=len(call.items), pending=True)
+        check_quota(user_id, tier, adding=len(call.items), pending=True)
         with connection.cursor() as cursor:
             # One statement: the job, and a wake-up for every process's workers
             # (delivered when the transaction commits).

@@ -7,11 +7,10 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import connection
 from django.db.models.functions import Coalesce
 
-from accounts.tiers import Tier
+from accounts import tiers
 from core import tenancy
 from core.admin_tools import count_per_user
 from core.errors import (
@@ -24,8 +23,10 @@ from memories.models import (
 logger = logging.getLogger("memories.services")
 
 
-def check_quota(user_id: uuid.UUID | str, adding: int = 1, pending: bool = False) -> None:
-    """Refuse ``adding`` memories that would take a free user past the quota.
+def check_quota(
+    user_id: uuid.UUID | str, tier: str, adding: int = 1, pending: bool = False
+) -> None:
+    """Refuse ``adding`` memories that would take the user past their tier's limit, if any.
 
     With ``pending``, adds already queued count too. The quota is the user's,
     whichever agent writes, and an agent's own view holds only part of the
@@ -35,6 +36,9 @@ def check_quota(user_id: uuid.UUID | str, adding: int = 1, pending: bool = False
     pass; the count runs as a statement of its own after it (with a snapshot
     taken once the lock is held), sent in the same round trip.
     """
+    limit = tiers.memory_limit(tier)
+    if limit is None or not adding:
+        return
     uid = str(user_id)
     counted = (
         "SELECT recall_tenant_memory_count() + recall_tenant_queued_items()"
@@ -46,7 +50,6 @@ def check_quota(user_id: uuid.UUID | str, adding: int = 1, pending: bool = False
             lock.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [uid])
             count.execute(counted)
         used = int(count.fetchone()[0])
-    limit = settings.FREE_TIER_MAX_MEMORIES
     if used + adding > limit:
         raise QuotaExceeded(
             f"The free tier holds at most {limit} memories. Forget some memories, "
@@ -64,16 +67,11 @@ class Quota:
         return min(1.0, self.used / self.limit) if self.limit else None
 
 
-def memory_limit(tier: str) -> int | None:
-    """Return how many memories a tier may hold, or None for no limit."""
-    return settings.FREE_TIER_MAX_MEMORIES if tier == Tier.FREE else None
-
-
 def memory_quota(*, user_id: uuid.UUID | str, tier: str) -> Quota:
     """Return how many memories the user holds against their tier's limit (tenant path)."""
     with tenancy.tenant(user_id):
         used = Memory.objects.filter(user_id=user_id).count()
-    return Quota(used=used, limit=memory_limit(tier))
+    return Quota(used=used, limit=tiers.memory_limit(tier))
 
 
 def count_memories(*, user_ids: Iterable[uuid.UUID | str]) -> int:

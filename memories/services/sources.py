@@ -39,17 +39,8 @@ LABEL_MAX = 200
 PATH_MAX = 1024
 
 
-def _label(value: Any, field: str, maximum: int = LABEL_MAX) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValidationFailed(f"{field} must be a string.")
-    text = validation.normalize(value)
-    if "\x00" in text:
-        raise ValidationFailed(f"{field} must not contain NUL characters.")
-    if len(text) > maximum:
-        raise ValidationFailed(f"{field} is at most {maximum} characters.")
-    return text or None
+def _label(value: object, field: str, maximum: int = LABEL_MAX) -> str | None:
+    return validation.label(value, field=field, maximum=maximum, blank_is_none=True)
 
 
 def _sourced(

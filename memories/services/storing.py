@@ -20,7 +20,6 @@ from django.db import connection
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from accounts.tiers import Tier
 from core import tenancy
 from memories import embeddings, validation
 from memories.embeddings.failures import embed_texts
@@ -165,8 +164,7 @@ def store(
 
     results: list[dict[str, Any]] = []
     with tenancy.tenant(user_id, agent_id=agent_id):
-        if tier == Tier.FREE and fresh:
-            check_quota(user_id, adding=len(fresh))
+        check_quota(user_id, tier, adding=len(fresh))
         stored: dict[Place, uuid.UUID] = {}
         for i, item in enumerate(call.items):
             place = places[i]
