@@ -64,7 +64,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memories.services import Recalled
 
 # Run as a script, Python puts bench/ first on sys.path, where bench/http.py
 # would shadow the standard library's http; the project root goes there instead.
@@ -347,7 +350,7 @@ class Runner:
         query: str,
         mode: str | None = None,
         threshold: float | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Recalled]:
         """Call recall as a client would (limit 50), timing it under ``benchmark``."""
         from memories import services
 
@@ -367,7 +370,7 @@ class Runner:
 
     def ranked(
         self, benchmark: str, user_id: str, namespace: str, query: str
-    ) -> dict[str, list[dict[str, Any]]]:
+    ) -> dict[str, list[Recalled]]:
         """Return the default path's results and each mode's, at the default threshold."""
         from django.conf import settings
 
@@ -578,7 +581,7 @@ class Runner:
         user_id: str,
         namespace: str,
         query: str,
-        by_mode: dict[str, list[dict[str, Any]]],
+        by_mode: Mapping[str, Sequence[Recalled]],
         keys: Mapping[str, Any],
         relevant: set[str],
     ) -> None:

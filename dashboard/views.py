@@ -9,6 +9,7 @@ like one that does not exist.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -237,7 +238,7 @@ def memories(request: AuthenticatedRequest) -> HttpResponse:
         offset = 0
 
     error = None
-    results: list[dict[str, Any]] = []
+    results: Sequence[Mapping[str, Any]] = []
     more = False
     try:
         if query:
@@ -317,16 +318,18 @@ def memory_history(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpR
     except NotFound:
         raise Http404("No such memory.") from None
     keys = {str(key.id): key for key in accounts_services.list_own_keys(user_id=request.user.id)}
+    shown: list[dict[str, object]] = []
     for version in versions:
         key = keys.get(version["api_key_id"] or "")
-        version["key_label"] = f"{key.prefix}… {key.name}".strip() if key else None
+        label = f"{key.prefix}… {key.name}".strip() if key else None
+        shown.append({**version, "key_label": label})
     return render(
         request,
         "dashboard/history.html",
         {
             "section": "memories",
             "memory_id": memory_id,
-            "versions": list(reversed(versions)),  # newest first on the page
+            "versions": list(reversed(shown)),  # newest first on the page
             "deleted": versions[-1]["action"] == "deleted",
             "retention_days": settings.HISTORY_RETENTION_DAYS,
         },

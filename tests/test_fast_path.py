@@ -485,7 +485,7 @@ def scenarios(cast) -> dict[str, list[Scenario]]:
         )
         token = preview["confirmation_token"]
         if expired:
-            digest = hashlib.sha256(token.encode()).hexdigest()
+            digest = hashlib.sha256(token.encode()).hexdigest()  # type: ignore[union-attr]
             with tenancy.operator():
                 ForgetConfirmation.objects.filter(token_hash=digest).update(
                     expires_at=timezone.now() - timedelta(minutes=1)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec
 
 from django.db import close_old_connections, connection
@@ -47,10 +47,10 @@ class ErrorOutput(BaseModel):
 Arguments = ParamSpec("Arguments")
 
 
-def success(data: dict[str, Any], text: str | None = None) -> CallToolResult:
+def success(data: Mapping[str, object], text: str | None = None) -> CallToolResult:
     return CallToolResult(
         content=[TextContent(type="text", text=text if text is not None else compact(data))],
-        structured_content=data,
+        structured_content=dict(data),
     )
 
 

@@ -284,7 +284,7 @@ def add_memory(
                 "status": stored["status"],
             }
         )
-    items = stored.get("memories") or [stored]
+    items = stored.get("memories") or [{"id": stored["id"], "deduped": stored["deduped"]}]
     cached = all(item["deduped"] for item in items)
     return success(
         {
@@ -506,7 +506,7 @@ def health_check() -> Annotated[CallToolResult, HealthOutput]:
             },
             "database": health["database"]["ok"],
             "embedder": health["embedder"]["ok"],
-            "queue_depth": (health["queue"] or {}).get("depth"),
+            "queue_depth": health["queue"]["depth"] if health["queue"] else None,
             "version": health["version"],
         }
     )

@@ -35,6 +35,7 @@ from memories.models import (
     Memory,
     MemoryHistory,
 )
+from memories.services.shapes import Change, Deleted, Forgotten, Match, Version
 from memories.services.storing import holder
 
 logger = logging.getLogger("memories.services")
@@ -44,11 +45,11 @@ def update_memory(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
-    id: Any,
-    content: Any = None,
-    metadata: Any = None,
-    priority: Any = None,
-) -> dict[str, Any]:
+    id: object,
+    content: object = None,
+    metadata: object = None,
+    priority: object = None,
+) -> dict[str, object]:
     """Replace a memory's content (re-embedding it), its metadata and/or its priority.
 
     Each change that alters any of them is a new version in the memory's history.
@@ -124,7 +125,7 @@ def forget(
     confirmation_token: object = None,
     purge: object = False,
     **arguments: Unpack[search.QueryArguments],
-) -> dict[str, Any]:
+) -> Forgotten:
     """Forget, as the ``forget`` tool's modes say: one memory, or two steps for more.
 
     ``by_id`` deletes the memory ``id`` at once. ``by_query`` and ``all``
@@ -158,9 +159,9 @@ def forget_by_id(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
-    id: Any,
-    purge: Any = False,
-) -> dict[str, Any]:
+    id: object,
+    purge: object = False,
+) -> Forgotten:
     """Delete one memory. Its history stays for HISTORY_RETENTION_DAYS, unless ``purge``."""
     memory_id = validation.memory_id(id)
     wipe = validation.flag(purge, field="purge")
@@ -179,7 +180,7 @@ def forget_preview(
     agent_id: uuid.UUID | str | None = None,
     purge: object = False,
     **arguments: Unpack[search.QueryArguments],
-) -> dict[str, Any]:
+) -> Forgotten:
     """Find what a query would delete and return a token that deletes exactly that.
 
     The matches are what recall would return for the same arguments, in the
@@ -205,7 +206,7 @@ def forget_preview(
             )
 
     found = search.search(user_id=user_id, agent_id=agent_id, args=args, within=confirm).found
-    matches = [
+    matches: list[Match] = [
         {
             "id": str(hit.memory.id),
             "content": hit.memory.content,
@@ -227,9 +228,9 @@ def forget_all_preview(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
-    namespace: Any,
-    purge: Any = False,
-) -> dict[str, Any]:
+    namespace: object,
+    purge: object = False,
+) -> Forgotten:
     """Count a namespace's memories and return a token that deletes them, and only them.
 
     The namespace must be named: there is no default for deleting everything.
@@ -270,9 +271,9 @@ def forget_confirm(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
-    confirmation_token: Any,
-    purge: Any = False,
-) -> dict[str, Any]:
+    confirmation_token: object,
+    purge: object = False,
+) -> Forgotten:
     """Delete exactly what a preview listed. The token works once, for 5 minutes.
 
     A token that is unknown, already used or another user's is the same
@@ -311,17 +312,19 @@ def forget_confirm(
         raise ConfirmationExpired(
             "This confirmation token has expired. Run the preview again to get a new one."
         )
-    done = {"success": True, "deleted_count": deleted}
-    return {**done, "purged": True} if wipe or preview_purge else done
+    done: Forgotten = {"success": True, "deleted_count": deleted}
+    if wipe or preview_purge:
+        done["purged"] = True
+    return done
 
 
 def forget_namespace(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
-    namespace: Any = "default",
-    purge: Any = False,
-) -> dict[str, Any]:
+    namespace: object = "default",
+    purge: object = False,
+) -> Deleted:
     """Delete every memory in one namespace of one user, in one call.
 
     Only seed 001's ``delete_all_memories`` uses this, because that tool's
@@ -387,8 +390,8 @@ def _token_hash(token: str) -> str:
 
 
 def memory_history(
-    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, id: Any
-) -> list[dict[str, Any]]:
+    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, id: object
+) -> list[Version]:
     """Return every recorded version of a memory, oldest first.
 
     A deleted memory's history stays readable until the retention purge (or
@@ -419,7 +422,7 @@ def memory_history(
     return [_version(row) for row in rows]
 
 
-def _version(row: Mapping[str, Any]) -> dict[str, Any]:
+def _version(row: Mapping[str, Any]) -> Version:
     return {
         "version": row["version"],
         "action": row["action"],
@@ -434,7 +437,7 @@ def _version(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def erase_history(*, user_id: uuid.UUID | str, id: Any) -> int:
+def erase_history(*, user_id: uuid.UUID | str, id: object) -> int:
     """Erase a deleted memory's history now, rather than at the end of its retention.
 
     A live memory's history cannot be erased (delete it with purge instead).
@@ -451,7 +454,7 @@ def erase_history(*, user_id: uuid.UUID | str, id: Any) -> int:
     return erased
 
 
-def recent_changes(*, user_id: uuid.UUID | str, limit: int = 50) -> list[dict[str, Any]]:
+def recent_changes(*, user_id: uuid.UUID | str, limit: int = 50) -> list[Change]:
     """Return the user's latest changes to any memory, newest first (the dashboard's feed)."""
     with tenancy.tenant(user_id):
         rows = list(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -22,6 +21,7 @@ from memories.models import (
     MemoryHistory,
 )
 from memories.services.queue import queue_depth
+from memories.services.shapes import CacheStats, DatabaseHealth, Health, Optimized, QueueDepth
 
 logger = logging.getLogger("memories.services")
 
@@ -31,7 +31,7 @@ def memory_stats(
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
     api_key_id: uuid.UUID | str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Return what the caller holds and how the server serves them.
 
     Memories per namespace with the oldest and newest, history rows, the
@@ -81,7 +81,7 @@ def memory_stats(
     }
 
 
-def cache_stats() -> dict[str, Any]:
+def cache_stats() -> CacheStats:
     """Return the query cache's counters in this process."""
     stats = embeddings.get_query_cache().stats()
     return {
@@ -103,7 +103,7 @@ def cache_stats() -> dict[str, Any]:
     }
 
 
-def optimize_cache(*, force_refresh: Any = False, max_entries: Any = None) -> dict[str, Any]:
+def optimize_cache(*, force_refresh: object = False, max_entries: object = None) -> Optimized:
     """Expire, demote and share the query cache's entries, and report what was done."""
     refresh = validation.flag(force_refresh, field="force_refresh")
     size = settings.QUERY_CACHE_SIZE
@@ -133,11 +133,11 @@ def _ms(value: float | None) -> float | None:
     return round(value, 3) if value is not None else None
 
 
-def health() -> dict[str, Any]:
+def health() -> Health:
     """Check the database, the embedder, the queue and Redis; report no secrets."""
     started = time.perf_counter()
-    database: dict[str, Any] = {"ok": True}
-    queue: dict[str, Any] | None = None
+    database: DatabaseHealth = {"ok": True}
+    queue: QueueDepth | None = None
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")

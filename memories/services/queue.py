@@ -13,7 +13,6 @@ import json
 import logging
 import threading
 import uuid
-from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -37,6 +36,7 @@ from memories.models import (
     Taken,
 )
 from memories.services.quota import check_quota
+from memories.services.shapes import Queued, QueueDepth, Stored
 from memories.services.storing import Remembering, store, written_by
 
 logger = logging.getLogger("memories.services")
@@ -61,8 +61,8 @@ def enqueue_remember(
     agent_id: uuid.UUID | str | None = None,
     tier: str,
     call: Remembering,
-    idempotency_key: Any = None,
-) -> dict[str, Any]:
+    idempotency_key: object = None,
+) -> Queued:
     """Queue a validated remember call for a worker and return at once.
 
     The quota is checked now, counting adds already queued, so a caller over
@@ -126,7 +126,7 @@ def _job_by_key(user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, key:
     return Job.objects.filter(written_by(agent_id), user_id=user_id, idempotency_key=key).first()
 
 
-def _replay(job: Job, fingerprint: str) -> dict[str, Any]:
+def _replay(job: Job, fingerprint: str) -> Queued:
     if job.request_hash != fingerprint:
         raise Conflict(
             "This idempotency_key was already used for a different request. "
@@ -143,8 +143,8 @@ def _announced(job: Job) -> list[str]:
 
 
 def job_status(
-    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, job_id: Any
-) -> dict[str, Any]:
+    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, job_id: object
+) -> dict[str, object]:
     """Report a background add: queued, running, done (with ids) or failed (with the code)."""
     try:
         wanted = uuid.UUID(job_id) if isinstance(job_id, str) else None
@@ -156,7 +156,7 @@ def job_status(
         job = Job.objects.filter(user_id=user_id, id=wanted).first()
     if job is None:
         raise NotFound(f"No job with id {wanted}.")
-    report: dict[str, Any] = {
+    report: dict[str, object] = {
         "job_id": str(job.id),
         "status": job.status,
         "created_at": iso(job.created_at),
@@ -197,7 +197,7 @@ def run_next_job() -> bool:
 
 
 def _run_job(job: Taken) -> None:
-    def settle(results: list[dict[str, Any]]) -> None:
+    def settle(results: list[Stored]) -> None:
         Job.objects.settle(job.id, job.user_id, list(results))
 
     try:
@@ -238,7 +238,7 @@ def _fail(job: Taken, error: RecallError) -> None:
         Job.objects.fail(job.id, error.code, error.message)
 
 
-def queue_depth() -> dict[str, Any]:
+def queue_depth() -> QueueDepth:
     """Return how many jobs wait and how long the oldest has waited (operator path)."""
     with tenancy.operator():
         waiting = Job.objects.filter(status__in=PENDING)

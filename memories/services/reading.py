@@ -14,6 +14,7 @@ from memories import search, validation
 from memories.models import (
     Memory,
 )
+from memories.services.shapes import Listed, NamespaceCount, Recalled
 
 logger = logging.getLogger("memories.services")
 
@@ -23,7 +24,7 @@ def recall(
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
     **arguments: Unpack[search.SearchArguments],
-) -> list[dict[str, Any]]:
+) -> list[Recalled]:
     """Return the namespace's memories that best match ``query``, best first.
 
     How they are ranked, filtered and cut by the threshold, and how priority
@@ -38,7 +39,7 @@ def search_memories(
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
     **arguments: Unpack[search.SearchArguments],
-) -> tuple[list[dict[str, Any]], str]:
+) -> tuple[list[Recalled], str]:
     """``recall``, also saying where the query's vector came from (cache or model).
 
     ``use_cache=False`` embeds the query afresh whatever the cache holds.
@@ -48,7 +49,7 @@ def search_memories(
     return [_found(hit) for hit in searched.found], searched.vector_source
 
 
-def _found(hit: search.Found) -> dict[str, Any]:
+def _found(hit: search.Found) -> Recalled:
     memory = hit.memory
     return {
         "id": str(memory.id),
@@ -73,13 +74,13 @@ def list_memories(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
-    namespace: Any = "default",
-    limit: Any = 20,
-    offset: Any = 0,
-    order: Any = "created_at",
-    priority: Any = None,
-    thread_id: Any = None,
-) -> list[dict[str, Any]]:
+    namespace: object = "default",
+    limit: object = 20,
+    offset: object = 0,
+    order: object = "created_at",
+    priority: object = None,
+    thread_id: object = None,
+) -> list[Listed]:
     """Return a page of the namespace's memories, newest first by ``order``.
 
     With ``thread_id``, only that conversation's messages, in the order they
@@ -122,7 +123,7 @@ _LISTED = (
 )
 
 
-def _listed(row: dict[str, Any]) -> dict[str, Any]:
+def _listed(row: dict[str, Any]) -> Listed:
     return {
         "id": str(row["id"]),
         "content": row["content"],
@@ -139,22 +140,23 @@ def _listed(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def list_namespaces(*, user_id: uuid.UUID | str) -> list[dict[str, Any]]:
+def list_namespaces(*, user_id: uuid.UUID | str) -> list[NamespaceCount]:
     """Return the user's namespaces with how many memories each holds, by name."""
     with tenancy.tenant(user_id):
-        return list(
+        rows = (
             Memory.objects.filter(user_id=user_id)
             .values("namespace")
             .annotate(count=Count("id"))
             .order_by("namespace")
         )
+        return [{"namespace": row["namespace"], "count": row["count"]} for row in rows]
 
 
 def count_namespace(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
-    namespace: Any = "default",
+    namespace: object = "default",
 ) -> int:
     """Return how many live memories one namespace of the user's (or agent's) holds."""
     ns = validation.namespace(namespace)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
 
 from core.errors import (
     ValidationFailed,
 )
 from memories import validation
 from memories.services.queue import enqueue_remember
+from memories.services.shapes import Remembered
 from memories.services.storing import Item, Remembering, fingerprint, store, turn_items
 
 logger = logging.getLogger("memories.services")
@@ -18,14 +18,14 @@ logger = logging.getLogger("memories.services")
 
 def remembering(
     *,
-    content: Any = None,
-    messages: Any = None,
-    namespace: Any = "default",
-    metadata: Any = None,
-    priority: Any = None,
-    expires_at: Any = None,
-    ttl_seconds: Any = None,
-    thread_id: Any = None,
+    content: object = None,
+    messages: object = None,
+    namespace: object = "default",
+    metadata: object = None,
+    priority: object = None,
+    expires_at: object = None,
+    ttl_seconds: object = None,
+    thread_id: object = None,
 ) -> Remembering:
     """Validate a remember call in full, writing nothing.
 
@@ -67,18 +67,18 @@ def remember(
     *,
     user_id: uuid.UUID | str,
     tier: str,
-    content: Any = None,
-    messages: Any = None,
-    namespace: Any = "default",
-    metadata: Any = None,
-    priority: Any = None,
-    expires_at: Any = None,
-    ttl_seconds: Any = None,
-    thread_id: Any = None,
-    background: Any = False,
-    idempotency_key: Any = None,
+    content: object = None,
+    messages: object = None,
+    namespace: object = "default",
+    metadata: object = None,
+    priority: object = None,
+    expires_at: object = None,
+    ttl_seconds: object = None,
+    thread_id: object = None,
+    background: object = False,
+    idempotency_key: object = None,
     agent_id: uuid.UUID | str | None = None,
-) -> dict[str, Any]:
+) -> Remembered:
     """Store a memory (or a conversation), or return the identical one already stored.
 
     Identical means equal normalised content in the same namespace, written by
@@ -102,13 +102,18 @@ def remember(
         thread_id=thread_id,
     )
     if validation.flag(background, field="async"):
-        return enqueue_remember(
+        queued = enqueue_remember(
             user_id=user_id,
             agent_id=agent_id,
             tier=tier,
             call=call,
             idempotency_key=idempotency_key,
         )
+        return {
+            "job_id": queued["job_id"],
+            "status": queued["status"],
+            "memory_ids": queued["memory_ids"],
+        }
     if idempotency_key is not None:
         raise ValidationFailed(
             "idempotency_key applies to async calls; a synchronous remember is already "

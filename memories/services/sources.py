@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping
-from typing import Any
 
 from core import tenancy
 from core.errors import (
@@ -21,6 +20,7 @@ from memories.models import (
     Priority,
     SourceKind,
 )
+from memories.services.shapes import Answer, Sourced, Stored
 from memories.services.storing import Item, Remembering, fingerprint, store, turn_items, written_by
 
 logger = logging.getLogger("memories.services")
@@ -77,7 +77,7 @@ def add(
     author: object = None,
     thread_id: object = None,
     task_id: object = None,
-) -> list[dict[str, Any]]:
+) -> list[Stored]:
     """Store exactly one of: conversation ``messages``, a ``document`` (content, path), a note.
 
     What ``memory_add`` does: turns as ``add_turns``, a document as
@@ -124,10 +124,10 @@ def add_turns(
     user_id: uuid.UUID | str,
     tier: str,
     agent_id: uuid.UUID | str | None,
-    turns: Any,
-    thread_id: Any = None,
-    task_id: Any = None,
-) -> list[dict[str, Any]]:
+    turns: object,
+    thread_id: object = None,
+    task_id: object = None,
+) -> list[Stored]:
     """Store conversation turns, one memory each, in order, all or none.
 
     The same conversation ingestion as ``remember(messages=...)``: a turn is
@@ -150,11 +150,11 @@ def add_document(
     user_id: uuid.UUID | str,
     tier: str,
     agent_id: uuid.UUID | str | None,
-    content: Any,
-    path: Any,
-    author: Any = None,
-    task_id: Any = None,
-) -> list[dict[str, Any]]:
+    content: object,
+    path: object,
+    author: object = None,
+    task_id: object = None,
+) -> list[Stored]:
     """Store a document as chunks cut by its structure and size, all under ``path``."""
     from memories import chunking
 
@@ -182,11 +182,11 @@ def add_note(
     user_id: uuid.UUID | str,
     tier: str,
     agent_id: uuid.UUID | str | None,
-    content: Any,
-    author: Any = None,
-    thread_id: Any = None,
-    task_id: Any = None,
-) -> list[dict[str, Any]]:
+    content: object,
+    author: object = None,
+    thread_id: object = None,
+    task_id: object = None,
+) -> list[Stored]:
     item = Item(
         validation.content(content),
         {},
@@ -202,7 +202,7 @@ def add_note(
     return store(user_id=user_id, tier=tier, agent_id=agent_id, call=call)
 
 
-def source_filters(**values: Any) -> dict[str, str]:
+def source_filters(**values: object) -> dict[str, str]:
     """Validate memory_search's filters; unset ones are dropped."""
     chosen: dict[str, str] = {}
     for name in search.SOURCE_FILTERS:
@@ -227,7 +227,7 @@ def search_sources(
     limit: object = 10,
     threshold: object = None,
     **filters: object,
-) -> list[dict[str, Any]]:
+) -> list[Sourced]:
     """Rank the agent's memories by meaning, with source filters applied before ranking.
 
     Naming ``task_id`` also searches what the user's other agents filed under
@@ -257,7 +257,7 @@ def _search(
     return search.search(user_id=user_id, agent_id=agent_id, task_id=task, args=args).found
 
 
-def _sourced_hit(hit: search.Found) -> dict[str, Any]:
+def _sourced_hit(hit: search.Found) -> Sourced:
     return {
         "id": str(hit.memory.id),
         "content": hit.memory.content,
@@ -307,11 +307,17 @@ def recall_answer(
     limit: object = 10,
     threshold: object = None,
     **filters: object,
-) -> dict[str, Any]:
+) -> Answer:
     """Answer a question from the agent's memory: a short answer and the ids it rests on."""
     from memories import chat
 
     args = _source_search(query, limit, threshold, filters)
     found = [_sourced_hit(hit) for hit in _search(user_id, agent_id, args)]
     minimum = args.threshold if args.threshold is not None else search.default_threshold()
-    return chat.answer(args.query, found, minimum).as_dict()
+    said = chat.answer(args.query, found, minimum)
+    answer: Answer = {"answer": said.answer, "memory_ids": said.memory_ids, "mode": said.mode}
+    if said.model:
+        answer["model"] = said.model
+    if said.note:
+        answer["note"] = said.note
+    return answer

@@ -29,6 +29,7 @@ from memories.models import (
     SourceKind,
 )
 from memories.services.quota import check_quota
+from memories.services.shapes import Remembered, Stored
 
 logger = logging.getLogger("memories.services")
 
@@ -44,7 +45,7 @@ class Item:
     """
 
     content: str
-    metadata: dict[str, Any]
+    metadata: dict[str, object]
     position: int | None = None
     kind: str = SourceKind.NOTE.value
     author: str = ""
@@ -71,7 +72,7 @@ class Remembering:
     # A task shared between the user's agents (seed 003), or None.
     task_id: str | None = None
 
-    def as_payload(self) -> dict[str, Any]:
+    def as_payload(self) -> dict[str, object]:
         return {
             "items": [
                 [item.content, item.metadata, item.position, item.kind, item.author, item.path]
@@ -87,7 +88,7 @@ class Remembering:
         }
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> Remembering:
+    def from_payload(cls, payload: Mapping[str, Any]) -> Remembering:
         expires = payload.get("expires_at")
         return cls(
             items=tuple(Item(*entry) for entry in payload["items"]),
@@ -100,20 +101,20 @@ class Remembering:
             conversation=bool(payload.get("conversation")),
         )
 
-    def shape(self, stored: list[dict[str, Any]]) -> dict[str, Any]:
+    def shape(self, stored: list[Stored]) -> Remembered:
         """Return what remember answers: one memory's ``{id, deduped}``, or the thread's."""
         if not self.conversation:
             [one] = stored
-            return one
+            return {"id": one["id"], "deduped": one["deduped"]}
         return {"thread_id": self.thread_id, "memories": stored, "count": len(stored)}
 
 
-def fingerprint(given: dict[str, Any]) -> str:
+def fingerprint(given: Mapping[str, object]) -> str:
     canonical = json.dumps(given, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def turn_items(messages: Any, metadata: dict[str, Any]) -> tuple[Item, ...]:
+def turn_items(messages: object, metadata: dict[str, object]) -> tuple[Item, ...]:
     """Return a conversation's messages as items: one turn each, in order, in one thread.
 
     A message's role, position, name and timestamp go into its metadata, on
@@ -143,8 +144,8 @@ def store(
     call: Remembering,
     agent_id: uuid.UUID | str | None = None,
     ids: list[uuid.UUID] | None = None,
-    finish: Callable[[list[dict[str, Any]]], None] | None = None,
-) -> list[dict[str, Any]]:
+    finish: Callable[[list[Stored]], None] | None = None,
+) -> list[Stored]:
     """Store a validated call's items in one transaction: all of them, or none.
 
     Returns ``{id, deduped}`` per item, in order. ``ids`` are the ids to give
@@ -162,7 +163,7 @@ def store(
     vectors = embed_texts(embedder, [call.items[i].content for i in fresh]) if fresh else []
     vector_for = dict(zip(fresh, vectors, strict=True))
 
-    results: list[dict[str, Any]] = []
+    results: list[Stored] = []
     with tenancy.tenant(user_id, agent_id=agent_id):
         check_quota(user_id, tier, adding=len(fresh))
         stored: dict[Place, uuid.UUID] = {}

@@ -43,9 +43,9 @@ IMPORT_BATCH = 100
 def export_memories(
     *,
     user_id: uuid.UUID | str,
-    namespace: Any = None,
+    namespace: object = None,
     with_embeddings: bool = False,
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[dict[str, object]]:
     """Yield the user's memories (one namespace, or all), oldest first, each with its history.
 
     Expired memories are left out, as from every read. Embeddings come only
@@ -85,7 +85,7 @@ def export_memories(
                     Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1])
                 )
             batch = list(rows.order_by("created_at", "id").values(*columns)[:EXPORT_BATCH])
-            versions: dict[uuid.UUID, list[dict[str, Any]]] = {}
+            versions: dict[uuid.UUID, list[dict[str, object]]] = {}
             for row in (
                 MemoryHistory.objects.filter(
                     user_id=user_id, memory_id__in=[m["id"] for m in batch]
@@ -136,7 +136,7 @@ _HISTORY_FIELDS = (
 )
 
 
-def _exported_version(row: dict[str, Any]) -> dict[str, Any]:
+def _exported_version(row: dict[str, Any]) -> dict[str, object]:
     return {
         "version": row["version"],
         "action": row["action"],
@@ -172,7 +172,7 @@ class _Incoming:
     task_id: str | None
     content: str
     content_hash: str
-    metadata: dict[str, Any]
+    metadata: dict[str, object]
     priority: str
     version: int
     created_at: datetime
@@ -185,7 +185,7 @@ class _Incoming:
 def import_memories(
     *,
     user_id: uuid.UUID | str,
-    records: Iterable[dict[str, Any]],
+    records: Iterable[dict[str, object]],
     progress: Callable[[Imported], None] | None = None,
 ) -> Imported:
     """Store exported memories for a user, with their history and timestamps.

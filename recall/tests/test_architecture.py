@@ -7,10 +7,14 @@ benchmarks aside) and fails naming the file and line that breaks it.
 from __future__ import annotations
 
 import ast
+import enum
+import inspect
 import re
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.apps import apps
 from django.db import connection
@@ -445,4 +449,61 @@ def test_the_table_rule_catches_queries_and_sql_from_other_modules(tmp_path):
         "billing/usage.py:4 UsageEvent(...)",
         "billing/usage.py:4 UsageEvent._default_manager",
         "dashboard/views.py:3 Memory.objects",
+    ]
+
+
+# Types at the service boundary ------------------------------------------------------------
+
+
+def loose_types(namespace: object) -> list[str]:
+    """Return each public function or type of ``namespace`` whose annotations hold ``Any``.
+
+    Raw input is ``object`` (validated inside); what comes back is a typed
+    value (a dataclass, a TypedDict, an enum). A missing annotation counts too.
+    """
+
+    def holds_any(hint: object) -> bool:
+        return hint is Any or any(holds_any(arg) for arg in typing.get_args(hint))
+
+    found = []
+    for name in sorted(getattr(namespace, "__all__", ())):
+        value = getattr(namespace, name)
+        if inspect.isfunction(value):
+            hints = typing.get_type_hints(value)
+            unannotated = [
+                p
+                for p in inspect.signature(value).parameters
+                if p not in hints and p not in ("self", "cls")
+            ]
+            found += [f"{name}({p}) is not annotated" for p in unannotated]
+        elif inspect.isclass(value) and not issubclass(value, enum.Enum):
+            hints = typing.get_type_hints(value)
+        else:
+            continue
+        found += [f"{name}: {key}" for key, hint in hints.items() if holds_any(hint)]
+    return found
+
+
+def test_the_memory_services_take_and_return_typed_values():
+    from memories import services
+
+    assert loose_types(services) == []
+
+
+def test_the_boundary_rule_catches_any_and_unannotated_parameters():
+    class Planted:
+        __all__ = ["loose", "bare"]
+
+        @staticmethod
+        def loose(*, query: Any) -> dict[str, Any]:
+            return {}
+
+        @staticmethod
+        def bare(*, query) -> int:
+            return 0
+
+    assert loose_types(Planted) == [
+        "bare(query) is not annotated",
+        "loose: query",
+        "loose: return",
     ]
