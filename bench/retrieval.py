@@ -562,9 +562,12 @@ class Runner:
     def deep(self, user_id: str, query: str, mode: str | None) -> list[str]:
         """Return the ids the search's own statement ranks first, 100 deep."""
         from memories import search
+        from memories.embeddings.cache import scope
         from recall import tenancy
 
-        prepared = search.prepare(query=query, namespace="default", mode=mode)
+        prepared = search.prepare(
+            cache_scope=scope(user_id), query=query, namespace="default", mode=mode
+        )
         with tenancy.tenant(user_id, local_settings=search.SEARCH_SETTINGS):
             return [str(hit.memory.id) for hit in search.run(user_id, prepared, limit=100)]
 

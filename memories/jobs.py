@@ -37,6 +37,10 @@ from recall.logging import describe_exception
 logger = logging.getLogger(__name__)
 
 CHANNEL = "recall_jobs"
+# Tells every listening process to drop query-cache entries: the payload is a
+# scope ("=u<user>[.a<agent>]" for that scope alone, "u<user>" for a user and
+# its agents) or "*" for all.
+CACHE_CHANNEL = "recall_qcache"
 MAINTENANCE_SECONDS = 60.0
 
 # Woken by enqueues in this process, so in-process workers start at once.
@@ -46,6 +50,33 @@ _wake = threading.Event()
 def wake() -> None:
     """Tell this process's workers that a job is waiting."""
     _wake.set()
+
+
+def broadcast_cache_clear(scope: str | None, *, exact: bool) -> None:
+    """Ask every process listening on the database to drop cached query vectors.
+
+    ``scope`` alone with ``exact``, a user's scope and its agents' without,
+    every scope for None. A process whose listener is down keeps its entries
+    until their TTL: the cache is an accelerator, and never shows one scope
+    another's entries, so a missed broadcast costs freshness, not privacy.
+    """
+    payload = "*" if scope is None else ("=" if exact else "") + scope
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CACHE_CHANNEL, payload])
+    except Exception as exc:
+        logger.warning("query cache: could not tell other processes", extra=describe_exception(exc))
+
+
+def _clear_cache(payload: str) -> None:
+    from memories import embeddings
+
+    if payload == "*":
+        embeddings.get_query_cache().clear()
+    elif payload.startswith("="):
+        embeddings.get_query_cache().clear(payload[1:], exact=True)
+    elif payload:
+        embeddings.get_query_cache().clear(payload)
 
 
 class Workers:
@@ -129,7 +160,7 @@ class Workers:
 
 
 class _Listener:
-    """One connection per process that LISTENs for enqueues made by other processes."""
+    """One connection per process that LISTENs for enqueues and cache clears by others."""
 
     def __init__(self, stopping: threading.Event) -> None:
         self._stopping = stopping
@@ -153,9 +184,13 @@ class _Listener:
         params.pop("prepare_threshold", None)
         with psycopg.connect(**params, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
+            conn.execute(f"LISTEN {CACHE_CHANNEL}")
             while not self._stopping.is_set():
-                for _ in conn.notifies(timeout=1.0, stop_after=1):
-                    _wake.set()
+                for note in conn.notifies(timeout=1.0, stop_after=1):
+                    if note.channel == CACHE_CHANNEL:
+                        _clear_cache(note.payload)
+                    else:
+                        _wake.set()
 
 
 def _trouble(place: str, exc: Exception) -> None:

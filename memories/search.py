@@ -68,6 +68,7 @@ import numpy as np
 from django.conf import settings
 
 from memories import embeddings, validation
+from memories.embeddings import cache
 from memories.indexes import index_name, vector_literal, vector_type
 from memories.models import PRIORITY_RANK, Memory
 from recall import tenancy
@@ -236,12 +237,15 @@ def prepare(
     created_after: Any = None,
     created_before: Any = None,
     priority: Any = None,
+    cache_scope: str,
     sources: dict[str, str] | None = None,
     use_cache: bool = True,
 ) -> Search:
     """Validate a search's arguments, then embed the query (through the query cache).
 
-    ``sources`` are memory_search's filters, validated by its service.
+    ``cache_scope`` is the caller's (``embeddings.cache.scope()``): the query
+    cache shows a caller only the vectors it computed. ``sources`` are
+    memory_search's filters, validated by its service.
     """
     text = validation.query(query)
     ns = validation.namespace(namespace)
@@ -254,17 +258,17 @@ def prepare(
     where = validation.metadata_filter(metadata_filter)
     after, before = validation.created_range(created_after, created_before)
     levels = tuple(validation.priorities(priority))
-    vector, source = embed_query(embedder, text, use_cache=use_cache)
+    vector, source = embed_query(embedder, text, scope=cache_scope, use_cache=use_cache)
     filters = Filters(ns, where, after, before, levels, dict(sources or {}))
     return Search(text, vector, embedder, chosen, count, minimum, filters, source)
 
 
 def embed_query(
-    embedder: embeddings.Embedder, text: str, *, use_cache: bool = True
+    embedder: embeddings.Embedder, text: str, *, scope: str, use_cache: bool = True
 ) -> tuple[np.ndarray, str]:
-    """Embed a query through the query cache (memories/embeddings/cache.py)."""
+    """Embed a query through the query cache (memories/embeddings/cache.py), in ``scope``."""
     try:
-        return embeddings.get_query_cache().embed(embedder, text, use_cache=use_cache)
+        return embeddings.get_query_cache().embed(embedder, text, scope=scope, use_cache=use_cache)
     except RecallError:
         raise
     except Exception:
@@ -296,7 +300,7 @@ def run(
 
 def search(*, user_id: Any, agent_id: Any = None, **arguments: Any) -> list[Found]:
     """``prepare()`` and ``run()`` in one tenant transaction."""
-    prepared = prepare(**arguments)
+    prepared = prepare(cache_scope=cache.scope(user_id, agent_id), **arguments)
     opening = transaction_settings(prepared, agent=agent_id is not None)
     with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
         return run(user_id, prepared, agent_id=agent_id)

@@ -44,6 +44,7 @@ from django.utils import timezone
 
 from accounts.tiers import Tier
 from memories import embeddings, indexes, jobs, search, validation
+from memories.embeddings import cache as query_cache
 from memories.indexes import vector_literal
 from memories.models import (
     ForgetConfirmation,
@@ -54,7 +55,7 @@ from memories.models import (
     Priority,
     SourceKind,
 )
-from recall import context, errors, process, tenancy
+from recall import context, errors, process, storable, tenancy
 from recall.admin_tools import count_per_user
 from recall.errors import (
     ConfirmationExpired,
@@ -544,7 +545,9 @@ def search_memories(
 
     ``use_cache=False`` embeds the query afresh whatever the cache holds.
     """
-    wanted = search.prepare(use_cache=use_cache, **arguments)
+    wanted = search.prepare(
+        cache_scope=query_cache.scope(user_id, agent_id), use_cache=use_cache, **arguments
+    )
     opening = search.transaction_settings(wanted, agent=agent_id is not None)
     with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
         found = search.run(user_id, wanted, agent_id=agent_id)
@@ -764,6 +767,7 @@ def forget_preview(
     confirmation remove the deleted memories' history too.
     """
     prepared = search.prepare(
+        cache_scope=query_cache.scope(user_id, agent_id),
         query=query,
         namespace=namespace,
         limit=limit,
@@ -1435,7 +1439,7 @@ def memory_stats(
         ],
         "history_rows": history_rows,
         "jobs": {status.value: by_status.get(status.value, 0) for status in JobStatus},
-        "cache": cache_stats(),
+        "cache": cache_stats(user_id=user_id, agent_id=agent_id),
         "latency": {
             "calls": latency.calls,
             "p50_ms": latency.p50_ms,
@@ -1444,9 +1448,11 @@ def memory_stats(
     }
 
 
-def cache_stats() -> dict[str, Any]:
-    """Return the query cache's counters in this process."""
-    stats = embeddings.get_query_cache().stats()
+def cache_stats(
+    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None
+) -> dict[str, Any]:
+    """Return the caller's share of the query cache in this process: its entries, its lookups."""
+    stats = embeddings.get_query_cache().stats(query_cache.scope(user_id, agent_id))
     return {
         "hits": stats.hits,
         "shared_hits": stats.shared_hits,
@@ -1466,16 +1472,33 @@ def cache_stats() -> dict[str, Any]:
     }
 
 
-def optimize_cache(*, force_refresh: Any = False, max_entries: Any = None) -> dict[str, Any]:
-    """Expire, demote and share the query cache's entries, and report what was done."""
+def optimize_cache(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    force_refresh: Any = False,
+    max_entries: Any = None,
+) -> dict[str, Any]:
+    """Expire, demote and share the caller's query cache entries, and report what was done.
+
+    Only the caller's own entries are touched. ``force_refresh`` drops them
+    here, in Redis, and in every other server process listening on the
+    database (``jobs.broadcast_cache_clear``).
+    """
     refresh = validation.flag(force_refresh, field="force_refresh")
     size = settings.QUERY_CACHE_SIZE
     keep = validation.integer(
         max_entries, field="max_memories", low=0, high=max(size, 0), default=size
     )
+    scope = query_cache.scope(user_id, agent_id)
     done = embeddings.get_query_cache().optimize(
-        model_id=embeddings.get_embedder().model_id, max_entries=keep, force_refresh=refresh
+        scope=scope,
+        model_id=embeddings.get_embedder().model_id,
+        max_entries=keep,
+        force_refresh=refresh,
     )
+    if refresh:
+        jobs.broadcast_cache_clear(scope, exact=True)
     return {
         "expired": done.expired,
         "demoted": done.demoted,
@@ -1487,6 +1510,19 @@ def optimize_cache(*, force_refresh: Any = False, max_entries: Any = None) -> di
     }
 
 
+def clear_query_cache(*, user_id: uuid.UUID | str | None = None) -> int:
+    """Drop cached query vectors of one user and its agents, or of everyone (operators only).
+
+    Clears this process and Redis, and tells every server process listening
+    on the database to clear its own; returns what this process and Redis
+    held.
+    """
+    scope = None if user_id is None else query_cache.scope(user_id)
+    removed = embeddings.get_query_cache().clear(scope, shared=True)
+    jobs.broadcast_cache_clear(scope, exact=False)
+    return removed
+
+
 def worker_pool() -> dict[str, int]:
     """Return how busy the threads that run tool calls (each with its connection) are."""
     return process.worker_pool()
@@ -1496,8 +1532,11 @@ def _ms(value: float | None) -> float | None:
     return round(value, 3) if value is not None else None
 
 
-def health() -> dict[str, Any]:
-    """Check the database, the embedder, the queue and Redis; report no secrets."""
+def health(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None) -> dict[str, Any]:
+    """Check the database, the embedder, the queue and Redis; report no secrets.
+
+    The query cache's figures are the caller's own entries and lookups.
+    """
     started = time.perf_counter()
     database: dict[str, Any] = {"ok": True}
     queue: dict[str, Any] | None = None
@@ -1510,7 +1549,9 @@ def health() -> dict[str, Any]:
         logger.warning("health: database unavailable", extra=describe_exception(exc))
         database = {"ok": False, "error": "the database did not answer"}
     embedder = embeddings.get_embedder()
-    stats = embeddings.get_query_cache().stats()
+    cached = embeddings.get_query_cache()
+    scope = query_cache.scope(user_id, agent_id)
+    stats = cached.stats(scope)
     redis = _redis_health()
     ok = database["ok"] and embedder.is_loaded and redis is not False
     return {
@@ -1521,9 +1562,7 @@ def health() -> dict[str, Any]:
         "redis": redis,
         "cache": {
             "size": stats.size,
-            "shared_size": _shared_cache_size(settings.REDIS_URL)
-            if redis and settings.REDIS_URL
-            else None,
+            "shared_size": cached.shared_size(scope) if redis else None,
             "hit_rate": round(stats.hit_rate, 4) if stats.hit_rate is not None else None,
             "bytes": stats.bytes,
         },
@@ -1546,18 +1585,6 @@ def _redis_health() -> bool | None:
             return bool(client.ping())
     except Exception:
         return False
-
-
-def _shared_cache_size(url: str) -> int | None:
-    import redis
-
-    from memories.embeddings.cache import KEY_PREFIX
-
-    try:
-        with redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25) as client:
-            return sum(1 for _ in client.scan_iter(match=KEY_PREFIX + "*", count=1000))
-    except Exception:
-        return None
 
 
 # export and import ------------------------------------------------------------
@@ -1959,9 +1986,7 @@ def _label(value: Any, field: str, maximum: int = LABEL_MAX) -> str | None:
         return None
     if not isinstance(value, str):
         raise ValidationFailed(f"{field} must be a string.")
-    text = validation.normalize(value)
-    if "\x00" in text:
-        raise ValidationFailed(f"{field} must not contain NUL characters.")
+    text = storable.text(validation.normalize(value), field=field)
     if len(text) > maximum:
         raise ValidationFailed(f"{field} is at most {maximum} characters.")
     return text or None
@@ -2106,7 +2131,12 @@ def search_sources(
     """
     wanted = source_filters(**filters)
     prepared = search.prepare(
-        query=query, namespace=SOURCES_NAMESPACE, limit=limit, threshold=threshold, sources=wanted
+        cache_scope=query_cache.scope(user_id, agent_id),
+        query=query,
+        namespace=SOURCES_NAMESPACE,
+        limit=limit,
+        threshold=threshold,
+        sources=wanted,
     )
     with tenancy.tenant(
         user_id,

@@ -821,7 +821,7 @@ def health_check() -> Annotated[CallToolResult, HealthOutput]:
     queue's depth, Redis (null when not configured), the version and uptime. Nothing secret."""
 
     def call(caller: auth.AuthContext) -> CallToolResult:
-        return success(services.health())
+        return success(services.health(user_id=caller.user_id, agent_id=caller.agent_id))
 
     return _run("health_check", call)
 

@@ -460,7 +460,7 @@ def cache_stats() -> Annotated[CallToolResult, CacheStatsOutput]:
     """Get the query cache's performance metrics (this server process's)."""
 
     def call(caller: auth.AuthContext) -> CallToolResult:
-        stats = services.cache_stats()
+        stats = services.cache_stats(user_id=caller.user_id, agent_id=caller.agent_id)
         pool = services.worker_pool()
         return success(
             {
@@ -490,7 +490,12 @@ def optimize_cache(
     """Reorganise the query cache: expire stale entries, keep the most used, share them."""
 
     def call(caller: auth.AuthContext) -> CallToolResult:
-        done = services.optimize_cache(force_refresh=force_refresh, max_entries=max_memories)
+        done = services.optimize_cache(
+            user_id=caller.user_id,
+            agent_id=caller.agent_id,
+            force_refresh=force_refresh,
+            max_entries=max_memories,
+        )
         return success(
             {
                 "promoted": done["promoted"],
@@ -509,7 +514,7 @@ def health_check() -> Annotated[CallToolResult, HealthOutput]:
     """Check system component status."""
 
     def call(caller: auth.AuthContext) -> CallToolResult:
-        health = services.health()
+        health = services.health(user_id=caller.user_id, agent_id=caller.agent_id)
         cache = health["cache"]
         return success(
             {

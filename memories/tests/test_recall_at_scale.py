@@ -34,6 +34,7 @@ from pgvector import Vector
 
 from accounts.models import Agent, User
 from memories import embeddings, search, services
+from memories.embeddings.cache import scope
 from recall import tenancy
 
 BIG = 10_000
@@ -171,6 +172,7 @@ def table(django_db_setup, django_db_blocker):
 
 def explain(user: User, analyze: bool = False, mode: str = "semantic", **kwargs) -> str:
     prepared = search.prepare(
+        cache_scope=scope(user.id),
         query="web frameworks",
         threshold=0,
         mode=mode,
@@ -253,7 +255,9 @@ def test_the_exact_scan_cut_off_is_a_setting(db, table, settings):
 
 def sort_setting(user: User, **arguments: Any) -> str:
     """The enable_sort a search's transaction opens with, as the database reports it."""
-    prepared = search.prepare(query="web frameworks", threshold=0, **arguments)
+    prepared = search.prepare(
+        cache_scope=scope(user.id), query="web frameworks", threshold=0, **arguments
+    )
     opening = search.transaction_settings(prepared)
     with tenancy.tenant(user.id, local_settings=opening), connection.cursor() as cursor:
         cursor.execute("SHOW enable_sort")

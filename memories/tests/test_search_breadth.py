@@ -13,13 +13,16 @@ from django.db import connection
 
 from accounts.tiers import Tier
 from memories import search, services
+from memories.embeddings.cache import scope
 from recall import tenancy
 
 pytestmark = pytest.mark.django_db
 
 
 def breadth(user_id, agent_id=None, **arguments) -> int:
-    prepared = search.prepare(query="tea", threshold=0, **arguments)
+    prepared = search.prepare(
+        cache_scope=scope(user_id, agent_id), query="tea", threshold=0, **arguments
+    )
     opening = search.transaction_settings(prepared, agent=agent_id is not None)
     with (
         tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening),
