@@ -566,9 +566,11 @@ class Runner:
         """Return the ids the search's own statement ranks first, 100 deep."""
         from core import tenancy
         from memories import search
+        from memories.embeddings.cache import scope
 
         prepared = search.prepare(
-            search.SearchArgs.parse(query=query, namespace="default", mode=mode)
+            search.SearchArgs.parse(query=query, namespace="default", mode=mode),
+            cache_scope=scope(user_id),
         )
         with tenancy.tenant(user_id, local_settings=search.SEARCH_SETTINGS):
             return [str(hit.memory.id) for hit in search.run(user_id, prepared, limit=100)]

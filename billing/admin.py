@@ -23,7 +23,13 @@ from django.urls import path, reverse
 from django.utils import timezone
 
 from accounts.admin import UserEmailFilter
-from billing.models import BillingAccount, Subscription, UsageEvent, WebhookEvent
+from billing.models import (
+    BillingAccount,
+    Subscription,
+    UsageEvent,
+    WebhookEvent,
+    WebhookRejection,
+)
 from core import errors, tenancy
 from core.admin_tools import EstimatedCountPaginator, csv_line
 
@@ -184,6 +190,18 @@ class SubscriptionAdmin(ReadOnlyAdmin):
 class WebhookEventAdmin(ReadOnlyAdmin):
     list_display = ("received_at", "source", "event_type", "event_id")
     list_filter = ("source",)
+    search_fields = ("event_id__exact",)
+    ordering = ("-received_at",)
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+
+
+@admin.register(WebhookRejection)
+class WebhookRejectionAdmin(ReadOnlyAdmin):
+    """Signed deliveries refused for their content: what to ask the sender about."""
+
+    list_display = ("received_at", "source", "status", "reason", "event_type", "event_id")
+    list_filter = ("source", "status")
     search_fields = ("event_id__exact",)
     ordering = ("-received_at",)
     paginator = EstimatedCountPaginator

@@ -44,8 +44,14 @@ from django.utils import timezone
 from accounts import services as accounts_services
 from accounts import tiers
 from accounts.models import User
-from billing.models import BillingAccount, Subscription, UsageEvent, WebhookEvent
-from core import tenancy
+from billing.models import (
+    BillingAccount,
+    Subscription,
+    UsageEvent,
+    WebhookEvent,
+    WebhookRejection,
+)
+from core import storable, tenancy
 from core.errors import NotFound, ValidationFailed
 from core.usage import Event
 
@@ -74,6 +80,31 @@ def claim_delivery(*, source: str, event_id: str, event_type: str = "") -> bool:
         source=source, event_id=event_id[:255], defaults={"event_type": event_type[:100]}
     )
     return created
+
+
+def record_rejection(
+    *, source: str, reason: str, status: int, event_id: object = None, event_type: object = None
+) -> None:
+    """Keep a signed delivery we refused, for the admin (operator path); never fails the caller.
+
+    ``event_id`` and ``event_type`` are whatever the body held: scrubbed and
+    cut to fit, since they may be exactly what was wrong.
+    """
+    try:
+        with tenancy.operator():
+            WebhookRejection.objects.create(
+                source=source,
+                event_id=storable.scrub(event_id, max_length=255),
+                event_type=storable.scrub(event_type, max_length=100),
+                reason=storable.scrub(reason, max_length=255),
+                status=status,
+            )
+    except Exception as exc:
+        logger.error(
+            "could not record a refused webhook delivery",
+            extra={"source": source, "error": type(exc).__name__},
+        )
+    logger.warning("webhook delivery refused", extra={"source": source, "reason": reason})
 
 
 def _lock(name: str) -> None:

@@ -34,6 +34,7 @@ from django.db import close_old_connections, connection
 from core import errors, outage
 from core.logging import describe_exception
 from memories.services import maintenance, queue
+from memories.services.health import CACHE_CHANNEL, clear_broadcast
 from memories.services.queue import CHANNEL
 
 logger = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ class Workers:
 
 
 class _Listener:
-    """One connection per process that LISTENs for enqueues made by other processes."""
+    """One connection per process that LISTENs for enqueues and cache clears by others."""
 
     def __init__(self, stopping: threading.Event) -> None:
         self._stopping = stopping
@@ -142,9 +143,13 @@ class _Listener:
         params.pop("prepare_threshold", None)
         with psycopg.connect(**params, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
+            conn.execute(f"LISTEN {CACHE_CHANNEL}")
             while not self._stopping.is_set():
-                for _ in conn.notifies(timeout=1.0, stop_after=1):
-                    queue.waiting.set()
+                for note in conn.notifies(timeout=1.0, stop_after=1):
+                    if note.channel == CACHE_CHANNEL:
+                        clear_broadcast(note.payload)
+                    else:
+                        queue.waiting.set()
 
 
 def _trouble(place: str, exc: Exception) -> None:

@@ -72,7 +72,7 @@ from django.conf import settings
 
 from core import tenancy
 from memories import embeddings, validation
-from memories.embeddings import failures
+from memories.embeddings import cache, failures
 from memories.indexes import index_name, vector_literal, vector_type
 from memories.models import PRIORITY_RANK, Memory
 
@@ -325,7 +325,7 @@ def search(
     ``within`` runs in the same transaction with the results (forget's
     preview stores its confirmation there).
     """
-    prepared = prepare(args)
+    prepared = prepare(args, cache_scope=cache.scope(user_id, agent_id))
     opening = transaction_settings(prepared, agent=agent_id is not None)
     with tenancy.tenant(user_id, agent_id=agent_id, task_id=task_id, local_settings=opening):
         found = run(user_id, prepared, agent_id=agent_id)
@@ -334,13 +334,21 @@ def search(
     return Searched(found, prepared.vector_source)
 
 
-def prepare(args: SearchArgs) -> Search:
-    """Embed a search's query (through the query cache) and resolve its defaults."""
+def prepare(args: SearchArgs, *, cache_scope: str) -> Search:
+    """Embed a search's query (through the query cache) and resolve its defaults.
+
+    ``cache_scope`` is the caller's (``embeddings.cache.scope()``): the query
+    cache shows a caller only the vectors it computed.
+    """
     embedder = embeddings.get_embedder()
     minimum = args.threshold if args.threshold is not None else default_threshold(embedder)
     mode = args.mode or settings.RECALL_SEARCH_MODE
     vector, source = failures.embed_query(
-        embeddings.get_query_cache(), embedder, args.query, use_cache=args.use_cache
+        embeddings.get_query_cache(),
+        embedder,
+        args.query,
+        scope=cache_scope,
+        use_cache=args.use_cache,
     )
     return Search(args.query, vector, embedder, mode, args.limit, minimum, args.filters, source)
 

@@ -25,6 +25,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from core import storable
 from core.errors import ValidationFailed
 
 CONTENT_MAX = 50_000
@@ -61,12 +62,7 @@ def content_hash(normalized: str) -> str:
 
 
 def _check_storable(value: str, field: str) -> None:
-    if "\x00" in value:
-        raise ValidationFailed(f"{field} must not contain NUL characters.")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationFailed(f"{field} must be valid Unicode text.") from None
+    storable.text(value, field=field)
 
 
 def text(value: Any, *, field: str, maximum: int) -> str:

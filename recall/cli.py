@@ -12,6 +12,7 @@
     recall set-tier EMAIL TIER   set a user's tier and their keys' (free ... team, unlimited)
     recall list-keys [EMAIL]     list keys without their secrets (--all for revoked too)
     recall revoke-key ID|PREFIX  revoke a key
+    recall clear-cache [EMAIL]   drop cached query vectors: one user's, or every user's
     recall doctor                check the data directory, database, roles, row-level security,
                                  model files, Redis and webhooks; exit 1 on a problem
     recall manage ...            any Django management command (migrate, reembed, ...)
@@ -39,6 +40,7 @@ ADMIN_COMMANDS = {
     "set-tier": "set_tier",
     "list-keys": "list_keys",
     "revoke-key": "revoke_key",
+    "clear-cache": "clear_query_cache",
 }
 
 

@@ -44,8 +44,8 @@ def embed_texts(embedder: Embedder, texts: list[str]) -> list[np.ndarray]:
 
 
 def embed_query(
-    cache: QueryCache, embedder: Embedder, text: str, *, use_cache: bool = True
+    cache: QueryCache, embedder: Embedder, text: str, *, scope: str, use_cache: bool = True
 ) -> tuple[np.ndarray, str]:
-    """Return a query's vector through the query cache, and where it came from."""
+    """Return a query's vector through the query cache in the caller's ``scope``, and its source."""
     with unavailable_on_failure(embedder):
-        return cache.embed(embedder, text, use_cache=use_cache)
+        return cache.embed(embedder, text, scope=scope, use_cache=use_cache)

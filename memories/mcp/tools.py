@@ -568,7 +568,8 @@ def memory_stats() -> Annotated[CallToolResult, StatsOutput]:
 def health_check() -> Annotated[CallToolResult, HealthOutput]:
     """Check the server's health: the database, the embedding model, the background
     queue's depth, Redis (null when not configured), the version and uptime. Nothing secret."""
-    return success(services.health())
+    caller = runtime.caller()
+    return success(services.health(user_id=caller.user_id, agent_id=caller.agent_id))
 
 
 TOOLS: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [

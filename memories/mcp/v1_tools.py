@@ -445,7 +445,8 @@ def get_memory_history(memory_id: MemoryId) -> Annotated[CallToolResult, History
 @v1_tool
 def cache_stats() -> Annotated[CallToolResult, CacheStatsOutput]:
     """Get the query cache's performance metrics (this server process's)."""
-    stats = services.cache_stats()
+    caller = runtime.caller()
+    stats = services.cache_stats(user_id=caller.user_id, agent_id=caller.agent_id)
     pool = services.worker_pool()
     return success(
         {
@@ -472,7 +473,13 @@ def optimize_cache(
     ] = 1000,
 ) -> Annotated[CallToolResult, OptimizeOutput]:
     """Reorganise the query cache: expire stale entries, keep the most used, share them."""
-    done = services.optimize_cache(force_refresh=force_refresh, max_entries=max_memories)
+    caller = runtime.caller()
+    done = services.optimize_cache(
+        user_id=caller.user_id,
+        agent_id=caller.agent_id,
+        force_refresh=force_refresh,
+        max_entries=max_memories,
+    )
     return success(
         {
             "promoted": done["promoted"],
@@ -488,7 +495,8 @@ def optimize_cache(
 @v1_tool
 def health_check() -> Annotated[CallToolResult, HealthOutput]:
     """Check system component status."""
-    health = services.health()
+    caller = runtime.caller()
+    health = services.health(user_id=caller.user_id, agent_id=caller.agent_id)
     cache = health["cache"]
     return success(
         {

@@ -51,7 +51,11 @@ from memories.services.changes import (
     update_memory,
 )
 from memories.services.health import (
+    CACHE_CHANNEL,
+    broadcast_cache_clear,
     cache_stats,
+    clear_broadcast,
+    clear_query_cache,
     health,
     memory_stats,
     optimize_cache,
@@ -137,6 +141,7 @@ from memories.services.transfer import (
 )
 
 __all__ = [
+    "CACHE_CHANNEL",
     "CHANNEL",
     "CLEAN_UP_BATCH",
     "DOCUMENT_MAX",
@@ -169,9 +174,12 @@ __all__ = [
     "add_document",
     "add_note",
     "add_turns",
+    "broadcast_cache_clear",
     "cache_stats",
     "check_quota",
     "clean_up",
+    "clear_broadcast",
+    "clear_query_cache",
     "count_memories",
     "count_namespace",
     "default_threshold",

@@ -14,6 +14,7 @@ from core import process, tenancy
 from core.logging import describe_exception
 from core.timestamps import iso
 from memories import embeddings, validation
+from memories.embeddings import cache as query_cache
 from memories.models import (
     Job,
     JobStatus,
@@ -72,7 +73,7 @@ def memory_stats(
         ],
         "history_rows": history_rows,
         "jobs": {status.value: by_status.get(status.value, 0) for status in JobStatus},
-        "cache": cache_stats(),
+        "cache": cache_stats(user_id=user_id, agent_id=agent_id),
         "latency": {
             "calls": latency.calls,
             "p50_ms": latency.p50_ms,
@@ -81,9 +82,9 @@ def memory_stats(
     }
 
 
-def cache_stats() -> CacheStats:
-    """Return the query cache's counters in this process."""
-    stats = embeddings.get_query_cache().stats()
+def cache_stats(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None) -> CacheStats:
+    """Return the caller's share of the query cache in this process: its entries, its lookups."""
+    stats = embeddings.get_query_cache().stats(query_cache.scope(user_id, agent_id))
     return {
         "hits": stats.hits,
         "shared_hits": stats.shared_hits,
@@ -103,16 +104,33 @@ def cache_stats() -> CacheStats:
     }
 
 
-def optimize_cache(*, force_refresh: object = False, max_entries: object = None) -> Optimized:
-    """Expire, demote and share the query cache's entries, and report what was done."""
+def optimize_cache(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    force_refresh: object = False,
+    max_entries: object = None,
+) -> Optimized:
+    """Expire, demote and share the caller's query cache entries, and report what was done.
+
+    Only the caller's own entries are touched. ``force_refresh`` drops them
+    here, in Redis, and in every other server process listening on the
+    database (``broadcast_cache_clear``).
+    """
     refresh = validation.flag(force_refresh, field="force_refresh")
     size = settings.QUERY_CACHE_SIZE
     keep = validation.integer(
         max_entries, field="max_memories", low=0, high=max(size, 0), default=size
     )
+    scope = query_cache.scope(user_id, agent_id)
     done = embeddings.get_query_cache().optimize(
-        model_id=embeddings.get_embedder().model_id, max_entries=keep, force_refresh=refresh
+        scope=scope,
+        model_id=embeddings.get_embedder().model_id,
+        max_entries=keep,
+        force_refresh=refresh,
     )
+    if refresh:
+        broadcast_cache_clear(scope, exact=True)
     return {
         "expired": done.expired,
         "demoted": done.demoted,
@@ -124,6 +142,51 @@ def optimize_cache(*, force_refresh: object = False, max_entries: object = None)
     }
 
 
+# Every process's listener (memories/jobs.py) LISTENs here too: the payload
+# is a scope ("=u<user>[.a<agent>]" for that scope alone, "u<user>" for a
+# user and its agents) or "*" for all.
+CACHE_CHANNEL = "recall_qcache"
+
+
+def broadcast_cache_clear(scope: str | None, *, exact: bool) -> None:
+    """Ask every process listening on the database to drop cached query vectors.
+
+    ``scope`` alone with ``exact``, a user's scope and its agents' without,
+    every scope for None. A process whose listener is down keeps its entries
+    until their TTL: the cache is an accelerator, and never shows one scope
+    another's entries, so a missed broadcast costs freshness, not privacy.
+    """
+    payload = "*" if scope is None else ("=" if exact else "") + scope
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CACHE_CHANNEL, payload])
+    except Exception as exc:
+        logger.warning("query cache: could not tell other processes", extra=describe_exception(exc))
+
+
+def clear_broadcast(payload: str) -> None:
+    """Drop what a ``broadcast_cache_clear`` names, in this process (the listener calls it)."""
+    if payload == "*":
+        embeddings.get_query_cache().clear()
+    elif payload.startswith("="):
+        embeddings.get_query_cache().clear(payload[1:], exact=True)
+    elif payload:
+        embeddings.get_query_cache().clear(payload)
+
+
+def clear_query_cache(*, user_id: uuid.UUID | str | None = None) -> int:
+    """Drop cached query vectors of one user and its agents, or of everyone (operators only).
+
+    Clears this process and Redis, and tells every server process listening
+    on the database to clear its own; returns what this process and Redis
+    held.
+    """
+    scope = None if user_id is None else query_cache.scope(user_id)
+    removed = embeddings.get_query_cache().clear(scope, shared=True)
+    broadcast_cache_clear(scope, exact=False)
+    return removed
+
+
 def worker_pool() -> dict[str, int]:
     """Return how busy the threads that run tool calls (each with its connection) are."""
     return process.worker_pool()
@@ -133,8 +196,11 @@ def _ms(value: float | None) -> float | None:
     return round(value, 3) if value is not None else None
 
 
-def health() -> Health:
-    """Check the database, the embedder, the queue and Redis; report no secrets."""
+def health(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None) -> Health:
+    """Check the database, the embedder, the queue and Redis; report no secrets.
+
+    The query cache's figures are the caller's own entries and lookups.
+    """
     started = time.perf_counter()
     database: DatabaseHealth = {"ok": True}
     queue: QueueDepth | None = None
@@ -147,7 +213,9 @@ def health() -> Health:
         logger.warning("health: database unavailable", extra=describe_exception(exc))
         database = {"ok": False, "error": "the database did not answer"}
     embedder = embeddings.get_embedder()
-    stats = embeddings.get_query_cache().stats()
+    cached = embeddings.get_query_cache()
+    scope = query_cache.scope(user_id, agent_id)
+    stats = cached.stats(scope)
     redis = _redis_health()
     ok = database["ok"] and embedder.is_loaded and redis is not False
     return {
@@ -158,9 +226,7 @@ def health() -> Health:
         "redis": redis,
         "cache": {
             "size": stats.size,
-            "shared_size": _shared_cache_size(settings.REDIS_URL)
-            if redis and settings.REDIS_URL
-            else None,
+            "shared_size": cached.shared_size(scope) if redis else None,
             "hit_rate": round(stats.hit_rate, 4) if stats.hit_rate is not None else None,
             "bytes": stats.bytes,
         },
@@ -183,15 +249,3 @@ def _redis_health() -> bool | None:
             return bool(client.ping())
     except Exception:
         return False
-
-
-def _shared_cache_size(url: str) -> int | None:
-    import redis
-
-    from memories.embeddings.cache import KEY_PREFIX
-
-    try:
-        with redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25) as client:
-            return sum(1 for _ in client.scan_iter(match=KEY_PREFIX + "*", count=1000))
-    except Exception:
-        return None

@@ -29,6 +29,7 @@ from pgvector import Vector
 from accounts.models import Agent, User
 from core import tenancy
 from memories import embeddings, search, services
+from memories.embeddings.cache import scope
 from memories.tests.test_recall_at_scale import synthetic_vectors
 
 pytestmark = pytest.mark.slow
@@ -201,7 +202,8 @@ def analysed(user: User, metadata: dict[str, object], **filters: Any) -> str:
     prepared = search.prepare(
         search.SearchArgs.parse(
             query=QUERIES[0], threshold=0, mode="semantic", metadata_filter=metadata, **filters
-        )
+        ),
+        cache_scope=scope(user.id),
     )
     sql, params = search.statement(user.id, prepared)
     with (

@@ -35,6 +35,7 @@ from pgvector import Vector
 from accounts.models import Agent, User
 from core import tenancy
 from memories import embeddings, search, services
+from memories.embeddings.cache import scope
 
 BIG = 10_000
 SMALL = 101  # 1% of the table
@@ -177,7 +178,8 @@ def explain(user: User, analyze: bool = False, mode: str = "semantic", **kwargs)
             mode=mode,
             metadata_filter=kwargs.get("metadata_filter") or None,
             sources=kwargs.get("sources"),
-        )
+        ),
+        cache_scope=scope(user.id),
     )
     agent = kwargs.get("agent_id") is not None
     sql, params = search.statement(user.id, prepared, agent=agent)
@@ -256,7 +258,8 @@ def test_the_exact_scan_cut_off_is_a_setting(db, table, settings):
 def sort_setting(user: User, **arguments: Any) -> str:
     """The enable_sort a search's transaction opens with, as the database reports it."""
     prepared = search.prepare(
-        search.SearchArgs.parse(query="web frameworks", threshold=0, **arguments)
+        search.SearchArgs.parse(query="web frameworks", threshold=0, **arguments),
+        cache_scope=scope(user.id),
     )
     opening = search.transaction_settings(prepared)
     with tenancy.tenant(user.id, local_settings=opening), connection.cursor() as cursor:
