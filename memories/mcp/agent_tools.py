@@ -196,16 +196,8 @@ def memory_search(
 
 
 @tool
-def memory_recall(
-    query: Annotated[str, Field(min_length=1, max_length=validation.QUERY_MAX)],
-    limit: Annotated[int, Field(ge=1, le=validation.RECALL_LIMIT_MAX)] = 10,
-    threshold: Annotated[float | None, Field(ge=0.0, le=1.0)] = None,
-    source_kind: SourceKindFilter = None,
-    author: AuthorFilter = None,
-    path: PathFilter = None,
-    thread_id: ThreadFilter = None,
-    task_id: TaskFilter = None,
-) -> Annotated[CallToolResult, RecallOutput]:
+@runtime.arguments_of(memory_search)
+def memory_recall(**arguments: object) -> Annotated[CallToolResult, RecallOutput]:
     """Answer a question from memory: a concise answer and the ids of the memories it used.
 
     The same search as memory_search, then a chat model picks and condenses
@@ -213,20 +205,8 @@ def memory_recall(
     (mode "extractive"). An empty answer means the memory holds none.
     """
     caller = runtime.caller()
-    answer = services.recall_answer(
-        user_id=caller.user_id,
-        agent_id=caller.agent_id,
-        query=query,
-        limit=limit,
-        threshold=threshold,
-        **_filters(
-            source_kind=source_kind,
-            author=author,
-            path=path,
-            thread_id=thread_id,
-            task_id=task_id,
-        ),
-    )
+    given = {name: value for name, value in arguments.items() if value is not None}
+    answer = services.recall_answer(user_id=caller.user_id, agent_id=caller.agent_id, **given)
     return success(answer, answer["answer"] or "Nothing in memory answers this.")
 
 

@@ -15,8 +15,10 @@ transactions work (async code cannot hold one).
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec
 
@@ -87,6 +89,24 @@ def tool(fn: Callable[Arguments, CallToolResult] | None = None, *, failure: Shap
         return run
 
     return decorate(fn) if fn is not None else decorate
+
+
+def arguments_of(
+    other: Callable[..., CallToolResult],
+) -> Callable[[Callable[..., CallToolResult]], Callable[..., CallToolResult]]:
+    """Give a tool ``other``'s arguments, as the SDK reads and publishes them.
+
+    For a tool whose arguments are another's, word for word: the body takes
+    ``**arguments``, and keeps its own name, docstring and result type.
+    """
+
+    def decorate(body: Callable[..., CallToolResult]) -> Callable[..., CallToolResult]:
+        shared = inspect.signature(other, eval_str=True)
+        returns = typing.get_type_hints(body, include_extras=True)["return"]
+        body.__signature__ = shared.replace(return_annotation=returns)  # type: ignore[attr-defined]
+        return body
+
+    return decorate
 
 
 def _run(name: str, call: Callable[[], CallToolResult], shape: Shape) -> CallToolResult:

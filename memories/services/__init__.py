@@ -97,6 +97,7 @@ from memories.services.reading import (
     search_memories,
 )
 from memories.services.remembering import (
+    RememberArguments,
     remember,
     remembering,
 )
@@ -165,6 +166,7 @@ __all__ = [
     "Quota",
     "Recalled",
     "Reembedding",
+    "RememberArguments",
     "Remembered",
     "Remembering",
     "Sourced",

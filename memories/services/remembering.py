@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import TypedDict, Unpack
 
 from core.errors import (
     ValidationFailed,
@@ -16,22 +17,29 @@ from memories.services.storing import Item, Remembering, fingerprint, store, tur
 logger = logging.getLogger("memories.services")
 
 
-def remembering(
-    *,
-    content: object = None,
-    messages: object = None,
-    namespace: object = "default",
-    metadata: object = None,
-    priority: object = None,
-    expires_at: object = None,
-    ttl_seconds: object = None,
-    thread_id: object = None,
-) -> Remembering:
+class RememberArguments(TypedDict, total=False):
+    """What a remember call stores, as a caller gives it; ``remembering`` validates it."""
+
+    content: object
+    messages: object
+    namespace: object
+    metadata: object
+    priority: object
+    expires_at: object
+    ttl_seconds: object
+    thread_id: object
+
+
+def remembering(**given: Unpack[RememberArguments]) -> Remembering:
     """Validate a remember call in full, writing nothing.
 
     Either ``content`` (one memory) or ``messages`` (a conversation: one
     memory per message, in order, all in one thread).
     """
+    content, messages = given.get("content"), given.get("messages")
+    namespace, metadata = given.get("namespace", "default"), given.get("metadata")
+    priority, thread_id = given.get("priority"), given.get("thread_id")
+    expires_at, ttl_seconds = given.get("expires_at"), given.get("ttl_seconds")
     if (content is None) == (messages is None):
         raise ValidationFailed("Pass content (one memory) or messages (a conversation), not both.")
     ns = validation.namespace(namespace)
@@ -43,7 +51,7 @@ def remembering(
         items: tuple[Item, ...] = (Item(validation.content(content), meta),)
     else:
         items = turn_items(messages, meta)
-    given = {
+    called = {
         "items": [[item.content, item.metadata] for item in items],
         "namespace": ns,
         "priority": level,
@@ -58,7 +66,7 @@ def remembering(
         expires_at=expiry,
         # A conversation always has a thread: the caller's, or a new one.
         thread_id=thread or (uuid.uuid4().hex if messages is not None else None),
-        fingerprint=fingerprint(given),
+        fingerprint=fingerprint(called),
         conversation=messages is not None,
     )
 
@@ -67,17 +75,10 @@ def remember(
     *,
     user_id: uuid.UUID | str,
     tier: str,
-    content: object = None,
-    messages: object = None,
-    namespace: object = "default",
-    metadata: object = None,
-    priority: object = None,
-    expires_at: object = None,
-    ttl_seconds: object = None,
-    thread_id: object = None,
+    agent_id: uuid.UUID | str | None = None,
     background: object = False,
     idempotency_key: object = None,
-    agent_id: uuid.UUID | str | None = None,
+    **arguments: Unpack[RememberArguments],
 ) -> Remembered:
     """Store a memory (or a conversation), or return the identical one already stored.
 
@@ -91,16 +92,7 @@ def remember(
     With ``background``, the call is validated and queued, and returns at
     once: see ``enqueue_remember``.
     """
-    call = remembering(
-        content=content,
-        messages=messages,
-        namespace=namespace,
-        metadata=metadata,
-        priority=priority,
-        expires_at=expires_at,
-        ttl_seconds=ttl_seconds,
-        thread_id=thread_id,
-    )
+    call = remembering(**arguments)
     if validation.flag(background, field="async"):
         queued = enqueue_remember(
             user_id=user_id,
