@@ -10,6 +10,7 @@ OAuth token.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
@@ -76,11 +77,22 @@ def describe_client(application: Application) -> Client:
 
 
 def agent_name_for(application: Application) -> str:
-    """Return the name a new agent for this client gets unless the user types another."""
+    """Return the name an agent for this client gets unless the user types another."""
     name = " ".join((application.name or "").split())
     if not name:
         name = describe_client(application).origin or "assistant"
     return name[: accounts_services.AGENT_NAME_MAX].strip()
+
+
+def unused_agent_name(name: str, taken: Iterable[str]) -> str:
+    """Return ``name``, or ``name 2``, ``name 3``... whichever no agent has (names ignore case)."""
+    used = {other.lower() for other in taken}
+    candidate, number = name, 1
+    while candidate.lower() in used:
+        number += 1
+        suffix = f" {number}"
+        candidate = name[: accounts_services.AGENT_NAME_MAX - len(suffix)].rstrip() + suffix
+    return candidate
 
 
 def mark_approved(*, client_id: str) -> None:

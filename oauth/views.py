@@ -180,9 +180,11 @@ class ConsentView(AuthorizationView):
         if choice == NEW_AGENT:
             name = form.cleaned_data.get("new_agent") or ""
             if not name.strip():
-                # The box shows the client's name; an emptied box means the same.
+                # An empty box means what its placeholder shows: the client's name.
                 application = self._application(form.cleaned_data.get("client_id"))
-                name = oauth_services.agent_name_for(application) if application else ""
+                taken = [agent.name for agent in accounts_services.list_agents(user_id=user_id)]
+                suggested = oauth_services.agent_name_for(application) if application else ""
+                name = oauth_services.unused_agent_name(suggested, taken) if suggested else ""
             return accounts_services.create_agent(user_id=user_id, name=name)
         try:
             agent_id = uuid.UUID(choice)
@@ -215,7 +217,7 @@ class ConsentView(AuthorizationView):
             new_agent=NEW_AGENT,
             # An agent of that name exists and is offered above; a new one needs another name.
             new_agent_name=typed if typed is not None else ("" if same_name else suggested),
-            suggested_name=suggested,
+            suggested_name=oauth_services.unused_agent_name(suggested, [a.name for a in agents]),
             resource_names=[
                 path
                 for path in resources.PATHS

@@ -171,6 +171,12 @@ def test_the_agent_of_the_clients_name_is_chosen_when_it_exists(cast, agents, al
 
     assert re.search(rf'value="{agents.research.id}" checked', content)
     assert not re.search(r'id="agent-new" checked', content)
+    assert 'placeholder="Research 2"' in content  # what an empty box would create
+
+    page = open_consent(alice_client, client_id)
+    code_from(allow(alice_client, page, agent="new", new_agent=""))
+    with tenancy.tenant(cast.alice.id):
+        assert Agent.objects.filter(user=cast.alice, name="Research 2").exists()
 
 
 def test_a_request_without_a_resource_is_bound_to_mcp_and_its_token_works(cast, alice_client):
