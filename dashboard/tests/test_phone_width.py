@@ -89,6 +89,7 @@ def test_every_page_fits_a_phone_and_keeps_the_navigation_in_reach(server, fille
         "history": f"/memories/{filled['memory']}/history/",
         "changes": "/memories/changes/",
         "plan": "/plan/",
+        "password-change": "/password_change/",
     }
     seen: dict[str, dict[str, Any]] = {}
     with chromium() as browser:

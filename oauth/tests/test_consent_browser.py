@@ -108,6 +108,17 @@ def test_the_consent_page_holds_its_layout_at_laptop_and_phone_widths(cast, serv
 
     seen: dict[int, dict[str, Any]] = {}
     with chromium() as browser:
+        # A refused request, before any sign-in: an error page, as readable on a phone.
+        page = new_page(browser, PHONE)
+        page.goto(authorize_url(server, client_id, "https://evil.example/callback"))
+        refused = {
+            "reason": page.locator("[data-refusal]").get_attribute("data-refusal"),
+            "password_form": page.locator("#id_password").count(),
+            "overflow": overflow(page),
+        }
+        shoot(page, "consent-refused-390")
+        page.context.close()
+
         for viewport in (PHONE, DESKTOP):
             page = new_page(browser, viewport)
             page.goto(authorize_url(server, client_id, callback.url))
@@ -128,6 +139,7 @@ def test_the_consent_page_holds_its_layout_at_laptop_and_phone_widths(cast, serv
             assert query.get("code") and query.get("state") == "layout", query
             page.context.close()
 
+    assert refused == {"reason": "unregistered_redirect_uri", "password_form": 0, "overflow": 0}
     for width, facts in seen.items():
         assert facts["overflow"] <= 0, (width, facts["overflow"])
         assert facts["out_of_view"] == [], (width, facts["out_of_view"])
