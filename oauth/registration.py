@@ -9,10 +9,10 @@ call it, a registration is bounded before the toolkit stores it:
   really own (oauth/redirects.py), a printable ``client_name`` of at most
   100 characters, informational URIs that are https, only the
   authorization-code grant;
-* each client address may register ``OAUTH_REGISTRATIONS_PER_HOUR``
-  clients an hour (counted in the database, under a per-address lock, so
-  every worker and server shares the count); more are refused with 429 and
-  ``Retry-After``;
+* each client address (an IPv6 /64 counts as one) may register
+  ``OAUTH_REGISTRATIONS_PER_HOUR`` clients an hour (counted in the database,
+  under a per-address lock, so every worker and server shares the count);
+  more are refused with 429 and ``Retry-After``;
 * a registration no user approves within a day is refused from then on
   (``Application.is_usable``) and deleted by the next registration.
 
@@ -145,11 +145,20 @@ def admit(address: str | None) -> int:
 
 
 def _address(request: HttpRequest) -> str | None:
-    """Return the client's address (uvicorn puts a trusted proxy's X-Forwarded-For there)."""
+    """Return the address registrations are counted by, or None when there is none.
+
+    uvicorn puts a trusted proxy's X-Forwarded-For in REMOTE_ADDR. An IPv6
+    client commonly holds a whole /64, so that network counts as one address.
+    """
     try:
-        return str(ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")))
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
     except ValueError:
         return None
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False).network_address)
+    return str(address)
 
 
 def _refusal(error: str, description: str, status: int = 400) -> JsonResponse:

@@ -110,9 +110,6 @@ class ConsentView(AuthorizationView):
             raise OAuthToolkitError(error=refused)
         return scopes, credentials
 
-    def error_response(self, error: Any, application: Any, **kwargs: Any) -> HttpResponse:
-        return self._error_page(error.oauthlib_error, fatal=isinstance(error, FatalClientError))
-
     def _error_page(self, error: Any, *, fatal: bool, resource: str = "") -> HttpResponse:
         """Explain a refused request; offer to take the error back to the client if we may.
 

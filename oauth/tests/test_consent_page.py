@@ -155,6 +155,21 @@ def test_allow_without_typing_creates_an_agent_named_after_the_client(cast, alic
     assert Application.objects.get(client_id=client_id).approved_at is not None
 
 
+def test_cancel_sends_the_client_access_denied(cast, alice_client):
+    client_id = register(alice_client)
+    page = open_consent(alice_client, client_id)
+
+    cancelled = alice_client.post("/oauth/authorize/", hidden_fields(page))
+
+    assert cancelled.status_code == 302
+    location = urlsplit(cancelled.headers["Location"])
+    assert f"{location.scheme}://{location.netloc}{location.path}" == CALLBACK
+    assert parse_qs(location.query)["error"] == ["access_denied"]
+    assert parse_qs(location.query)["state"] == ["s1"]
+    assert not Grant.objects.exists()
+    assert Application.objects.get(client_id=client_id).approved_at is None
+
+
 def test_an_emptied_name_box_still_names_the_agent_after_the_client(cast, alice_client):
     client_id = register(alice_client)
     page = open_consent(alice_client, client_id)

@@ -81,6 +81,13 @@ def test_each_address_registers_a_limited_number_of_clients_an_hour(db, client, 
     assert "Too many clients registered from this address" in refused.json()["error_description"]
     assert elsewhere.status_code == 201
     assert Application.objects.count() == 4
+    assert Application.objects.filter(registered_from="198.51.100.7").count() == 1
+
+    # An IPv6 client's /64 is one address.
+    v6 = [register(client, metadata(), address=f"2001:db8:1:2::{n}").status_code for n in (1, 2, 3)]
+    assert v6 == [201, 201, 201]
+    assert register(client, metadata(), address="2001:db8:1:2:ffff::9").status_code == 429
+    assert register(client, metadata(), address="2001:db8:1:3::1").status_code == 201
 
     # An hour later the address may register again.
     Application.objects.update(created=timezone.now() - timedelta(minutes=61))
