@@ -646,6 +646,14 @@ def _listed(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def memory_agents(*, user_id: uuid.UUID | str, ids: Iterable[str]) -> dict[str, str | None]:
+    """Return which agent wrote each of the user's memories ``ids`` (None: no agent)."""
+    wanted = [uuid.UUID(str(memory_id)) for memory_id in ids]
+    with tenancy.tenant(user_id):
+        rows = Memory.objects.filter(user_id=user_id, id__in=wanted).values_list("id", "agent_id")
+        return {str(memory_id): str(agent) if agent else None for memory_id, agent in rows}
+
+
 # update_memory ----------------------------------------------------------------
 
 
