@@ -101,8 +101,9 @@ def test_the_authorization_server_publishes_oauth_2_1_metadata(live):
     assert metadata["response_types_supported"] == ["code"]
     assert set(metadata["grant_types_supported"]) == {"authorization_code", "refresh_token"}
     assert metadata["client_id_metadata_document_supported"] is True
-    # Dynamic registration is off unless OAUTH_DYNAMIC_REGISTRATION turns it on.
-    assert "registration_endpoint" not in metadata
+    # Dynamic registration is on unless OAUTH_DYNAMIC_REGISTRATION turns it off:
+    # most clients have no metadata document and register.
+    assert metadata["registration_endpoint"] == live.url + "/oauth/register/"
 
 
 def test_a_token_for_mcp_acts_as_its_agent(live, cast, agents):

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
+from typing import Any
 
 from django import template
 from django.conf import settings
@@ -62,3 +64,9 @@ def last_used(value: datetime | None) -> str:
     if timezone.now() - value < timedelta(minutes=1):
         return "within the last minute"
     return f"{timesince(value)} ago"
+
+
+@register.filter
+def as_json(value: Any) -> str:
+    """Show stored JSON (metadata) as JSON, not as Python's repr of it."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)

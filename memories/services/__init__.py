@@ -93,6 +93,7 @@ from memories.services.reading import (
     default_threshold,
     list_memories,
     list_namespaces,
+    memory_agents,
     recall,
     search_memories,
 )
@@ -202,6 +203,7 @@ __all__ = [
     "list_namespaces",
     "list_source_filters",
     "memories_per_user",
+    "memory_agents",
     "memory_history",
     "memory_limit",
     "memory_quota",

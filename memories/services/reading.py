@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 from typing import Any, Unpack
 
 from django.db.models import Count
@@ -138,6 +139,14 @@ def _listed(row: dict[str, Any]) -> Listed:
         "updated_at": iso(row["updated_at"]),
         "expires_at": iso(row["expires_at"]) if row["expires_at"] else None,
     }
+
+
+def memory_agents(*, user_id: uuid.UUID | str, ids: Iterable[str]) -> dict[str, str | None]:
+    """Return which agent wrote each of the user's memories ``ids`` (None: no agent)."""
+    wanted = [uuid.UUID(str(memory_id)) for memory_id in ids]
+    with tenancy.tenant(user_id):
+        rows = Memory.objects.filter(user_id=user_id, id__in=wanted).values_list("id", "agent_id")
+        return {str(memory_id): str(agent) if agent else None for memory_id, agent in rows}
 
 
 def list_namespaces(*, user_id: uuid.UUID | str) -> list[NamespaceCount]:
