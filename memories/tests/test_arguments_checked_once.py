@@ -22,7 +22,7 @@ def test_a_tool_calls_arguments_are_validated_once(cast, settings, monkeypatch):
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
     monkeypatch.setattr(usage, "_recorder", Recorder())
     checked: list[str] = []
-    original = BaseModel.model_validate.__func__  # type: ignore[attr-defined]
+    original = BaseModel.model_validate.__func__
 
     def counting(cls: type[BaseModel], obj: Any, *args: Any, **kwargs: Any) -> BaseModel:
         if cls.__name__ == "list_memoriesArguments":
