@@ -116,10 +116,10 @@ def run_case(fmt: str, path: Path, workdir: Path, writers: int) -> dict[str, Any
     """One case in this process: a fresh database, the import, then the same again."""
     harness.configure(workdir=workdir)
     from accounts import services as accounts
+    from core import context
     from memories import embeddings
     from memories.importers import Source
     from memories.importers.run import Options, run_import
-    from recall import context
 
     embeddings.get_embedder().load()
     user = accounts.create_user(email="bench@example.com", tier="unlimited")

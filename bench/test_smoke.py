@@ -246,3 +246,12 @@ def test_imports_smoke_measures_both_sources_twice(tmp_path: Path) -> None:
         assert case["first"]["records_per_second"] > 0
         assert case["peaks"]["first"]["python_rss_mib"] > 0
     assert "reused" in stdout
+
+
+def test_cache_tenancy_smoke_reports_both_hit_rates(tmp_path: Path) -> None:
+    report, stdout = run("cache_tenancy", tmp_path=tmp_path)
+
+    shared_only = report["synthetic"]["0.5"]
+    assert shared_only["shared_hit_rate"] > shared_only["private_hit_rate"] > 0
+    assert report["synthetic"]["0.0"]["cost_points"] == 0
+    assert "synthetic, 50% generic" in stdout

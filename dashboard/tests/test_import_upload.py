@@ -8,12 +8,12 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
+from core import tenancy
+from core.errors import InternalError
 from memories import services
 from memories.importers import run
 from memories.models import ImportChunk, Job, Memory
 from memories.tests.importing import FIXTURES
-from recall import tenancy
-from recall.errors import InternalError
 
 # The import stores from a writer thread with a connection of its own.
 pytestmark = pytest.mark.django_db(transaction=True)

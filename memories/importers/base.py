@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from recall.errors import ValidationFailed
+from core.errors import ValidationFailed
 
 # The metadata key under which an imported memory keeps where it came from:
 # the format, the file, the record's id there, and whatever else the source

@@ -23,10 +23,10 @@ from typing import Any
 
 import yaml
 
+from core.errors import ValidationFailed
 from memories import chunking
 from memories.importers.base import Record, Refused, Stream, jsonable
 from memories.importers.sources import Source
-from recall.errors import ValidationFailed
 
 FORMAT = "basic-memory"
 SUFFIXES = (".md", ".markdown")

@@ -19,9 +19,9 @@ import csv
 import json
 from typing import Any
 
+from core.errors import ValidationFailed
 from memories.importers.base import Record, Refused, Stream, namespace_for, parse_mapping, tags
 from memories.importers.sources import Source, lines_of
-from recall.errors import ValidationFailed
 
 TARGETS = (
     "content",

@@ -18,14 +18,20 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from core import context, errors
+from core.errors import EmbeddingUnavailable, InternalError, RecallError
+from core.logging import describe_exception
 from memories import services
 from memories.importers.run import Options, Report, run_import
 from memories.importers.sources import Source
-from recall import context, errors
-from recall.errors import EmbeddingUnavailable, InternalError, RecallError
-from recall.logging import describe_exception
+from memories.models import Taken
 
 logger = logging.getLogger(__name__)
+
+
+def run_taken(job: Taken) -> None:
+    """Run an import job a worker has taken (``services.runs("import", ...)``)."""
+    run(job.id, job.user_id, job.payload, job.attempts, job.result)
 
 
 def run(

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator
 from typing import IO, Any
 
-from recall.errors import ValidationFailed
+from core.errors import ValidationFailed
 
 READ_CHARS = 1 << 20
 # One element larger than this cannot be one memory, note or agent we can

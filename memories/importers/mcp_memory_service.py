@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import ValidationFailed
 from memories.importers.base import Record, Refused, Stream, tags, vector_from_blob
 from memories.importers.sources import Source
-from recall.errors import ValidationFailed
 
 FORMAT = "mcp-memory-service"
 DEFAULT_MODEL = "all-MiniLM-L6-v2"

@@ -19,10 +19,10 @@ import io
 import zipfile
 from typing import Any
 
+from core.errors import ValidationFailed
 from memories.importers import jsonstream
 from memories.importers.base import Record, Refused, Stream, identities, place
 from memories.importers.sources import Source, lines_of
-from recall.errors import ValidationFailed
 
 FORMAT = "openmemory"
 IDENTITIES = {"app": "metadata"}

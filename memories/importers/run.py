@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 from django.db import connection
 
+from core import context
+from core.errors import EmbeddingUnavailable, RecallError, ValidationFailed
 from memories import embeddings, services, validation
 from memories.importers import (
     FORMATS,
@@ -45,8 +47,6 @@ from memories.importers import (
     openmemory,
 )
 from memories.importers.sources import Source
-from recall import context
-from recall.errors import EmbeddingUnavailable, RecallError, ValidationFailed
 
 BATCH = 256
 # Writer threads of the operator's command (BENCHMARKS.md, "Imports").

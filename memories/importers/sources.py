@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from core.errors import ValidationFailed
 from memories.importers import jsonstream
-from recall.errors import ValidationFailed
 
 
 @dataclass(frozen=True)

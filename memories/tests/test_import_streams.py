@@ -11,9 +11,9 @@ import struct
 import numpy as np
 import pytest
 
+from core.errors import ValidationFailed
 from memories.importers import Source, jsonstream, read
 from memories.tests.importing import mcp_memory_service_db
-from recall.errors import ValidationFailed
 
 
 def items(text: str, arrays: frozenset[str] = frozenset({"results"})) -> list[tuple]:

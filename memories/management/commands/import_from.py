@@ -8,10 +8,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import services as accounts_services
+from core import context
+from core.errors import RecallError
 from memories.importers import FORMATS, Source
 from memories.importers.run import WRITERS, Options, Report, estimate_total, run_import
-from recall import context
-from recall.errors import RecallError
 
 
 class Command(BaseCommand):
