@@ -29,7 +29,6 @@ from memories.services.quota import check_quota
 from memories.services.shapes import Metadata
 from memories.services.storing import fingerprint
 
-
 # memories_dedup's columns: agent, namespace, thread, path, content hash.
 Place = tuple[uuid.UUID | None, str, str | None, str, str]
 

@@ -323,9 +323,7 @@ def test_a_basic_memory_folder_imports_notes_as_document_chunks(cast):
 
     assert "broken-frontmatter.md: the frontmatter is not valid YAML at line 3" in out
     # The title, a heading alone, is folded into the section it opens (chunking).
-    observations = next(
-        row for row in rows(cast.alice) if "## Observations" in row["content"]
-    )
+    observations = next(row for row in rows(cast.alice) if "## Observations" in row["content"])
     assert observations["source_kind"] == "document"
     assert observations["path"] == "coffee-brewing-methods.md"
     assert observations["created_at"] == datetime(2024, 2, 10, 8, tzinfo=UTC)
