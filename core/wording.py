@@ -161,11 +161,12 @@ def _text(node: Schema) -> str:
     low = node.get("minLength")
     high = node.get("maxLength")
     if low and high:
-        size = f" of {low} to {high} characters" if low != high else f" of {low} characters"
+        span = _number(low) if low == high else f"{_number(low)} to {_number(high)}"
+        size = f" of {span} characters"
     elif high:
-        size = f" of at most {high} characters"
+        size = f" of at most {_number(high)} characters"
     elif low:
-        size = f" of at least {low} characters"
+        size = f" of at least {_number(low)} characters"
     else:
         size = ""
     pattern = node.get("pattern")
@@ -215,11 +216,11 @@ def _count(node: Schema, noun: str) -> str:
     if high is None:
         high = node.get("maxProperties")
     if low and high is not None:
-        return f" of {low} to {high} {noun}s"
+        return f" of {_number(low)} to {_number(high)} {noun}s"
     if high is not None:
-        return f" of at most {high} {noun}" + ("" if high == 1 else "s")
+        return f" of at most {_number(high)} {noun}" + ("" if high == 1 else "s")
     if low:
-        return f" of at least {low} {noun}" + ("" if low == 1 else "s")
+        return f" of at least {_number(low)} {noun}" + ("" if low == 1 else "s")
     return ""
 
 
@@ -252,7 +253,8 @@ def _resolve(node: Any, root: Schema) -> Schema:
 
 
 def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
+    # As memories/validation.py words its limits: 50,000, not 50000.
+    return f"{int(value):,}" if float(value).is_integer() else str(value)
 
 
 def _shown(value: object) -> str:

@@ -84,7 +84,7 @@ def test_a_message_in_a_conversation_is_located_by_its_position(live, cast):
 
     assert message == (
         "messages[2].content is required. "
-        "messages[3].content must be text of 1 to 50000 characters."
+        "messages[3].content must be text of 1 to 50,000 characters."
     )
 
 

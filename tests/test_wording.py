@@ -51,8 +51,8 @@ def said(arguments: dict[str, Any]) -> str:
     ("arguments", "expected"),
     [
         ({}, "query is required."),
-        ({"query": ""}, "query must be text of 1 to 10000 characters."),
-        ({"query": 5}, "query must be text of 1 to 10000 characters."),
+        ({"query": ""}, "query must be text of 1 to 10,000 characters."),
+        ({"query": 5}, "query must be text of 1 to 10,000 characters."),
         ({"query": "q", "limit": 0}, "limit must be a whole number between 1 and 50."),
         ({"query": "q", "limit": 2.5}, "limit must be a whole number between 1 and 50."),
         ({"query": "q", "limit": "9" * 5000}, "limit must be a whole number between 1 and 50."),
@@ -110,7 +110,7 @@ def test_past_three_places_the_rest_are_counted():
     arguments = {"query": "", "limit": 0, "threshold": 2, "mode": "x", "purge": "x"}
 
     assert said(arguments) == (
-        "query must be text of 1 to 10000 characters. "
+        "query must be text of 1 to 10,000 characters. "
         "limit must be a whole number between 1 and 50. "
         "threshold must be a number between 0 and 1. (2 more problems not shown.)"
     )
