@@ -6,7 +6,8 @@ own refusals quote pydantic's validation dump (union member names, the
 echoed input, the pydantic version and a URL). ``Clean`` rewrites whatever
 error the SDK still answers with (a wrong ``Accept``, a string pydantic-core
 refuses that Python's parser takes) into the same shape, so no library text
-and no plain-text body ever reaches a client.
+and no plain-text body ever reaches a client. A 406 or 415 gets one message
+whichever layer refused it (the gate, or either of the SDK's transports).
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ Middleware, outermost first:
   2025-era dispatcher would otherwise send an exception's message as the
   JSON-RPC error.
 * ``observe_tool_calls``: for ``tools/call`` only. Rewrites argument
-  validation failures into a clean ``validation_failed`` result (the SDK's
-  default quotes pydantic's message, input values included), logs entry and
+  validation failures into a clean ``validation_failed`` result worded by
+  ``core/wording.py`` (the SDK's default quotes pydantic's message, input
+  values included), logs entry and
   exit with ``elapsed_ms`` and ``error_code`` (content and queries only as
   8-character SHA-256 prefixes), and records exactly one usage event.
 
