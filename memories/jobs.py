@@ -166,6 +166,16 @@ class _Listener:
         self._stopping = stopping
 
     def run(self) -> None:
+        from recall.db import pooling
+
+        if pooling.direct_params() is None:
+            # Behind a transaction pooler LISTEN needs DATABASE_DIRECT_URL;
+            # without it the workers find others' jobs by polling.
+            logger.info(
+                "job listener: off behind a transaction pooler without DATABASE_DIRECT_URL",
+                extra={"poll_seconds": settings.JOB_POLL_SECONDS},
+            )
+            return
         while not self._stopping.is_set():
             try:
                 self._listen()
@@ -176,12 +186,11 @@ class _Listener:
     def _listen(self) -> None:
         import psycopg
 
+        from recall.db import pooling
+
         close_old_connections()
-        params = connection.get_connection_params()
+        params = pooling.direct_params() or {}
         _close_connection()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        params.pop("prepare_threshold", None)
         with psycopg.connect(**params, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
             conn.execute(f"LISTEN {CACHE_CHANNEL}")

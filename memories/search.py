@@ -72,6 +72,7 @@ from memories.embeddings import cache
 from memories.indexes import index_name, vector_literal, vector_type
 from memories.models import PRIORITY_RANK, Memory
 from recall import tenancy
+from recall.db import pooling
 from recall.errors import EmbeddingUnavailable, RecallError
 
 logger = logging.getLogger(__name__)
@@ -94,7 +95,9 @@ LIFT = 0.5
 # counts the namespace through its b-tree; at some table shapes the planner
 # would rather read the whole table (and sort it) to count a few thousand
 # rows. Every path a search needs has an index, so table scans are off.
-SEARCH_SETTINGS = {"enable_seqscan": "off"}
+# Behind a transaction pooler also the HNSW settings, which a connection of
+# its own gets at connect (settings.HNSW_SESSION_SETTINGS).
+SEARCH_SETTINGS = {"enable_seqscan": "off", **pooling.search_settings()}
 
 # HNSW search breadth grows with the namespace: hnsw.ef_search is
 # HNSW_EF_SEARCH (100) up to EF_KNEE memories, then grows with the size,

@@ -57,6 +57,7 @@ from memories.models import (
 )
 from recall import context, errors, process, storable, tenancy
 from recall.admin_tools import count_per_user
+from recall.db import pooling
 from recall.errors import (
     ConfirmationExpired,
     ConfirmationInvalid,
@@ -1350,12 +1351,10 @@ def clean_up(*, now: datetime | None = None) -> CleanUp | None:
     long locks.
     """
     moment = now or timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_MAINTENANCE_LOCK])
-        (locked,) = cursor.fetchone()
-    if not locked:
-        return None
-    try:
+    # The lock is held by a transaction behind a transaction pooler (pooling.py).
+    with pooling.advisory_lock(_MAINTENANCE_LOCK, wait=False) as locked:
+        if not locked:
+            return None
         with context.acting_as("maintenance"):
             expired = _in_batches(
                 "DELETE FROM memories WHERE id IN (SELECT id FROM memories"
@@ -1381,9 +1380,6 @@ def clean_up(*, now: datetime | None = None) -> CleanUp | None:
                 " SELECT token_hash FROM forget_confirmations WHERE expires_at < %s LIMIT %s)",
                 [moment],
             )
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [_MAINTENANCE_LOCK])
     return CleanUp(expired, history, finished, confirmations)
 
 
