@@ -64,6 +64,41 @@ def test_the_smoke_run_finishes_with_no_errors_and_reports_every_level(tmp_path)
     tools = {name for result in report["results"] for name in result["tools"]}
     assert {"recall", "remember", "list_memories"} <= tools
 
+    # The default server's worker count, and the seed stored by recall import.
+    assert report["config"]["workers"] >= 1
+    assert report["seed"]["via"] == "recall import"
+    # One client, one tool at a time: latency and CPU per call, server and PostgreSQL.
+    sequential = report["sequential"]
+    assert set(sequential) == {
+        "recall hybrid, cached",
+        "recall hybrid, new query",
+        "recall semantic, cached",
+        "recall lexical, repeated",
+        "search_memory, cached",
+        "search_memory, new query",
+        "add_memory, async",
+        "add_memory, sync",
+        "update_memory",
+        "get_memory_history",
+        "get_all_memories",
+        "cache_stats",
+        "health_check",
+        "delete_memory",
+    }
+    for name, figures in sequential.items():
+        assert figures["errors"] == 0, (name, figures)
+        assert figures["count"] == report["config"]["sequential_calls"], (name, figures)
+        assert {"p50_ms", "p99_ms", "server_cpu_ms", "postgres_cpu_ms"} <= figures.keys()
+    assert sequential["add_memory, async"]["queue_drained"] is True
+    # Many clients: hybrid recall with repeated queries and with every query new.
+    throughput = {r["mix"]: r for r in report["throughput"]}
+    assert set(throughput) == {"hybrid, cached", "hybrid, new query"}
+    for result in throughput.values():
+        assert result["errors"] == 0, result
+        assert result["concurrency"] == report["config"]["throughput_clients"]
+        assert {"server", "postgres"} <= result["cpu_ms_per_request"].keys()
+        assert result["tools"]["recall"]["p99_ms"] > 0
+
 
 def test_profile_samples_are_attributed_to_layers():
     loop = "run (uvicorn/main.py:1);BaseEventLoop._run_once (asyncio/base_events.py:1)"
