@@ -1,19 +1,39 @@
-"""Load-test the MCP endpoint over HTTP: N concurrent MCP clients on loopback.
+"""Load-test the MCP endpoints over HTTP: one client per tool, and N concurrent clients.
 
-    python bench/http.py --data DIR --repeat 3 --json http.json
+    python bench/http.py --data DIR --suite sequential,throughput --repeat 3 --json http.json
+    python bench/http.py --data DIR --suite levels --concurrency 1,8,32 --repeat 3
     python bench/http.py --profile --concurrency 32 --mix recall-heavy
     python bench/http.py --url http://127.0.0.1:8080/mcp --key recall_live_...
     python bench/http.py --smoke --json smoke.json
 
 Without ``--url`` the script starts the README's serve command itself,
-``python -m recall serve``, on a free port with a fresh temporary
-RECALL_DATA_DIR and every tier's rate limit raised to 1,000,000 a minute, so
-that the run measures the server rather than the limiter. It reads the
-first-run API key from the server's output, checks it works, then creates a
-pro-tier user and key with ``recall create-user`` / ``create-key`` (the free
-tier holds only 100 memories) and seeds memories through ``remember``:
-sentences of SciFact abstracts with ``--data``, else made-up but natural
-sentences.
+``python -m recall serve`` (its default worker count, or ``--workers N``), on
+a free port with a fresh temporary RECALL_DATA_DIR and every tier's rate
+limit raised to 1,000,000 a minute, so that the run measures the server
+rather than the limiter. It reads the first-run API key from the server's
+output, checks it works, then creates a pro-tier user and key with ``recall
+create-user`` / ``create-key`` (the free tier holds only 100 memories) and
+stores ``--seed-memories`` (10,000) in one namespace with ``recall import``
+(``--seed-via remember``: one ``remember`` call each): sentences of SciFact
+abstracts with ``--data``, else made-up but natural sentences.
+
+Three suites (``--suite``, all by default):
+
+* ``sequential``: one client on one keep-alive connection per endpoint, each
+  call sent when the last has answered, ``--calls`` (200) calls per scenario:
+  ``recall`` hybrid with repeated queries (query-cache hits) and with every
+  query new (the model runs), semantic with repeated queries, lexical; and
+  seed 001's tools on ``/v1/mcp``: ``search_memory`` cached and new,
+  ``add_memory`` asynchronous (the CPU window stays open until the queue is
+  empty, so the background work is counted) and synchronous,
+  ``update_memory``, ``get_memory_history``, ``get_all_memories``,
+  ``cache_stats``, ``health_check`` and ``delete_memory``. Each scenario
+  reports p50/p95/p99 and the CPU per call of the server processes and of
+  PostgreSQL, from /proc around the scenario.
+* ``throughput``: hybrid recall at ``--throughput-clients`` (32) clients for
+  ``--duration`` seconds, once with ``--cached-queries`` (20) repeated queries
+  and once with every query new; calls/s, p99 and CPU per call.
+* ``levels``: the request mixes at each ``--concurrency``, as below.
 
 Each client is a real MCP client. Most requests are stateless 2025-11-25
 ``tools/call`` POSTs on a keep-alive connection (a small HTTP/1.1 client on
@@ -24,7 +44,7 @@ their own process(es), never in the server's, so their Python work does not
 compete for the server's GIL. They do share the machine's cores, which on a
 2-core machine is a real cost: quote the load average with the results.
 
-For every mix and concurrency the report gives requests per second and
+For every mix and concurrency (``levels``) the report gives requests per second and
 p50/p95/p99 per tool (SDK sessions apart: their time includes the handshake),
 the error count and, separately, 429s. Anything but a successful tool result
 or a 429 is an error, and the script exits non-zero if there was any. It also
@@ -48,7 +68,7 @@ request then leaves out the model's, which onnxruntime spends off the GIL and
 so no py-spy split shows. Its vectors are random per text, so only the costs
 mean anything in such a run, not which memories come back.
 
-With 3,000 seeded memories, all one tenant's, recall searches the HNSW index
+With 10,000 seeded memories, all one tenant's, recall searches the HNSW index
 (namespaces of up to RECALL_EXACT_SEARCH_MAX memories, 2,000 by default, are
 ranked by an exact scan instead); pass ``--seed-memories`` or ``--server-env``
 to look at either side.
