@@ -18,10 +18,10 @@ from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from accounts import auth, tiers
+from accounts import keycache, tiers
 from accounts.models import Agent, ApiKey, User
-from recall import storable, tenancy
-from recall.errors import NotFound, QuotaExceeded, ValidationFailed
+from core import storable, tenancy
+from core.errors import NotFound, QuotaExceeded, ValidationFailed
 
 
 def check_tier(tier: object) -> str:
@@ -125,8 +125,8 @@ def _invalidate() -> None:
     # Now, and again once the surrounding transaction (an admin request, a
     # webhook) commits: a request that authenticates in between still reads
     # the old row and would cache it until the TTL runs out.
-    auth.invalidate()
-    transaction.on_commit(auth.invalidate)
+    keycache.invalidate()
+    transaction.on_commit(keycache.invalidate)
 
 
 # Self-service: a user's own keys, on the tenant path ---------------------------
@@ -214,6 +214,21 @@ def rate_limits() -> list[RateLimit]:
 
 
 # Lookups for the CLI and the auth cache, on the operator path --------------------
+
+
+def get_user(*, user_id: uuid.UUID | str) -> User | None:
+    """Return the user with this id, or None."""
+    return User.objects.filter(id=user_id).first()
+
+
+def has_users() -> bool:
+    """Say whether any user exists yet (the first run creates one)."""
+    return User.objects.exists()
+
+
+def normalize_email(email: str | None) -> str:
+    """Return an address as users are stored under it (the domain in lower case)."""
+    return User.objects.normalize_email(email)
 
 
 def find_user(*, email: str) -> User | None:

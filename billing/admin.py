@@ -22,6 +22,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
+from accounts.admin import UserEmailFilter
 from billing.models import (
     BillingAccount,
     Subscription,
@@ -29,8 +30,8 @@ from billing.models import (
     WebhookEvent,
     WebhookRejection,
 )
-from recall import errors, tenancy
-from recall.admin_tools import EstimatedCountPaginator, UserEmailFilter, csv_line
+from core import errors, tenancy
+from core.admin_tools import EstimatedCountPaginator, csv_line
 
 TOOLS = ("remember", "recall", "list_memories", "update_memory", "forget")
 EXPORT_CHUNK = 2000

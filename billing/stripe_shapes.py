@@ -27,7 +27,7 @@ from pydantic import (
 from accounts.models import User
 from billing.models import BillingAccount, Subscription, WebhookEvent
 from billing.services import SUBSCRIPTION_EVENTS
-from recall import storable
+from core import storable
 
 
 class Refused(ValueError):

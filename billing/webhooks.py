@@ -35,8 +35,8 @@ from django.views.decorators.http import require_POST
 
 from billing import services, stripe_shapes
 from billing.models import WebhookEvent
-from recall import safejson, storable
-from recall.errors import RecallError
+from core import safejson, storable
+from core.errors import RecallError
 
 logger = logging.getLogger(__name__)
 

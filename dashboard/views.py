@@ -9,6 +9,7 @@ like one that does not exist.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -36,14 +37,14 @@ from accounts import tiers
 from accounts.models import User
 from billing import checkout
 from billing import services as billing_services
+from core import context
+from core.errors import Conflict, NotFound, RecallError
 from dashboard.charts import stacked_bars
 from dashboard.forms import KeyForm, SignupForm
 from memories import services as memory_services
 from memories import transfer
 from oauth import resources
 from oauth import services as oauth_services
-from recall import context
-from recall.errors import Conflict, NotFound, RecallError
 
 
 class AuthenticatedRequest(HttpRequest):
@@ -258,11 +259,11 @@ def memories(request: AuthenticatedRequest) -> HttpResponse:
         offset = 0
 
     error = None
-    results: list[dict[str, Any]] = []
+    found: Sequence[Mapping[str, Any]] = []
     more = False
     try:
         if query:
-            results = memory_services.recall(
+            found = memory_services.recall(
                 user_id=user.id,
                 agent_id=agent or None,
                 query=query,
@@ -270,21 +271,22 @@ def memories(request: AuthenticatedRequest) -> HttpResponse:
                 limit=PAGE_SIZE,
             )
         else:
-            results = memory_services.list_memories(
+            found = memory_services.list_memories(
                 user_id=user.id,
                 agent_id=agent or None,
                 namespace=namespace,
                 limit=PAGE_SIZE + 1,
                 offset=offset,
             )
-            more = len(results) > PAGE_SIZE
-            results = results[:PAGE_SIZE]
+            more = len(found) > PAGE_SIZE
+            found = found[:PAGE_SIZE]
     except RecallError as exc:
         error = exc.message
-    writers = memory_services.memory_agents(user_id=user.id, ids=[m["id"] for m in results])
-    for memory in results:
+    writers = memory_services.memory_agents(user_id=user.id, ids=[m["id"] for m in found])
+    results: list[dict[str, object]] = []
+    for memory in found:
         writer = agents.get(writers.get(memory["id"]) or "")
-        memory["agent_name"] = writer.name if writer else ""
+        results.append({**memory, "agent_name": writer.name if writer else ""})
     return render(
         request,
         "dashboard/memories.html",
@@ -354,16 +356,18 @@ def memory_history(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpR
     except NotFound:
         raise Http404("No such memory.") from None
     keys = {str(key.id): key for key in accounts_services.list_own_keys(user_id=request.user.id)}
+    shown: list[dict[str, object]] = []
     for version in versions:
         key = keys.get(version["api_key_id"] or "")
-        version["key_label"] = f"{key.prefix}… {key.name}".strip() if key else None
+        label = f"{key.prefix}… {key.name}".strip() if key else None
+        shown.append({**version, "key_label": label})
     return render(
         request,
         "dashboard/history.html",
         {
             "section": "memories",
             "memory_id": memory_id,
-            "versions": list(reversed(versions)),  # newest first on the page
+            "versions": list(reversed(shown)),  # newest first on the page
             "deleted": versions[-1]["action"] == "deleted",
             "retention_days": settings.HISTORY_RETENTION_DAYS,
         },

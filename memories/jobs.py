@@ -15,7 +15,7 @@ lifespan) and alone in ``recall worker``. Each worker thread:
   connection per process), or after ``JOB_POLL_SECONDS`` whatever happens,
   which also picks up jobs whose worker died (their lease ran out).
 
-One thread also runs ``services.clean_up()`` every ``MAINTENANCE_SECONDS``:
+One thread also runs ``maintenance.clean_up()`` every ``MAINTENANCE_SECONDS``:
 expired memories, history past its retention, finished jobs and stale
 forget confirmations. A PostgreSQL advisory lock keeps that to one process
 at a time across the fleet.
@@ -31,52 +31,15 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from recall import errors, outage
-from recall.logging import describe_exception
+from core import errors, outage
+from core.logging import describe_exception
+from memories.services import maintenance, queue
+from memories.services.health import CACHE_CHANNEL, clear_broadcast
+from memories.services.queue import CHANNEL
 
 logger = logging.getLogger(__name__)
 
-CHANNEL = "recall_jobs"
-# Tells every listening process to drop query-cache entries: the payload is a
-# scope ("=u<user>[.a<agent>]" for that scope alone, "u<user>" for a user and
-# its agents) or "*" for all.
-CACHE_CHANNEL = "recall_qcache"
 MAINTENANCE_SECONDS = 60.0
-
-# Woken by enqueues in this process, so in-process workers start at once.
-_wake = threading.Event()
-
-
-def wake() -> None:
-    """Tell this process's workers that a job is waiting."""
-    _wake.set()
-
-
-def broadcast_cache_clear(scope: str | None, *, exact: bool) -> None:
-    """Ask every process listening on the database to drop cached query vectors.
-
-    ``scope`` alone with ``exact``, a user's scope and its agents' without,
-    every scope for None. A process whose listener is down keeps its entries
-    until their TTL: the cache is an accelerator, and never shows one scope
-    another's entries, so a missed broadcast costs freshness, not privacy.
-    """
-    payload = "*" if scope is None else ("=" if exact else "") + scope
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CACHE_CHANNEL, payload])
-    except Exception as exc:
-        logger.warning("query cache: could not tell other processes", extra=describe_exception(exc))
-
-
-def _clear_cache(payload: str) -> None:
-    from memories import embeddings
-
-    if payload == "*":
-        embeddings.get_query_cache().clear()
-    elif payload.startswith("="):
-        embeddings.get_query_cache().clear(payload[1:], exact=True)
-    elif payload:
-        embeddings.get_query_cache().clear(payload)
 
 
 class Workers:
@@ -109,7 +72,7 @@ class Workers:
     def stop(self, timeout: float = 30.0) -> None:
         """Finish the jobs in hand, then stop. A job still running is left to its lease."""
         self._stopping.set()
-        _wake.set()
+        queue.waiting.set()
         deadline = time.monotonic() + timeout
         for thread in self._running:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -123,13 +86,11 @@ class Workers:
     # threads -------------------------------------------------------------------
 
     def _work(self) -> None:
-        from memories import services
-
         while not self._stopping.is_set():
             ran = False
             try:
                 close_old_connections()
-                ran = services.run_next_job()
+                ran = queue.run_next_job()
             except Exception as exc:
                 # The job itself is settled by run_next_job; this is the queue
                 # (the database) failing. Back off and try again.
@@ -139,17 +100,15 @@ class Workers:
                 outage.recovered("job workers")
             if ran:
                 continue
-            _wake.wait(settings.JOB_POLL_SECONDS)
-            _wake.clear()
+            queue.waiting.wait(settings.JOB_POLL_SECONDS)
+            queue.waiting.clear()
         _close_connection()
 
     def _maintain(self) -> None:
-        from memories import services
-
         while not self._stopping.wait(MAINTENANCE_SECONDS):
             try:
                 close_old_connections()
-                done = services.clean_up()
+                done = maintenance.clean_up()
             except Exception as exc:
                 _trouble("maintenance", exc)
                 continue
@@ -166,7 +125,7 @@ class _Listener:
         self._stopping = stopping
 
     def run(self) -> None:
-        from recall.db import pooling
+        from core import pooling
 
         if pooling.direct_params() is None:
             # Behind a transaction pooler LISTEN needs DATABASE_DIRECT_URL;
@@ -186,7 +145,7 @@ class _Listener:
     def _listen(self) -> None:
         import psycopg
 
-        from recall.db import pooling
+        from core import pooling
 
         close_old_connections()
         params = pooling.direct_params() or {}
@@ -197,9 +156,9 @@ class _Listener:
             while not self._stopping.is_set():
                 for note in conn.notifies(timeout=1.0, stop_after=1):
                     if note.channel == CACHE_CHANNEL:
-                        _clear_cache(note.payload)
+                        clear_broadcast(note.payload)
                     else:
-                        _wake.set()
+                        queue.waiting.set()
 
 
 def _trouble(place: str, exc: Exception) -> None:

@@ -36,8 +36,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from oauth2_provider import views as toolkit
 
-from oauth import redirects
-from oauth.models import Application
+from oauth import redirects, services
 
 NAME_MAX = 100
 WINDOW = timedelta(hours=1)
@@ -125,19 +124,8 @@ def admit(address: str | None) -> int:
             "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_LOCK_CLASS, address or ""]
         )
     now = timezone.now()
-    Application.objects.expired_registrations(now).delete()
-    same: dict[str, Any] = (
-        {"registered_from": address} if address else {"registered_from__isnull": True}
-    )
-    recent = list(
-        Application.objects.filter(
-            registration_source=Application.RegistrationSource.DCR,
-            created__gte=now - WINDOW,
-            **same,
-        )
-        .order_by("created")
-        .values_list("created", flat=True)
-    )
+    services.delete_expired_registrations(now=now)
+    recent = services.registration_times(address=address, since=now - WINDOW)
     if len(recent) < settings.OAUTH_REGISTRATIONS_PER_HOUR:
         return 0
     oldest = recent[-settings.OAUTH_REGISTRATIONS_PER_HOUR]
@@ -199,7 +187,7 @@ class RegistrationView(toolkit.DynamicClientRegistrationView):
             response = super().post(request, *args, **kwargs)
             if response.status_code == 201:
                 client_id = json.loads(response.content)["client_id"]
-                Application.objects.filter(client_id=client_id).update(registered_from=address)
+                services.note_registered_from(client_id=client_id, address=address)
         return response
 
 

@@ -19,8 +19,37 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from accounts import services as accounts_services
+from core.errors import NotFound
 from oauth.models import Application, RefreshToken
-from recall.errors import NotFound
+
+
+def find_application(*, client_id: str) -> Application | None:
+    """Return the registered client with this id, or None."""
+    return Application.objects.filter(client_id=client_id).first()
+
+
+def delete_expired_registrations(*, now: datetime) -> None:
+    """Delete the dynamic registrations nobody approved in time."""
+    Application.objects.expired_registrations(now).delete()
+
+
+def registration_times(*, address: str | None, since: datetime) -> list[datetime]:
+    """Return when ``address`` (None: an unknown address) registered clients since ``since``."""
+    same: dict[str, object] = (
+        {"registered_from": address} if address else {"registered_from__isnull": True}
+    )
+    return list(
+        Application.objects.filter(
+            registration_source=Application.RegistrationSource.DCR, created__gte=since, **same
+        )
+        .order_by("created")
+        .values_list("created", flat=True)
+    )
+
+
+def note_registered_from(*, client_id: str, address: str | None) -> None:
+    """Record the address a client registered from (its registrations are counted by it)."""
+    Application.objects.filter(client_id=client_id).update(registered_from=address)
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,10 @@ from oauthlib.oauth2.rfc6749 import errors
 
 from accounts import services as accounts_services
 from accounts.models import Agent
+from core.errors import NotFound, RecallError
 from oauth import resources
 from oauth import services as oauth_services
 from oauth.models import Application
-from recall.errors import NotFound, RecallError
 
 NEW_AGENT = "new"
 # The oauth2 fields the consent form carries, in the order a request names them.
@@ -245,7 +245,7 @@ class ConsentView(AuthorizationView):
 
     @staticmethod
     def _application(client_id: str | None) -> Application | None:
-        return Application.objects.filter(client_id=client_id).first() if client_id else None
+        return oauth_services.find_application(client_id=client_id) if client_id else None
 
 
 class JsonTokenView(TokenView):

@@ -26,10 +26,12 @@ touching the data directory or a database.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ADMIN_COMMANDS = {
@@ -112,7 +114,7 @@ def serve(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    from recall import instances, startup, workers
+    from recall import instances, startup
 
     count = args.workers if args.workers is not None else settings.WEB_CONCURRENCY
     if count < 1:
@@ -135,7 +137,7 @@ def serve(argv: list[str] | None = None) -> None:
     serving = instances.recorded(
         Path(settings.RECALL_DATA_DIR), host=settings.HOST, port=settings.PORT, workers=count
     )
-    with workers.shared(count), serving as me:
+    with shared_by_workers(count), serving as me:
         if banner is not None:
             banner.show_when_ready(me.url)
         try:
@@ -235,3 +237,37 @@ def worker(argv: list[str]) -> None:
         signal.signal(signum, stop)
     logging.getLogger("recall.startup").info("worker running", extra={"threads": threads})
     running.wait()
+
+
+@contextlib.contextmanager
+def shared_by_workers(count: int) -> Iterator[None]:
+    """Set up what ``count`` worker processes share, for as long as they run; nothing for one."""
+    if count <= 1:
+        yield
+        return
+    from django.conf import settings
+    from django.db import connections
+
+    from core import sharedstate, workers
+    from recall.db import embedded
+
+    state = sharedstate.SharedState.create()
+    os.environ[sharedstate.ENV] = str(state.path)
+    os.environ[workers.COUNT_ENV] = str(count)
+    supervisor = None
+    if settings.EMBEDDED_DATABASE:
+        supervisor = embedded.Supervisor(Path(settings.RECALL_DATA_DIR)).start()
+    # The parent only supervises from here on: no connection of its own.
+    connections.close_all()
+    try:
+        yield
+    finally:
+        if supervisor is not None:
+            supervisor.stop()
+        if settings.EMBEDDED_DATABASE:
+            # The workers have stopped; the embedded server stops with the
+            # parent, its last user (see embedded.forget_exited).
+            embedded.forget_exited(Path(settings.RECALL_DATA_DIR))
+        os.environ.pop(sharedstate.ENV, None)
+        os.environ.pop(workers.COUNT_ENV, None)
+        state.remove()

@@ -32,7 +32,8 @@ from typing import Literal, TextIO
 from django.conf import settings
 from django.db import connection, transaction
 
-from recall import instances, tenancy
+from core import tenancy
+from recall import instances
 
 Status = Literal["ok", "warning", "problem"]
 
@@ -412,8 +413,8 @@ def row_level_security() -> Iterator[Finding]:
 
 
 def embedding_model() -> Iterator[Finding]:
+    from core.errors import EmbeddingUnavailable
     from memories.embeddings import local
-    from recall.errors import EmbeddingUnavailable
 
     name = "embedding model"
     if settings.EMBEDDING_PROVIDER == "openai":

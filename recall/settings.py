@@ -11,7 +11,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from recall import env, workers
+from core import workers
+from recall import env
 from recall.db.embedded import shared_buffers_wanted as embedded_shared_buffers
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -137,7 +138,7 @@ else:
 # as long as Django keeps it (PostgreSQL itself, or a pooler in session mode);
 # `transaction`, a pooler such as PgBouncer in transaction mode, which hands
 # each transaction whichever server connection is free. Then nothing may
-# outlive a transaction (recall/db/pooling.py): no startup options, no
+# outlive a transaction (core/pooling.py): no startup options, no
 # server-side cursors or prepared statements, advisory locks held by a
 # transaction, and LISTEN only on DATABASE_DIRECT_URL.
 DATABASE_POOL_MODE = env.choice("DATABASE_POOL_MODE", "session", ["session", "transaction"])
@@ -428,8 +429,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "json": {"()": "recall.logging.JsonFormatter"},
-        "console": {"()": "recall.logging.ConsoleFormatter"},
+        "json": {"()": "core.logging.JsonFormatter"},
+        "console": {"()": "core.logging.ConsoleFormatter"},
     },
     "handlers": {
         "stderr": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},

@@ -89,7 +89,7 @@ def prepare(
 @contextmanager
 def startup_lock() -> Iterator[None]:
     """Hold the start-up lock: one process at a time migrates, indexes and bootstraps."""
-    from recall.db import pooling
+    from core import pooling
 
     with pooling.advisory_lock(_STARTUP_LOCK):
         yield
@@ -118,9 +118,8 @@ def bootstrap() -> FirstRun | None:
     Call it under ``startup_lock()``, or two processes may both find no users.
     """
     from accounts import services
-    from accounts.models import User
 
-    if User.objects.exists():
+    if services.has_users():
         return None
     email = settings.RECALL_ADMIN_EMAIL
     tier = settings.RECALL_ADMIN_TIER

@@ -18,9 +18,9 @@ import pytest
 from django.core.management import call_command
 
 from accounts.models import Agent
-from recall import tenancy
-from recall.testing import LiveServer
+from core import tenancy
 from tests.clients import call, structured
+from tests.support import LiveServer
 from tests.test_protected_resource import mint
 
 pytestmark = pytest.mark.slow

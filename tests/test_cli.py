@@ -19,10 +19,10 @@ from django.core.management.base import CommandError
 
 from accounts import auth
 from accounts.models import ApiKey, User
-from recall import tenancy
+from core import tenancy
 from recall.cli import ADMIN_COMMANDS
-from recall.testing import free_port
 from tests.clients import call, structured
+from tests.support import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -20,8 +20,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from accounts.tiers import Tier
+from core import context
 from memories import services
-from recall import context
 
 pytestmark = pytest.mark.slow
 

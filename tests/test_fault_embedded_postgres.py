@@ -22,8 +22,8 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from recall.testing import free_port
 from tests.load import WriteLoad
+from tests.support import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -26,8 +26,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from recall.startup import RULE
-from recall.testing import free_port
 from tests.clients import raw_call
+from tests.support import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from recall.protocol import TimedH11Protocol
-from recall.testing import LiveServer
+from tests.support import LiveServer
 
 REQUEST = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 SAMPLES = 30

@@ -42,10 +42,10 @@ from mcp.shared.auth import (
 from pydantic import AnyUrl
 
 from accounts.models import Agent
+from core import tenancy
 from memories.models import Memory
-from recall import tenancy
-from recall.testing import LiveServer, store_memory
 from tests.oauth_servers import Callback, MetadataHost
+from tests.support import LiveServer, store_memory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

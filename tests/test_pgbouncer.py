@@ -27,14 +27,13 @@ from django.test import override_settings
 
 from accounts.models import User
 from conftest import issue_key
+from core import pooling, tenancy
 from memories import services
 from memories.models import Memory
-from recall import tenancy
-from recall.db import pooling
-from recall.testing import LiveServer
 from tests.clients import call, raw_call, structured
 from tests.conftest import usage_events
 from tests.pgbouncer import PgBouncer, PgBouncerMissing
+from tests.support import LiveServer
 from tests.test_protected_resource import mint
 
 pytestmark = pytest.mark.slow

@@ -22,12 +22,12 @@ from oauth2_provider.models import set_token_value
 
 from accounts.models import Agent
 from accounts.services import delete_agent
+from core import tenancy
 from memories.models import Memory
 from oauth.models import AccessToken, Application
-from recall import tenancy
-from recall.testing import LiveServer, store_memory
 from tests.clients import call, raw_call, structured
 from tests.conftest import usage_events
+from tests.support import LiveServer, store_memory
 
 
 def mint(user: Any, agent: Agent, resource: str, *, expires_in: int = 3600) -> str:

@@ -6,8 +6,8 @@ import pytest
 
 from accounts import services
 from accounts.models import Agent
-from recall import tenancy
-from recall.errors import ValidationFailed
+from core import tenancy
+from core.errors import ValidationFailed
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from accounts import auth, keys
 from accounts.models import ApiKey
 from accounts.tests.api_client import call
 from conftest import issue_key
-from recall import tenancy
+from core import tenancy
 
 
 def test_it_returns_a_new_key_once(cast, client):

@@ -23,7 +23,7 @@ from billing.models import BillingAccount, Subscription, WebhookEvent, WebhookRe
 from billing.services import SUBSCRIPTION_EVENTS
 from billing.tests import stripe_events
 from billing.tests.test_mcpize_webhook import post as mcpize_post
-from recall import tenancy
+from core import tenancy
 
 pytestmark = pytest.mark.django_db
 

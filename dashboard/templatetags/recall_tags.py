@@ -9,6 +9,8 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.timesince import timesince
 
+from accounts import tiers
+
 register = template.Library()
 
 
@@ -19,7 +21,7 @@ def signup_enabled() -> bool:
 
 @register.simple_tag
 def free_tier_limit() -> int:
-    return settings.FREE_TIER_MAX_MEMORIES
+    return tiers.memory_limit(tiers.Tier.FREE) or 0
 
 
 @register.filter

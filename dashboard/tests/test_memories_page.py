@@ -9,10 +9,10 @@ from django.test import Client
 
 from accounts.models import Agent
 from accounts.tiers import Tier
+from core import tenancy
 from memories import services
 from memories.models import Memory
-from recall import tenancy
-from recall.testing import store_memory
+from tests.support import store_memory
 
 URL = "/memories/"
 FRAMEWORKS = (

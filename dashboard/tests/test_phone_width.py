@@ -19,8 +19,8 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 from dashboard.tests.conftest import record
 from oauth.models import Application, RefreshToken
-from recall.testing import LiveServer, store_memory
 from tests.browser import PHONE, chromium, new_page, out_of_view, overflow, shoot, sign_in
+from tests.support import LiveServer, store_memory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

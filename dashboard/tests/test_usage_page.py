@@ -5,7 +5,7 @@ import re
 import pytest
 
 from dashboard.tests.conftest import days_ago, record
-from recall.testing import store_memory
+from tests.support import store_memory
 
 URL = "/usage/"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from accounts.tiers import Tier
+from core import tenancy
+from core.errors import QuotaExceeded, ValidationFailed
 from memories import services
 from memories.models import Memory
-from recall import tenancy
-from recall.errors import QuotaExceeded, ValidationFailed
-from recall.testing import fill_memories
+from tests.support import fill_memories
 
 CONVERSATION = [
     {"role": "user", "content": "I'm planning a trip to Kyoto.", "name": "Sam"},

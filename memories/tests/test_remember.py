@@ -9,10 +9,10 @@ from django.test import override_settings
 
 from accounts.tiers import Tier
 from conftest import Cast
+from core import tenancy
+from core.errors import QuotaExceeded, ValidationFailed
 from memories import services
 from memories.models import Memory
-from recall import tenancy
-from recall.errors import QuotaExceeded, ValidationFailed
 
 
 def count_rows(user_id) -> int:

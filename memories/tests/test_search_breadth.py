@@ -12,16 +12,17 @@ import pytest
 from django.db import connection
 
 from accounts.tiers import Tier
+from core import tenancy
 from memories import search, services
 from memories.embeddings.cache import scope
-from recall import tenancy
 
 pytestmark = pytest.mark.django_db
 
 
 def breadth(user_id, agent_id=None, **arguments) -> int:
     prepared = search.prepare(
-        cache_scope=scope(user_id, agent_id), query="tea", threshold=0, **arguments
+        search.SearchArgs.parse(query="tea", threshold=0, **arguments),
+        cache_scope=scope(user_id, agent_id),
     )
     opening = search.transaction_settings(prepared, agent=agent_id is not None)
     with (

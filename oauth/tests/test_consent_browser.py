@@ -21,11 +21,11 @@ import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 from accounts.models import Agent
+from core import tenancy
 from oauth.models import Grant
-from recall import tenancy
-from recall.testing import LiveServer
 from tests.browser import DESKTOP, PHONE, chromium, new_page, out_of_view, overflow, shoot, sign_in
 from tests.oauth_servers import Callback
+from tests.support import LiveServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

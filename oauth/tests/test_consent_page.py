@@ -19,9 +19,9 @@ import pytest
 from django.test import Client
 
 from accounts.models import Agent
+from core import tenancy
 from oauth import tokens
 from oauth.models import Application, Grant
-from recall import tenancy
 
 CALLBACK = "http://127.0.0.1:33418/callback"
 VERIFIER = "a-long-enough-code-verifier-for-pkce-s256-0123456789"

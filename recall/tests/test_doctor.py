@@ -16,7 +16,7 @@ from django.db import connection
 from accounts.tests.redis_server import RedisServer, RedisServerMissing
 from memories.embeddings import local
 from recall import doctor, instances
-from recall.testing import LiveServer, database_url, free_port
+from tests.support import LiveServer, database_url, free_port
 
 
 def run_doctor() -> tuple[int, str]:

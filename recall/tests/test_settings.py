@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from recall.testing import load_settings
+from tests.support import load_settings
 
 
 @pytest.mark.parametrize(

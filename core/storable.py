@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recall.errors import ValidationFailed
+from core.errors import ValidationFailed
 
 
 def problem(value: str, *, max_length: int | None = None) -> str | None:
