@@ -52,7 +52,7 @@ def test_a_full_queue_drops_the_event_with_a_warning_and_never_blocks(cast, capl
     gate = threading.Event()
     recorder._write = lambda batch: gate.wait(10) and []  # a stalled database
     recorder.record(event(cast.alice.id))  # taken by the writer, which then stalls
-    threading.Event().wait(0.2)
+    threading.Event().wait(usage.LINGER + 0.2)  # the writer lingers, then takes it
     with caplog.at_level(logging.WARNING, logger="billing.usage"):
         for _ in range(5):
             recorder.record(event(cast.alice.id))
@@ -210,3 +210,19 @@ def test_an_event_written_twice_is_stored_once(cast):
 
     with tenancy.tenant(cast.alice.id):
         assert UsageEvent.objects.filter(event_id=once.event_id).count() == 1
+
+
+def test_a_usage_write_commits_without_waiting_for_the_wal_flush(cast):
+    from django.test.utils import CaptureQueriesContext
+
+    from billing import services
+
+    with CaptureQueriesContext(db.connection) as queries:
+        services.save_usage_events(
+            user_id=cast.alice.id, events=[event(cast.alice.id, cast.alice_key.key.id)]
+        )
+
+    sent = " ".join(query["sql"] for query in queries.captured_queries)
+    assert "'synchronous_commit', 'off'" in sent
+    with tenancy.tenant(cast.alice.id):
+        assert UsageEvent.objects.filter(user_id=cast.alice.id).count() == 1
