@@ -278,7 +278,7 @@ TRANSPORT = env.choice("TRANSPORT", "http", ["http", "stdio"])
 FORWARDED_ALLOW_IPS = env.string("FORWARDED_ALLOW_IPS", "127.0.0.1")
 # `recall serve` runs this many server processes on one port (--workers
 # overrides it); the usual name for it, read by uvicorn and gunicorn too.
-WEB_CONCURRENCY = env.integer("WEB_CONCURRENCY", workers.cores(), low=1, high=256)
+WEB_CONCURRENCY = env.integer("WEB_CONCURRENCY", workers.default_count(), low=1, high=256)
 # Answer stateless tools/call, tools/list and ping without the MCP SDK's
 # per-request transport (recall/fastpath.py); the same bytes, less CPU.
 MCP_FAST_PATH = env.boolean("MCP_FAST_PATH", True)

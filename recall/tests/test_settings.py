@@ -114,3 +114,18 @@ def test_a_bad_direct_url_is_named():
     result = load_settings(DATABASE_DIRECT_URL="mysql://u:p@h/db", **POOLED)
     assert result.returncode != 0
     assert "DATABASE_DIRECT_URL" in result.stderr.splitlines()[-1]
+
+
+def test_the_default_worker_count_is_one_per_two_cores():
+    from core import workers
+
+    assert [workers.default_count(n) for n in (1, 2, 3, 4, 8, 64)] == [1, 1, 1, 2, 4, 32]
+    # What recall serve starts when WEB_CONCURRENCY is not set: this machine's figure.
+    code = (
+        "import os; os.environ.pop('WEB_CONCURRENCY', None); import recall.settings as s;"
+        " print(s.WEB_CONCURRENCY, len(os.sched_getaffinity(0)))"
+    )
+    result = load_settings(code)
+    assert result.returncode == 0, result.stderr
+    count, cores = (int(n) for n in result.stdout.split())
+    assert count == max(1, cores // 2)
