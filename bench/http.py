@@ -1,19 +1,39 @@
-"""Load-test the MCP endpoint over HTTP: N concurrent MCP clients on loopback.
+"""Load-test the MCP endpoints over HTTP: one client per tool, and N concurrent clients.
 
-    python bench/http.py --data DIR --repeat 3 --json http.json
+    python bench/http.py --data DIR --suite sequential,throughput --repeat 3 --json http.json
+    python bench/http.py --data DIR --suite levels --concurrency 1,8,32 --repeat 3
     python bench/http.py --profile --concurrency 32 --mix recall-heavy
     python bench/http.py --url http://127.0.0.1:8080/mcp --key recall_live_...
     python bench/http.py --smoke --json smoke.json
 
 Without ``--url`` the script starts the README's serve command itself,
-``python -m recall serve``, on a free port with a fresh temporary
-RECALL_DATA_DIR and every tier's rate limit raised to 1,000,000 a minute, so
-that the run measures the server rather than the limiter. It reads the
-first-run API key from the server's output, checks it works, then creates a
-pro-tier user and key with ``recall create-user`` / ``create-key`` (the free
-tier holds only 100 memories) and seeds memories through ``remember``:
-sentences of SciFact abstracts with ``--data``, else made-up but natural
-sentences.
+``python -m recall serve`` (its default worker count, or ``--workers N``), on
+a free port with a fresh temporary RECALL_DATA_DIR and every tier's rate
+limit raised to 1,000,000 a minute, so that the run measures the server
+rather than the limiter. It reads the first-run API key from the server's
+output, checks it works, then creates a pro-tier user and key with ``recall
+create-user`` / ``create-key`` (the free tier holds only 100 memories) and
+stores ``--seed-memories`` (10,000) in one namespace with ``recall import``
+(``--seed-via remember``: one ``remember`` call each): sentences of SciFact
+abstracts with ``--data``, else made-up but natural sentences.
+
+Three suites (``--suite``, all by default):
+
+* ``sequential``: one client on one keep-alive connection per endpoint, each
+  call sent when the last has answered, ``--calls`` (200) calls per scenario:
+  ``recall`` hybrid with repeated queries (query-cache hits) and with every
+  query new (the model runs), semantic with repeated queries, lexical; and
+  seed 001's tools on ``/v1/mcp``: ``search_memory`` cached and new,
+  ``add_memory`` asynchronous (the CPU window stays open until the queue is
+  empty, so the background work is counted) and synchronous,
+  ``update_memory``, ``get_memory_history``, ``get_all_memories``,
+  ``cache_stats``, ``health_check`` and ``delete_memory``. Each scenario
+  reports p50/p95/p99 and the CPU per call of the server processes and of
+  PostgreSQL, from /proc around the scenario.
+* ``throughput``: hybrid recall at ``--throughput-clients`` (32) clients for
+  ``--duration`` seconds, once with ``--cached-queries`` (20) repeated queries
+  and once with every query new; calls/s, p99 and CPU per call.
+* ``levels``: the request mixes at each ``--concurrency``, as below.
 
 Each client is a real MCP client. Most requests are stateless 2025-11-25
 ``tools/call`` POSTs on a keep-alive connection (a small HTTP/1.1 client on
@@ -24,7 +44,7 @@ their own process(es), never in the server's, so their Python work does not
 compete for the server's GIL. They do share the machine's cores, which on a
 2-core machine is a real cost: quote the load average with the results.
 
-For every mix and concurrency the report gives requests per second and
+For every mix and concurrency (``levels``) the report gives requests per second and
 p50/p95/p99 per tool (SDK sessions apart: their time includes the handshake),
 the error count and, separately, 429s. Anything but a successful tool result
 or a 429 is an error, and the script exits non-zero if there was any. It also
@@ -48,7 +68,7 @@ request then leaves out the model's, which onnxruntime spends off the GIL and
 so no py-spy split shows. Its vectors are random per text, so only the costs
 mean anything in such a run, not which memories come back.
 
-With 3,000 seeded memories, all one tenant's, recall searches the HNSW index
+With 10,000 seeded memories, all one tenant's, recall searches the HNSW index
 (namespaces of up to RECALL_EXACT_SEARCH_MAX memories, 2,000 by default, are
 ranked by an exact scan instead); pass ``--seed-memories`` or ``--server-env``
 to look at either side.
@@ -98,6 +118,7 @@ PROTOCOL_VERSION = "2025-11-25"
 # uvicorn closes a kept-alive connection after 5 idle seconds; reconnect first.
 KEEP_ALIVE_IDLE = 4.0
 NAMESPACE = "bench"
+BENCH_EMAIL = "bench@example.com"  # the pro-tier user the bench creates
 MIXES: dict[str, dict[str, float]] = {
     "recall-heavy": {"recall": 0.9, "remember": 0.1},
     "remember-heavy": {"remember": 0.7, "recall": 0.2, "list_memories": 0.1},
@@ -300,9 +321,18 @@ def outcome(status: int, payload: bytes) -> str:
         return f"rpc_{message['error'].get('code')}"
     result = message.get("result") or {}
     if result.get("isError"):
-        error = (result.get("structuredContent") or {}).get("error") or {}
+        content = result.get("structuredContent") or {}
+        error = content.get("error") or {}
+        if isinstance(error, str):  # seed 001's shape on /v1/mcp: {error, code, details}
+            return f"tool_{content.get('code', 'unknown')}"
         return f"tool_{error.get('code', 'unknown')}"
     return "ok"
+
+
+def structured(payload: bytes) -> dict[str, Any]:
+    """A successful tools/call response's structured content."""
+    content = (json.loads(payload).get("result") or {}).get("structuredContent") or {}
+    return content if isinstance(content, dict) else {}
 
 
 def tools_call(call_id: int, tool: str, arguments: dict[str, Any]) -> bytes:
@@ -332,6 +362,10 @@ class Load:
     contents: list[str]  # fresh texts for remember, this process's share
     sdk_share: float
     seed: int
+    # Each client works through its own share of ``queries`` in order, so no
+    # query is asked twice (every recall embeds anew), instead of drawing.
+    unique_queries: bool = False
+    recall_mode: str | None = None  # recall's mode argument; None: the server's default
 
 
 @dataclass
@@ -383,6 +417,24 @@ def run_clients(load: Load, results: Any, ready: Any, start: Any) -> None:
         results.put({"crashed": f"{type(exc).__name__}: {exc}"})
 
 
+def call_arguments(
+    load: Load, tool: str, own: Iterator[str], contents: Iterator[str], rng: random.Random
+) -> dict[str, Any]:
+    """A tool call's arguments: fresh text to remember, a query (the client's next, or drawn)."""
+    if tool == "remember":
+        text = next(contents, None) or f"Spare memory {rng.getrandbits(64):x}."
+        return {"content": text, "namespace": NAMESPACE, "metadata": {"source": "bench"}}
+    if tool == "recall":
+        query = next(own, None) if load.unique_queries else None
+        if query is None:
+            query = rng.choice(load.queries)
+        args: dict[str, Any] = {"query": query, "namespace": NAMESPACE, "limit": 10}
+        if load.recall_mode:
+            args["mode"] = load.recall_mode
+        return args
+    return {"namespace": NAMESPACE, "limit": 20}
+
+
 async def _run_clients(load: Load) -> Tally:
     tally = Tally()
     contents = iter(load.contents)
@@ -394,16 +446,12 @@ async def _run_clients(load: Load) -> Tally:
     stop_at = measure_from + load.duration
     warm_from = measure_from - load.warmup
 
-    def arguments(tool: str) -> dict[str, Any]:
-        if tool == "remember":
-            text = next(contents, None) or f"Spare memory {rng.getrandbits(64):x}."
-            return {"content": text, "namespace": NAMESPACE, "metadata": {"source": "bench"}}
-        if tool == "recall":
-            return {"query": rng.choice(load.queries), "namespace": NAMESPACE, "limit": 10}
-        return {"namespace": NAMESPACE, "limit": 20}
+    def arguments(tool: str, own: Iterator[str]) -> dict[str, Any]:
+        return call_arguments(load, tool, own, contents, rng)
 
     async def client(index: int) -> None:
         connection = HttpConnection(load.url, load.key)
+        own = iter(load.queries[index :: load.clients])
         call_id = 0
         # The first client opens an SDK session for its first measured call,
         # so that every level exercises the handshake at least once.
@@ -412,7 +460,7 @@ async def _run_clients(load: Load) -> Tally:
         try:
             while time.monotonic() < stop_at:
                 tool = rng.choices(tools, weights)[0]
-                args = arguments(tool)
+                args = arguments(tool, own)
                 via_sdk = rng.random() < load.sdk_share
                 owed_now = False
                 if sdk_owed and time.monotonic() >= measure_from:
@@ -516,6 +564,16 @@ class CpuMeter:
         user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in cpu[:8])
         return float(user + nice + system + irq + softirq + steal)
 
+    def snapshot(self) -> dict[str, float]:
+        return self._snapshot() if self.server_pid or self.postmaster_pid else {}
+
+    def since(self, before: dict[str, float]) -> dict[str, float]:
+        """CPU seconds by owner since ``before`` (a ``snapshot()``); empty without pids."""
+        if not before:
+            return {}
+        after = self._snapshot()
+        return {k: after[k] - before[k] for k in before}
+
     def measure(self, start_at: float, duration: float) -> None:
         """Block until the window has passed; keep the differences."""
         time.sleep(max(0.0, start_at - time.time()))
@@ -564,6 +622,7 @@ def drive(
             load,
             clients=load.clients // processes + (1 if index < load.clients % processes else 0),
             contents=load.contents[index::processes],
+            queries=load.queries[index::processes] if load.unique_queries else load.queries,
             seed=load.seed * 1000 + index,
         )
         if share.clients:
@@ -795,7 +854,7 @@ class Server:
         return done.stdout
 
     def pro_key(self) -> str:
-        email = "bench@example.com"
+        email = BENCH_EMAIL
         self.manage("create-user", email, "--tier", "pro")
         return self.manage("create-key", email, "--tier", "pro", "--name", "bench").strip()
 
@@ -811,6 +870,11 @@ class Server:
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def workers(self) -> int | None:
+        """How many worker processes ``recall serve`` said it runs."""
+        found = re.search(r"\bserving\b.*?\bworkers\W+(\d+)", self.logs())
+        return int(found.group(1)) if found else None
 
     def cleanup(self) -> None:
         shutil.rmtree(self.data_dir, ignore_errors=True)
@@ -869,6 +933,265 @@ async def check_key(url: str, key: str) -> str:
     finally:
         await connection.close()
     return outcome(status, payload)
+
+
+async def store_seeds(
+    via: str, server: Server | None, url: str, key: str, texts: list[str]
+) -> dict[str, Any]:
+    """Seed by ``recall import`` where the bench runs the server, else by ``remember``."""
+    if server is not None and via == "import":
+        return await seed_by_import(server, texts)
+    return await seed(url, key, texts)
+
+
+async def seed_by_import(server: Server, texts: list[str]) -> dict[str, Any]:
+    """Store ``texts`` with ``recall import`` (batched embedding), not one remember per text."""
+    path = server.data_dir / "seed.jsonl"
+    now = datetime.datetime.now(datetime.UTC)
+    with path.open("w", encoding="utf-8") as f:
+        for index, text in enumerate(texts):
+            stamp = (now - datetime.timedelta(seconds=len(texts) - index)).isoformat()
+            record = {
+                "namespace": NAMESPACE,
+                "content": text,
+                "metadata": {"seq": index},
+                "created_at": stamp.replace("+00:00", "Z"),
+            }
+            f.write(json.dumps(record) + "\n")
+    started = time.monotonic()
+    await asyncio.to_thread(server.manage, "import", BENCH_EMAIL, str(path))
+    seconds = time.monotonic() - started
+    return {
+        "memories": len(texts),
+        "via": "recall import",
+        "seconds": round(seconds, 1),
+        "per_s": round(len(texts) / seconds, 1) if seconds else 0.0,
+    }
+
+
+# Sequential calls, one tool at a time (issue 24) ------------------------------------
+#
+# One client on one keep-alive connection per endpoint, each call sent when
+# the last has answered: the latency an agent sees, and the CPU each call
+# costs the server processes and PostgreSQL, read from /proc around each
+# scenario. On a shared machine the latencies move with the load; the CPU
+# figures are the run's own.
+
+# /v1/mcp's user_id names a namespace of the caller's own account: the seeded one.
+V1_USER = NAMESPACE
+
+
+@dataclass
+class Scenario:
+    name: str
+    path: str  # "/mcp" or "/v1/mcp"
+    tool: str
+    arguments: Callable[[int], dict[str, Any]]  # the n-th measured call's arguments
+    warm: list[dict[str, Any]] = field(default_factory=list)  # unmeasured calls first
+    seen: Callable[[bytes], None] | None = None  # each measured response, for the ids it holds
+    drain: bool = False  # keep measuring CPU until the job queue is empty (background adds)
+
+
+class Caller:
+    """One keep-alive connection per endpoint, for one key."""
+
+    def __init__(self, base: str, key: str) -> None:
+        self.base, self.key = base, key
+        self.connections: dict[str, HttpConnection] = {}
+        self.call_id = 0
+
+    async def call(self, path: str, tool: str, arguments: dict[str, Any]) -> tuple[str, bytes]:
+        connection = self.connections.get(path)
+        if connection is None:
+            connection = self.connections[path] = HttpConnection(self.base + path, self.key)
+        self.call_id += 1
+        status, payload = await connection.post(tools_call(self.call_id, tool, arguments))
+        return outcome(status, payload), payload
+
+    async def close(self) -> None:
+        for connection in self.connections.values():
+            await connection.close()
+
+
+def scenarios(
+    calls: int, cached: list[str], fresh_queries: Iterator[str], fresh_texts: Iterator[str]
+) -> list[Scenario]:
+    """Issue 24's list: recall in each mode, and seed 001's tools on /v1/mcp."""
+    ids: list[str] = []
+
+    def collect(payload: bytes) -> None:
+        memory_id = structured(payload).get("memory_id")
+        if memory_id:
+            ids.append(str(memory_id))
+
+    def text() -> str:
+        return next(fresh_texts, None) or f"Spare memory {random.getrandbits(64):x}."
+
+    def query() -> str:
+        return next(fresh_queries, None) or f"What was note {random.getrandbits(64):x} about?"
+
+    def recall(mode: str, repeated: bool) -> Callable[[int], dict[str, Any]]:
+        def arguments(n: int) -> dict[str, Any]:
+            q = cached[n % len(cached)] if repeated else query()
+            return {"query": q, "namespace": NAMESPACE, "limit": 10, "mode": mode}
+
+        return arguments
+
+    def search(repeated: bool) -> Callable[[int], dict[str, Any]]:
+        def arguments(n: int) -> dict[str, Any]:
+            q = cached[n % len(cached)] if repeated else query()
+            return {"query": q, "user_id": V1_USER, "limit": 10}
+
+        return arguments
+
+    def warm_recall(mode: str) -> list[dict[str, Any]]:
+        return [{"query": q, "namespace": NAMESPACE, "limit": 10, "mode": mode} for q in cached]
+
+    def an_id(n: int) -> str:
+        return ids[n % len(ids)] if ids else "00000000-0000-0000-0000-000000000000"
+
+    def stored(n: int) -> str:
+        # delete_memory takes each memory the synchronous adds stored, once.
+        return ids[n] if n < len(ids) else an_id(n)
+
+    mcp, v1 = "/mcp", "/v1/mcp"
+    return [
+        Scenario("recall hybrid, cached", mcp, "recall", recall("hybrid", True),
+                 warm=warm_recall("hybrid")),
+        Scenario("recall hybrid, new query", mcp, "recall", recall("hybrid", False)),
+        Scenario("recall semantic, cached", mcp, "recall", recall("semantic", True),
+                 warm=warm_recall("semantic")),
+        Scenario("recall lexical, repeated", mcp, "recall", recall("lexical", True),
+                 warm=warm_recall("lexical")),
+        Scenario("search_memory, cached", v1, "search_memory", search(True),
+                 warm=[{"query": q, "user_id": V1_USER} for q in cached]),
+        Scenario("search_memory, new query", v1, "search_memory", search(False)),
+        Scenario("add_memory, async", v1, "add_memory",
+                 lambda n: {"content": text(), "user_id": V1_USER}, drain=True),
+        Scenario("add_memory, sync", v1, "add_memory",
+                 lambda n: {"content": text(), "user_id": V1_USER, "async": False},
+                 seen=collect),
+        Scenario("update_memory", v1, "update_memory",
+                 lambda n: {"memory_id": an_id(n), "content": text()}),
+        Scenario("get_memory_history", v1, "get_memory_history",
+                 lambda n: {"memory_id": an_id(n)}),
+        Scenario("get_all_memories", v1, "get_all_memories", lambda n: {"user_id": V1_USER}),
+        Scenario("cache_stats", v1, "cache_stats", lambda n: {}),
+        Scenario("health_check", v1, "health_check", lambda n: {}),
+        Scenario("delete_memory", v1, "delete_memory", lambda n: {"memory_id": stored(n)}),
+    ]  # fmt: skip
+
+
+async def queue_drained(caller: Caller, timeout: float = 300.0) -> bool:
+    """Wait until no background add is queued or running; health_check reports the depth."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result, payload = await caller.call("/v1/mcp", "health_check", {})
+        if result == "ok" and not structured(payload).get("queue_depth"):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def run_sequential(
+    base: str, key: str, calls: int, meter: CpuMeter, plan: list[Scenario]
+) -> dict[str, Any]:
+    """Run each scenario's ``calls`` calls one after another; latency and CPU per call."""
+    caller = Caller(base, key)
+    report: dict[str, Any] = {}
+    try:
+        for scenario in plan:
+            for arguments in scenario.warm:
+                await caller.call(scenario.path, scenario.tool, arguments)
+            latencies: list[float] = []
+            errors: Counter[str] = Counter()
+            before = meter.snapshot()
+            client_before = time.process_time()
+            for n in range(calls):
+                arguments = scenario.arguments(n)
+                started = time.perf_counter()
+                result, payload = await caller.call(scenario.path, scenario.tool, arguments)
+                elapsed = (time.perf_counter() - started) * 1000
+                if result == "ok":
+                    latencies.append(elapsed)
+                    if scenario.seen is not None:
+                        scenario.seen(payload)
+                else:
+                    errors[result] += 1
+            drained = await queue_drained(caller) if scenario.drain else None
+            client_cpu = time.process_time() - client_before
+            cpu = meter.since(before)
+            ordered = sorted(latencies)
+            figures: dict[str, Any] = {
+                "path": scenario.path,
+                "tool": scenario.tool,
+                "count": len(ordered),
+                "errors": sum(errors.values()),
+                "error_kinds": dict(errors),
+                "p50_ms": round(percentile(ordered, 0.50), 2),
+                "p95_ms": round(percentile(ordered, 0.95), 2),
+                "p99_ms": round(percentile(ordered, 0.99), 2),
+                "mean_ms": round(statistics.fmean(ordered), 2) if ordered else 0.0,
+                "loadavg_1m": round(os.getloadavg()[0], 2),
+            }
+            if cpu:
+                figures["server_cpu_ms"] = round(cpu["server"] * 1000 / calls, 2)
+                figures["postgres_cpu_ms"] = round(cpu["postgres"] * 1000 / calls, 2)
+                figures["client_cpu_ms"] = round(client_cpu * 1000 / calls, 2)
+            if drained is not None:
+                figures["queue_drained"] = drained  # the jobs' CPU is in the figures above
+            report[scenario.name] = figures
+            print(
+                f"  {scenario.name:<28} p50 {figures['p50_ms']:>7.2f} ms  "
+                f"server {figures.get('server_cpu_ms', '-')} ms  "
+                f"postgres {figures.get('postgres_cpu_ms', '-')} ms  errors {figures['errors']}",
+                flush=True,
+            )
+    finally:
+        await caller.close()
+    return report
+
+
+def median_sequential(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each scenario's figures, the median over runs; counts and errors added up."""
+    merged: dict[str, Any] = {}
+    for name in runs[0]:
+        present = [run[name] for run in runs if name in run]
+        figures = dict(present[0])
+        for key in ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "server_cpu_ms",
+                    "postgres_cpu_ms", "client_cpu_ms"):  # fmt: skip
+            if key in figures:
+                figures[key] = round(statistics.median(f[key] for f in present), 2)
+                figures[f"{key}_each"] = [f[key] for f in present]
+        figures["count"] = sum(f["count"] for f in present)
+        figures["errors"] = sum(f["errors"] for f in present)
+        figures["error_kinds"] = dict(sum((Counter(f["error_kinds"]) for f in present), Counter()))
+        figures["loadavg_1m"] = [f["loadavg_1m"] for f in present]
+        figures["runs"] = len(present)
+        merged[name] = figures
+    return merged
+
+
+def print_sequential(report: dict[str, Any]) -> None:
+    print(f"{'sequential, one client':<30} {'p50':>7} {'p95':>7} {'p99':>7} "
+          f"{'server':>7} {'pg':>6}  err")  # fmt: skip
+    for name, f in report.items():
+        print(
+            f"{name:<30} {f['p50_ms']:>7.2f} {f['p95_ms']:>7.2f} {f['p99_ms']:>7.2f} "
+            f"{f.get('server_cpu_ms', 0):>7.2f} {f.get('postgres_cpu_ms', 0):>6.2f}  {f['errors']}"
+        )
+
+
+def fresh_queries(count: int, sentences: list[str], seed: int = 5) -> list[str]:
+    """``count`` distinct queries never asked before: each embeds anew."""
+    rng = random.Random(seed)
+    if len(sentences) >= count:  # unseeded sentences, as questions
+        return [f"What do we know about this: {s}" for s in rng.sample(sentences, count)]
+    who = [p.lower() if p.startswith(("The", "Our")) else p for p in _PEOPLE]
+    return [
+        f"{rng.choice(_QUESTIONS).format(who=rng.choice(who))} ({rng.choice(_WHEN)}, case {n})"
+        for n in range(count)
+    ]
 
 
 # Profiling ----------------------------------------------------------------------
@@ -1024,7 +1347,7 @@ def explain_recall(server: Server) -> list[str]:
     from memories import embeddings, search
     from memories.models import Memory
 
-    user = User.objects.get(email="bench@example.com")
+    user = User.objects.get(email=BENCH_EMAIL)
     embedder = embeddings.get_embedder()
     with tenancy.tenant(user.id, local_settings=search.SEARCH_SETTINGS):
         memory = Memory.objects.filter(user_id=user.id).values("content", "embedding")[7]
@@ -1228,6 +1551,57 @@ def parse_levels(text: str) -> list[int]:
     return levels
 
 
+SUITES = ("sequential", "throughput", "levels")
+
+
+def parse_suites(text: str) -> list[str]:
+    suites = [x.strip() for x in text.split(",") if x.strip()]
+    if not suites or set(suites) - set(SUITES):
+        raise argparse.ArgumentTypeError(f"not a list of suites: {text!r} (of {', '.join(SUITES)})")
+    return suites
+
+
+def run_throughput(
+    args: argparse.Namespace,
+    url: str,
+    key: str,
+    cached: list[str],
+    new: list[str],
+    meter: CpuMeter,
+) -> list[dict[str, Any]]:
+    """Hybrid recall at ``--throughput-clients``: repeated queries, then every query new."""
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    per_run = len(new) // max(args.repeat, 1)
+    for repeat in range(args.repeat):
+        for name, unique in (("hybrid, cached", False), ("hybrid, new query", True)):
+            load = Load(
+                url=url,
+                key=key,
+                clients=args.throughput_clients,
+                mix={"recall": 1.0},
+                start_at=0.0,
+                warmup=args.warmup,
+                duration=args.duration,
+                queries=new[repeat * per_run : (repeat + 1) * per_run] if unique else cached,
+                contents=[],
+                sdk_share=0.0,
+                seed=repeat * 7919 + (2 if unique else 1),
+                unique_queries=unique,
+                recall_mode="hybrid",
+            )
+            result = drive(load, min(args.client_procs, args.throughput_clients), meter)
+            result["mix"] = name
+            runs[name].append(result)
+            print(
+                f"run {repeat + 1}/{args.repeat} throughput {name} N={args.throughput_clients}: "
+                f"{result['rps']} req/s, p99 {result['tools'].get('recall', {}).get('p99_ms')} ms, "
+                f"errors {result['errors']}, load {result['loadavg_1m']}, "
+                f"CPU ms/request {result.get('cpu_ms_per_request')}",
+                flush=True,
+            )
+    return [{"mix": name, **median_of(r)} for name, r in runs.items()]
+
+
 def parse_env(items: Iterable[str]) -> dict[str, str]:
     env = {}
     for item in items:
@@ -1259,7 +1633,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=15.0, help="Seconds measured per level.")
     parser.add_argument("--warmup", type=float, default=3.0, help="Seconds run before measuring.")
     parser.add_argument("--repeat", type=int, default=1, help="Runs per level; medians reported.")
-    parser.add_argument("--seed-memories", type=int, default=3000, help="Memories stored first.")
+    parser.add_argument(
+        "--seed-memories", type=int, default=10_000, help="Memories stored first, in one namespace."
+    )
+    parser.add_argument(
+        "--seed-via",
+        choices=["import", "remember"],
+        default="import",
+        help="recall import (batched; the default) or one remember call each (with --url: always)",
+    )
+    parser.add_argument(
+        "--suite",
+        type=parse_suites,
+        default=list(SUITES),
+        help="comma-separated: sequential (one client, per tool, CPU per call), throughput "
+        "(hybrid recall at --throughput-clients, cached and new), levels (--mix x --concurrency)",
+    )
+    parser.add_argument("--calls", type=int, default=200, help="Sequential calls per scenario.")
+    parser.add_argument("--cached-queries", type=int, default=20, help="Repeated queries' count.")
+    parser.add_argument("--throughput-clients", type=int, default=32)
+    parser.add_argument(
+        "--workers", type=int, help="recall serve --workers (default: the server's own default)"
+    )
     parser.add_argument("--sdk-share", type=float, default=0.02, help="Share of SDK sessions.")
     parser.add_argument("--client-procs", type=int, default=1, help="Load-generator processes.")
     parser.add_argument("--profile", action="store_true", help="Add the py-spy time split.")
@@ -1283,6 +1678,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.duration, args.warmup, args.repeat = 2.0, 0.5, 1
         args.seed_memories = min(args.seed_memories, 40)
         args.sdk_share = max(args.sdk_share, 0.2)
+        args.calls, args.cached_queries = min(args.calls, 5), min(args.cached_queries, 3)
+        args.throughput_clients = min(args.throughput_clients, 4)
     if args.url and not args.key:
         parser.error("--url needs --key")
     return args
@@ -1337,9 +1734,68 @@ def server_settings(
 ) -> dict[str, str]:
     """``--server-env``, plus with ``--openai-stub`` the settings of a stub started on ``stack``."""
     settings = parse_env(args.server_env)
+    if args.workers is not None:
+        settings["WEB_CONCURRENCY"] = str(args.workers)
     if args.openai_stub:
         settings.update(stack.enter_context(openai_stub(stub_served)))
     return settings
+
+
+def run_suites(
+    args: argparse.Namespace,
+    url: str,
+    key: str,
+    queries: list[str],
+    fresh: list[str],
+    meter: CpuMeter,
+    report: dict[str, Any],
+) -> int:
+    """Run ``--suite``'s suites into ``report``; return how many fresh texts the levels used."""
+    # Texts and queries no suite has used: each suite takes its own share.
+    rng = random.Random(17)
+    cached = rng.sample(queries, min(args.cached_queries, len(queries)))
+    wanted_new = args.calls * 2 * args.repeat + 450 * int(
+        (args.duration + args.warmup) * args.repeat
+    )
+    new_queries = fresh_queries(wanted_new, fresh[len(fresh) // 2 :])
+    fresh = fresh[: len(fresh) // 2]
+    base = url.rsplit("/", 1)[0] if url.endswith("/mcp") else url
+    errors_total = 0
+    if "sequential" in args.suite:
+        sequential_runs = []
+        texts = iter(fresh[-args.calls * 3 * args.repeat :])
+        fresh = fresh[: -args.calls * 3 * args.repeat]
+        asked = iter(new_queries[: args.calls * 2 * args.repeat])
+        for repeat in range(args.repeat):
+            print(f"sequential run {repeat + 1}/{args.repeat}", flush=True)
+            plan = scenarios(args.calls, cached, asked, texts)
+            sequential_runs.append(asyncio.run(run_sequential(base, key, args.calls, meter, plan)))
+        report["sequential"] = median_sequential(sequential_runs)
+        errors_total += sum(f["errors"] for f in report["sequential"].values())
+    if "throughput" in args.suite:
+        report["throughput"] = run_throughput(
+            args, url, key, cached, new_queries[args.calls * 2 * args.repeat :], meter
+        )
+        errors_total += sum(r["errors"] for r in report["throughput"])
+
+    results: list[dict[str, Any]] = []
+    offset = 0
+    if "levels" in args.suite:
+        results, offset = run_levels(args, url, key, queries, fresh, meter)
+    report["results"] = results
+    report["errors_total"] = errors_total + sum(r["errors"] for r in results)
+    report["rate_limited_total"] = sum(r["rate_limited"] for r in results)
+    return offset
+
+
+def print_report(report: dict[str, Any]) -> None:
+    if "sequential" in report:
+        print_sequential(report["sequential"])
+    if "throughput" in report:
+        print_table(report["throughput"])
+    print_table(report["results"])
+    if "profile" in report:
+        print(json.dumps(report["profile"], indent=2)[:6000])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1367,6 +1823,10 @@ def main(argv: list[str] | None = None) -> int:
             "texts": source,
             "server_env": parse_env(args.server_env),
             "embedder": "OpenAI-compatible stub" if args.openai_stub else "server's own",
+            "suites": args.suite,
+            "sequential_calls": args.calls,
+            "throughput_clients": args.throughput_clients,
+            "seed_memories": args.seed_memories,
         },
     }
     if args.openai_stub and args.url:
@@ -1392,13 +1852,12 @@ def main(argv: list[str] | None = None) -> int:
             server.process.pid if server and server.process else None,
             postmaster_pid(server.data_dir) if server else None,
         )
-        report["seed"] = asyncio.run(seed(url, key, seeds))
+        if server is not None:
+            report["config"]["workers"] = server.workers()
+        report["seed"] = asyncio.run(store_seeds(args.seed_via, server, url, key, seeds))
         print(f"seeded {report['seed']}", flush=True)
 
-        results, offset = run_levels(args, url, key, queries, fresh, meter)
-        report["results"] = results
-        report["errors_total"] = sum(r["errors"] for r in results)
-        report["rate_limited_total"] = sum(r["rate_limited"] for r in results)
+        offset = run_suites(args, url, key, queries, fresh, meter, report)
 
         if args.profile:
             pid = server.process.pid if server and server.process else None
@@ -1435,9 +1894,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.profile_out:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    print_table(report["results"])
-    if "profile" in report:
-        print(json.dumps(report["profile"], indent=2)[:6000])
+    print_report(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 1 if report["errors_total"] else 0

@@ -64,6 +64,41 @@ def test_the_smoke_run_finishes_with_no_errors_and_reports_every_level(tmp_path)
     tools = {name for result in report["results"] for name in result["tools"]}
     assert {"recall", "remember", "list_memories"} <= tools
 
+    # The default server's worker count, and the seed stored by recall import.
+    assert report["config"]["workers"] >= 1
+    assert report["seed"]["via"] == "recall import"
+    # One client, one tool at a time: latency and CPU per call, server and PostgreSQL.
+    sequential = report["sequential"]
+    assert set(sequential) == {
+        "recall hybrid, cached",
+        "recall hybrid, new query",
+        "recall semantic, cached",
+        "recall lexical, repeated",
+        "search_memory, cached",
+        "search_memory, new query",
+        "add_memory, async",
+        "add_memory, sync",
+        "update_memory",
+        "get_memory_history",
+        "get_all_memories",
+        "cache_stats",
+        "health_check",
+        "delete_memory",
+    }
+    for name, figures in sequential.items():
+        assert figures["errors"] == 0, (name, figures)
+        assert figures["count"] == report["config"]["sequential_calls"], (name, figures)
+        assert {"p50_ms", "p99_ms", "server_cpu_ms", "postgres_cpu_ms"} <= figures.keys()
+    assert sequential["add_memory, async"]["queue_drained"] is True
+    # Many clients: hybrid recall with repeated queries and with every query new.
+    throughput = {r["mix"]: r for r in report["throughput"]}
+    assert set(throughput) == {"hybrid, cached", "hybrid, new query"}
+    for result in throughput.values():
+        assert result["errors"] == 0, result
+        assert result["concurrency"] == report["config"]["throughput_clients"]
+        assert {"server", "postgres"} <= result["cpu_ms_per_request"].keys()
+        assert result["tools"]["recall"]["p99_ms"] > 0
+
 
 def test_profile_samples_are_attributed_to_layers():
     loop = "run (uvicorn/main.py:1);BaseEventLoop._run_once (asyncio/base_events.py:1)"
@@ -101,3 +136,36 @@ def test_the_openai_stub_run_embeds_through_the_stub_and_not_the_model(tmp_path)
     assert report["config"]["embedder"] == "OpenAI-compatible stub"
     # Without the stub in use, nothing would have asked it for a vector.
     assert report["stub_embedding_requests"] > 0
+
+
+def test_the_reported_errors_run_counts_only_explained_refusals(tmp_path):
+    out = tmp_path / "errors.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RECALL_DATA_DIR")}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "reported_errors.py"), "--smoke", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["unexplained"] == 0
+    assert report["server_tracebacks"] == 0
+    # Every tier, protocol mode and endpoint was driven, and most calls worked.
+    many = report["many_clients"]
+    assert len(many) == 3 * 2 * 2
+    assert (
+        sum(c.get("ok", 0) for c in many.values()) > sum(sum(c.values()) for c in many.values()) / 2
+    )
+    # The free tier's real rate limit refuses some calls, and they are counted
+    # as explained refusals, not as errors: the run did not raise the limits.
+    free = [c for label, c in many.items() if label.startswith("free ")]
+    assert any(c.get("rate_limited", 0) for c in free), free
+    # After each bulk load, seed 001's writes work for the tiers with room.
+    writes = report["writes_after_load"]
+    for label in ("pro legacy", "unlimited 2026-07-28"):
+        assert writes[label].get("add_memory sync: ok", 0) > 0, writes[label]
+        assert writes[label].get("update_memory: ok", 0) > 0, writes[label]
+    assert all(load.get("outcome", "ok") == "ok" for load in report["bulk_loads"].values())

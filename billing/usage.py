@@ -50,10 +50,13 @@ FLUSH_INTERVAL = 0.5  # seconds between idle checks for last_used_at and shutdow
 LAST_USED_INTERVAL = 30.0  # seconds between two last_used_at writes of one key
 # Seconds a woken writer waits for more events before it writes. A write
 # costs the same round trips (health check, BEGIN with the role switch,
-# INSERT, COMMIT) for one event as for hundreds. Measured at about 60 tool
-# calls a second (bench/http.py --profile): 3.7 events per write without the
-# wait, 4.4 with it; the gain grows with the call rate.
-LINGER = 0.05
+# INSERT, COMMIT) and the same commit for one event as for hundreds.
+# Measured at about 60 tool calls a second (bench/http.py --profile): 3.7
+# events per write without the wait, 4.4 with 0.05 s; with 0.25 s a
+# sequential client's calls are written about twenty at a time (BENCHMARKS.md,
+# "Efficiency: the cached recall's path"). An event still reaches the table
+# well within a second.
+LINGER = 0.25
 # Seconds between attempts to write held events while the database is down.
 RETRY_MIN = 1.0
 RETRY_MAX = 30.0

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -92,9 +92,21 @@ def tenant(
     switches, say), sent in the same round trip as the role switch; a
     ``Computed`` one is worked out by the database, as the tenant.
     """
+    label, statements = _tenant_opening(user_id, agent_id, task_id, local_settings)
+    with _switch(label, statements, using, extra_names=list(local_settings or {})):
+        yield
+
+
+def _tenant_opening(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    task_id: str | None,
+    local_settings: Mapping[str, str | Computed] | None,
+) -> tuple[str, list[tuple[str, list[Any]]]]:
+    """A tenant transaction's label and the statements that open it, after BEGIN."""
     uid = str(uuid.UUID(str(user_id)))
     aid = str(uuid.UUID(str(agent_id))) if agent_id is not None else ""
-    statements = [
+    statements: list[tuple[str, list[Any]]] = [
         (f"SET LOCAL ROLE {AGENT_ROLE if aid else APP_ROLE}", []),
         (
             "SELECT set_config('app.current_user_id', %s, true),"
@@ -104,12 +116,82 @@ def tenant(
             [uid, aid, task_id or "", *_actor()],
         ),
     ]
-    extra = [_settings(local_settings)] if local_settings else []
+    if local_settings:
+        statements.append(_settings(local_settings))
     label = (
         f"tenant:{uid}" + (f"/agent:{aid}" if aid else "") + (f"/task:{task_id}" if task_id else "")
     )
-    with _switch(label, statements + extra, using, extra_names=list(local_settings or {})):
-        yield
+    return label, statements
+
+
+@dataclass(frozen=True)
+class Rows:
+    """What ``read_once`` read: the column names and the rows."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+
+def read_once(
+    user_id: uuid.UUID | str,
+    sql: str,
+    params: Mapping[str, Any] | list[Any],
+    *,
+    agent_id: uuid.UUID | str | None = None,
+    task_id: str | None = None,
+    local_settings: Mapping[str, str | Computed] | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+) -> Rows | None:
+    """Run one read-only statement in a tenant transaction of its own, in one round trip.
+
+    The same transaction as ``tenant()`` with the statement inside it (BEGIN,
+    the role switch and the settings, the statement, COMMIT), sent together
+    through psycopg's pipeline: one round trip instead of three, on every
+    search (BENCHMARKS.md, "Efficiency: the cached recall's path"). A failure
+    rolls the transaction back, as ``tenant()`` would.
+
+    Returns None, having sent nothing, where it cannot: inside a transaction
+    or another context (a test's, say), or on a connection without a pipeline;
+    the caller then uses ``tenant()``.
+    """
+    if _active.get() is not None:
+        return None
+    connection = connections[using]
+    if connection.in_atomic_block or not connection.get_autocommit():
+        return None
+    connection.ensure_connection()
+    raw = connection.connection
+    if not callable(getattr(raw, "pipeline", None)):
+        return None
+    label, statements = _tenant_opening(user_id, agent_id, task_id, local_settings)
+    token = _active.set(label)
+    try:
+        with connection.wrap_database_errors:
+            try:
+                with raw.cursor() as opening, raw.cursor() as cursor:
+                    with raw.pipeline():
+                        opening.execute("BEGIN")
+                        for statement, values in statements:
+                            opening.execute(statement, values)
+                        cursor.execute(sql, params)
+                        opening.execute("COMMIT")
+                    # Sent and answered as the pipeline ended; the rows wait on the cursor.
+                    columns = [column.name for column in cursor.description or []]
+                    return Rows(columns, cursor.fetchall())
+            except BaseException:
+                # Whatever failed, the explicit transaction must not outlive the call.
+                _roll_back(raw)
+                raise
+    finally:
+        _active.reset(token)
+
+
+def _roll_back(raw: Any) -> None:
+    if getattr(raw, "closed", True):
+        return
+    # A broken connection cannot roll back; Django closes it after the error.
+    with suppress(Exception):
+        raw.execute("ROLLBACK")
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,20 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def default_count(available: int | None = None) -> int:
+    """Return ``recall serve``'s worker count when none is given: one per two cores.
+
+    A worker's calls keep more than its own core busy: each search also runs
+    in a PostgreSQL backend (about as much CPU again, on the embedded
+    database), and a query the cache has not seen runs the model on its
+    share of the cores. On two cores one worker served cached recalls faster
+    than two, and two faster than three, at less CPU per call (BENCHMARKS.md,
+    "Efficiency: the default worker count"). With more cores the same holds
+    per pair: half of them for the workers, half for PostgreSQL and the model.
+    """
+    return max(1, (cores() if available is None else available) // 2)
+
+
 def is_worker() -> bool:
     """Return whether this process is one of several workers (not a lone server)."""
     return bool(os.environ.get(sharedstate.ENV))

@@ -20,6 +20,7 @@ import math
 import re
 from typing import Any
 
+import numpy as np
 from django.conf import settings
 from django.db import connection
 
@@ -44,7 +45,27 @@ def vector_literal(vector: Any) -> str:
     in about a third of the text and time of ``pgvector.Vector.to_text()``
     (which prints every component as a float64 repr): 170 against 450 µs for
     384 dimensions, on every recall and remember.
+
+    A float32 array's text is kept for the last ``LITERALS`` vectors, by
+    their bytes: a query answered from the query cache comes back as the
+    same vector, and its text then costs a lookup instead of those 170 µs
+    (BENCHMARKS.md, "Efficiency: the cached recall's path").
     """
+    if isinstance(vector, np.ndarray) and vector.dtype == np.float32 and vector.ndim == 1:
+        return _float32_literal(vector.tobytes())
+    return _literal(vector)
+
+
+# Recent vectors' text, ~6 KB each (key and text) at 384 dimensions.
+LITERALS = 256
+
+
+@functools.lru_cache(maxsize=LITERALS)
+def _float32_literal(data: bytes) -> str:
+    return _literal(np.frombuffer(data, dtype=np.float32))
+
+
+def _literal(vector: Any) -> str:
     values = vector.tolist() if hasattr(vector, "tolist") else list(vector)
     if not all(math.isfinite(v) for v in values):
         raise ValueError("a vector component is not a finite number")

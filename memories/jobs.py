@@ -125,6 +125,16 @@ class _Listener:
         self._stopping = stopping
 
     def run(self) -> None:
+        from core import pooling
+
+        if pooling.direct_params() is None:
+            # Behind a transaction pooler LISTEN needs DATABASE_DIRECT_URL;
+            # without it the workers find others' jobs by polling.
+            logger.info(
+                "job listener: off behind a transaction pooler without DATABASE_DIRECT_URL",
+                extra={"poll_seconds": settings.JOB_POLL_SECONDS},
+            )
+            return
         while not self._stopping.is_set():
             try:
                 self._listen()
@@ -135,12 +145,11 @@ class _Listener:
     def _listen(self) -> None:
         import psycopg
 
+        from core import pooling
+
         close_old_connections()
-        params = connection.get_connection_params()
+        params = pooling.direct_params() or {}
         _close_connection()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        params.pop("prepare_threshold", None)
         with psycopg.connect(**params, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
             conn.execute(f"LISTEN {CACHE_CHANNEL}")

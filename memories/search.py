@@ -70,7 +70,7 @@ from typing import Any, TypedDict, Unpack
 import numpy as np
 from django.conf import settings
 
-from core import tenancy
+from core import pooling, tenancy
 from memories import embeddings, validation
 from memories.embeddings import cache, failures
 from memories.indexes import index_name, vector_literal, vector_type
@@ -96,7 +96,9 @@ LIFT = 0.5
 # counts the namespace through its b-tree; at some table shapes the planner
 # would rather read the whole table (and sort it) to count a few thousand
 # rows. Every path a search needs has an index, so table scans are off.
-SEARCH_SETTINGS = {"enable_seqscan": "off"}
+# Behind a transaction pooler also the HNSW settings, which a connection of
+# its own gets at connect (settings.HNSW_SESSION_SETTINGS).
+SEARCH_SETTINGS = {"enable_seqscan": "off", **pooling.search_settings()}
 
 # HNSW search breadth grows with the namespace: hnsw.ef_search is
 # HNSW_EF_SEARCH (100) up to EF_KNEE memories, then grows with the size,
@@ -327,6 +329,14 @@ def search(
     """
     prepared = prepare(args, cache_scope=cache.scope(user_id, agent_id))
     opening = transaction_settings(prepared, agent=agent_id is not None)
+    if within is None:
+        # Nothing else to do in the transaction: open it, rank and commit in one round trip.
+        sql, params = statement(user_id, prepared, agent=agent_id is not None)
+        read = tenancy.read_once(
+            user_id, sql, params, agent_id=agent_id, task_id=task_id, local_settings=opening
+        )
+        if read is not None:
+            return Searched(found_rows(read), prepared.vector_source)
     with tenancy.tenant(user_id, agent_id=agent_id, task_id=task_id, local_settings=opening):
         found = run(user_id, prepared, agent_id=agent_id)
         if within is not None:
@@ -375,6 +385,54 @@ def run(
         Found(row, round(float(row.similarity), 4), round(float(row.score), 4))  # type: ignore[attr-defined]
         for row in rows
     ]
+
+
+def found_rows(read: tenancy.Rows) -> list[Found]:
+    """The ranking statement's rows as ``run()`` returns them: memories, as the ORM loads them."""
+    from django.db import connection
+
+    names = read.columns
+    fields = _loaded_fields()
+    at = {name: names.index(name) for name in ("similarity", "score")}
+    loaded = [(i, fields[name]) for i, name in enumerate(names) if name in fields]
+    attnames = [spec.attname for _, spec in loaded]
+    found = []
+    for row in read.rows:
+        values = []
+        for i, spec in loaded:
+            value = row[i]
+            for convert in spec.converters:
+                value = convert(value, spec.column, connection)
+            values.append(value)
+        memory = Memory.from_db(connection.alias, attnames, values)
+        found.append(
+            Found(memory, round(float(row[at["similarity"]]), 4), round(float(row[at["score"]]), 4))
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    attname: str
+    column: Any  # the field's Col, which converters are handed
+    converters: list[Callable[..., Any]]
+
+
+_LOADED: dict[str, _Loaded] = {}
+
+
+def _loaded_fields() -> dict[str, _Loaded]:
+    """Memory's columns by name, with the converters the ORM applies when it loads them."""
+    if not _LOADED:
+        from django.db import connection
+
+        for field in Memory._meta.concrete_fields:
+            column = field.get_col(Memory._meta.db_table)
+            converters = connection.ops.get_db_converters(column) + column.get_db_converters(
+                connection
+            )
+            _LOADED[field.column] = _Loaded(field.attname, column, converters)
+    return _LOADED
 
 
 def transaction_settings(

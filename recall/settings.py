@@ -134,20 +134,49 @@ if EMBEDDED_DATABASE:
     _database = {"ENGINE": "recall.db", "NAME": "", "USER": "", "PASSWORD": ""}
 else:
     _database = env.database_url("DATABASE_URL")
-# Every connection searches HNSW with iterative scans, so filters that reject
-# most neighbours (namespace, metadata, a small tenant) still fill the limit.
-_options = _database.setdefault("OPTIONS", {})
-_options["options"] = " ".join(
-    filter(
-        None,
-        [
-            _options.get("options", ""),
-            "-c hnsw.iterative_scan=relaxed_order",
-            f"-c hnsw.ef_search={HNSW_EF_SEARCH}",
-            f"-c hnsw.max_scan_tuples={HNSW_MAX_SCAN_TUPLES}",
-        ],
+# How DATABASE_URL reaches PostgreSQL: `session`, a connection of its own for
+# as long as Django keeps it (PostgreSQL itself, or a pooler in session mode);
+# `transaction`, a pooler such as PgBouncer in transaction mode, which hands
+# each transaction whichever server connection is free. Then nothing may
+# outlive a transaction (core/pooling.py): no startup options, no
+# server-side cursors or prepared statements, advisory locks held by a
+# transaction, and LISTEN only on DATABASE_DIRECT_URL.
+DATABASE_POOL_MODE = env.choice("DATABASE_POOL_MODE", "session", ["session", "transaction"])
+if DATABASE_POOL_MODE == "transaction" and EMBEDDED_DATABASE:
+    raise ImproperlyConfigured(
+        "DATABASE_POOL_MODE=transaction is for a DATABASE_URL that points at a pooler; "
+        "the embedded database has none."
     )
-)
+# A session of its own on the same database, past the pooler, for what needs
+# one: the LISTEN of the job and cache listener. Optional; see the README.
+DATABASE_DIRECT_URL: dict[str, Any] | None = None
+if env.is_set("DATABASE_DIRECT_URL"):
+    DATABASE_DIRECT_URL = env.database_url("DATABASE_DIRECT_URL")
+# Every search uses HNSW iterative scans, so filters that reject most
+# neighbours (namespace, metadata, a small tenant) still fill the limit. On a
+# connection of its own they are set once, at connect; behind a transaction
+# pooler each search transaction sets them (memories/search.py).
+HNSW_SESSION_SETTINGS = {
+    "hnsw.iterative_scan": "relaxed_order",
+    "hnsw.ef_search": str(HNSW_EF_SEARCH),
+    "hnsw.max_scan_tuples": str(HNSW_MAX_SCAN_TUPLES),
+}
+_options = _database.setdefault("OPTIONS", {})
+if DATABASE_POOL_MODE == "session":
+    _options["options"] = " ".join(
+        filter(
+            None,
+            [_options.get("options", "")]
+            + [f"-c {name}={value}" for name, value in HNSW_SESSION_SETTINGS.items()],
+        )
+    )
+else:
+    # PgBouncer refuses a startup packet with options, and a prepared
+    # statement or a WITH HOLD cursor lives on one server connection, which
+    # the next transaction may not get. Django leaves psycopg's prepared
+    # statements off by default; say so here, where the reason is.
+    _options["prepare_threshold"] = None
+    _database["DISABLE_SERVER_SIDE_CURSORS"] = True
 _options.setdefault("connect_timeout", 5)
 _database["CONN_MAX_AGE"] = env.integer("DATABASE_CONN_MAX_AGE", 300, low=0, high=86400)
 _database["CONN_HEALTH_CHECKS"] = True
@@ -252,7 +281,7 @@ TRANSPORT = env.choice("TRANSPORT", "http", ["http", "stdio"])
 FORWARDED_ALLOW_IPS = env.string("FORWARDED_ALLOW_IPS", "127.0.0.1")
 # `recall serve` runs this many server processes on one port (--workers
 # overrides it); the usual name for it, read by uvicorn and gunicorn too.
-WEB_CONCURRENCY = env.integer("WEB_CONCURRENCY", workers.cores(), low=1, high=256)
+WEB_CONCURRENCY = env.integer("WEB_CONCURRENCY", workers.default_count(), low=1, high=256)
 # Answer stateless tools/call, tools/list and ping without the MCP SDK's
 # per-request transport (recall/fastpath.py); the same bytes, less CPU.
 MCP_FAST_PATH = env.boolean("MCP_FAST_PATH", True)

@@ -36,7 +36,6 @@ from typing import TextIO
 
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connection
 
 from recall import env as env_module
 
@@ -90,13 +89,10 @@ def prepare(
 @contextmanager
 def startup_lock() -> Iterator[None]:
     """Hold the start-up lock: one process at a time migrates, indexes and bootstraps."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [_STARTUP_LOCK])
-    try:
+    from core import pooling
+
+    with pooling.advisory_lock(_STARTUP_LOCK):
         yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [_STARTUP_LOCK])
 
 
 def migrate() -> None:

@@ -52,7 +52,7 @@ def test_a_full_queue_drops_the_event_with_a_warning_and_never_blocks(cast, capl
     gate = threading.Event()
     recorder._write = lambda batch: gate.wait(10) and []  # a stalled database
     recorder.record(event(cast.alice.id))  # taken by the writer, which then stalls
-    threading.Event().wait(0.2)
+    threading.Event().wait(usage.LINGER + 0.2)  # the writer lingers, then takes it
     with caplog.at_level(logging.WARNING, logger="billing.usage"):
         for _ in range(5):
             recorder.record(event(cast.alice.id))

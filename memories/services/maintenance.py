@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from core import context, tenancy
+from core import context, pooling, tenancy
 from memories import embeddings, indexes
 from memories.models import (
     Memory,
@@ -58,12 +58,10 @@ def clean_up(*, now: datetime | None = None) -> CleanUp | None:
     long locks.
     """
     moment = now or timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_MAINTENANCE_LOCK])
-        (locked,) = cursor.fetchone()
-    if not locked:
-        return None
-    try:
+    # The lock is held by a transaction behind a transaction pooler (pooling.py).
+    with pooling.advisory_lock(_MAINTENANCE_LOCK, wait=False) as locked:
+        if not locked:
+            return None
         with context.acting_as("maintenance"):
             expired = _in_batches(
                 "DELETE FROM memories WHERE id IN (SELECT id FROM memories"
@@ -89,9 +87,6 @@ def clean_up(*, now: datetime | None = None) -> CleanUp | None:
                 " SELECT token_hash FROM forget_confirmations WHERE expires_at < %s LIMIT %s)",
                 [moment],
             )
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [_MAINTENANCE_LOCK])
     return CleanUp(expired, history, finished, confirmations)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.support import load_settings
@@ -77,3 +79,53 @@ def test_a_data_directory_with_a_space_is_fine_with_an_external_database(tmp_pat
     )
 
     assert result.returncode == 0, result.stderr
+
+
+POOLED = {
+    "DATABASE_URL": "postgres://recall@pooler.example.com:6432/recall",
+    "SECRET_KEY": "s",
+    "API_KEY_SECRET": "a",
+}
+DATABASE = (
+    "import json, recall.settings as s; print(json.dumps(s.DATABASES['default'], default=str))"
+)
+
+
+def test_transaction_pooling_sends_no_startup_options_and_prepares_nothing():
+    pooled = load_settings(DATABASE, DATABASE_POOL_MODE="transaction", **POOLED)
+    direct = load_settings(DATABASE, **POOLED)
+
+    assert pooled.returncode == 0 and direct.returncode == 0, pooled.stderr + direct.stderr
+    behind = json.loads(pooled.stdout)
+    own = json.loads(direct.stdout)
+    assert "options" not in behind["OPTIONS"]  # PgBouncer refuses a startup packet with them
+    assert behind["OPTIONS"]["prepare_threshold"] is None
+    assert behind["DISABLE_SERVER_SIDE_CURSORS"] is True
+    assert "-c hnsw.iterative_scan=relaxed_order" in own["OPTIONS"]["options"]
+
+
+def test_transaction_pooling_makes_no_sense_on_the_embedded_database(tmp_path):
+    result = load_settings(DATABASE_POOL_MODE="transaction", RECALL_DATA_DIR=str(tmp_path))
+    assert result.returncode != 0
+    assert "DATABASE_POOL_MODE" in result.stderr.splitlines()[-1]
+
+
+def test_a_bad_direct_url_is_named():
+    result = load_settings(DATABASE_DIRECT_URL="mysql://u:p@h/db", **POOLED)
+    assert result.returncode != 0
+    assert "DATABASE_DIRECT_URL" in result.stderr.splitlines()[-1]
+
+
+def test_the_default_worker_count_is_one_per_two_cores():
+    from core import workers
+
+    assert [workers.default_count(n) for n in (1, 2, 3, 4, 8, 64)] == [1, 1, 1, 2, 4, 32]
+    # What recall serve starts when WEB_CONCURRENCY is not set: this machine's figure.
+    code = (
+        "import os; os.environ.pop('WEB_CONCURRENCY', None); import recall.settings as s;"
+        " print(s.WEB_CONCURRENCY, len(os.sched_getaffinity(0)))"
+    )
+    result = load_settings(code)
+    assert result.returncode == 0, result.stderr
+    count, cores = (int(n) for n in result.stdout.split())
+    assert count == max(1, cores // 2)
