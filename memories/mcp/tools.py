@@ -25,6 +25,7 @@ from memories import services, validation
 from memories.formatting import memory_tags
 from memories.mcp import runtime
 from memories.mcp.arguments import (
+    SCORE,
     Background,
     CreatedAfter,
     CreatedBefore,
@@ -78,10 +79,7 @@ class RecalledMemory(BaseModel):
     id: str
     content: str
     similarity: float = Field(description="Cosine similarity to the query, 0-1.")
-    score: float = Field(
-        description="The relevance the list is ordered by: in hybrid mode words and meaning "
-        "fused, 0-1; the similarity in semantic mode."
-    )
+    score: float = Field(description=SCORE)
     metadata: dict[str, Any]
     namespace: str
     priority: str
