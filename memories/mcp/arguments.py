@@ -53,7 +53,8 @@ MetadataFilter = Annotated[
 SCORE = (
     "Relevance, 0-1, on one scale for every query, namespace and mode: about the chance "
     "that the memory is relevant to the query (0.5 as likely as not; a clear match 0.9 or "
-    "more). The list is ordered by it."
+    "more). It is the memory's own: one stored just before or after a strong match may be "
+    "listed right after it with a lower score."
 )
 Threshold = Annotated[
     float | None,
@@ -62,7 +63,7 @@ Threshold = Annotated[
         le=1.0,
         description=(
             "Minimum score, 0-1: memories scoring less are left out. Leave unset for the "
-            "server's default (0.2: drops what is almost surely unrelated); 0.5 keeps what is "
+            "server's default (0.15: drops what is almost surely unrelated); 0.5 keeps what is "
             "more likely relevant than not."
         ),
     ),
