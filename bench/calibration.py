@@ -103,7 +103,7 @@ def pool(user_id: str, namespace: str, text: str) -> list[dict[str, Any]]:
     args = search.SearchArgs.parse(query=text, namespace=namespace, mode="hybrid", threshold=0)
     prepared = search.prepare(args, cache_scope=scope(user_id))
     sql, params = search.statement(user_id, prepared, limit=1000)
-    wider = sql.replace("r.similarity, r.score\n", "r.similarity, r.score, r.coverage, r.rank\n", 1)
+    wider = sql.replace("r.score, r.rank\n", "r.score, r.rank, r.coverage\n", 1)
     assert wider != sql, "the hybrid statement changed: update bench/calibration.py"
     opening = search.transaction_settings(prepared)
     with tenancy.tenant(user_id, local_settings=opening), connection.cursor() as cursor:

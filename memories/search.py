@@ -230,7 +230,8 @@ class Search:
 class Found:
     memory: Memory
     similarity: float  # cosine, 0-1
-    score: float  # absolute relevance, 0-1 (memories/scoring.py); the list's order
+    score: float  # absolute relevance, 0-1 (memories/scoring.py), the memory's own
+    rank: float  # the list's order: the score, lifted beside a strong match (hybrid)
 
 
 def default_threshold() -> float:
@@ -384,7 +385,12 @@ def run(
     # A raw query sets its extra columns on each row; the stub's RawQuerySet
     # knows only the model's fields.
     return [
-        Found(row, round(float(row.similarity), 4), round(float(row.score), 4))  # type: ignore[attr-defined]
+        Found(
+            row,
+            round(float(row.similarity), 4),  # type: ignore[attr-defined]
+            round(float(row.score), 4),  # type: ignore[attr-defined]
+            float(row.rank),  # type: ignore[attr-defined]
+        )
         for row in rows
     ]
 
@@ -643,7 +649,8 @@ def semantic_sql(
         WITH {ctes}
         SELECT * FROM (
             SELECT *, 1 - distance AS similarity,
-                   1 / (1 + exp(-(%(a)s * (1 - distance) + %(c)s))) AS score
+                   1 / (1 + exp(-(%(a)s * (1 - distance) + %(c)s))) AS score,
+                   1 / (1 + exp(-(%(a)s * (1 - distance) + %(c)s))) AS rank
             FROM nearest
         ) AS scored
         WHERE score >= %(minimum)s
@@ -696,7 +703,7 @@ def ranked_sql(
                 %(providers)s, %(window)s, %(lift)s
             )
         )
-        SELECT {columns}, r.similarity, r.score
+        SELECT {columns}, r.similarity, r.score, r.rank
         FROM (
             SELECT * FROM ranked
             WHERE score >= %(minimum)s
