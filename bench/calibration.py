@@ -393,7 +393,7 @@ def thresholds(queries: Sequence[Query], a: float, b: float, c: float) -> list[d
             "unrelated_cut": round(float((~kept)[~y].mean()), 4),
         }
     ]
-    for t in (0.2, 0.3, 0.4, 0.5, 0.6):
+    for t in (0.15, 0.2, 0.3, 0.4, 0.5, 0.6):
         rows.append(
             {
                 "rule": f"proposal >= {t}",
