@@ -156,3 +156,24 @@ def test_forget_previews_the_same_absolute_scores(cast):
 
     assert [m["score"] for m in preview["matches"]] == [found["score"]]
     assert found["score"] >= 0.5
+
+
+def test_a_neighbour_is_lifted_up_the_list_but_keeps_its_own_score(cast):
+    # Stored as conversation turns are: the memories just before and after a
+    # strong match rise in the list (the answer often sits beside the turn
+    # naming the subject), but their scores stay their own, and the default
+    # threshold reads those.
+    for content in [*DISTRACTORS[:6], FRAMEWORKS, *DISTRACTORS[6:]]:
+        remember(cast.alice.id, content)
+    query = "Which web framework does the user prefer?"
+
+    everything = recalled(cast.alice.id, query, threshold=0)
+    by_default = recalled(cast.alice.id, query)
+
+    assert everything[0]["content"] == FRAMEWORKS
+    neighbours = set(DISTRACTORS[4:8])
+    assert {r["content"] for r in everything[1:5]} == neighbours
+    lifted = [r["score"] for r in everything[1:5]]
+    others = [r["score"] for r in everything[5:]]
+    assert min(lifted) < max(others)  # listed above a memory that scores more
+    assert [r["content"] for r in by_default] == [FRAMEWORKS]
