@@ -84,7 +84,7 @@ def agents(cast: Cast) -> Agents:
         )
 
 
-FUZZ_CI_CASES = 100  # per fuzz test; 7 tests, about a minute in CI
+FUZZ_CI_CASES = 100  # per fuzz test; 11 tests, a few minutes in CI
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,6 +1,6 @@
-"""Fuzz /mcp at length: the hypothesis suites of tests/test_fuzz_*.py with many more cases.
+"""Fuzz the MCP endpoints at length: tests/test_fuzz_*.py's hypothesis suites, more cases.
 
-    python bench/fuzz.py                      # 1,500 cases per test: 10,500 in all
+    python bench/fuzz.py                      # 1,500 cases per test: 16,500 in all
     python bench/fuzz.py --cases 5000         # per test
     python bench/fuzz.py --cases 200 -k tools # one suite
 

@@ -229,6 +229,25 @@ def test_cutoff_smoke_with_no_big_tenant_gives_each_tenant_its_own_table(tmp_pat
     assert seen == {(size, size, mode) for size in (40, 120) for mode in ("semantic", "hybrid")}
 
 
+def test_imports_smoke_measures_both_sources_twice(tmp_path: Path) -> None:
+    report, stdout = run("imports", "--workdir", str(tmp_path / "work"), tmp_path=tmp_path)
+
+    cases = {case["format"]: case for case in report["cases"]}
+    assert set(cases) == {"mcp-memory-service", "mem0"}
+    mcp, mem0 = cases["mcp-memory-service"], cases["mem0"]
+    assert (mcp["first"]["imported"], mcp["first"]["reused"], mcp["first"]["embedded"]) == (
+        400,
+        400,
+        0,
+    )
+    assert (mem0["first"]["imported"], mem0["first"]["embedded"]) == (400, 400)
+    for case in (mcp, mem0):
+        assert case["again"]["duplicates"] == 400 and case["again"]["imported"] == 0
+        assert case["first"]["records_per_second"] > 0
+        assert case["peaks"]["first"]["python_rss_mib"] > 0
+    assert "reused" in stdout
+
+
 def test_cache_tenancy_smoke_reports_both_hit_rates(tmp_path: Path) -> None:
     report, stdout = run("cache_tenancy", tmp_path=tmp_path)
 

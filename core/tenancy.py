@@ -59,6 +59,7 @@ TENANT_TABLES = frozenset(
         "memories",
         "memory_history",
         "memory_jobs",
+        "memory_import_chunks",
         "forget_confirmations",
         "api_keys",
         "agents",

@@ -48,3 +48,35 @@ class SignupForm(auth_forms.BaseUserCreationForm):
         if accounts_services.find_user(email=email) is not None:
             raise forms.ValidationError("An account with this email already exists.")
         return email
+
+
+IMPORT_FORMATS = [
+    ("mem0", "mem0: get_all or export JSON (.json, .jsonl)"),
+    ("openmemory", "OpenMemory: export archive (.zip)"),
+    ("mcp-memory-service", "mcp-memory-service: SQLite-vec database (.db)"),
+    ("basic-memory", "basic-memory: the notes folder, zipped (.zip), or one note (.md)"),
+    ("letta", "Letta: agent file (.af) or archival passages (.json)"),
+    ("jsonl", "JSON Lines, with a field mapping"),
+    ("csv", "CSV, with a column mapping"),
+]
+
+
+class ImportForm(forms.Form):
+    """An upload to import, and how (the same options as `recall import --from`)."""
+
+    format = forms.ChoiceField(choices=IMPORT_FORMATS)
+    file = forms.FileField()
+    namespace = forms.CharField(max_length=64, required=False, initial="default")
+    columns = forms.CharField(
+        max_length=1000,
+        required=False,
+        label="Field mapping (JSON Lines, CSV)",
+        widget=forms.TextInput(attrs={"placeholder": "content=text,created_at=date"}),
+    )
+    ids = forms.CharField(
+        max_length=200,
+        required=False,
+        label="Identities (mem0, OpenMemory, Letta)",
+        widget=forms.TextInput(attrs={"placeholder": "user_id=metadata,run_id=namespace"}),
+    )
+    dry_run = forms.BooleanField(required=False, label="Dry run: check, store nothing")

@@ -26,6 +26,7 @@ urlpatterns = [
     path("memories/<uuid:memory_id>/history/erase/", views.erase_history, name="erase-history"),
     path("memories/changes/", views.changes, name="changes"),
     path("memories/download/", views.download_memories, name="download-memories"),
+    path("memories/import/", views.upload_import, name="upload-import"),
     path("plan/", views.plan, name="plan"),
     path("plan/checkout/", views.start_checkout, name="checkout"),
     path("plan/portal/", views.billing_portal, name="portal"),

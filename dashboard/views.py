@@ -40,7 +40,7 @@ from billing import services as billing_services
 from core import context
 from core.errors import Conflict, NotFound, RecallError
 from dashboard.charts import stacked_bars
-from dashboard.forms import KeyForm, SignupForm
+from dashboard.forms import ImportForm, KeyForm, SignupForm
 from memories import services as memory_services
 from memories import transfer
 from oauth import resources
@@ -243,6 +243,16 @@ def revoke_connection(request: AuthenticatedRequest, connection_id: uuid.UUID) -
 
 @login_required
 def memories(request: AuthenticatedRequest) -> HttpResponse:
+    return _memories_page(request)
+
+
+def _memories_page(
+    request: AuthenticatedRequest,
+    import_form: ImportForm | None = None,
+    *,
+    import_error: str | None = None,
+    status: int = 200,
+) -> HttpResponse:
     user = request.user
     namespaces = memory_services.list_namespaces(user_id=user.id)
     names = [row["namespace"] for row in namespaces]
@@ -305,9 +315,71 @@ def memories(request: AuthenticatedRequest) -> HttpResponse:
             "newer": max(0, offset - PAGE_SIZE) if offset else None,
             "older": offset + PAGE_SIZE if more else None,
             "retention_days": settings.HISTORY_RETENTION_DAYS,
+            **_imports(request, import_form),
+            "import_error": import_error,
             **_connect(request),
         },
+        status=status,
     )
+
+
+# Imports from other memory servers (memories/importers) ---------------------------
+
+
+def _imports(request: AuthenticatedRequest, form: ImportForm | None = None) -> dict[str, Any]:
+    jobs = memory_services.import_jobs(user_id=request.user.id)
+    return {
+        "import_form": form or ImportForm(),
+        "import_jobs": jobs,
+        "imports_running": any(job["status"] in ("queued", "running") for job in jobs),
+        "import_max_mb": settings.IMPORT_UPLOAD_MAX_MB,
+    }
+
+
+@login_required
+@require_POST
+def upload_import(request: AuthenticatedRequest) -> HttpResponse:
+    """Queue an uploaded export for import; a worker runs it (memories/importers/job.py)."""
+    from memories.importers.run import Options
+
+    limit = settings.IMPORT_UPLOAD_MAX_MB * 1024 * 1024
+    too_large = (
+        f"That file is larger than the {settings.IMPORT_UPLOAD_MAX_MB} MB an upload may be. "
+        "The operator can import it with `recall import --from` on the server."
+    )
+    # Refused by its declared size before the form parses a byte of it.
+    if int(request.META.get("CONTENT_LENGTH") or 0) > limit + 64 * 1024:
+        return _memories_page(request, import_error=too_large, status=413)
+    form = ImportForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return _memories_page(request, form, status=400)
+    data = form.cleaned_data
+    if data["file"].size > limit:
+        form.add_error("file", too_large)
+        return _memories_page(request, form, status=413)
+    filename = Path(data["file"].name).name
+    options = {
+        "format": data["format"],
+        "namespace": data["namespace"] or "default",
+        "ids": data["ids"] or None,
+        "columns": data["columns"] or None,
+        "dry_run": data["dry_run"],
+    }
+    try:
+        Options(**options).check()
+        with context.acting_as("dashboard"):
+            memory_services.enqueue_import(
+                user_id=request.user.id,
+                tier=request.user.tier,
+                filename=filename,
+                options=options,
+                chunks=data["file"].chunks(memory_services.IMPORT_CHUNK_BYTES),
+            )
+    except RecallError as exc:
+        form.add_error(None, exc.message)
+        return _memories_page(request, form, status=400)
+    messages.success(request, f"Importing {filename} in the background: its progress is below.")
+    return redirect(reverse("dashboard:memories") + "#imports")
 
 
 @login_required

@@ -10,3 +10,7 @@ class MemoriesConfig(AppConfig):
         from memories import services
 
         holdings.register("memories", services.count_memories, services.memories_per_user)
+
+        from memories.importers import job
+
+        services.runs("import", job.run_taken)

@@ -311,6 +311,9 @@ class Taken:
     attempts: int
     client: str
     api_key_id: uuid.UUID | None
+    kind: str = "remember"
+    # What a job saved as it ran (an import's progress), to resume from.
+    result: dict[str, Any] | None = None
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -335,16 +338,20 @@ class JobQuerySet(models.QuerySet["Job"]):
                 "   WHERE (status = 'queued' AND run_after <= statement_timestamp())"
                 "      OR (status = 'running' AND lease_until < statement_timestamp())"
                 "   ORDER BY run_after LIMIT 1 FOR UPDATE SKIP LOCKED)"
-                " RETURNING id, user_id, agent_id, payload, attempts, client, api_key_id",
+                " RETURNING id, user_id, agent_id, payload, attempts, client, api_key_id,"
+                " kind, result",
                 [lease_seconds],
             )
             taken = cursor.fetchone()
         if taken is None:
             return None
-        job_id, user_id, agent_id, payload, attempts, client, api_key_id = taken
-        if isinstance(payload, str):  # Django has psycopg hand jsonb over as text
+        job_id, user_id, agent_id, payload, attempts, client, api_key_id, kind, result = taken
+        # Django has psycopg hand jsonb over as text.
+        if isinstance(payload, str):
             payload = json.loads(payload)
-        return Taken(job_id, user_id, agent_id, payload, attempts, client, api_key_id)
+        if isinstance(result, str):
+            result = json.loads(result)
+        return Taken(job_id, user_id, agent_id, payload, attempts, client, api_key_id, kind, result)
 
     def settle(self, job_id: uuid.UUID, user_id: uuid.UUID, results: list[Any]) -> None:
         """Mark a job done with what it stored: its payload (the content) goes."""
@@ -474,3 +481,38 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.id} ({self.status})"
+
+
+class ImportChunk(models.Model):
+    """A piece of a file uploaded on the dashboard for import, kept until its job ends.
+
+    In the database rather than on a disk, so that whichever process or
+    machine runs the job can read it. The job deletes its pieces when it
+    finishes or fails, and they go with the job in any case (ON DELETE CASCADE).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # ON DELETE CASCADE in the database (migration 0014), as for Job: deleting a
+    # user or a finished job (maintenance) takes its pieces, whoever deletes.
+    job = models.ForeignKey(
+        Job, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+", db_index=False
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+        db_index=False,
+    )
+    seq = models.PositiveIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        db_table = "memory_import_chunks"
+        constraints = [
+            # Also used by the job reading its file back, piece by piece, in order.
+            models.UniqueConstraint(fields=["job", "seq"], name="memory_import_chunks_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} piece {self.seq}"

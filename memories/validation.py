@@ -171,15 +171,17 @@ def order(value: Any) -> str:
     return value
 
 
-def memory_id(value: Any) -> uuid.UUID:
+def memory_id(value: Any, *, field: str = "id") -> uuid.UUID:
+    """Return ``value`` as a memory id; ``field`` is the argument's name where the caller is."""
     if isinstance(value, uuid.UUID):
         return value
+    problem = f"{field} must be a memory id (a UUID string)."
     if not isinstance(value, str):
-        raise ValidationFailed("id must be a memory id (a UUID string).")
+        raise ValidationFailed(problem)
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise ValidationFailed("id must be a memory id (a UUID string).") from None
+        raise ValidationFailed(problem) from None
 
 
 def _check_json(value: Any, depth: int) -> None:

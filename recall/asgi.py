@@ -342,7 +342,7 @@ async def receive_message(
 ) -> tuple[bytes, dict[str, Any]] | None:
     """Read the body and parse its one JSON-RPC message; answer and return None if refused."""
     if not is_json(header(scope, b"content-type")):
-        message = "Send the JSON-RPC message with Content-Type: application/json."
+        message = jsonrpc.UNSUPPORTED_MEDIA_TYPE
         await send_json(respond, 415, refusal("validation_failed", message))
         return None
     body = await read_body(receive)
@@ -404,11 +404,19 @@ def screen(scope: Scope) -> Refusal | None:
     return None
 
 
+# An OAuth token refused at any endpoint: a token, never "an API key".
+REFUSED_BEARER = (
+    "Invalid or expired OAuth access token for this endpoint: connect again to get one."
+)
+
+
 def unauthorized(endpoint: Endpoint, raw: str | None) -> Refusal:
     """Refuse a missing or bad credential, pointing the client at this endpoint's metadata.
 
     The message is the same whether a credential is missing, unknown, revoked
-    or expired: it must not tell a guesser which.
+    or expired: it must not tell a guesser which. It does follow what was
+    sent: a bearer not shaped like an API key was checked as an OAuth access
+    token, so it is called a token, on every endpoint.
     """
     challenge = (
         f'Bearer realm="recall", resource_metadata="{resources.metadata_url(endpoint.path)}", '
@@ -421,6 +429,8 @@ def unauthorized(endpoint: Endpoint, raw: str | None) -> Refusal:
             "This endpoint takes OAuth access tokens, not API keys: connect with the URL alone "
             f"and approve the connection in the browser, or use {resources.MCP_PATH} with a key."
         )
+    elif raw and not raw.startswith(keys.KEY_PREFIX):
+        message = REFUSED_BEARER
     elif endpoint.api_keys:
         message = "Missing or invalid API key. Send Authorization: Bearer recall_live_..."
     else:

@@ -7,6 +7,10 @@
     recall worker                run background adds and maintenance only (--threads N)
     recall export EMAIL          write a user's memories as JSON Lines (--namespace, --embeddings)
     recall import EMAIL FILE     import a JSON Lines export into a user's account
+    recall import --from FORMAT EMAIL PATH
+                                 import from another memory server (mem0, openmemory,
+                                 mcp-memory-service, basic-memory, letta, jsonl, csv;
+                                 --dry-run, --namespace, --ids, --map, --source-model)
     recall create-user EMAIL     create a user (--tier, --password, --staff)
     recall create-key EMAIL      issue an API key, printed once (--name, --tier)
     recall set-tier EMAIL TIER   set a user's tier and their keys' (free ... team, unlimited)
@@ -63,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
         worker(rest)
     elif command == "doctor":
         doctor(rest)
+    elif command == "import" and any(a == "--from" or a.startswith("--from=") for a in rest):
+        _django(["recall", "import_from", *rest])
     elif command in ADMIN_COMMANDS:
         _django(["recall", ADMIN_COMMANDS[command], *rest])
     elif command == "manage":

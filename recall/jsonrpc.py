@@ -6,7 +6,8 @@ own refusals quote pydantic's validation dump (union member names, the
 echoed input, the pydantic version and a URL). ``Clean`` rewrites whatever
 error the SDK still answers with (a wrong ``Accept``, a string pydantic-core
 refuses that Python's parser takes) into the same shape, so no library text
-and no plain-text body ever reaches a client.
+and no plain-text body ever reaches a client. A 406 or 415 gets one message
+whichever layer refused it (the gate, or either of the SDK's transports).
 """
 
 from __future__ import annotations
@@ -94,6 +95,11 @@ def call_id(message: dict[str, Any]) -> Any:
     return value if _valid_id(value) else None
 
 
+# One wording for each refusal of a request's media types, whichever layer
+# refuses it: the gate (Content-Type), the SDK's two transports (Accept).
+NOT_ACCEPTABLE = "Not acceptable: send Accept: application/json, text/event-stream."
+UNSUPPORTED_MEDIA_TYPE = "Unsupported media type: send Content-Type: application/json."
+
 # Refusals the SDK words acceptably keep their message; anything that could be
 # library output is replaced by the generic message for its JSON-RPC code.
 _GENERIC = {
@@ -104,9 +110,11 @@ _GENERIC = {
 _BY_STATUS = {
     400: "Bad request: send one JSON-RPC 2.0 message as application/json.",
     404: "Not found.",
-    406: "Not acceptable: accept application/json.",
-    415: "Unsupported media type: send Content-Type: application/json.",
+    406: NOT_ACCEPTABLE,
+    415: UNSUPPORTED_MEDIA_TYPE,
 }
+# Statuses whose refusal has one wording, whatever the SDK's message says.
+_WORDED = (406, 415)
 _LIBRARY_MARKS = ("pydantic", "input_value", "input_type", "http://", "https://", "Traceback")
 
 
@@ -156,7 +164,11 @@ class Clean:
         except ValueError:
             sent = None
         error = sent.get("error") if isinstance(sent, dict) else None
-        if isinstance(error, dict) and isinstance(error.get("code"), int):
+        if status in _WORDED:
+            # As the gate words its own 415: the same code, message and body.
+            rid = call_id(sent) if isinstance(sent, dict) else None
+            body = refusal("validation_failed", _BY_STATUS[status], rid)
+        elif isinstance(error, dict) and isinstance(error.get("code"), int):
             rpc_code = error["code"]
             text = clean_message(error.get("message"), rpc_code)
             body = refusal("validation_failed", text, call_id(sent), rpc_code)

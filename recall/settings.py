@@ -224,6 +224,9 @@ JOB_POLL_SECONDS = env.number("JOB_POLL_SECONDS", 2.0, low=0.05, high=300.0)
 JOB_LEASE_SECONDS = env.integer("JOB_LEASE_SECONDS", 300, low=5, high=86_400)
 JOB_MAX_ATTEMPTS = env.integer("JOB_MAX_ATTEMPTS", 3, low=1, high=20)
 JOB_RETENTION_DAYS = env.integer("JOB_RETENTION_DAYS", 7, low=0, high=365)
+# The largest file the dashboard takes for an import (memories/importers); the
+# operator's `recall import --from` has no limit.
+IMPORT_UPLOAD_MAX_MB = env.integer("IMPORT_UPLOAD_MAX_MB", 100, low=1, high=10_240)
 
 # Rate limits ----------------------------------------------------------------
 

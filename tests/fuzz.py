@@ -34,7 +34,27 @@ LIBRARY_TEXT = re.compile(
     r"pydantic|input_value|input_type|For further information|errors\.pydantic\.dev"
     r"|Traceback|psycopg|django\.|File \"|line \d+, in ",
 )
+# The validation library's phrasing, type and class names, and location syntax
+# (union branch tags such as ``metadata_filter.team.str``): never in our words.
+VALIDATION_TEXT = re.compile(
+    r"Input should|Field required|valid dictionary|instance of|Unable to parse|type="
+    r"|String should|List should|Dictionary should|should have at|Extra inputs|Value error"
+    r"|validation error|exceeded maximum size|fractional part|\b(literal|list|dict)\["
+    r"|\b(Document|Message|NoneType|BaseModel)\b|\.(str|int|float|bool|none)\b",
+)
 VOCABULARY = {*CODES, "rate_limited"}
+# Seed 001's codes at /v1/mcp, which carry ours in details.recall_code.
+V1_CODES = {
+    "INVALID_PARAMETERS",
+    "MEMORY_NOT_FOUND",
+    "RATE_LIMIT_EXCEEDED",
+    "QUOTA_EXCEEDED",
+    "CONFLICT",
+    "MEM0_API_ERROR",
+    "CONFIRMATION_INVALID",
+    "CONFIRMATION_EXPIRED",
+}
+UUID = re.compile(r"[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}")
 
 NAMESPACES = ["default", "fuzz", "a:b/c@d.e-f_g"]
 
@@ -183,7 +203,7 @@ def arguments(tool: dict[str, Any], known_ids: list[str]) -> st.SearchStrategy[d
 
     def value(name: str, prop: dict[str, Any]) -> st.SearchStrategy[Any]:
         shaped = from_schema(prop, defs)
-        if name == "id":
+        if name in ("id", "memory_id"):
             # Ids stored earlier in the run, drawn as an index so the draw itself
             # does not depend on how many there are.
             stored = st.integers(0, 10_000).map(
@@ -250,6 +270,7 @@ def check_response(response: httpx2.Response) -> dict[str, Any] | None:
         assert isinstance(error["code"], int), error
         assert isinstance(error["message"], str) and error["message"], error
         assert not LIBRARY_TEXT.search(json.dumps(error)), error
+        assert not VALIDATION_TEXT.search(error["message"]), error
         ours = (
             (error.get("data") or {}).get("error") if isinstance(error.get("data"), dict) else None
         )
@@ -261,23 +282,85 @@ def check_response(response: httpx2.Response) -> dict[str, Any] | None:
     return body
 
 
-def check_tool_result(body: dict[str, Any]) -> dict[str, Any] | None:
-    """Assert a tools/call answer is a result or a refusal in our words; return its content."""
+def check_tool_result(
+    body: dict[str, Any], arguments: object = None, schema: object = None
+) -> dict[str, Any] | None:
+    """Assert a tools/call answer is a result or a refusal in our words; return its content.
+
+    A refusal's code is from the vocabulary (never ``internal_error``), and its
+    message is in our words (``check_wording``) about ``arguments``, the call's,
+    whose tool takes ``schema``.
+    """
     if "error" in body:
         OUTCOMES[f"tools/call: JSON-RPC error {body['error']['code']}"] += 1
+        check_wording(body["error"]["message"], arguments, schema)
         return None
     result = body["result"]
     structured = result.get("structuredContent")
     text = "".join(block.get("text", "") for block in result.get("content", []))
     if result.get("isError"):
         assert isinstance(structured, dict), result
-        error = structured["error"]
-        assert error["code"] in VOCABULARY, error
-        assert error["code"] != "internal_error", error
-        assert not LIBRARY_TEXT.search(error["message"]), error
+        code, message = error_of(structured)
+        assert code in VOCABULARY, structured
+        assert code != "internal_error", structured
         assert not LIBRARY_TEXT.search(text), text[:300]
-        OUTCOMES[f"tools/call: {error['code']}"] += 1
+        check_wording(message, arguments, schema)
+        OUTCOMES[f"tools/call: {code}"] += 1
         return None
     assert isinstance(structured, dict), result
     OUTCOMES["tools/call: success"] += 1
     return structured
+
+
+def error_of(structured: dict[str, Any]) -> tuple[str, str]:
+    """Return a tool error's code (ours) and message, in either endpoint's shape."""
+    error = structured["error"]
+    if isinstance(error, dict):  # {"error": {"code", "message"}}
+        assert set(error) == {"code", "message"}, error
+        return error["code"], error["message"]
+    # Seed 001's shape at /v1/mcp: {"error": message, "code": CODE, "details": {recall_code}}.
+    assert isinstance(error, str), structured
+    assert structured["code"] in V1_CODES, structured
+    return structured["details"]["recall_code"], error
+
+
+def check_wording(message: str, arguments: object = None, schema: object = None) -> None:
+    """Assert ``message`` is in our words, and echoes no value of ``arguments``.
+
+    Names the caller chose (argument names, metadata_filter keys) may be
+    quoted back, so their quoted forms are set aside first; ids may be too. Any other
+    string value of six or more characters, that the tool's ``schema`` does
+    not itself contain (an enum member, say), must not appear.
+    """
+    assert isinstance(message, str) and message.strip(), message
+    names = sorted(set(_keys(arguments)), key=len, reverse=True)
+    plain = message
+    for name in names:
+        # As the server quotes them: repr, cut to 64 characters.
+        plain = plain.replace(repr(name[:64]), "''")
+    assert not LIBRARY_TEXT.search(plain), message
+    assert not VALIDATION_TEXT.search(plain), message
+    published = json.dumps(schema) if schema is not None else ""
+    for value in _texts(arguments):
+        shown = value.strip()
+        if len(shown) < 6 or UUID.fullmatch(shown) or shown in published or shown in names:
+            continue
+        assert shown not in plain, ("a value was echoed", shown[:80], message[:300])
+
+
+def _keys(value: object) -> list[str]:
+    if isinstance(value, dict):
+        return [str(key) for key in value] + [k for item in value.values() for k in _keys(item)]
+    if isinstance(value, list):
+        return [k for item in value for k in _keys(item)]
+    return []
+
+
+def _texts(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _texts(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _texts(item)]
+    return []

@@ -1,9 +1,12 @@
 """Property-based fuzzing of every published tool's arguments, over HTTP, on both generations.
 
-For each call: no 5xx; a refusal is a JSON-RPC error or a tool error from the
-vocabulary (never ``internal_error``) without library text; a failed call
-leaves Alice's memories exactly as they were; stored content round-trips
-byte-exact after the documented normalisation.
+On each of the three endpoints (``/mcp``, ``/agent/mcp`` with an OAuth token,
+``/v1/mcp``), for each call: no 5xx; a refusal is a JSON-RPC error or a tool
+error whose code is from the vocabulary (never ``internal_error``) and whose
+message is in our words: no library text, none of the validation library's
+phrases, type names or location syntax, and no argument value echoed; a
+failed call leaves Alice's memories exactly as they were. On ``/mcp``, stored
+content round-trips byte-exact after the documented normalisation.
 """
 
 from __future__ import annotations
@@ -18,11 +21,25 @@ from conftest import issue_key
 from core import tenancy
 from memories.models import Memory
 from tests import fuzz
+from tests.test_protected_resource import mint
 
 pytestmark = pytest.mark.slow
 
 # Tools whose success changes nothing stored.
-READ_ONLY = {"recall", "list_memories"}
+READ_ONLY = {
+    "recall",
+    "list_memories",
+    "memory_search",
+    "memory_recall",
+    "memory_filters",
+    "search_memory",
+    "get_all_memories",
+    "get_memory_history",
+    "cache_stats",
+    "optimize_cache",
+    "health_check",
+}
+ENDPOINTS = ["/mcp", "/agent/mcp", "/v1/mcp"]
 
 
 def snapshot(user_id) -> tuple:
@@ -37,10 +54,24 @@ def snapshot(user_id) -> tuple:
         return cursor.fetchone()
 
 
+def credential(live, cast, agents, endpoint: str) -> str:
+    """Alice's team-tier credential for ``endpoint``: a key, or at /agent/mcp a token."""
+    if endpoint != "/agent/mcp":
+        return issue_key(cast.alice, "fuzz", tier="team").raw
+    cast.alice.tier = "team"
+    cast.alice.save(update_fields=["tier"])
+    return mint(cast.alice, agents.writer, live.url + endpoint)
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("generation", fuzz.GENERATIONS)
-def test_no_tool_call_fails_badly_whatever_its_arguments(live, cast, generation, fuzz_settings):
-    team = issue_key(cast.alice, "fuzz", tier="team")
-    tools = fuzz.published_tools(live.mcp_url, team.raw, generation)
+def test_no_tool_call_fails_badly_whatever_its_arguments(
+    live, cast, agents, endpoint, generation, fuzz_settings
+):
+    url = live.url + endpoint
+    secret = credential(live, cast, agents, endpoint)
+    tools = fuzz.published_tools(url, secret, generation)
+    schemas = {tool["name"]: tool["inputSchema"] for tool in tools}
     known_ids: list[str] = []
     client = httpx2.Client(timeout=120)
     by_tool = st.sampled_from(tools).flatmap(
@@ -54,16 +85,18 @@ def test_no_tool_call_fails_badly_whatever_its_arguments(live, cast, generation,
         with tenancy.operator():
             before = snapshot(cast.alice.id)
         body = fuzz.envelope("tools/call", {"name": name, "arguments": arguments}, generation)
-        sent = fuzz.headers(team.raw, generation, body)
-        response = client.post(live.mcp_url, json=body, headers=sent)
+        sent = fuzz.headers(secret, generation, body)
+        response = client.post(url, json=body, headers=sent)
         answer = fuzz.check_response(response)
         assert answer is not None
-        result = fuzz.check_tool_result(answer)
+        result = fuzz.check_tool_result(answer, arguments, schemas[name])
         with tenancy.operator():
             after = snapshot(cast.alice.id)
         if result is None or name in READ_ONLY:
             assert after == before, (name, "a refused or read-only call changed what is stored")
             return
+        if endpoint != "/mcp":
+            return  # the round trip below is /mcp's remember's
         if name == "remember" and "job_id" in result:
             # Queued for the worker: acknowledged now, stored later; the lifecycle tests
             # follow a job to its memory.

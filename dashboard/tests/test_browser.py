@@ -229,3 +229,28 @@ def test_a_user_reviews_a_memorys_history_and_downloads_their_memories(
     page.goto(server.url + "/memories/changes/")
     assert page.locator(".badge.action-deleted").count() == 1
     shoot(page, "9-recent-changes")
+
+
+def test_a_user_imports_a_letta_agent_file_from_the_memories_page(cast, password, server, page):
+    from memories.tests.importing import FIXTURES
+
+    page.goto(server.url + "/login/")
+    page.fill("#id_username", "alice@example.com")
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(server.url + "/usage/")
+    page.goto(server.url + "/memories/")
+    page.select_option("#id_format", "letta")
+    page.set_input_files("#id_file", str(FIXTURES / "letta.af"))
+    page.click("button:has-text('Import')")
+    page.wait_for_selector("text=progress is below")
+
+    # The page refreshes itself while the job runs; the worker in the server runs it.
+    row = page.locator("tr[data-status=done]:has-text('letta.af')")
+    row.wait_for(timeout=60_000)
+    assert "imported 5 · 0 duplicates · 0 refused" in row.inner_text()
+    shoot(page, "8-memories-imported")
+    page.goto(server.url + "/memories/")
+    listed = page.locator(".memory .content").all_inner_texts()
+    assert "Name: Ana. Lives in Lisbon. Likes hiking." in listed
+    assert "data-refreshing" not in page.content()

@@ -6,8 +6,9 @@ Middleware, outermost first:
   2025-era dispatcher would otherwise send an exception's message as the
   JSON-RPC error.
 * ``observe_tool_calls``: for ``tools/call`` only. Rewrites argument
-  validation failures into a clean ``validation_failed`` result (the SDK's
-  default quotes pydantic's message, input values included), logs entry and
+  validation failures into a clean ``validation_failed`` result worded by
+  ``core/wording.py`` (the SDK's default quotes pydantic's message, input
+  values included), logs entry and
   exit with ``elapsed_ms`` and ``error_code`` (content and queries only as
   8-character SHA-256 prefixes), and records exactly one usage event.
 
@@ -39,7 +40,7 @@ from pydantic import BaseModel, ValidationError
 
 from accounts import auth
 from billing import usage
-from core import context, process
+from core import context, process, wording
 from core.errors import RecallError, ValidationFailed
 from core.logging import describe_exception, fingerprint
 from memories.mcp import agent_tools, runtime, tools, v1_tools
@@ -319,19 +320,15 @@ def _check_arguments(
         names = ", ".join(repr(key) for key in unknown[:8])
         return (
             f"Unknown argument{'s' if len(unknown) > 1 else ''} {names}. "
-            f"{tool.name} takes: {', '.join(declared)}.",
+            + wording.accepted(tool.name, declared),
             {},
         )
     try:
         checked = tool.fn_metadata.validate_arguments(arguments)
     except ValidationError as exc:
-        return "; ".join(_describe(error) for error in exc.errors(include_input=False)), {}
+        # Worded from the published inputSchema, never from pydantic's text.
+        return wording.problem(exc.errors(include_input=False), tool.parameters), {}
     return None, checked
-
-
-def _describe(error: Any) -> str:
-    where = ".".join(str(part) for part in error["loc"] if not isinstance(part, int)) or "arguments"
-    return f"{where}: {error['msg']}"
 
 
 def error_result(

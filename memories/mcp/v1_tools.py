@@ -392,7 +392,7 @@ def update_memory(
     services.update_memory(
         user_id=caller.user_id,
         agent_id=caller.agent_id,
-        id=memory_id,
+        id=_memory_id(memory_id),
         content=content,
         metadata=metadata,
     )
@@ -403,7 +403,9 @@ def update_memory(
 def delete_memory(memory_id: MemoryId) -> Annotated[CallToolResult, Done]:
     """Remove a specific memory. Its history stays readable for the retention period."""
     caller = runtime.caller()
-    services.forget_by_id(user_id=caller.user_id, agent_id=caller.agent_id, id=memory_id)
+    services.forget_by_id(
+        user_id=caller.user_id, agent_id=caller.agent_id, id=_memory_id(memory_id)
+    )
     return success({"success": True, "message": "Memory deleted successfully"})
 
 
@@ -427,7 +429,7 @@ def get_memory_history(memory_id: MemoryId) -> Annotated[CallToolResult, History
     """View the change history of a memory, oldest first."""
     caller = runtime.caller()
     versions = services.memory_history(
-        user_id=caller.user_id, agent_id=caller.agent_id, id=memory_id
+        user_id=caller.user_id, agent_id=caller.agent_id, id=_memory_id(memory_id)
     )
     history = [
         {
@@ -520,6 +522,11 @@ def health_check() -> Annotated[CallToolResult, HealthOutput]:
             "version": health["version"],
         }
     )
+
+
+def _memory_id(value: str) -> str:
+    # The services name the id "id", as /mcp's tools do; here the argument is memory_id.
+    return str(validation.memory_id(value, field="memory_id"))
 
 
 def _percent(rate: float | None) -> str:

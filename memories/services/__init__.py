@@ -14,6 +14,7 @@ One module per concept, layered so that none imports one above it:
 * ``changes``: update, forget (and its confirmations), history;
 * ``sources``: seed 003's add, search, filters and recall;
 * ``transfer``: export and import;
+* ``importing``: imports from other memory servers (memories/importers);
 * ``maintenance``: the periodic clean-up and re-embedding (operator path);
 * ``health``: stats, the query cache, health.
 
@@ -61,6 +62,19 @@ from memories.services.health import (
     optimize_cache,
     worker_pool,
 )
+from memories.services.importing import (
+    IMPORT_CHUNK_BYTES,
+    ImportItem,
+    ImportJob,
+    enqueue_import,
+    finish_import,
+    import_file,
+    import_jobs,
+    new_imports,
+    requeue_job,
+    save_import_progress,
+    store_imports,
+)
 from memories.services.maintenance import (
     _MAINTENANCE_LOCK,
     CLEAN_UP_BATCH,
@@ -77,6 +91,7 @@ from memories.services.queue import (
     job_status,
     queue_depth,
     run_next_job,
+    runs,
     waiting,
     wake,
 )
@@ -150,6 +165,7 @@ __all__ = [
     "EXPORT_BATCH",
     "FILTER_VALUES_MAX",
     "IMPORT_BATCH",
+    "IMPORT_CHUNK_BYTES",
     "LABEL_MAX",
     "PATH_MAX",
     "PENDING",
@@ -161,6 +177,8 @@ __all__ = [
     "CleanUp",
     "Forgotten",
     "Health",
+    "ImportItem",
+    "ImportJob",
     "Imported",
     "Item",
     "Listed",
@@ -186,9 +204,11 @@ __all__ = [
     "count_memories",
     "count_namespace",
     "default_threshold",
+    "enqueue_import",
     "enqueue_remember",
     "erase_history",
     "export_memories",
+    "finish_import",
     "forget",
     "forget_all_preview",
     "forget_by_id",
@@ -197,6 +217,8 @@ __all__ = [
     "forget_preview",
     "has_stale_embeddings",
     "health",
+    "import_file",
+    "import_jobs",
     "import_memories",
     "job_status",
     "list_memories",
@@ -208,6 +230,7 @@ __all__ = [
     "memory_limit",
     "memory_quota",
     "memory_stats",
+    "new_imports",
     "optimize_cache",
     "queue_depth",
     "recall",
@@ -216,11 +239,15 @@ __all__ = [
     "reembed",
     "remember",
     "remembering",
+    "requeue_job",
     "run_next_job",
+    "runs",
+    "save_import_progress",
     "search_memories",
     "search_sources",
     "source_filters",
     "store",
+    "store_imports",
     "update_memory",
     "waiting",
     "wake",

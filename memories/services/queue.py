@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import connection
@@ -191,9 +192,24 @@ def run_next_job() -> bool:
         taken = Job.objects.take_next(settings.JOB_LEASE_SECONDS)
     if taken is None:
         return False
+    runner = RUNNERS.get(taken.kind)
+    if runner is not None:
+        runner(taken)
+        return True
     with context.acting_as(taken.client or "worker", taken.api_key_id):
         _run_job(taken)
     return True
+
+
+# Jobs of other kinds than a background add, each run by the module that owns
+# the work (an upload's import: memories/importers/job.py, registered when the
+# app is ready), so that the queue imports none of them.
+RUNNERS: dict[str, Callable[[Taken], None]] = {}
+
+
+def runs(kind: str, runner: Callable[[Taken], None]) -> None:
+    """Have workers hand a job of ``kind`` to ``runner`` instead of storing its memories."""
+    RUNNERS[kind] = runner
 
 
 def _run_job(job: Taken) -> None:

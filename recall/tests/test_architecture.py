@@ -210,6 +210,7 @@ def test_the_guarded_tables_are_the_ones_under_row_level_security(db):
         "ForgetConfirmation",
         "MemoryHistory",
         "Job",
+        "ImportChunk",
         "ApiKey",
         "Agent",
         "UsageEvent",

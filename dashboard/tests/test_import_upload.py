@@ -1,0 +1,184 @@
+"""The memories page's import form: an upload, queued, run by a worker, reported on the page."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
+
+from core import tenancy
+from core.errors import InternalError
+from memories import services
+from memories.importers import run
+from memories.models import ImportChunk, Job, Memory
+from memories.tests.importing import FIXTURES
+
+# The import stores from a writer thread with a connection of its own.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+URL = "/memories/import/"
+
+
+def upload(client, name: str, data: bytes | None = None, **fields: str):
+    content = data if data is not None else (FIXTURES / name).read_bytes()
+    return client.post(
+        URL,
+        {"format": "mem0", "namespace": "", **fields, "file": SimpleUploadedFile(name, content)},
+    )
+
+
+def contents(user) -> set[str]:
+    with tenancy.tenant(user.id):
+        return set(Memory.objects.filter(user_id=user.id).values_list("content", flat=True))
+
+
+def the_job(user) -> Job:
+    with tenancy.tenant(user.id):
+        return Job.objects.get(user_id=user.id, kind="import")
+
+
+def test_an_upload_is_imported_by_a_worker_and_reported_on_the_page(cast, alice_client):
+    response = upload(alice_client, "mem0.json")
+
+    assert response.status_code == 302 and response["Location"].endswith("/memories/#imports")
+    queued = alice_client.get("/memories/").content.decode()
+    assert "waiting for a worker" in queued and "data-refreshing" in queued
+    assert contents(cast.alice) == set()
+
+    assert services.run_next_job()
+
+    job = the_job(cast.alice)
+    assert job.status == "done" and job.payload["filename"] == "mem0.json"
+    assert job.result["imported"] == 3 and job.result["refused"] == 2
+    assert "Prefers oat milk in coffee" in contents(cast.alice)
+    with tenancy.operator():
+        assert not ImportChunk.objects.filter(job_id=job.id).exists()  # the file is gone
+    page = alice_client.get("/memories/").content.decode()
+    assert "imported 3 · 0 duplicates · 2 refused" in page
+    assert "refused 1: created_at &#x27;last tuesday&#x27; is not an ISO 8601 date" in page
+    assert "data-refreshing" not in page
+
+
+def test_an_upload_over_the_limit_is_refused_and_queues_nothing(cast, alice_client, settings):
+    settings.IMPORT_UPLOAD_MAX_MB = 1
+
+    response = upload(alice_client, "big.json", b"[" + b" " * (2 * 1024 * 1024) + b"]")
+
+    assert response.status_code == 413
+    assert "larger than the 1 MB an upload may be" in response.content.decode()
+    assert services.import_jobs(user_id=cast.alice.id) == []
+
+
+def test_a_malformed_upload_fails_its_job_naming_the_file_and_line(cast, alice_client):
+    upload(alice_client, "mem0_malformed.json")
+
+    services.run_next_job()
+
+    job = the_job(cast.alice)
+    assert job.status == "failed" and job.error_code == "validation_failed"
+    page = alice_client.get("/memories/").content.decode()
+    assert "mem0_malformed.json, line 3: not valid JSON" in page
+    assert contents(cast.alice) == set()
+
+
+def test_a_bad_option_is_refused_on_the_form(cast, alice_client):
+    response = upload(alice_client, "mem0.json", ids="user_id=planet")
+
+    assert response.status_code == 400
+    assert (
+        "--ids: user_id can go to namespace, agent, thread, metadata" in response.content.decode()
+    )
+    assert services.import_jobs(user_id=cast.alice.id) == []
+
+
+def test_charlie_sees_neither_alices_import_nor_her_file(cast, alice_client, charlie_client):
+    upload(alice_client, "mem0.json")
+
+    page = charlie_client.get("/memories/").content.decode()
+
+    assert "mem0.json" not in page
+    assert services.import_jobs(user_id=cast.charlie.id) == []
+    with tenancy.tenant(cast.charlie.id):
+        assert not ImportChunk.objects.exists()
+        assert not Job.objects.exists()
+    services.run_next_job()
+    assert contents(cast.charlie) == set()
+
+
+def test_a_job_that_fails_mid_way_resumes_after_its_last_batch(cast, alice_client, monkeypatch):
+    monkeypatch.setattr(run, "BATCH", 1)
+    real = services.store_imports
+    calls = {"n": 0}
+
+    def flaky(**kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise InternalError("the database hiccupped")
+        return real(**kwargs)
+
+    monkeypatch.setattr(services, "store_imports", flaky)
+    upload(alice_client, "mem0.json")
+
+    services.run_next_job()
+
+    job = the_job(cast.alice)
+    assert job.status == "queued" and job.result["read"] == 2 and job.result["imported"] == 2
+    with tenancy.operator():
+        Job.objects.filter(id=job.id).update(run_after=timezone.now())
+
+    services.run_next_job()
+
+    job = the_job(cast.alice)
+    assert job.status == "done"
+    assert (job.result["read"], job.result["imported"], job.result["duplicates"]) == (5, 3, 0)
+    assert len(contents(cast.alice)) == 3
+
+
+def test_the_free_tier_quota_stops_an_import(cast, alice_client, settings):
+    settings.FREE_TIER_MAX_MEMORIES = 2
+    assert cast.alice.tier == "free"
+
+    upload(alice_client, "mem0.json")
+    services.run_next_job()
+
+    job = the_job(cast.alice)
+    assert job.status == "failed" and job.error_code == "quota_exceeded"
+    assert contents(cast.alice) == set()
+    assert re.search(
+        r"free tier holds at most 2 memories", alice_client.get("/memories/").content.decode()
+    )
+
+
+def test_the_background_workers_run_an_uploaded_import(cast, alice_client):
+    import time
+
+    from memories import jobs
+
+    upload(alice_client, "letta.af", format="letta")
+    running = jobs.Workers(threads=1, maintenance=False).start()
+    try:
+        deadline = time.monotonic() + 60
+        while the_job(cast.alice).status in ("queued", "running") and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        running.stop()
+
+    job = the_job(cast.alice)
+    assert job.status == "done", (job.status, job.error_message, job.result)
+    assert job.result["imported"] == 5
+    assert len(contents(cast.alice)) == 5
+
+
+def test_an_uploads_file_goes_with_its_user_and_with_its_job(cast, alice_client, charlie_client):
+    upload(alice_client, "mem0.json")
+    upload(charlie_client, "mem0.json")
+    with tenancy.operator():
+        assert ImportChunk.objects.count() == 2
+
+        cast.alice.delete()
+
+        assert set(ImportChunk.objects.values_list("user_id", flat=True)) == {cast.charlie.id}
+        Job.objects.filter(user_id=cast.charlie.id).delete()
+        assert not ImportChunk.objects.exists()

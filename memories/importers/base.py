@@ -1,0 +1,208 @@
+"""What every reader yields: a source record in Recall's terms, or a refusal with its reason.
+
+A reader turns one project's export or storage into a stream of ``Record``
+and ``Refused`` values, one at a time, so that a file of any size is read in
+bounded memory. A record says where it came from (``where``: a line, a record
+number, a note's path) so that every refusal and error can name it.
+
+Input that cannot be read at all (broken JSON, a CSV with a stray quote, a
+database without the expected tables) raises ``ValidationFailed`` naming the
+file and the line or record: the import stops there. A record that is read
+but cannot become a memory (no content, deleted at the source, a date that is
+not a date) is ``Refused``: the import counts it, with its reason, and goes on.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time
+from typing import Any
+
+import numpy as np
+
+from core.errors import ValidationFailed
+
+# The metadata key under which an imported memory keeps where it came from:
+# the format, the file, the record's id there, and whatever else the source
+# knew about it that has no column here (tags, types, ids of users, agents
+# and runs, frontmatter). README: "Moving from another memory server".
+IMPORTED_FROM = "imported_from"
+
+# Where source identities (mem0's user_id, agent_id, run_id; OpenMemory's
+# app; Letta's agent) may go: a namespace, one of the user's agents (created
+# when missing), a thread, or only metadata.
+TARGETS = ("namespace", "agent", "thread", "metadata")
+
+
+@dataclass
+class Record:
+    content: Any
+    where: str  # "line 12", "record 3", "notes/coffee.md": named in refusals
+    source_id: str | None = None
+    created_at: Any = None
+    updated_at: Any = None
+    # The source's own metadata object: kept as the memory's metadata.
+    metadata: Any = None
+    # Everything else the source said about it, kept under IMPORTED_FROM.
+    extra: dict[str, Any] = field(default_factory=dict)
+    namespace: str | None = None
+    agent: str | None = None
+    thread_id: str | None = None
+    priority: str | None = None
+    kind: str = "note"
+    path: str = ""
+    author: str = ""
+    # A vector the source stored, and the model it says made it.
+    vector: np.ndarray | None = None
+    vector_model: str | None = None
+
+
+@dataclass(frozen=True)
+class Refused:
+    where: str
+    reason: str
+
+
+Item = Record | Refused
+Stream = Iterator[Item]
+
+
+def moment(value: Any, field_name: str) -> datetime | None:
+    """Return a source's timestamp as an aware datetime: ISO 8601, or Unix seconds or ms.
+
+    None and "" stay None. Raises ValueError (a reason to refuse the record)
+    for anything else.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, date):
+        return datetime.combine(value, time(), tzinfo=UTC)
+    if isinstance(value, bool):
+        raise ValueError(f"{field_name} {value!r} is not a date")
+    if isinstance(value, int | float):
+        seconds = float(value)
+        if not math.isfinite(seconds):
+            raise ValueError(f"{field_name} {value!r} is not a date")
+        # Past the year 5138 in seconds means milliseconds.
+        if abs(seconds) > 1e11:
+            seconds /= 1000.0
+        try:
+            return datetime.fromtimestamp(seconds, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(f"{field_name} {value!r} is not a date") from None
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"-?\d+(\.\d+)?", text):
+            return moment(float(text), field_name)
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"{field_name} {_short(value)!r} is not an ISO 8601 date") from None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    raise ValueError(f"{field_name} is a {type(value).__name__}, not a date")
+
+
+def tags(value: Any) -> list[str]:
+    """Return tags given as a list or a comma-separated string, trimmed, empties dropped."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        items: list[Any] = value.split(",")
+    elif isinstance(value, list):
+        items = value
+    else:
+        return [str(value)]
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def jsonable(value: Any) -> Any:
+    """Return ``value`` with dates as ISO strings and other non-JSON leaves as strings."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def parse_mapping(text: str, allowed: tuple[str, ...], *, flag: str) -> dict[str, str]:
+    """Parse ``a=b,c=d`` into a dict, refusing keys outside ``allowed`` (or any key if empty)."""
+    mapping: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise ValidationFailed(
+                f"{flag} takes name=value pairs separated by commas; got {part!r}."
+            )
+        if allowed and key not in allowed:
+            raise ValidationFailed(f"{flag}: {key!r} is not one of {', '.join(allowed)}.")
+        mapping[key] = value
+    return mapping
+
+
+def _short(value: str, limit: int = 40) -> str:
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def vector_from_blob(blob: bytes, dimensions: int) -> np.ndarray | None:
+    """Return a little-endian float32 vector of ``dimensions`` from raw bytes, or None."""
+    if len(blob) != dimensions * 4:
+        return None
+    return np.frombuffer(blob, dtype="<f4").astype(np.float32)
+
+
+def namespace_for(value: Any) -> str:
+    """Return a source's identity as a namespace: other characters become "-", at most 64."""
+    text = re.sub(r"[^A-Za-z0-9_.:/@-]", "-", str(value).strip())[:64]
+    return text or "default"
+
+
+def identities(spec: str | None, defaults: dict[str, str], *, flag: str) -> dict[str, str]:
+    """Return where each source identity goes: ``defaults`` overridden by ``spec`` (``a=b,...``).
+
+    Each target but metadata takes at most one identity.
+    """
+    chosen = dict(defaults)
+    if spec:
+        for key, target in parse_mapping(spec, tuple(defaults), flag=flag).items():
+            if target not in TARGETS:
+                raise ValidationFailed(
+                    f"{flag}: {key} can go to {', '.join(TARGETS)}; not {target!r}."
+                )
+            chosen[key] = target
+    for target in ("namespace", "agent", "thread"):
+        taking = [key for key, value in chosen.items() if value == target]
+        if len(taking) > 1:
+            raise ValidationFailed(f"{flag}: only one of {', '.join(taking)} can go to {target}.")
+    return chosen
+
+
+def place(record: Record, values: dict[str, Any], mapping: dict[str, str]) -> None:
+    """Put each identity in ``values`` where ``mapping`` says; every one is kept in extra too."""
+    for key, target in mapping.items():
+        value = values.get(key)
+        if value is None or value == "":
+            continue
+        text = str(value)
+        record.extra[key] = text
+        if target == "namespace":
+            record.namespace = namespace_for(text)
+        elif target == "agent":
+            record.agent = text
+        elif target == "thread":
+            record.thread_id = text

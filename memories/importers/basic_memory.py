@@ -1,0 +1,151 @@
+"""basic-memory: a folder of its Markdown notes (a directory, a .zip of one, or one .md file).
+
+A note is YAML frontmatter between ``---`` fences (``title``, ``type``,
+``tags``, ``permalink`` and any custom fields), then Markdown whose
+observations (``- [category] text #tag``) and relations
+(``- relates_to [[Other note]]``) are ordinary lines of it. The body is cut
+into chunks exactly as a document given to ``memory_add`` is
+(memories/chunking.py): each chunk is one memory under the note's path, with
+the title, the permalink, the heading it sits under and its place in the
+note as metadata, and the whole frontmatter under ``imported_from``.
+
+The creation time is the frontmatter's ``created`` (or ``date``), else the
+file's modification time; basic-memory itself keeps no other.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from core.errors import ValidationFailed
+from memories import chunking
+from memories.importers.base import Record, Refused, Stream, jsonable
+from memories.importers.sources import Source
+
+FORMAT = "basic-memory"
+SUFFIXES = (".md", ".markdown")
+# A note larger than this is not a note; reading it whole must stay cheap.
+NOTE_MAX_BYTES = 8 * 1024 * 1024
+
+
+def read(source: Source, **_: Any) -> Stream:
+    for relative, mtime, data in _notes(source):
+        yield from note(relative, mtime, data)
+
+
+def _notes(source: Source) -> Iterator[tuple[str, datetime, bytes]]:
+    path = source.path
+    if path.is_dir():
+        files = sorted(
+            p
+            for p in path.rglob("*")
+            if p.is_file()
+            and p.suffix.lower() in SUFFIXES
+            and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
+        for file in files:
+            stat = file.stat()
+            data = file.read_bytes() if stat.st_size <= NOTE_MAX_BYTES else b""
+            yield file.relative_to(path).as_posix(), _stamp(stat.st_mtime), data
+    elif source.suffix == ".zip" or zipfile.is_zipfile(path):
+        try:
+            archive = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, OSError):
+            raise ValidationFailed(f"{source.label}: not a zip archive.") from None
+        with archive:
+            infos = sorted(
+                (i for i in archive.infolist() if not i.is_dir() and _is_note(i.filename)),
+                key=lambda i: i.filename,
+            )
+            for info in infos:
+                data = archive.read(info) if info.file_size <= NOTE_MAX_BYTES else b""
+                stamp = datetime(*info.date_time, tzinfo=UTC)
+                yield info.filename, stamp, data
+    elif source.suffix in SUFFIXES:
+        yield source.label, _stamp(path.stat().st_mtime), path.read_bytes()
+    else:
+        raise ValidationFailed(
+            f"{source.label}: give basic-memory's folder, a .zip of it, or one .md note."
+        )
+
+
+def _is_note(name: str) -> bool:
+    parts = PurePosixPath(name).parts
+    return PurePosixPath(name).suffix.lower() in SUFFIXES and not any(
+        part.startswith(".") or part == "__MACOSX" for part in parts
+    )
+
+
+def _stamp(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def note(relative: str, mtime: datetime, data: bytes) -> Iterator[Record | Refused]:
+    if not data:
+        yield Refused(relative, f"empty, or larger than {NOTE_MAX_BYTES // (1024 * 1024)} MB")
+        return
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        yield Refused(relative, "not UTF-8 text")
+        return
+    try:
+        front, body = split(text)
+    except ValueError as error:
+        yield Refused(relative, str(error))
+        return
+    chunks = chunking.chunk(body.replace("\r\n", "\n"))
+    if not chunks:
+        yield Refused(relative, "no text besides the frontmatter")
+        return
+    title = str(front.get("title") or Path(relative).stem)
+    permalink = front.get("permalink")
+    created = front.get("created", front.get("date", front.get("created_at"))) or mtime
+    updated = front.get("modified", front.get("updated", front.get("updated_at"))) or mtime
+    for chunk in chunks:
+        metadata: dict[str, Any] = {"title": title, "chunk": chunk.position}
+        if permalink:
+            metadata["permalink"] = str(permalink)
+        if chunk.heading:
+            metadata["heading"] = chunk.heading
+        extra: dict[str, Any] = {"frontmatter": jsonable(front)} if front else {}
+        yield Record(
+            content=chunk.text,
+            where=f"{relative}, chunk {chunk.position + 1}",
+            source_id=f"{permalink or relative}#{chunk.position}",
+            created_at=created,
+            updated_at=updated,
+            metadata=metadata,
+            extra=extra,
+            kind="document",
+            path=relative,
+        )
+
+
+def split(text: str) -> tuple[dict[str, Any], str]:
+    """Return a note's frontmatter (a dict, maybe empty) and its body."""
+    lines = text.split("\n")
+    if not lines or lines[0].strip() != "---":
+        return {}, text
+    for end in range(1, len(lines)):
+        if lines[end].strip() in ("---", "..."):
+            break
+    else:
+        raise ValueError("the frontmatter's closing --- is missing")
+    try:
+        front = yaml.safe_load("\n".join(lines[1:end]))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark is not None else ""
+        raise ValueError(f"the frontmatter is not valid YAML{where}") from None
+    if front is None:
+        front = {}
+    if not isinstance(front, dict):
+        raise ValueError("the frontmatter is not a YAML mapping")
+    return front, "\n".join(lines[end + 1 :])

@@ -1,0 +1,161 @@
+"""Any other server's data as JSON Lines or CSV, with a mapping from its fields to ours.
+
+``--map content=text,created_at=ts,namespace=project,metadata.source=origin``
+says which source field fills which of Recall's: ``content`` (required),
+``created_at``, ``updated_at``, ``namespace``, ``agent``, ``thread``,
+``priority``, ``id`` (the source's id, kept in ``imported_from``),
+``metadata`` (a JSON object, or a JSON string in CSV), ``tags`` (a list, or a
+comma-separated string) and ``metadata.KEY`` (one field into one metadata
+key). In JSON Lines a source field may be a dotted path into nested objects
+(``data.text``). A target left out of the mapping is filled from the source
+field of the same name when there is one (``content`` also from ``text`` or
+``memory``). Other fields whose values are strings, numbers or booleans are
+kept under ``imported_from.fields``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from typing import Any
+
+from core.errors import ValidationFailed
+from memories.importers.base import Record, Refused, Stream, namespace_for, parse_mapping, tags
+from memories.importers.sources import Source, lines_of
+
+TARGETS = (
+    "content",
+    "created_at",
+    "updated_at",
+    "namespace",
+    "agent",
+    "thread",
+    "priority",
+    "id",
+    "metadata",
+    "tags",
+)
+FALLBACKS = {"content": ("content", "text", "memory"), "thread": ("thread", "thread_id")}
+
+
+def mapping(spec: str | None) -> dict[str, str]:
+    """Return target -> source field, from ``--map``; ``metadata.KEY`` targets are allowed."""
+    given = parse_mapping(spec or "", (), flag="--map")
+    for target in given:
+        if target not in TARGETS and not (target.startswith("metadata.") and len(target) > 9):
+            raise ValidationFailed(
+                f"--map: {target!r} is not one of {', '.join(TARGETS)} or metadata.KEY."
+            )
+    return given
+
+
+def read_jsonl(source: Source, *, columns: str | None = None, **_: Any) -> Stream:
+    chosen = mapping(columns)
+    with source.text() as stream:
+        for line, value in lines_of(stream, source.label):
+            yield _record(value, f"line {line}", chosen, nested=True)
+
+
+def read_csv(source: Source, *, columns: str | None = None, **_: Any) -> Stream:
+    chosen = mapping(columns)
+    with source.text() as stream:
+        reader = csv.DictReader(stream)
+        try:
+            header = reader.fieldnames
+            if not header:
+                raise ValidationFailed(f"{source.label}: empty, or no header row.")
+            wanted = set(chosen.values())
+            missing = sorted(wanted - set(header))
+            if missing:
+                raise ValidationFailed(
+                    f"{source.label}: --map names columns the header lacks: {', '.join(missing)}."
+                )
+            for row in reader:
+                where = f"line {reader.line_num}"
+                if None in row:
+                    yield Refused(where, "more fields than the header has columns")
+                    continue
+                yield _record(row, where, chosen, nested=False)
+        except csv.Error as error:
+            raise ValidationFailed(f"{source.label}, line {reader.line_num}: {error}.") from None
+        except UnicodeDecodeError:
+            raise ValidationFailed(
+                f"{source.label}, after line {reader.line_num}: not UTF-8 text."
+            ) from None
+
+
+def _get(row: dict[str, Any], name: str, nested: bool) -> Any:
+    if name in row or not nested:
+        return row.get(name)
+    value: Any = row
+    for part in name.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _field(row: dict[str, Any], chosen: dict[str, str], target: str, nested: bool) -> Any:
+    if target in chosen:
+        return _get(row, chosen[target], nested)
+    for name in FALLBACKS.get(target, (target,)):
+        if name in row:
+            return row[name]
+    return None
+
+
+def _record(
+    row: dict[str, Any], where: str, chosen: dict[str, str], nested: bool
+) -> Record | Refused:
+    used = set(chosen.values()) | {
+        name
+        for target in TARGETS
+        if target not in chosen
+        for name in FALLBACKS.get(target, (target,))
+    }
+    metadata = _field(row, chosen, "metadata", nested)
+    if isinstance(metadata, str):
+        if metadata.strip():
+            try:
+                metadata = json.loads(metadata)
+            except (ValueError, RecursionError):
+                return Refused(where, "metadata is not valid JSON")
+        else:
+            metadata = None
+    if metadata is not None and not isinstance(metadata, dict):
+        return Refused(where, "metadata is not a JSON object")
+    metadata = dict(metadata or {})
+    for target, name in chosen.items():
+        if target.startswith("metadata."):
+            value = _get(row, name, nested)
+            if value is not None and value != "":
+                metadata[target[9:]] = value
+    ident = _field(row, chosen, "id", nested)
+    namespace = _field(row, chosen, "namespace", nested)
+    record = Record(
+        content=_field(row, chosen, "content", nested),
+        where=where,
+        source_id=str(ident) if ident not in (None, "") else None,
+        created_at=_field(row, chosen, "created_at", nested),
+        updated_at=_field(row, chosen, "updated_at", nested),
+        metadata=metadata,
+        namespace=namespace_for(namespace) if namespace not in (None, "") else None,
+        agent=_text(_field(row, chosen, "agent", nested)),
+        thread_id=_text(_field(row, chosen, "thread", nested)),
+        priority=_text(_field(row, chosen, "priority", nested)),
+    )
+    found = tags(_field(row, chosen, "tags", nested))
+    if found:
+        record.extra["tags"] = found
+    rest = {
+        key: value
+        for key, value in row.items()
+        if key not in used and isinstance(value, str | int | float | bool) and value != ""
+    }
+    if rest:
+        record.extra["fields"] = rest
+    return record
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)

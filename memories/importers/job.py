@@ -1,0 +1,83 @@
+"""An import uploaded on the dashboard, run by a background worker (``memory_jobs``, kind "import").
+
+The worker copies the uploaded file out of the database into a temporary
+directory (the readers need a real file: SQLite and zip archives are read
+by seeking), runs the import as the job's owner, and saves the report with
+every batch, in that batch's transaction, so the dashboard shows progress
+and an interrupted job resumes after the last batch it stored. Bad input
+and a full quota fail the job at once with the message; a passing failure
+(the embedding model, the database) is retried with back-off.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from core import context, errors
+from core.errors import EmbeddingUnavailable, InternalError, RecallError
+from core.logging import describe_exception
+from memories import services
+from memories.importers.run import Options, Report, run_import
+from memories.importers.sources import Source
+from memories.models import Taken
+
+logger = logging.getLogger(__name__)
+
+
+def run_taken(job: Taken) -> None:
+    """Run an import job a worker has taken (``services.runs("import", ...)``)."""
+    run(job.id, job.user_id, job.payload, job.attempts, job.result)
+
+
+def run(
+    job_id: uuid.UUID,
+    user_id: uuid.UUID,
+    payload: dict[str, Any],
+    attempts: int,
+    result: dict[str, Any] | None,
+) -> None:
+    label = payload["filename"]
+    suffix = re.sub(r"[^A-Za-z0-9.]", "", Path(label).suffix)[:16]
+    resume = Report.from_dict(result) if result else None
+    with tempfile.TemporaryDirectory(prefix="recall-import-") as tmp:
+        path = Path(tmp) / f"upload{suffix}"
+        with path.open("wb") as out:
+            for piece in services.import_file(user_id=user_id, job_id=job_id):
+                out.write(piece)
+        try:
+            with context.acting_as("import"):
+                report = run_import(
+                    user_id=user_id,
+                    source=Source(path, label),
+                    options=Options(**payload["options"]),
+                    tier=payload.get("tier"),
+                    resume=resume,
+                    checkpoint=lambda r: services.save_import_progress(
+                        job_id=job_id, report=r.as_dict()
+                    ),
+                )
+        except (EmbeddingUnavailable, InternalError) as error:
+            _again_or_fail(job_id, user_id, attempts, error)
+        except RecallError as error:
+            services.finish_import(user_id=user_id, job_id=job_id, report=None, error=error)
+        except Exception as exc:
+            if errors.from_exception(exc).code == errors.Unavailable.code:
+                raise  # the database is away: the lease runs out and the job is taken again
+            logger.error("import failed", extra={"job_id": str(job_id), **describe_exception(exc)})
+            _again_or_fail(
+                job_id, user_id, attempts, InternalError("The import failed on our side.")
+            )
+        else:
+            services.finish_import(user_id=user_id, job_id=job_id, report=report.as_dict())
+
+
+def _again_or_fail(
+    job_id: uuid.UUID, user_id: uuid.UUID, attempts: int, error: RecallError
+) -> None:
+    if not services.requeue_job(job_id=job_id, user_id=user_id, attempts=attempts, error=error):
+        services.finish_import(user_id=user_id, job_id=job_id, report=None, error=error)

@@ -1,0 +1,183 @@
+"""mcp-memory-service: its SQLite-vec database file (``sqlite_vec.db``).
+
+Its storage is two tables, read with the standard library alone:
+
+* ``memories``: ``id`` (integer), ``content_hash``, ``content``, ``tags``
+  (comma-separated), ``memory_type``, ``metadata`` (JSON text),
+  ``created_at`` and ``updated_at`` (Unix seconds), their ``*_iso`` twins,
+  and ``deleted_at`` (soft deletion, in later versions);
+* ``memory_embeddings``: a sqlite-vec ``vec0`` virtual table,
+  ``content_embedding FLOAT[n]``, whose rowid is the memory's id.
+
+The extension need not be loaded: ``vec0`` keeps its data in ordinary
+"shadow" tables. ``memory_embeddings_rowids`` maps a rowid to a chunk and an
+offset, ``memory_embeddings_chunks`` holds each chunk's validity bitmap and
+rowids (int64), and ``memory_embeddings_vector_chunks00`` each chunk's
+vectors, packed little-endian float32, ``n`` to a row. A vector is taken only
+when its slot is marked valid and names the same rowid.
+
+The file does not say which model made the vectors; mcp-memory-service's
+default is all-MiniLM-L6-v2, Recall's bundled model, so that is assumed
+unless ``--source-model`` says otherwise. Whether they are reused is then
+decided by comparing a sample with our own embeddings (memories/importers/run.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import struct
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from core.errors import ValidationFailed
+from memories.importers.base import Record, Refused, Stream, tags, vector_from_blob
+from memories.importers.sources import Source
+
+FORMAT = "mcp-memory-service"
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+TABLE = "memory_embeddings"
+# Its own table of memories, in the file (not ours: named apart for that reason).
+SOURCE = "memories"
+COLUMNS = (
+    "content_hash",
+    "content",
+    "tags",
+    "memory_type",
+    "metadata",
+    "created_at",
+    "updated_at",
+    "created_at_iso",
+    "updated_at_iso",
+    "deleted_at",
+)
+
+
+def read(source: Source, *, source_model: str | None = None, **_: Any) -> Stream:
+    try:
+        db = sqlite3.connect(f"{source.path.resolve().as_uri()}?mode=ro", uri=True)
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        raise ValidationFailed(f"{source.label}: not an SQLite database.") from None
+    try:
+        yield from _rows(db, source.label, source_model or DEFAULT_MODEL)
+    except sqlite3.DatabaseError as error:
+        raise ValidationFailed(f"{source.label}: the database cannot be read ({error}).") from None
+    finally:
+        db.close()
+
+
+def _rows(db: sqlite3.Connection, label: str, model: str) -> Stream:
+    present = {row[1] for row in db.execute(f"PRAGMA table_info({SOURCE})")}
+    if not {"content", "content_hash"} <= present:
+        raise ValidationFailed(
+            f"{label}: not an mcp-memory-service database (no memories table with content)."
+        )
+    columns = [c for c in COLUMNS if c in present]
+    vectors = _Vectors.open(db)
+    select = ", ".join(f"m.{c}" for c in columns)
+    if vectors is not None:
+        # Column and table names are ours (COLUMNS, TABLE), never the file's.
+        join = f" LEFT JOIN {TABLE}_rowids r ON r.rowid = m.id"
+        query = f"SELECT m.id, {select}, r.chunk_id, r.chunk_offset FROM {SOURCE} m{join}"  # noqa: S608
+    else:
+        query = f"SELECT m.id, {select}, NULL, NULL FROM {SOURCE} m"  # noqa: S608
+    query += " ORDER BY m.id"
+    for row in db.execute(query):
+        rowid, *values, chunk_id, offset = row
+        fields = dict(zip(columns, values, strict=True))
+        where = f"memory {rowid}"
+        if fields.get("deleted_at") is not None:
+            yield Refused(where, "deleted in mcp-memory-service")
+            continue
+        record = Record(
+            content=fields.get("content"),
+            where=where,
+            source_id=fields.get("content_hash"),
+            created_at=_first(fields.get("created_at"), fields.get("created_at_iso")),
+            updated_at=_first(fields.get("updated_at"), fields.get("updated_at_iso")),
+        )
+        raw = fields.get("metadata")
+        if raw:
+            try:
+                record.metadata = json.loads(raw)
+            except (ValueError, RecursionError):
+                record.extra["metadata_text"] = str(raw)[:2000]
+        if fields.get("tags"):
+            record.extra["tags"] = tags(fields["tags"])
+        if fields.get("memory_type"):
+            record.extra["memory_type"] = fields["memory_type"]
+        if vectors is not None and chunk_id is not None:
+            record.vector = vectors.get(rowid, chunk_id, offset)
+            record.vector_model = model if record.vector is not None else None
+        yield record
+
+
+def _first(*values: Any) -> Any:
+    for value in values:
+        if value is not None and value != "":
+            return value
+    return None
+
+
+class _Vectors:
+    """Reads vectors out of a vec0 table's shadow tables, a chunk at a time."""
+
+    KEEP = 4  # chunks kept in memory: rows come in id order, chunks mostly in turn
+
+    def __init__(self, db: sqlite3.Connection, dimensions: int) -> None:
+        self.db = db
+        self.dimensions = dimensions
+        self.chunks: OrderedDict[int, tuple[bytes, bytes, bytes] | None] = OrderedDict()
+
+    @classmethod
+    def open(cls, db: sqlite3.Connection) -> _Vectors | None:
+        found = db.execute("SELECT sql FROM sqlite_master WHERE name = ?", (TABLE,)).fetchone()
+        if not found or not found[0]:
+            return None
+        width = re.search(r"float\s*\[\s*(\d+)\s*\]", found[0], re.I)
+        names = {
+            row[0]
+            for row in db.execute(
+                "SELECT name FROM sqlite_master WHERE name LIKE ?", (f"{TABLE}_%",)
+            )
+        }
+        needed = {f"{TABLE}_rowids", f"{TABLE}_chunks", f"{TABLE}_vector_chunks00"}
+        if width is None or not needed <= names:
+            return None
+        return cls(db, int(width.group(1)))
+
+    def get(self, rowid: int, chunk_id: int, offset: int) -> np.ndarray | None:
+        chunk = self._chunk(chunk_id)
+        if chunk is None or offset is None or offset < 0:
+            return None
+        validity, rowids, vectors = chunk
+        if offset // 8 >= len(validity) or not validity[offset // 8] >> (offset % 8) & 1:
+            return None
+        if (offset + 1) * 8 > len(rowids) or struct.unpack_from("<q", rowids, offset * 8)[
+            0
+        ] != rowid:
+            return None
+        size = self.dimensions * 4
+        return vector_from_blob(vectors[offset * size : (offset + 1) * size], self.dimensions)
+
+    def _chunk(self, chunk_id: int) -> tuple[bytes, bytes, bytes] | None:
+        if chunk_id in self.chunks:
+            self.chunks.move_to_end(chunk_id)
+            return self.chunks[chunk_id]
+        meta = self.db.execute(
+            f"SELECT validity, rowids FROM {TABLE}_chunks WHERE chunk_id = ?",  # noqa: S608
+            (chunk_id,),
+        ).fetchone()
+        data = self.db.execute(
+            f"SELECT vectors FROM {TABLE}_vector_chunks00 WHERE rowid = ?",  # noqa: S608
+            (chunk_id,),
+        ).fetchone()
+        chunk = (bytes(meta[0]), bytes(meta[1]), bytes(data[0])) if meta and data else None
+        self.chunks[chunk_id] = chunk
+        while len(self.chunks) > self.KEEP:
+            self.chunks.popitem(last=False)
+        return chunk

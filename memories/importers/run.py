@@ -1,0 +1,480 @@
+"""Running an import: a reader's stream, validated and stored in batches, with a report.
+
+Each record is validated as ``remember`` validates its input; one that fails
+is refused with the reason and the import goes on. Records are stored in
+batches of ``BATCH``, each batch in one transaction of the user's tenant
+(services.store_imports), so row-level security applies and an interrupted
+import leaves whole batches only. A record whose place (namespace, agent,
+thread, path and content hash) already holds a live memory is skipped as a
+duplicate before anything is embedded: running the same import again stores
+nothing new and embeds nothing, which is also how an interrupted import is
+resumed. A background job goes one better and saves its position with each
+batch (``checkpoint``), so it resumes where it stopped.
+
+Vectors the source stored are reused only when they say they come from the
+model configured here, have its width, and agree with it: a sample of them
+is compared with our own embeddings of the same texts (``agree``).
+Otherwise the content is embedded again, with the embedder's batch API.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from django.db import connection
+
+from core import context
+from core.errors import EmbeddingUnavailable, RecallError, ValidationFailed
+from memories import embeddings, services, validation
+from memories.importers import (
+    FORMATS,
+    READERS,
+    base,
+    generic,
+    letta,
+    mcp_memory_service,
+    mem0,
+    openmemory,
+)
+from memories.importers.sources import Source
+
+BATCH = 256
+# Writer threads of the operator's command (BENCHMARKS.md, "Imports").
+WRITERS = 2
+EXAMPLES = 20  # refusals listed one by one in a report; the rest are counted
+SAMPLE = 16  # vectors compared with our own before any is reused
+# Cosine similarity a source's vector must reach with ours for the same text.
+# The bundled int8 model and sentence-transformers' float32 all-MiniLM-L6-v2
+# agree at 0.97-0.99 on short texts; another model's vectors sit near 0.
+AGREE_MEDIAN = 0.95
+AGREE_MIN = 0.85
+
+
+@dataclass
+class Options:
+    format: str
+    namespace: str = "default"
+    ids: str | None = None  # --ids: where source identities go
+    columns: str | None = None  # --map: the generic formats' field mapping
+    source_model: str | None = None  # --source-model: who made the stored vectors
+    dry_run: bool = False
+
+    def check(self) -> None:
+        if self.format not in READERS:
+            raise ValidationFailed(f"Unknown format {self.format!r}; one of {', '.join(FORMATS)}.")
+        self.namespace = validation.namespace(self.namespace)
+        identities = {"mem0": mem0.IDENTITIES, "openmemory": openmemory.IDENTITIES}
+        identities["letta"] = letta.IDENTITIES
+        if self.ids:
+            if self.format not in identities:
+                raise ValidationFailed("--ids applies to mem0, openmemory and letta.")
+            base.identities(self.ids, identities[self.format], flag="--ids")
+        if self.columns:
+            if self.format not in ("jsonl", "csv"):
+                raise ValidationFailed("--map applies to jsonl and csv.")
+            generic.mapping(self.columns)
+
+    def reader_options(self) -> dict[str, Any]:
+        return {"ids": self.ids, "columns": self.columns, "source_model": self.source_model}
+
+
+@dataclass
+class Report:
+    format: str
+    source: str
+    dry_run: bool = False
+    read: int = 0  # records taken from the source, refused ones included
+    imported: int = 0
+    duplicates: int = 0
+    refused: int = 0
+    embedded: int = 0
+    reused: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+    vectors: list[str] = field(default_factory=list)  # each decision about stored vectors
+    seconds: float = 0.0
+
+    def refuse(self, where: str, reason: str) -> None:
+        self.refused += 1
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
+        if len(self.examples) < EXAMPLES:
+            self.examples.append(f"{where}: {reason}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        known = {name for name in cls.__dataclass_fields__}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+    def summary(self) -> str:
+        verb = "Would import" if self.dry_run else "Imported"
+        return (
+            f"{verb} {self.imported:,} of {self.read:,} records from {self.source} ({self.format}):"
+            f" {self.duplicates:,} skipped as duplicates, {self.refused:,} refused;"
+            f" {self.reused:,} vectors reused, {self.embedded:,} embedded."
+        )
+
+    def details(self) -> list[str]:
+        lines = [f"  vectors: {decision}" for decision in self.vectors]
+        for reason, count in sorted(self.reasons.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  refused {count:,}: {reason}")
+        lines += [f"    {example}" for example in self.examples]
+        return lines
+
+
+def run_import(
+    *,
+    user_id: uuid.UUID | str,
+    source: Source,
+    options: Options,
+    tier: str | None = None,
+    progress: Callable[[Report], None] | None = None,
+    resume: Report | None = None,
+    checkpoint: Callable[[Report], None] | None = None,
+    writers: int = 1,
+) -> Report:
+    """Import ``source`` for the user; return the report.
+
+    ``tier`` applies that tier's memory quota (None: none, the operator's
+    command). ``resume`` is the report a previous run of the same job saved:
+    its records are passed over and its counts carried on. ``checkpoint``
+    runs inside each batch's transaction with the report as it will be once
+    the batch commits.
+
+    This thread reads, validates, looks up duplicates and embeds; writer
+    threads store, a batch behind, so that the model and the database work
+    at the same time. One writer (the default) keeps the batches in order, so
+    a checkpoint never counts a batch that has not committed; the operator's
+    command, which keeps no checkpoint, runs ``WRITERS``, for the database's
+    work on the index is most of an import's when vectors are reused.
+    """
+    if checkpoint is not None and writers != 1:
+        raise ValueError("a checkpointed import stores its batches in order: one writer")
+    options.check()
+    started = time.monotonic()
+    report = resume or Report(format=options.format, source=source.label)
+    report.dry_run = options.dry_run
+    spent = report.seconds
+    skip = report.read
+    importer = _Importer(user_id, options, report, tier, checkpoint, writers)
+    stream = READERS[options.format](source, **options.reader_options())
+    read = 0
+    try:
+        for item in stream:
+            read += 1
+            if read <= skip:
+                continue
+            if isinstance(item, base.Refused):
+                importer.refusals.append((item.where, item.reason))
+            else:
+                importer.add(item, source.label)
+            if read % BATCH == 0:
+                importer.flush(read)
+                report.seconds = spent + time.monotonic() - started
+                if progress is not None:
+                    progress(report)
+        importer.flush(read)
+        importer.finish()
+    finally:
+        importer.close()
+    report.seconds = spent + time.monotonic() - started
+    if progress is not None:
+        progress(report)
+    return report
+
+
+@dataclass
+class _Batch:
+    """What one batch changes in the report, applied once its transaction commits."""
+
+    read: int  # records read up to the end of this batch
+    refusals: list[tuple[str, str]]
+    items: int
+    fresh: list[services.ImportItem]
+    vectors: list[np.ndarray]
+    reused: int
+    decisions: list[str]
+
+
+class _Importer:
+    def __init__(
+        self,
+        user_id: uuid.UUID | str,
+        options: Options,
+        report: Report,
+        tier: str | None,
+        checkpoint: Callable[[Report], None] | None,
+        writers: int = 1,
+    ) -> None:
+        self.user_id = user_id
+        self.options = options
+        self.report = report
+        self.tier = tier
+        self.checkpoint = checkpoint
+        self.embedder = embeddings.get_embedder()
+        self.batch: list[tuple[services.ImportItem, base.Record, str | None]] = []
+        self.refusals: list[tuple[str, str]] = []
+        self.decided: list[str] = []
+        self.agents: dict[str, uuid.UUID] | None = None
+        self.decisions: dict[tuple[str, int], bool] = {}
+        self.writers = writers
+        self.writer = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="import-writer")
+        self.pending: deque[Future[None]] = deque()
+        self.lock = threading.Lock()  # writers settle into one report
+        self.flushed = report.read
+
+    def add(self, record: base.Record, label: str) -> None:
+        try:
+            item = self._item(record, label)
+        except (ValidationFailed, ValueError) as error:
+            reason = error.message if isinstance(error, RecallError) else str(error)
+            self.refusals.append((record.where, reason.rstrip(".")))
+            return
+        self.batch.append((item, record, record.agent))
+
+    def _item(self, record: base.Record, label: str) -> services.ImportItem:
+        if not isinstance(record.content, str):
+            raise ValueError("no content" if record.content is None else "content is not text")
+        content = validation.content(record.content)
+        created = base.moment(record.created_at, "created_at")
+        updated = base.moment(record.updated_at, "updated_at") or created
+        metadata = record.metadata if record.metadata is not None else {}
+        if not isinstance(metadata, dict):
+            record.extra["metadata"] = metadata
+            metadata = {}
+        origin = {"format": self.options.format, "file": label}
+        if record.source_id is not None:
+            origin["id"] = record.source_id
+        metadata = validation.metadata(
+            {**metadata, base.IMPORTED_FROM: {**origin, **base.jsonable(record.extra)}}
+        )
+        agent = validation.label(record.agent, field="agent")
+        if agent is not None:
+            record.agent = agent
+        return services.ImportItem(
+            namespace=validation.namespace(record.namespace or self.options.namespace),
+            agent_id=None,  # resolved per batch
+            thread_id=validation.label(record.thread_id, field="thread_id"),
+            kind=record.kind,
+            author=validation.label(record.author or None, field="author") or "",
+            path=validation.label(record.path or None, field="path", maximum=1024) or "",
+            content=content,
+            content_hash=validation.content_hash(content),
+            metadata=metadata,
+            priority=validation.priority(record.priority),
+            created_at=created,
+            updated_at=updated,
+        )
+
+    # one batch ---------------------------------------------------------------
+
+    def flush(self, read: int) -> None:
+        batch, self.batch = self.batch, []
+        refusals, self.refusals = self.refusals, []
+        if read == self.flushed:
+            return
+        self.flushed = read
+        items = self._with_agents(batch) if batch else []
+        fresh = services.new_imports(user_id=self.user_id, items=items) if items else []
+        if self.options.dry_run:
+            self._apply(_Batch(read, refusals, len(items), [items[i] for i in fresh], [], 0, []))
+            return
+        vectors, reused = self._vectors([batch[i][1] for i in fresh], [items[i] for i in fresh])
+        decisions, self.decided = self.decided, []
+        work = _Batch(
+            read, refusals, len(items), [items[i] for i in fresh], vectors, reused, decisions
+        )
+        while len(self.pending) >= self.writers:
+            self._wait()
+        # Not the whole context: Django's connection lives in it (asgiref's
+        # Local), and the writer needs a connection of its own. Who is acting,
+        # for the history rows, is all it takes along.
+        self.pending.append(self.writer.submit(self._write, work, context.actor.get()))
+
+    def finish(self) -> None:
+        while self.pending:
+            self._wait()
+
+    def close(self) -> None:
+        self.writer.shutdown(wait=True, cancel_futures=False)
+
+    def _wait(self) -> None:
+        # A failed batch stops the import here, with its error.
+        self.pending.popleft().result()
+
+    def _write(self, work: _Batch, who: context.Actor | None) -> None:
+        acting = context.acting_as(who.client, who.api_key_id) if who else nullcontext()
+        try:
+            with acting:
+                self._store(work)
+        finally:
+            # This thread's own connection; a batch is long enough to reconnect for.
+            connection.close()
+
+    def _store(self, work: _Batch) -> None:
+        services.store_imports(
+            user_id=self.user_id,
+            items=work.fresh,
+            vectors=work.vectors,
+            model_id=self.embedder.model_id,
+            tier=self.tier,
+            finish=lambda inserted: self._settle(work, inserted),
+        )
+
+    def _settle(self, work: _Batch, inserted: int) -> None:
+        with self.lock:
+            self._apply(work, inserted)
+        if self.checkpoint is not None:
+            self.checkpoint(self.report)
+
+    def _apply(self, work: _Batch, inserted: int | None = None) -> None:
+        report = self.report
+        new = len(work.fresh) if inserted is None else inserted
+        report.read = max(report.read, work.read)
+        for where, reason in work.refusals:
+            report.refuse(where, reason)
+        report.imported += new
+        report.duplicates += work.items - new
+        if inserted is not None:
+            report.reused += work.reused
+            report.embedded += len(work.fresh) - work.reused
+        report.vectors += work.decisions
+
+    def _with_agents(
+        self, batch: list[tuple[services.ImportItem, base.Record, str | None]]
+    ) -> list[services.ImportItem]:
+        from accounts import services as accounts
+
+        names: set[str] = {name for _, _, name in batch if name}
+        if names and self.agents is None:
+            self.agents = {
+                a.name.casefold(): a.id for a in accounts.list_agents(user_id=self.user_id)
+            }
+        agents = self.agents if self.agents is not None else {}
+        for name in sorted(names):
+            if name.casefold() not in agents and not self.options.dry_run:
+                created = accounts.create_agent(user_id=self.user_id, name=name)
+                agents[created.name.casefold()] = created.id
+        out = []
+        for item, _, named in batch:
+            agent = agents.get(named.casefold()) if named else None
+            if named and agent is None:  # a dry run: an agent that does not exist yet
+                agent = uuid.uuid5(uuid.NAMESPACE_OID, named.casefold())
+            out.append(_replace(item, agent_id=agent))
+        return out
+
+    # vectors ------------------------------------------------------------------
+
+    def _vectors(
+        self, records: list[base.Record], items: list[services.ImportItem]
+    ) -> tuple[list[np.ndarray], int]:
+        vectors: list[np.ndarray | None] = [None] * len(items)
+        for n, record in enumerate(records):
+            if record.vector is not None and self._trusted(record, records, items):
+                vector = np.asarray(record.vector, dtype=np.float32)
+                norm = float(np.linalg.norm(vector))
+                if np.all(np.isfinite(vector)) and norm > 0:
+                    vectors[n] = vector / norm
+        reused = sum(v is not None for v in vectors)
+        missing = [n for n, v in enumerate(vectors) if v is None]
+        if missing:
+            made = _embed(self.embedder, [items[n].content for n in missing])
+            for n, vector in zip(missing, made, strict=True):
+                vectors[n] = vector
+        return [v for v in vectors if v is not None], reused
+
+    def _trusted(
+        self, record: base.Record, records: list[base.Record], items: list[services.ImportItem]
+    ) -> bool:
+        assert record.vector is not None
+        model = _model_name(record.vector_model or "")
+        width = int(record.vector.shape[0])
+        key = (model, width)
+        if key not in self.decisions:
+            self.decisions[key] = self._decide(model, width, records, items)
+        return self.decisions[key]
+
+    def _decide(
+        self, model: str, width: int, records: list[base.Record], items: list[services.ImportItem]
+    ) -> bool:
+        ours = self.embedder.model_id
+        said = f"{model or 'an unnamed model'}, {width} dimensions"
+        if model.casefold() != _model_name(ours).casefold():
+            self.decided.append(f"{said}: not {ours}, embedded again")
+            return False
+        if width != self.embedder.dimensions:
+            self.decided.append(
+                f"{said}: {ours} here has {self.embedder.dimensions}, embedded again"
+            )
+            return False
+        sample = [
+            (r.vector, item.content)
+            for r, item in zip(records, items, strict=True)
+            if r.vector is not None and _model_name(r.vector_model or "") == model
+        ][:SAMPLE]
+        theirs = np.stack([np.asarray(v, dtype=np.float32) for v, _ in sample])
+        norms = np.linalg.norm(theirs, axis=1, keepdims=True)
+        mine = _embed(self.embedder, [text for _, text in sample])
+        similarity = np.sum(theirs / np.maximum(norms, 1e-12) * np.stack(mine), axis=1)
+        median, lowest = float(np.median(similarity)), float(np.min(similarity))
+        agree = median >= AGREE_MEDIAN and lowest >= AGREE_MIN
+        verdict = "reused" if agree else "do not match ours, embedded again"
+        self.decided.append(
+            f"{said}: a sample of {len(sample)} compared with ours, median similarity"
+            f" {median:.3f} (lowest {lowest:.3f}): {verdict}"
+        )
+        return agree
+
+
+def _model_name(name: str) -> str:
+    # sentence-transformers' hub names carry the organisation.
+    return name.strip().rsplit("/", 1)[-1]
+
+
+def _embed(embedder: embeddings.Embedder, texts: list[str]) -> list[np.ndarray]:
+    try:
+        return list(embedder.embed(texts))
+    except RecallError:
+        raise
+    except Exception:
+        raise EmbeddingUnavailable(
+            "The embedding model could not process this import. Try again shortly."
+        ) from None
+
+
+def _replace(item: services.ImportItem, **changes: Any) -> services.ImportItem:
+    from dataclasses import replace
+
+    return replace(item, **changes)
+
+
+def estimate_total(source: Source, fmt: str) -> int | None:
+    """Return how many records ``source`` holds when that is cheap to know, else None."""
+    if fmt == "mcp-memory-service":
+        try:
+            db = sqlite3.connect(f"{source.path.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                table = mcp_memory_service.SOURCE
+                return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # noqa: S608
+            finally:
+                db.close()
+        except sqlite3.Error:
+            return None
+    lines = fmt in ("jsonl", "csv") or (fmt == "mem0" and source.suffix in (".jsonl", ".ndjson"))
+    if not lines or not source.path.is_file():
+        return None
+    with source.path.open("rb") as raw:
+        count = sum(1 for line in raw if line.strip())
+    return max(count - 1, 0) if fmt == "csv" else count

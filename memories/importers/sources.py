@@ -1,0 +1,64 @@
+"""Opening what a reader reads: a file by its path, named in every message by its label."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from core.errors import ValidationFailed
+from memories.importers import jsonstream
+
+
+@dataclass(frozen=True)
+class Source:
+    path: Path
+    # The name a person knows the file by (an upload's original name): used in
+    # messages and kept in imported_from, never the server's temporary path.
+    label: str
+
+    @classmethod
+    def at(cls, path: str | Path, label: str | None = None) -> Source:
+        where = Path(path)
+        return cls(where, label or where.name)
+
+    @property
+    def suffix(self) -> str:
+        return Path(self.label).suffix.lower() or self.path.suffix.lower()
+
+    def text(self) -> IO[str]:
+        try:
+            return self.path.open(encoding="utf-8-sig", newline="")
+        except OSError as error:
+            raise ValidationFailed(f"Cannot read {self.label}: {error.strerror}.") from None
+
+
+def lines_of(stream: IO[str], label: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line number, object)`` for each non-blank line of a JSON Lines stream."""
+    number = 0
+    try:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            if len(line) > jsonstream.MAX_VALUE_CHARS:
+                raise ValidationFailed(f"{label}, line {number}: longer than a record can be.")
+            try:
+                value = json.loads(line)
+            except (ValueError, RecursionError):
+                raise ValidationFailed(f"{label}, line {number}: not valid JSON.") from None
+            if not isinstance(value, dict):
+                raise ValidationFailed(f"{label}, line {number}: not a JSON object.")
+            yield number, value
+    except UnicodeDecodeError:
+        raise ValidationFailed(f"{label}, after line {number}: not UTF-8 text.") from None
+
+
+def documents(source: Source, arrays: frozenset[str]) -> Iterator[tuple[Any, Any, Any, int]]:
+    """Yield a JSON document's top-level items (see ``jsonstream.Events.items``)."""
+    with source.text() as stream:
+        try:
+            yield from jsonstream.Events(stream, source.label).items(arrays)
+        except UnicodeDecodeError:
+            raise ValidationFailed(f"{source.label}: not UTF-8 text.") from None

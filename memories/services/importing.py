@@ -1,0 +1,301 @@
+"""Imports from other memory servers (``memories/importers``): dedup, batches, upload jobs.
+
+The readers and the runner live in ``memories/importers``; what they need of
+the tables is here. A batch is stored in one transaction under the user's
+row-level security, so an interrupted import never leaves half a batch. An
+upload on the dashboard becomes a job of kind ``import`` in ``memory_jobs``,
+its file kept in ``memory_import_chunks`` until the job ends;
+``memories/importers/job.py`` runs it when a worker takes it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypedDict
+
+import numpy as np
+from django.conf import settings
+from django.db import connection
+from django.db.models.functions import Now
+
+from core import context, tenancy
+from core.errors import RecallError
+from memories.models import ImportChunk, Job, JobStatus, Memory
+from memories.services.queue import CHANNEL, wake
+from memories.services.quota import check_quota
+from memories.services.shapes import Metadata
+from memories.services.storing import fingerprint
+
+# memories_dedup's columns: agent, namespace, thread, path, content hash.
+Place = tuple[uuid.UUID | None, str, str | None, str, str]
+
+
+@dataclass(frozen=True)
+class ImportItem:
+    """One memory an import stores: validated, with its agent resolved, and its place."""
+
+    namespace: str
+    agent_id: uuid.UUID | None
+    thread_id: str | None
+    kind: str
+    author: str
+    path: str
+    content: str
+    content_hash: str
+    metadata: Metadata
+    priority: str
+    created_at: datetime | None
+    updated_at: datetime | None
+
+    @property
+    def place(self) -> Place:
+        # memories_dedup's columns; an import sets no position and no task.
+        return (self.agent_id, self.namespace, self.thread_id, self.path, self.content_hash)
+
+
+def new_imports(*, user_id: uuid.UUID | str, items: list[ImportItem]) -> list[int]:
+    """Return the positions of ``items`` whose place no live memory (nor an earlier item) holds."""
+    with tenancy.tenant(user_id):
+        rows = (
+            Memory.objects.live()
+            .filter(
+                user_id=user_id,
+                content_hash__in={item.content_hash for item in items},
+                position__isnull=True,
+                task_id__isnull=True,
+            )
+            .values_list("agent_id", "namespace", "thread_id", "path", "content_hash")
+        )
+        held: set[Place] = set(rows)
+    fresh = []
+    for n, item in enumerate(items):
+        if item.place not in held:
+            held.add(item.place)
+            fresh.append(n)
+    return fresh
+
+
+def store_imports(
+    *,
+    user_id: uuid.UUID | str,
+    items: list[ImportItem],
+    vectors: list[np.ndarray],
+    model_id: str,
+    tier: str | None = None,
+    finish: Callable[[int], None] | None = None,
+) -> int:
+    """Store a batch of imported memories in one transaction; return how many were new.
+
+    A memory whose place is taken meanwhile is skipped (memories_dedup), and
+    an expired memory holding a place gives it up, as in ``store``. The
+    history trigger records each as created by the acting client, with its
+    metadata (``imported_from`` included). ``tier`` applies the free tier's
+    quota. ``finish`` runs inside the transaction with the count, so that a
+    job's progress is saved atomically with what it stored.
+    """
+    if not items:
+        if finish is not None:
+            with tenancy.tenant(user_id):
+                finish(0)
+        return 0
+    with tenancy.tenant(user_id):
+        if tier is not None:
+            check_quota(user_id, tier, adding=len(items))
+        Memory.objects.filter(
+            user_id=user_id,
+            content_hash__in={item.content_hash for item in items},
+            expires_at__lte=Now(),
+        ).delete()
+        with connection.cursor() as cursor:
+            # COPY (binary, vectors too) into a scratch table, then one INSERT:
+            # several times faster than a VALUES list of vector literals
+            # (BENCHMARKS.md, "Imports"). The scratch table goes at commit.
+            cursor.execute(
+                "CREATE TEMP TABLE recall_import_rows (id uuid, agent_id uuid, namespace text,"
+                " source_kind text, author text, path text, thread_id text, content text,"
+                " content_hash text, embedding vector, metadata jsonb, priority text,"
+                " created_at timestamptz, updated_at timestamptz) ON COMMIT DROP"
+            )
+            _copy_imports(cursor.cursor, items, vectors)
+            cursor.execute(
+                "INSERT INTO memories (id, user_id, agent_id, namespace, source_kind, author, path,"
+                " thread_id, content, content_hash, embedding, embedding_model, metadata, priority,"
+                " created_at, updated_at) SELECT id, %s, agent_id, namespace, source_kind, author,"
+                " path, thread_id, content, content_hash, embedding, %s, metadata, priority,"
+                " coalesce(created_at, statement_timestamp()),"
+                " coalesce(updated_at, created_at, statement_timestamp()) FROM recall_import_rows"
+                " ON CONFLICT ON CONSTRAINT memories_dedup DO NOTHING RETURNING id",
+                [str(user_id), model_id],
+            )
+            inserted = len(cursor.fetchall())
+        if finish is not None:
+            finish(inserted)
+    return inserted
+
+
+def _copy_imports(raw: Any, items: list[ImportItem], vectors: list[np.ndarray]) -> None:
+    from pgvector.psycopg.vector import register_vector_info
+    from psycopg.types import TypeInfo
+    from psycopg.types.json import Jsonb
+
+    # On this cursor only: elsewhere vectors travel as text literals.
+    register_vector_info(raw, TypeInfo.fetch(raw.connection, "vector"))
+    types = ["uuid", "uuid", "text", "text", "text", "text", "text", "text", "text", "vector"]
+    types += ["jsonb", "text", "timestamptz", "timestamptz"]
+    with raw.copy("COPY recall_import_rows FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(types)
+        for item, vector in zip(items, vectors, strict=True):
+            copy.write_row(
+                (
+                    uuid.uuid4(),
+                    item.agent_id,
+                    item.namespace,
+                    item.kind,
+                    item.author,
+                    item.path,
+                    item.thread_id,
+                    item.content,
+                    item.content_hash,
+                    np.asarray(vector, dtype=np.float32),
+                    Jsonb(item.metadata),
+                    item.priority,
+                    item.created_at,
+                    item.updated_at or item.created_at,
+                )
+            )
+
+
+class ImportJob(TypedDict):
+    """An import job as the dashboard lists it: its state, the file's name and its report."""
+
+    id: uuid.UUID
+    status: str
+    payload: Metadata | None
+    result: Metadata | None
+    error_message: str
+    created_at: datetime
+    finished_at: datetime | None
+
+
+IMPORT_CHUNK_BYTES = 1024 * 1024
+
+
+def enqueue_import(
+    *,
+    user_id: uuid.UUID | str,
+    tier: str,
+    filename: str,
+    options: Mapping[str, object],
+    chunks: Iterable[bytes],
+) -> uuid.UUID:
+    """Queue an import of an uploaded file for a worker, keeping the file with the job.
+
+    The file is stored in pieces of ``IMPORT_CHUNK_BYTES`` in the same
+    transaction as the job, so a job never waits for a file that is not there.
+    """
+    job_id = uuid.uuid4()
+    who = context.actor.get()
+    payload = {"filename": filename, "options": dict(options), "tier": tier}
+    with tenancy.tenant(user_id):
+        Job.objects.create(
+            id=job_id,
+            user_id=user_id,
+            kind="import",
+            status=JobStatus.QUEUED,
+            request_hash=fingerprint(payload),
+            payload=payload,
+            items=0,  # the quota is checked batch by batch as it runs
+            client=who.client if who else "",
+            api_key_id=who.api_key_id if who else None,
+        )
+        seq = 0
+        buffer = b""
+        for chunk in chunks:
+            buffer += chunk
+            while len(buffer) >= IMPORT_CHUNK_BYTES:
+                ImportChunk.objects.create(
+                    job_id=job_id, user_id=user_id, seq=seq, data=buffer[:IMPORT_CHUNK_BYTES]
+                )
+                buffer = buffer[IMPORT_CHUNK_BYTES:]
+                seq += 1
+        if buffer or seq == 0:
+            ImportChunk.objects.create(job_id=job_id, user_id=user_id, seq=seq, data=buffer)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+    wake()
+    return job_id
+
+
+def import_file(*, user_id: uuid.UUID | str, job_id: uuid.UUID) -> Iterator[bytes]:
+    """Yield an import job's uploaded file piece by piece, each read in its own transaction."""
+    seq = 0
+    while True:
+        with tenancy.tenant(user_id):
+            piece = (
+                ImportChunk.objects.filter(job_id=job_id, seq=seq)
+                .values_list("data", flat=True)
+                .first()
+            )
+        if piece is None:
+            return
+        yield bytes(piece)
+        seq += 1
+
+
+def save_import_progress(*, job_id: uuid.UUID, report: Mapping[str, object]) -> None:
+    """Save a running import's report and extend its lease, in the caller's tenant transaction."""
+    Job.objects.filter(id=job_id).update(
+        result=dict(report),
+        lease_until=Now() + timedelta(seconds=settings.JOB_LEASE_SECONDS),
+    )
+
+
+def finish_import(
+    *,
+    user_id: uuid.UUID | str,
+    job_id: uuid.UUID,
+    report: Mapping[str, object] | None,
+    error: RecallError | None = None,
+) -> None:
+    """Settle an import job, done or failed, keeping its report and deleting its file."""
+    with tenancy.tenant(user_id):
+        # The payload stays: a file's name and the options, no memory content.
+        fields: dict[str, Any] = {
+            "status": JobStatus.FAILED if error else JobStatus.DONE,
+            "finished_at": Now(),
+            "lease_until": None,
+        }
+        if report is not None:
+            fields["result"] = dict(report)
+        if error is not None:
+            fields["error_code"] = error.code
+            fields["error_message"] = error.message[:500]
+        Job.objects.filter(id=job_id).update(**fields)
+        ImportChunk.objects.filter(job_id=job_id).delete()
+
+
+def import_jobs(*, user_id: uuid.UUID | str, limit: int = 5) -> list[ImportJob]:
+    """Return the user's latest import jobs, newest first, with their reports."""
+    with tenancy.tenant(user_id):
+        rows = (
+            Job.objects.filter(user_id=user_id, kind="import")
+            .order_by("-created_at")
+            .values(
+                "id", "status", "payload", "result", "error_message", "created_at", "finished_at"
+            )[:limit]
+        )
+        return [ImportJob(**row) for row in rows]
+
+
+def requeue_job(
+    *, job_id: uuid.UUID, user_id: uuid.UUID | str, attempts: int, error: RecallError
+) -> bool:
+    """Queue a job again after a passing failure, with back-off; False when out of attempts."""
+    if attempts >= settings.JOB_MAX_ATTEMPTS:
+        return False
+    with tenancy.operator():
+        Job.objects.retry_later(job_id, settings.JOB_POLL_SECONDS * 2**attempts)
+    return True

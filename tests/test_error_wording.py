@@ -1,0 +1,208 @@
+"""Errors in our words on /mcp, /agent/mcp and /v1/mcp, over a real MCP client and raw HTTP.
+
+Each case is one that spoke the validation library's language, or said two
+things for one refusal: a class name ("instance of Document"), "Field
+required", "Unable to parse input string as an integer", union location
+syntax (``metadata_filter.team.str``), an empty list of accepted arguments,
+two wordings for 406 and for 415, an OAuth token called an API key, and a
+/v1/mcp error naming ``id`` where the argument is ``memory_id``. The fuzz
+suites (test_fuzz_tools.py, test_fuzz_http.py) hold every other refusal to
+the same words.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx2
+import pytest
+
+from tests import fuzz
+from tests.clients import MODES, call, raw_call, structured
+from tests.test_protected_resource import mint
+
+pytestmark = pytest.mark.slow
+
+
+def refusal(url: str, secret: str, tool: str, arguments: dict, mode: str = "legacy") -> str:
+    """Call ``tool`` with the SDK's client and return the refusal's message, checked."""
+    result = call(url, secret, tool, arguments, mode)
+    assert result.is_error, structured(result)
+    code, message = fuzz.error_of(structured(result))
+    assert code == "validation_failed", structured(result)
+    fuzz.check_wording(message, arguments)
+    return message
+
+
+@pytest.fixture
+def token(live, cast, agents) -> str:
+    """Alice's writer agent's OAuth access token for /agent/mcp."""
+    return mint(cast.alice, agents.writer, live.url + "/agent/mcp")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_document_that_is_not_an_object_is_described_without_a_class_name(live, token, mode):
+    message = refusal(live.url + "/agent/mcp", token, "memory_add", {"document": "x"}, mode)
+
+    assert message == "document must be an object with content and path."
+
+
+def test_a_missing_argument_is_named_and_said_to_be_required(live, cast):
+    assert refusal(live.mcp_url, cast.alice_key.raw, "recall", {}) == "query is required."
+    assert (
+        refusal(live.url + "/v1/mcp", cast.alice_key.raw, "delete_memory", {})
+        == "memory_id is required."
+    )
+
+
+def test_a_number_too_long_to_parse_is_asked_for_as_a_whole_number_in_range(live, cast):
+    arguments = {"query": "launch date", "limit": "9" * 5000}
+
+    message = refusal(live.mcp_url, cast.alice_key.raw, "recall", arguments)
+
+    assert message == "limit must be a whole number between 1 and 50."
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_metadata_filter_value_is_located_by_its_key_not_by_union_branches(live, cast, mode):
+    arguments = {"query": "launch date", "metadata_filter": {"team": ["platform", "infra"]}}
+
+    message = refusal(live.mcp_url, cast.alice_key.raw, "recall", arguments, mode)
+
+    assert message == "metadata_filter['team'] must be text, a number, true or false, or null."
+
+
+def test_a_message_in_a_conversation_is_located_by_its_position(live, cast):
+    messages = [
+        {"role": "user", "content": "Which region do we deploy to?"},
+        {"role": "assistant", "content": "eu-west-1, since March."},
+        {"role": "user"},
+        {"role": "user", "content": 42},
+    ]
+
+    message = refusal(live.mcp_url, cast.alice_key.raw, "remember", {"messages": messages})
+
+    assert message == (
+        "messages[2].content is required. "
+        "messages[3].content must be text of 1 to 50,000 characters."
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "tool"),
+    [("/mcp", "memory_stats"), ("/v1/mcp", "cache_stats"), ("/agent/mcp", "memory_filters")],
+)
+def test_an_argument_to_a_tool_that_takes_none_is_refused_saying_so(live, cast, token, path, tool):
+    secret = token if path == "/agent/mcp" else cast.alice_key.raw
+
+    message = refusal(live.url + path, secret, tool, {"x": 1})
+
+    assert message == f"Unknown argument 'x'. {tool} takes no arguments."
+
+
+def test_an_unknown_argument_is_refused_with_the_arguments_the_tool_takes(live, cast):
+    arguments = {"query": "launch date", "namespce": "work"}
+
+    message = refusal(live.mcp_url, cast.alice_key.raw, "recall", arguments)
+
+    assert message == (
+        "Unknown argument 'namespce'. recall takes: query, namespace, limit, threshold, mode, "
+        "metadata_filter, priority, created_after, created_before."
+    )
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("delete_memory", {}),
+        ("get_memory_history", {}),
+        ("update_memory", {"content": "Deploys go to eu-west-1."}),
+    ],
+)
+def test_v1_names_the_memory_id_argument_by_its_own_name(live, cast, tool, arguments):
+    url = live.url + "/v1/mcp"
+
+    message = refusal(url, cast.alice_key.raw, tool, {"memory_id": "not-a-uuid", **arguments})
+
+    assert message == "memory_id must be a memory id (a UUID string)."
+
+
+# HTTP refusals ----------------------------------------------------------------------------
+
+ENDPOINTS = ["/mcp", "/agent/mcp", "/v1/mcp"]
+NOT_ACCEPTABLE = "Not acceptable: send Accept: application/json, text/event-stream."
+UNSUPPORTED = "Unsupported media type: send Content-Type: application/json."
+
+
+def post(url: str, secret: str, generation: str, **headers: str) -> httpx2.Response:
+    body = fuzz.envelope("tools/list", {}, generation)
+    sent = {**fuzz.headers(secret, generation, body), **headers}
+    return httpx2.post(url, headers=sent, content=json.dumps(body), timeout=30)
+
+
+def refused(response: httpx2.Response, status: int) -> str:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert error["data"]["error"]["message"] == error["message"]
+    fuzz.check_wording(error["message"])
+    return error["message"]
+
+
+@pytest.mark.parametrize("generation", fuzz.GENERATIONS)
+@pytest.mark.parametrize("path", ENDPOINTS)
+def test_an_unacceptable_accept_header_gets_one_wording_from_either_sdk_path(
+    live, cast, token, path, generation
+):
+    secret = token if path == "/agent/mcp" else cast.alice_key.raw
+
+    for accept in ("text/html", "text/event-stream"):
+        response = post(live.url + path, secret, generation, Accept=accept)
+
+        assert refused(response, 406) == NOT_ACCEPTABLE
+        assert response.json()["error"]["data"]["error"]["code"] == "validation_failed"
+
+
+@pytest.mark.parametrize("path", ENDPOINTS)
+def test_a_body_that_is_not_json_gets_one_wording(live, cast, token, path):
+    secret = token if path == "/agent/mcp" else cast.alice_key.raw
+
+    for content_type in ("text/plain", "application/json-patch+json", ""):
+        response = post(live.url + path, secret, fuzz.LEGACY, **{"Content-Type": content_type})
+
+        assert refused(response, 415) == UNSUPPORTED
+
+
+@pytest.mark.parametrize("path", ["/mcp", "/v1/mcp"])
+def test_an_expired_or_unknown_oauth_token_is_called_a_token_where_keys_work_too(
+    live, cast, agents, path
+):
+    expired = mint(cast.alice, agents.writer, live.url + path, expires_in=-60)
+
+    for bearer in (expired, "not-a-token-we-issued"):
+        response = raw_call(live.url + path, bearer, "list_memories", {})
+
+        message = refused(response, 401)
+        assert message == (
+            "Invalid or expired OAuth access token for this endpoint: connect again to get one."
+        )
+        assert 'error="invalid_token"' in response.headers["www-authenticate"]
+
+
+def test_an_expired_token_at_the_agent_endpoint_gets_the_same_words(live, cast, agents):
+    expired = mint(cast.alice, agents.writer, live.url + "/agent/mcp", expires_in=-60)
+
+    response = raw_call(live.url + "/agent/mcp", expired, "memory_filters", {})
+
+    assert refused(response, 401) == (
+        "Invalid or expired OAuth access token for this endpoint: connect again to get one."
+    )
+
+
+@pytest.mark.parametrize("path", ["/mcp", "/v1/mcp"])
+def test_an_unknown_api_key_is_still_called_an_api_key(live, path):
+    response = raw_call(live.url + path, "recall_live_" + "A" * 32, "list_memories", {})
+
+    assert refused(response, 401) == (
+        "Missing or invalid API key. Send Authorization: Bearer recall_live_..."
+    )
