@@ -216,7 +216,7 @@ DROP = "DROP FUNCTION IF EXISTS recall_rank(SIGNATURE);"
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memories", "0013_metadata_counts")]
+    dependencies = [("memories", "0014_import_chunks")]
 
     operations = [
         migrations.RunSQL(
