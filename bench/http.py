@@ -1358,7 +1358,7 @@ def explain_recall(server: Server) -> list[str]:
             embedder=embedder,
             mode=settings.RECALL_SEARCH_MODE,
             limit=10,
-            minimum=embedder.default_threshold,
+            minimum=search.default_threshold(),
             filters=search.Filters(NAMESPACE),
         )
         sql, params = search.statement(user.id, prepared)

@@ -18,9 +18,9 @@ assignments of priority to the same memories:
 
 For each it reports hit@1/5/10, MRR and, against ``none``, how many
 questions' first relevant result moved up or down, and the largest
-score (``recall``'s ordering: the fused relevance in hybrid mode, the
-similarity in semantic mode) by which a memory was lifted over one ranked
-above it without priority. The rule in ``memories/search.py`` bounds that
+rank (``recall``'s ordering: the score, lifted beside a strong match in
+hybrid mode) by which a memory was lifted over one ranked above it without
+priority. The rule in ``memories/search.py`` bounds that
 lift below 0.01; this measures it.
 """
 
@@ -132,13 +132,11 @@ def run(conversations: list[corpus.Conversation], cache: Any, real: Any) -> dict
             for scheme in SCHEMES:
                 assign(user.id, scheme, set(keys), evidence_ids, rng)
                 for text, evidence in questions:
-                    found = services.recall(
-                        user_id=user.id, query=text, namespace="default", limit=50, threshold=0
-                    )
+                    found = ranks(user.id, text)
                     ranked = Ranked(
-                        [frozenset(keys[m["id"]]) for m in found],
+                        [frozenset(keys[str(f.memory.id)]) for f in found],
                         evidence,
-                        [m["score"] for m in found],
+                        [f.rank for f in found],
                     )
                     rows[scheme].append(ranked.metrics((1, 5, 10)))
                     if scheme == "none":
@@ -198,6 +196,19 @@ def assign(
             cursor.execute(
                 "UPDATE memories SET priority = %s WHERE id = ANY(%s::uuid[])", [level, members]
             )
+
+
+def ranks(user_id: Any, text: str) -> list[Any]:
+    """recall's results (limit 50, threshold 0) with the rank each is ordered by.
+
+    Since issue 22 a result's score is its own and its rank the list's order
+    (a memory beside a strong match is lifted); priority breaks ties on the
+    rank, so the rank is what a priority's lift is measured on.
+    """
+    from memories import search
+
+    args = search.SearchArgs.parse(query=text, namespace="default", limit=50, threshold=0)
+    return search.search(user_id=user_id, args=args).found
 
 
 def largest_lift(ranked: Ranked) -> float:

@@ -85,10 +85,10 @@ MODES = ("hybrid", "semantic", "lexical")
 _DIA = re.compile(r"D:?(\d+):(\d+)")
 # The hybrid ranking's constants (memories/search.py) that --cross-validate
 # chooses among; every combination, BM25's (k1, b) pairs being Anserini's and
-# Lucene's defaults.
+# Lucene's defaults. The two signals' weights are the score's
+# (memories/scoring.py), fitted by bench/calibration.py.
 GRID: dict[str, tuple[Any, ...]] = {
     "K1_B": ((0.9, 0.4), (1.2, 0.75)),
-    "WEIGHT": (0.3, 0.5, 0.7),
     "LIFT": (0.0, 0.25, 0.5, 0.75),
     "WINDOW": (1, 2),
 }
@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": harness.machine(),
         "database": {"where": where, **harness.database_versions()},
         "model": real.model_id,
-        "default_threshold": real.default_threshold,
+        "default_threshold": default_threshold(),
+        "model_similarity_threshold": real.default_threshold,
         "default_mode": settings.RECALL_SEARCH_MODE,
     }
     runner = Runner(embedder, cache, prewarm=not args.no_cache)
@@ -494,7 +495,7 @@ class Runner:
 
         settings_grid = grid_settings()
         scores: list[list[list[dict[str, float]]]] = []  # setting -> conversation -> rows
-        saved = {name: getattr(search, name) for name in ("K1", "B", "WEIGHT", "LIFT", "WINDOW")}
+        saved = {name: getattr(search, name) for name in ("K1", "B", "LIFT", "WINDOW")}
         started = time.monotonic()
         try:
             for n, setting in enumerate(settings_grid, start=1):
@@ -600,7 +601,7 @@ class Runner:
                     "empty": 0.0 if found else 1.0,
                     "returned": float(len(found)),
                     "below_threshold": float(
-                        sum(r["similarity"] < default_threshold() for r in found)
+                        sum(r["similarity"] < self.embedder.default_threshold for r in found)
                     ),
                     "hit@5": ranked.hit(5),
                     "recall@5": ranked.recall(5),
@@ -625,10 +626,10 @@ def default_threshold() -> float:
 def grid_settings() -> list[dict[str, Any]]:
     """Every combination of GRID, once each (the window means nothing without a lift)."""
     out = []
-    for (k1, b), weight, lift, window in itertools.product(*GRID.values()):
+    for (k1, b), lift, window in itertools.product(*GRID.values()):
         if lift == 0 and window != GRID["WINDOW"][0]:
             continue
-        out.append({"K1": k1, "B": b, "WEIGHT": weight, "LIFT": lift, "WINDOW": window})
+        out.append({"K1": k1, "B": b, "LIFT": lift, "WINDOW": window})
     return out
 
 
@@ -761,7 +762,7 @@ def print_report(report: dict[str, Any]) -> None:
         print(
             f"\n{name} at the default threshold {threshold}: {effect['empty']:.1%} of queries "
             f"get nothing, {effect['returned']:.1f} of 50 returned on average "
-            f"({effect['below_threshold']:.1f} below it by similarity), "
+            f"({effect['below_threshold']:.1f} below the model's similarity threshold), "
             f"recall@5 {effect['recall@5']:.3f}, hit@5 {effect['hit@5']:.3f}"
         )
     latency = report.get("latency_ms", {})

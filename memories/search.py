@@ -4,11 +4,13 @@ A caller builds ``SearchArgs`` once, where its call comes in (``parse()``
 validates what it was given), and hands it to ``search()``, the one search
 every service runs: it embeds the query (outside any transaction: a slow
 embedding provider never holds a connection), then ranks in the caller's
-tenant transaction. Every result carries its cosine ``similarity`` and the ``score``
-the list is ordered by. Three modes:
+tenant transaction. Every result carries its cosine ``similarity`` and its
+``score``, an absolute relevance in [0, 1] that means the same in every query,
+namespace and mode (``memories/scoring.py``). Three modes:
 
 * ``semantic``: cosine similarity alone, exactly as the specification first
-  described recall (``score`` is the similarity). A namespace no larger than
+  described recall (``score`` is a logistic of the similarity, so the order
+  is the similarity's). A namespace no larger than
   a cut-off (``RECALL_EXACT_SEARCH_MAX``, or more in a big shared table, see
   ``_nearest``) is ranked by an exact scan, a larger one through the model's
   HNSW index.
@@ -20,12 +22,19 @@ the list is ordered by. Three modes:
 * ``hybrid`` (the default, ``RECALL_SEARCH_MODE``): both, fused in one
   statement. The candidates are the 50 nearest by cosine and the 50 best by
   BM25 among the memories holding the query's rarest words. Each candidate's
-  cosine and BM25 are min-max normalised over the candidates and averaged
-  with equal weights; then each of the five best lifts the memories up to two
-  places before and after it in the namespace (by creation) halfway to its
-  own score, when theirs is lower. Stored conversation turns answer each
-  other ("what did she say about it?"), and this finds the answer beside the
-  turn that names the subject, without lowering anything.
+  z is a weighted sum of its own cosine and its coverage (below), the
+  weights fitted on development data (``scoring.HYBRID``), and its score is
+  the logistic of z. The order then lets each of the five best lift the
+  memories up to two places before and after it in the namespace (by
+  creation) halfway to its own z, when theirs is lower. Stored conversation
+  turns answer each other ("what did she say about it?"), and this finds the
+  answer beside the turn that names the subject, without lowering anything.
+  The lift moves a memory up the list, not its score: being beside a match
+  says little about a memory's own relevance (2% of the unrelated ones it
+  raised past 0.5 on the development data were relevant), so a lifted
+  memory can follow one that scores less. Until issue 22 the two signals
+  were min-max normalised over the candidates: the best of any pool scored
+  near 1, a lone match 0.0.
 
 Filters (namespace, ``metadata_filter``, ``created_after`` / ``created_before``,
 ``priority``, memory_search's source filters) are applied before ranking, in
@@ -39,18 +48,19 @@ mode) come highest priority first. A later filter joins ``Filters``: one field, 
 ``Filters.clauses()``, one argument to ``recall_rank`` and
 ``recall_lexical_matches`` (see the migrations).
 
-The threshold: a memory is returned when its cosine similarity reaches it, or
-(hybrid and lexical modes) when its lexical coverage does: its BM25 over the
-sum of the IDFs of the query's words (words no memory holds included), the
-share of what was asked that it matches, on the same 0-1 scale. A memory that
-holds the rare name or number a query is mostly about passes even when the
-embedding misses it, at the local model's default (0.35) and at the 0.7 that
-clients of OpenAI models pass; memories that share only common words do not.
+The threshold: a memory is returned when its score reaches it, in every mode
+(``scoring.THRESHOLD`` unless ``RECALL_DEFAULT_THRESHOLD`` says otherwise);
+a lifted neighbour too must score that much on its own. Coverage is a
+memory's BM25 over the sum of the IDFs of the query's words (words no memory
+holds included): the share of what was asked that it matches. A memory that
+holds the rare name or number a query is mostly about scores high even when
+the embedding misses it; memories that share only common words do not.
 
-K1, B, WEIGHT, LIFT and WINDOW were chosen on the LoCoMo dev conversations by
-leave-one-conversation-out and checked on SciFact; POOL, SCAN and PROVIDERS
-bound the work per search, set where larger values stopped changing the
-rankings. BENCHMARKS.md ("Hybrid search") has the figures and the commands.
+K1, B, LIFT and WINDOW were chosen on the LoCoMo dev conversations by
+leave-one-conversation-out and checked on SciFact, the score's weights by
+``bench/calibration.py``; POOL, SCAN and PROVIDERS bound the work per search,
+set where larger values stopped changing the rankings. BENCHMARKS.md ("Hybrid
+search", "An absolute score") has the figures and the commands.
 
 For a new retrieval tool: ``SearchArgs.parse()`` takes the tool's arguments
 (a new pre-ranking filter joins ``Filters``), ``search()`` returns ``Found``
@@ -71,7 +81,7 @@ import numpy as np
 from django.conf import settings
 
 from core import pooling, tenancy
-from memories import embeddings, validation
+from memories import embeddings, scoring, validation
 from memories.embeddings import cache, failures
 from memories.indexes import index_name, vector_literal, vector_type
 from memories.models import PRIORITY_RANK, Memory
@@ -81,12 +91,13 @@ logger = logging.getLogger(__name__)
 # BM25's term-frequency saturation and length normalisation (Anserini's defaults).
 K1 = 0.9
 B = 0.4
+# Documents IDF counts beyond the namespace's own, none holding the query's
+# words, so that a small namespace's words are not all common (recall_rank).
+PRIOR = 10
 # Candidates from each side.
 POOL = 50
 # Documents the lexical side reads at most: those of the query's rarest words.
 SCAN = 150
-# The lexical share of the fused score.
-WEIGHT = 0.5
 # How many of the best candidates lift their neighbours, how far, and how much.
 PROVIDERS = 5
 WINDOW = 2
@@ -221,13 +232,15 @@ class Search:
 class Found:
     memory: Memory
     similarity: float  # cosine, 0-1
-    score: float  # what the list is ordered by
+    score: float  # absolute relevance, 0-1 (memories/scoring.py), the memory's own
+    rank: float  # the list's order: the score, lifted beside a strong match (hybrid)
 
 
-def default_threshold(embedder: embeddings.Embedder | None = None) -> float:
+def default_threshold() -> float:
+    """The threshold on ``score`` when a search names none, whatever the model."""
     if settings.RECALL_DEFAULT_THRESHOLD is not None:
         return settings.RECALL_DEFAULT_THRESHOLD
-    return (embedder or embeddings.get_embedder()).default_threshold
+    return scoring.THRESHOLD
 
 
 class QueryArguments(TypedDict, total=False):
@@ -351,7 +364,7 @@ def prepare(args: SearchArgs, *, cache_scope: str) -> Search:
     cache shows a caller only the vectors it computed.
     """
     embedder = embeddings.get_embedder()
-    minimum = args.threshold if args.threshold is not None else default_threshold(embedder)
+    minimum = args.threshold if args.threshold is not None else default_threshold()
     mode = args.mode or settings.RECALL_SEARCH_MODE
     vector, source = failures.embed_query(
         embeddings.get_query_cache(),
@@ -382,7 +395,12 @@ def run(
     # A raw query sets its extra columns on each row; the stub's RawQuerySet
     # knows only the model's fields.
     return [
-        Found(row, round(float(row.similarity), 4), round(float(row.score), 4))  # type: ignore[attr-defined]
+        Found(
+            row,
+            round(float(row.similarity), 4),  # type: ignore[attr-defined]
+            round(float(row.score), 4),  # type: ignore[attr-defined]
+            float(row.rank),  # type: ignore[attr-defined]
+        )
         for row in rows
     ]
 
@@ -393,7 +411,7 @@ def found_rows(read: tenancy.Rows) -> list[Found]:
 
     names = read.columns
     fields = _loaded_fields()
-    at = {name: names.index(name) for name in ("similarity", "score")}
+    at = {name: names.index(name) for name in ("similarity", "score", "rank")}
     loaded = [(i, fields[name]) for i, name in enumerate(names) if name in fields]
     attnames = [spec.attname for _, spec in loaded]
     found = []
@@ -406,7 +424,12 @@ def found_rows(read: tenancy.Rows) -> list[Found]:
             values.append(value)
         memory = Memory.from_db(connection.alias, attnames, values)
         found.append(
-            Found(memory, round(float(row[at["similarity"]]), 4), round(float(row[at["score"]]), 4))
+            Found(
+                memory,
+                round(float(row[at["similarity"]]), 4),
+                round(float(row[at["score"]]), 4),
+                float(row[at["rank"]]),
+            )
         )
     return found
 
@@ -672,25 +695,32 @@ def _nearest(
 def semantic_sql(
     user_id: Any, search: Search, *, agent: bool = False, limit: int | None = None
 ) -> tuple[str, dict[str, Any]]:
-    """Return the nearest memories by cosine, at or above the threshold.
+    """Return the nearest memories by cosine whose score is at or above the threshold.
 
-    The threshold is applied outside, to the k nearest, so it can never make
-    the index scan run long. Priority breaks ties, and only ties: the k
-    results are the k most similar (priority plays no part in choosing them,
-    nor does it touch the threshold), ordered by similarity rounded to two
-    decimals, then priority, then exact similarity. A memory can therefore
-    rise only above others less than 0.01 more similar (BENCHMARKS.md,
-    "Priority as a tie-break").
+    The score is a logistic of the similarity (``scoring.SEMANTIC``), so the
+    order is the similarity's. The threshold is applied outside, to the k
+    nearest, so it can never make the index scan run long. Priority breaks
+    ties, and only ties: the k results are the k most similar (priority
+    plays no part in choosing them, nor does it touch the threshold),
+    ordered by similarity rounded to two decimals, then priority, then exact
+    similarity. A memory can therefore rise only above others less than 0.01
+    more similar (BENCHMARKS.md, "Priority as a tie-break").
     """
     count = limit or search.limit
     ctes, params = _nearest(search, count, agent=agent)
     sql = f"""
         WITH {ctes}
-        SELECT *, 1 - distance AS similarity, 1 - distance AS score
-        FROM nearest WHERE distance <= %(distance)s
+        SELECT * FROM (
+            SELECT *, 1 - distance AS similarity,
+                   1 / (1 + exp(-(%(a)s * (1 - distance) + %(c)s))) AS score,
+                   1 / (1 + exp(-(%(a)s * (1 - distance) + %(c)s))) AS rank
+            FROM nearest
+        ) AS scored
+        WHERE score >= %(minimum)s
         ORDER BY round((1 - distance)::numeric, 2) DESC, {PRIORITY_ORDER} DESC, distance, id
     """  # noqa: S608
-    params.update(user=str(user_id), distance=1.0 - search.minimum)
+    line = scoring.line("semantic", search.embedder.default_threshold)
+    params.update(user=str(user_id), a=line.similarity, c=line.offset, minimum=search.minimum)
     return sql, params
 
 
@@ -705,8 +735,11 @@ def ranked_sql(
     connection. Its rows are joined back to ``memories`` here, as the caller
     under its own policy, so only rows it may read are ever returned.
 
-    The k best by score are the results; priority then breaks ties among
-    them as in semantic mode, on the score rounded to two decimals.
+    The memories whose own score reaches the threshold are ranked by
+    ``rank``: the score with the neighbours' lift (a memory beside one of
+    the five best is raised halfway to it). The k best are the results;
+    priority then breaks ties among them as in semantic mode, on the rank
+    rounded to two decimals. Each result's ``score`` stays its own.
     """
     hybrid = search.mode == "hybrid"
     if hybrid:
@@ -728,21 +761,24 @@ def ranked_sql(
                 ARRAY(SELECT distance FROM nearest ORDER BY id), %(model)s,
                 %(created_after)s, %(created_before)s, %(metadata)s::jsonb,
                 %(priorities)s::text[], %(sources)s::jsonb,
-                %(pool)s, %(scan)s, %(k1)s, %(b)s, %(weight)s, %(providers)s, %(window)s, %(lift)s
+                %(pool)s, %(scan)s, %(k1)s, %(b)s, %(prior)s,
+                %(similarity)s, %(coverage)s, %(offset)s,
+                %(providers)s, %(window)s, %(lift)s
             )
         )
-        SELECT {columns}, r.similarity, r.score
+        SELECT {columns}, r.similarity, r.score, r.rank
         FROM (
             SELECT * FROM ranked
-            WHERE similarity >= %(minimum)s OR coverage >= %(minimum)s
-            ORDER BY score DESC, similarity DESC, id
+            WHERE score >= %(minimum)s
+            ORDER BY rank DESC, similarity DESC, id
             LIMIT %(limit)s
         ) AS r
         JOIN memories AS m ON m.id = r.id
         WHERE m.user_id = %(user)s AND {LIVE}
-        ORDER BY round(r.score::numeric, 2) DESC, {PRIORITY_ORDER} DESC,
-                 r.score DESC, r.similarity DESC, m.id
+        ORDER BY round(r.rank::numeric, 2) DESC, {PRIORITY_ORDER} DESC,
+                 r.rank DESC, r.similarity DESC, m.id
     """  # noqa: S608
+    line = scoring.line(search.mode, search.embedder.default_threshold)
     params.update(
         user=str(user_id),
         text=search.text,
@@ -752,7 +788,10 @@ def ranked_sql(
         scan=SCAN,
         k1=K1,
         b=B,
-        weight=WEIGHT if hybrid else 1.0,
+        prior=PRIOR,
+        similarity=line.similarity,
+        coverage=line.coverage,
+        offset=line.offset,
         providers=PROVIDERS,
         window=WINDOW,
         lift=LIFT if hybrid else 0.0,

@@ -214,7 +214,7 @@ OPENAI_TIMEOUT = env.number("OPENAI_TIMEOUT", 30.0, low=0.1, high=600.0)
 OPENAI_MAX_RETRIES = env.integer("OPENAI_MAX_RETRIES", 3, low=0, high=10)
 EMBEDDING_BATCH_SIZE = env.integer("EMBEDDING_BATCH_SIZE", 64, low=1, high=2048)
 RECALL_LOCAL_MODEL_DIR = env.string("RECALL_LOCAL_MODEL_DIR") or None
-# Overrides the model's own default similarity threshold for recall and forget.
+# The default threshold on score (memories/scoring.py) for every search that names none.
 RECALL_DEFAULT_THRESHOLD = env.optional_number("RECALL_DEFAULT_THRESHOLD", low=0.0, high=1.0)
 
 # memory_recall's answer model: any OpenAI-compatible chat model, at

@@ -68,6 +68,19 @@ def test_it_searches_by_meaning(cast, alice_client):
     assert "similarity" in text
 
 
+def test_a_lone_match_shows_its_absolute_score(cast, alice_client):
+    services.remember(
+        user_id=cast.alice.id, tier=Tier.FREE, content="The lake house wifi password is heron-42."
+    )
+
+    text = alice_client.get(URL, {"q": "wifi password"}).content.decode()
+
+    # Min-max scoring showed a lone match as 0.00.
+    [shown] = re.findall(r'data-score="([0-9.]+)"', text)
+    assert float(shown) >= 0.5
+    assert "0.5 as likely relevant as not" in text
+
+
 def test_content_is_escaped(cast, alice_client):
     store_memory(cast.alice, "<script>alert('x')</script>")
 

@@ -78,8 +78,12 @@ _embedder_lock = threading.Lock()
 
 
 def build_embedder() -> Embedder:
-    """Return a new embedder built from settings, without loading its model."""
-    threshold = settings.RECALL_DEFAULT_THRESHOLD
+    """Return a new embedder built from settings, without loading its model.
+
+    Its ``default_threshold`` is the model's own similarity threshold, which
+    the score reads similarity against (memories/scoring.py);
+    RECALL_DEFAULT_THRESHOLD is the default threshold on the score, not this.
+    """
     if settings.EMBEDDING_PROVIDER == "openai":
         return OpenAIEmbedder(
             api_key=settings.OPENAI_API_KEY,
@@ -89,13 +93,8 @@ def build_embedder() -> Embedder:
             timeout=settings.OPENAI_TIMEOUT,
             max_retries=settings.OPENAI_MAX_RETRIES,
             batch_size=settings.EMBEDDING_BATCH_SIZE,
-            threshold=threshold,
         )
-    return LocalEmbedder(
-        settings.RECALL_LOCAL_MODEL_DIR,
-        batch_size=settings.EMBEDDING_BATCH_SIZE,
-        threshold=threshold,
-    )
+    return LocalEmbedder(settings.RECALL_LOCAL_MODEL_DIR, batch_size=settings.EMBEDDING_BATCH_SIZE)
 
 
 def get_embedder() -> Embedder:
@@ -161,7 +160,6 @@ _SETTINGS = {
     "OPENAI_MAX_RETRIES",
     "EMBEDDING_BATCH_SIZE",
     "RECALL_LOCAL_MODEL_DIR",
-    "RECALL_DEFAULT_THRESHOLD",
 }
 
 

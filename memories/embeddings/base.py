@@ -17,6 +17,9 @@ class Embedder(ABC):
     """Turn texts into L2-normalised float32 vectors of one model."""
 
     model_id: str
+    # The model's similarity threshold: the cosine at which its related and
+    # unrelated pairs part. The score reads similarity against it
+    # (memories/scoring.py); the search's threshold is on the score.
     default_threshold: float
 
     @property

@@ -16,7 +16,8 @@ of its own from ``config.json`` when present:
   directory name (characters ``A-Za-z0-9._:/-``, at most 100);
 - ``recall_dimensions``: the output width, for exports whose pooled output is
   projected away from ``hidden_size``;
-- ``recall_default_threshold``: the default recall threshold for the model.
+- ``recall_default_threshold``: the model's similarity threshold, the cosine
+  that counts as the bundled model's 0.35 in the score (memories/scoring.py).
 """
 
 from __future__ import annotations
@@ -43,12 +44,14 @@ BUNDLED_ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab01
 # sentence-transformers truncates all-MiniLM-L6-v2 at 256 word pieces.
 MAX_TOKENS = 256
 
-# Default minimum cosine similarity for recall with the bundled model, set
-# near the point where as many true pairs are lost as false ones let in: it
-# keeps 88.0% of related pairs and cuts 90.3% of unrelated ones, and on the
-# results recall actually returns it keeps 97-98% of the relevant ones. The
-# figures, per threshold, are in BENCHMARKS.md ("Similarity of related and
-# unrelated pairs"), from `python bench/similarity.py --data DIR --seed 7`.
+# The bundled model's similarity threshold: the default minimum cosine for
+# recall until issue 22, and now the point the score's similarity term is
+# anchored at (memories/scoring.py). Set near where as many true pairs are
+# lost as false ones let in: it keeps 88.0% of related pairs and cuts 90.3%
+# of unrelated ones, and on the results recall actually returns it keeps
+# 97-98% of the relevant ones. The figures, per threshold, are in
+# BENCHMARKS.md ("Similarity of related and unrelated pairs"), from `python
+# bench/similarity.py --data DIR --seed 7`.
 LOCAL_THRESHOLD = 0.35
 
 

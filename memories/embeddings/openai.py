@@ -19,7 +19,9 @@ from memories.embeddings.base import Embedder, clean_model_id, normalise, text_l
 
 logger = logging.getLogger(__name__)
 
-# The product spec's default, chosen for OpenAI's models; not measured here.
+# The product spec's default similarity threshold, chosen for OpenAI's models;
+# not measured here. The score reads their similarity against it
+# (memories/scoring.py).
 OPENAI_THRESHOLD = 0.7
 
 OPENAI_WIDTHS = {

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from memories import services, validation
 from memories.formatting import memory_tags
 from memories.mcp import runtime
+from memories.mcp.arguments import SCORE
 from memories.mcp.runtime import success, tool
 
 INSTRUCTIONS = """\
@@ -79,7 +80,7 @@ class Found(BaseModel):
     id: str
     content: str
     similarity: float = Field(description="Cosine similarity to the query, 0-1.")
-    score: float = Field(description="The relevance the list is ordered by, 0-1.")
+    score: float = Field(description=SCORE)
     source_kind: str
     author: str
     path: str

@@ -49,17 +49,22 @@ MetadataFilter = Annotated[
         ),
     ),
 ]
+# What a result's score means, for every search tool's output.
+SCORE = (
+    "Relevance, 0-1, on one scale for every query, namespace and mode: about the chance "
+    "that the memory is relevant to the query (0.5 as likely as not; a clear match 0.9 or "
+    "more). It is the memory's own: one stored just before or after a strong match may be "
+    "listed right after it with a lower score."
+)
 Threshold = Annotated[
     float | None,
     Field(
         ge=0.0,
         le=1.0,
         description=(
-            "Minimum relevance, 0-1: a memory is kept if its cosine similarity reaches it or "
-            "(hybrid and lexical modes) if its words cover that share of the query's, weighted "
-            "by rarity, so an exact rare name or number is kept. Leave unset for the server's "
-            "default, which suits its embedding model (0.7 for OpenAI models; lower for the "
-            "bundled local model, whose similarities run lower)."
+            "Minimum score, 0-1: memories scoring less are left out. Leave unset for the "
+            "server's default (0.15: drops what is almost surely unrelated); 0.5 keeps what is "
+            "more likely relevant than not."
         ),
     ),
 ]

@@ -16,11 +16,13 @@ How its vocabulary maps onto Recall's:
 * ``delete_all_memories`` deletes a whole namespace in one call, because
   that is this tool's contract. ``/mcp``'s ``forget(mode="all")`` asks for a
   confirmation instead; only this endpoint has the one-call form.
-* ``search_memory`` returns the ``limit`` best matches with their scores
-  and applies no similarity threshold: the seed's search has none, and its
-  clients judge by ``score``. Its ``source`` says where the query's vector
-  came from: ``cache`` (the query cache, in this process or shared through
-  Redis) or ``model``; ``prefer_cache: false`` skips the cache.
+* ``search_memory`` returns the ``limit`` best matches with their scores and
+  applies no threshold: the seed's search has none, and its clients judge by
+  ``score``, an absolute relevance (memories/scoring.py), so a client's
+  cut-off such as 0.5 means the same for every query. Its ``source`` says
+  where the query's vector came from: ``cache`` (the query cache, in this
+  process or shared through Redis) or ``model``; ``prefer_cache: false``
+  skips the cache.
 * Errors are ``{"error": message, "code": CODE, "details": {...}}`` with the
   seed's codes; ``details.recall_code`` carries Recall's own.
 """
@@ -37,7 +39,7 @@ from pydantic import BaseModel, Field
 from core.errors import RecallError
 from memories import services, validation
 from memories.mcp import runtime
-from memories.mcp.arguments import NAMESPACE_PATTERN, MetadataFilter, PriorityName
+from memories.mcp.arguments import NAMESPACE_PATTERN, SCORE, MetadataFilter, PriorityName
 from memories.mcp.runtime import success
 
 INSTRUCTIONS = """\
@@ -96,7 +98,7 @@ class AddOutput(BaseModel):
 class Result(BaseModel):
     memory: str
     metadata: dict[str, Any] | None
-    score: float
+    score: float = Field(description=SCORE)
     id: str
     created_at: str
     user_id: str

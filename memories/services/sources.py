@@ -14,7 +14,7 @@ from core.errors import (
     ValidationFailed,
 )
 from core.timestamps import iso
-from memories import search, validation
+from memories import embeddings, search, validation
 from memories.models import (
     Memory,
     Priority,
@@ -313,8 +313,9 @@ def recall_answer(
 
     args = _source_search(query, limit, threshold, filters)
     found = [_sourced_hit(hit) for hit in _search(user_id, agent_id, args)]
-    minimum = args.threshold if args.threshold is not None else search.default_threshold()
-    said = chat.answer(args.query, found, minimum)
+    # The threshold chose the memories (on score); the extractive answer's
+    # sentence cut is a cosine, half the model's similarity threshold.
+    said = chat.answer(args.query, found, embeddings.get_embedder().default_threshold)
     answer: Answer = {"answer": said.answer, "memory_ids": said.memory_ids, "mode": said.mode}
     if said.model:
         answer["model"] = said.model

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from core.errors import EmbeddingUnavailable
-from memories import embeddings
+from memories import embeddings, search
 from memories.embeddings import LocalEmbedder, OpenAIEmbedder
 from memories.embeddings import local as local_provider
 from memories.tests.fake_openai import FakeOpenAI, Reply, fake_vector, serving, unit
@@ -508,13 +508,17 @@ def test_it_defaults_the_threshold_per_provider(settings):
     assert embeddings.get_embedder().default_threshold == 0.7
 
 
-def test_recall_default_threshold_overrides_both_providers(settings):
+def test_recall_default_threshold_sets_the_scores_default_not_the_models(settings):
+    # Since issue 22 the threshold is on score; the model keeps its own
+    # similarity threshold, which the score reads similarity against.
     settings.RECALL_DEFAULT_THRESHOLD = 0.55
-    assert embeddings.get_embedder().default_threshold == 0.55
+    assert search.default_threshold() == 0.55
+    assert embeddings.get_embedder().default_threshold == embeddings.LOCAL_THRESHOLD
 
     settings.EMBEDDING_PROVIDER = "openai"
     settings.OPENAI_API_KEY = API_KEY
-    assert embeddings.get_embedder().default_threshold == 0.55
+    assert search.default_threshold() == 0.55
+    assert embeddings.get_embedder().default_threshold == 0.7
 
 
 def test_it_refuses_to_start_in_production_with_openai_and_no_key(tmp_path):

@@ -107,12 +107,12 @@ def cut_off(settings):
 
 
 def exact_top(
-    user: User, query: str, where: str, params: list[Any], k: int = 10, *, floor: bool = True
+    user: User, query: str, where: str, params: list[Any], k: int = 10, *, floor: bool = False
 ) -> list[str]:
     """The true k nearest of the user's memories that satisfy ``where`` (an exact scan).
 
-    With ``floor``, only those within recall's own floor: threshold 0, a
-    cosine similarity of 0 or more.
+    With ``floor``, only those of a cosine similarity of 0 or more. Recall
+    at threshold 0 has no such floor: a score is never below 0.
     """
     vector = Vector(embeddings.get_embedder().embed_one(query)).to_text()
     with tenancy.operator(), connection.cursor() as cursor:

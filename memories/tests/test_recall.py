@@ -7,7 +7,7 @@ from django.db import transaction
 
 from accounts.tiers import Tier
 from core.errors import ValidationFailed
-from memories import services
+from memories import scoring, services
 
 FRAMEWORKS = (
     "The user prefers Python for data analysis and prefers FastAPI over Flask for web services."
@@ -45,8 +45,13 @@ def test_it_ranks_the_relevant_memory_first_among_distractors(cast):
     )
 
     assert results[0]["content"] == FRAMEWORKS
+    # The best score leads; the memories stored beside it (DISTRACTORS[4:8])
+    # are lifted up the list, but keep their own, lower scores.
     scores = [r["score"] for r in results]
-    assert scores == sorted(scores, reverse=True)
+    assert scores[0] == max(scores) >= 0.5
+    assert max(scores[1:]) < 0.15
+    lifted = {r["content"] for r in results[1:5]}
+    assert lifted == set(DISTRACTORS[4:8])
 
 
 def test_semantic_mode_ranks_by_cosine_similarity_alone(cast):
@@ -62,7 +67,10 @@ def test_semantic_mode_ranks_by_cosine_similarity_alone(cast):
     assert results[0]["content"] == FRAMEWORKS
     similarities = [r["similarity"] for r in results]
     assert similarities == sorted(similarities, reverse=True)
-    assert [r["score"] for r in results] == similarities
+    # Scored by the similarity alone (its calibrated logistic), in the same order.
+    scores = [r["score"] for r in results]
+    assert scores == sorted(scores, reverse=True)
+    assert scores == pytest.approx([scoring.SEMANTIC.score(s) for s in similarities], abs=1e-3)
 
 
 def test_the_limit_defaults_to_ten(cast):

@@ -15,7 +15,7 @@ from django.db import connection
 from accounts.tiers import Tier
 from core import tenancy
 from core.errors import ValidationFailed
-from memories import embeddings, search, services
+from memories import embeddings, scoring, search, services
 from memories.tests.fake_openai import serving
 
 MODES = ["hybrid", "semantic", "lexical"]
@@ -62,7 +62,7 @@ def test_hybrid_is_the_default_and_orders_by_score(cast):
     assert default == hybrid
     assert contents(default)[0] == NOTES[0]
     scores = [r["score"] for r in default]
-    assert scores == sorted(scores, reverse=True)
+    assert scores[0] == max(scores)  # a lift moves memories up the list, not past it
     assert all(0 <= r["score"] <= 1 and -1 <= r["similarity"] <= 1 for r in default)
 
 
@@ -77,7 +77,10 @@ def test_semantic_mode_orders_by_similarity_and_scores_it(cast):
     assert contents(found)[0] == NOTES[0]
     similarities = [r["similarity"] for r in found]
     assert similarities == sorted(similarities, reverse=True)
-    assert [r["score"] for r in found] == similarities
+    # The score is the similarity's calibrated logistic (results round to 4 places).
+    assert [r["score"] for r in found] == pytest.approx(
+        [scoring.SEMANTIC.score(s) for s in similarities], abs=1e-3
+    )
 
 
 def test_lexical_mode_returns_only_memories_sharing_a_word_best_first(cast):
@@ -102,7 +105,9 @@ def test_the_server_wide_default_mode_is_a_setting(cast, settings):
 
     found = services.recall(user_id=cast.alice.id, query="sleepy cat", threshold=0)
 
-    assert [r["score"] for r in found] == [r["similarity"] for r in found]
+    assert [r["score"] for r in found] == pytest.approx(
+        [scoring.SEMANTIC.score(r["similarity"]) for r in found], abs=1e-3
+    )
 
 
 def test_metadata_strings_are_searched_as_words(cast):
@@ -128,10 +133,13 @@ def test_a_rare_number_is_found_in_hybrid_mode_when_cosine_misses_it(cast):
     semantic = services.recall(user_id=cast.alice.id, query="X4471902", mode="semantic")
     hybrid = services.recall(user_id=cast.alice.id, query="X4471902")
 
-    # The local model scores the passport below its default threshold (0.35).
-    assert PASSPORT not in contents(semantic)
+    # The local model puts the passport below its similarity threshold (0.35):
+    # by cosine alone it is a weak match; its number makes it a clear one.
+    [passport] = [r for r in semantic if r["content"] == PASSPORT]
+    assert passport["score"] < 0.5
     assert contents(hybrid)[0] == PASSPORT
-    assert hybrid[0]["similarity"] < search.default_threshold()
+    assert hybrid[0]["similarity"] < embeddings.get_embedder().default_threshold
+    assert hybrid[0]["score"] >= 0.5
 
 
 def test_a_rare_name_in_a_longer_question_is_found_too(cast):
@@ -169,21 +177,27 @@ def openai_model(settings) -> Iterator[None]:
         embeddings.reset_query_cache()
 
 
-def test_a_client_passing_0_7_with_an_openai_model_gets_the_memories_that_match(cast, openai_model):
-    # The fake's vectors are unrelated to each other, as an OpenAI model's are
-    # for most pairs at 0.7: cosine alone would return nothing at all.
+def test_with_an_openai_model_the_score_reads_similarity_against_its_threshold(cast, openai_model):
+    # The fake's vectors are unrelated to each other, as an OpenAI model's
+    # are for most pairs at its similarity threshold (0.7).
     deploys = "Production deploys happen on Tuesdays after the standup."
     database = "The production database runs PostgreSQL 16."
     for content in [deploys, database, *NOTES]:
         remember(cast.alice.id, content)
     arguments = {"user_id": cast.alice.id, "query": "When do production deploys happen?"}
 
-    assert search.default_threshold() == 0.7
-    assert services.recall(**arguments, threshold=0.7, mode="semantic") == []
-    found = services.recall(**arguments, threshold=0.7)
-
-    assert contents(found) == [deploys]
-    assert contents(services.recall(**arguments, threshold=0.2)) == [deploys, database]
+    # The default threshold is the score's, whatever the model.
+    assert search.default_threshold() == scoring.THRESHOLD
+    assert embeddings.get_embedder().default_threshold == 0.7
+    # The memory holding every word of the question is found by its words.
+    assert contents(services.recall(**arguments)) == [deploys]
+    # A similarity counts against the model's own 0.7 as the bundled model's against 0.35.
+    semantic = services.recall(**arguments, threshold=0, mode="semantic")
+    line = scoring.line("semantic", 0.7)
+    assert [r["score"] for r in semantic] == pytest.approx(
+        [line.score(r["similarity"]) for r in semantic], abs=1e-3
+    )
+    assert line.score(0.7) == pytest.approx(scoring.SEMANTIC.score(0.35))
 
 
 # Dates -----------------------------------------------------------------------------------
