@@ -234,6 +234,13 @@ def judge(new: str, candidate: Candidate) -> Decision:
         and evidence.similarity >= DUPLICATE_SIMILARITY
     ):
         return Decision(candidate.id, "duplicate", "says the same with no new value", 0.0)
+    if (
+        old_reading.values
+        and old_reading.values == new_reading.values
+        and old_reading.negated == new_reading.negated
+    ):
+        # "Maya lives in Bristol now" and "Maya moved to Bristol": one value, said twice.
+        return Decision(candidate.id, "duplicate", "the same values, said again", 0.0)
     if not evidence.changed and not flip and not evidence.change_words:
         return Decision(candidate.id, "keep", "no new value and no change word", 0.0)
     value = score(evidence.features())

@@ -97,6 +97,7 @@ CONTRASTS: tuple[frozenset[str], ...] = (
     _set("warehouse registered"),
 )
 _CONTRAST_CLASS = {word: n for n, words in enumerate(CONTRASTS) for word in words}
+_KIN = _CONTRAST_CLASS["sister"]
 
 
 def contrast_word(lower: str) -> str | None:
@@ -323,4 +324,9 @@ def contrast_conflict(old: Reading, new: Reading) -> tuple[str, str] | None:
         for b in sorted(only_new):
             if _CONTRAST_CLASS[a] == _CONTRAST_CLASS[b]:
                 return a, b
+    # A relative shifts the subject on its own: "Maya's sister lives in
+    # Leeds" is not about Maya.
+    for word in sorted(only_old | only_new):
+        if _CONTRAST_CLASS[word] == _KIN:
+            return (word, "-") if word in only_old else ("-", word)
     return None
