@@ -62,18 +62,21 @@ FAMILIES: dict[str, str] = {
     "time": "when",
     "weekday": "when",
     "name": "name",
+    "relationship": "relationship",
+    "diet": "diet",
+    "transport": "transport",
 }
 # The score's weights (logistic: above THRESHOLD, the candidate is replaced).
 WEIGHTS: dict[str, float] = {
-    "bias": -4.5,
-    "similarity": 5.7,
-    "overlap": 2.6,
-    "value_change": -1.0,
-    "change_word": 2.2,
-    "negation_flip": 0.5,
-    "extras": -0.8,
-    "several_changes": -0.6,
-    "clean_swap": 1.5,
+    "bias": -4.7,
+    "similarity": 5.3,
+    "overlap": 2.85,
+    "value_change": -0.85,
+    "change_word": 2.15,
+    "negation_flip": 0.55,
+    "extras": -0.75,
+    "several_changes": -0.35,
+    "clean_swap": 1.6,
 }
 THRESHOLD = 0.6
 # Between AMBIGUOUS and THRESHOLD a configured chat model may settle it.
@@ -194,8 +197,12 @@ def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
     """Return why two memories are surely two facts, or None."""
     if evidence.similarity < FLOOR:
         return f"similarity {evidence.similarity:.2f} is below {FLOOR}"
-    if max(old.length, new.length) > MAX_WORDS:
+    if max(old.length, new.length) > MAX_WORDS or max(old.sentences, new.sentences) > 2:
         return "one of them is longer than a single fact"
+    if old.question or new.question:
+        return "a question states no fact"
+    if old.exclaims or new.exclaims:
+        return "an exclamation is conversation, not a record of a fact"
     if old.label and new.label and old.label != new.label:
         return "different speakers"
     pair = contrast_conflict(old, new)

@@ -42,7 +42,7 @@ CHANGE = _set(
     now new newly moved move moving switched switch switching changed change changing
     instead anymore updated update migrated migrate replaced replace replacing renamed
     rename upgraded upgrade downgraded bumped raised lowered reduced cut increased dropped
-    rescheduled postponed delayed slipped pushed promoted relocated transferred took taken
+    rescheduled postponed delayed slipped pushed promoted relocated transferred
     became become left quit stopped stop ended renewed extended shortened tightened
     actually correction corrected wrong mistake typo rather latest current currently
     nowadays again scaled reinstalled retired rotated hired appointed started joined sold
@@ -109,6 +109,24 @@ def contrast_word(lower: str) -> str | None:
     return None
 
 
+# Kin terms that are used as names, capitalised anywhere: "I called Mum".
+KIN_NAMES = _set("mum mom dad gran granny grandma grandpa grandad nan")
+# States a subject is in, one at a time: a new one replaces the old.
+STATES: dict[str, str] = {
+    **dict.fromkeys(
+        _set("single dating engaged married divorced separated widowed seeing"), "relationship"
+    ),
+    **dict.fromkeys(_set("vegetarian vegan pescatarian carnivore"), "diet"),
+    **dict.fromkeys(
+        _set(
+            "cycle cycles cycling bike bikes drive drives driving bus train tube walk walks "
+            "walking carpool"
+        ),
+        "transport",
+    ),
+}
+STATE_PHRASES = (("broke", "up"), ("split", "up"), ("got", "married"), ("got", "divorced"))
+
 MONTHS = _set(
     "january february march april may june july august september october november december "
     "jan feb mar apr jun jul aug sep sept oct nov dec"
@@ -127,7 +145,7 @@ NUMBER_WORDS = _set(
 NOT_NAMES = _set(
     """
     i the a an my our your his her their its this that these those we you he she they it
-    there here what when where who how why which mr mrs ms dr st
+    there here what when where who how why which mr mrs ms dr st i'm i've i'd i'll
     """
 )
 
@@ -158,6 +176,9 @@ class Reading:
     negated: bool
     additive: bool
     length: int  # words
+    sentences: int
+    question: bool  # asks rather than states
+    exclaims: bool  # chatter ("Wow, great news!") rather than a record
     label: str  # a leading "Name:" label (a speaker), lower-cased, else ""
 
 
@@ -216,6 +237,8 @@ def _value(token: str, *, capitalised_name: bool) -> Value | None:
         return Value("date", lower)
     if lower in WEEKDAYS:
         return Value("weekday", stem(lower))
+    if lower in STATES:
+        return Value(STATES[lower], stem(lower))
     if lower in NUMBER_WORDS or lower.split("-")[0] in NUMBER_WORDS:
         return Value("number", lower.split("-")[0])
     if capitalised_name:
@@ -234,6 +257,11 @@ def _phrases(tokens: list[str], phrases: tuple[tuple[str, ...], ...]) -> list[st
     return found
 
 
+def _starts_sentence(body: str, start: int) -> bool:
+    before = body[max(0, start - 8) : start].rstrip(" \t\n\"'([")
+    return start == 0 or (not before.strip() and start < 8) or before[-1:] in ".!?\n"
+
+
 @lru_cache(maxsize=4096)
 def read(text: str) -> Reading:
     """Return what ``text`` says, for comparing it with another memory."""
@@ -248,9 +276,14 @@ def read(text: str) -> Reading:
     phones = {re.sub(r"\D", "", m.group(0)) for m in _PHONE.finditer(text)}
     phones = {p for p in phones if len(p) >= 7}
     body = _PHONE.sub(" ", text)
-    raw = _TOKEN.findall(body)
+    matches = list(_TOKEN.finditer(body))
+    raw = [m.group(0) for m in matches]
+    # A token starts a sentence when only spaces, quotes or brackets stand
+    # between it and the text's start or a full stop, "!" or "?".
+    starts = [_starts_sentence(body, m.start()) for m in matches]
     lowered = [t.lower().rstrip(".,;:") for t in raw]
     values: set[Value] = {Value("phone", p) for p in phones}
+    values |= {Value("relationship", p) for p in _phrases(lowered, STATE_PHRASES)}
     words: set[str] = set()
     up_front: set[str] = set()
     contrasts: set[str] = set()
@@ -259,7 +292,6 @@ def read(text: str) -> Reading:
     negated = any(w in NEGATION or w.endswith("n't") for w in lowered)
     negated = negated or bool(_phrases(lowered, (("no", "longer"), ("any", "more"))))
     additive = any(w in ADDITIVE for w in lowered) or bool(_phrases(lowered, ADDITIVE_PHRASES))
-    sentence_start = True
     subject = True  # still among the first words, before the first plain content word
     for position, (token, lower) in enumerate(zip(raw, lowered, strict=True)):
         bare = stem(lower)
@@ -269,8 +301,9 @@ def read(text: str) -> Reading:
         # words ("Application logs ...") and are read as such.
         possessive = lower.endswith("'s")
         contrast = contrast_word(lower.removesuffix("'s"))
-        name = capital and (not sentence_start or possessive) and contrast is None
-        sentence_start = token.endswith((".", "!", "?"))
+        if contrast and capital and not starts[position] and contrast not in KIN_NAMES:
+            contrast = None  # part of a name: "Lind & Partners", "Team Falcon"
+        name = capital and (not starts[position] or possessive) and contrast is None
         value = _value(token, capitalised_name=name)
         if (
             value is not None
@@ -307,6 +340,9 @@ def read(text: str) -> Reading:
         negated=negated,
         additive=additive,
         length=len(raw),
+        sentences=max(1, sum(starts)),
+        question="?" in body,
+        exclaims="!" in body,
         label=label,
     )
 

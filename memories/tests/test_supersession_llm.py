@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from memories.supersession import Candidate, decide
+from memories.supersession import Candidate, Decision, decide
 from memories.supersession.llm import parse, settle
 
 NEW = "Jess is all about mountain hiking trips now."
@@ -89,10 +89,11 @@ def chat(settings) -> Iterator[ChatStub]:
     stub.close()
 
 
-def offline(candidates: list[Candidate]):
-    decisions = decide(NEW, candidates)
-    assert decisions[0].ambiguous and decisions[0].verdict == "keep"
-    return decisions
+def offline(candidates: list[Candidate]) -> list[Decision]:
+    """The offline decisions: the first candidate left open, the others kept by a hard rule."""
+    first = Decision(candidates[0].id, "keep", "not enough evidence", 0.45, ambiguous=True)
+    rest = [Decision(c.id, "keep", "different subjects", 0.0) for c in candidates[1:]]
+    return [first, *rest]
 
 
 def test_the_model_settles_an_ambiguous_candidate(chat: ChatStub) -> None:
