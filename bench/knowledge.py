@@ -200,6 +200,8 @@ class Stored:
     detected: dict[str, str]  # old key -> new key
     decide_ms: list[float]
     explicit: bool = False
+    # Pairs the detector left open (kept, but ambiguous): (old key, new key).
+    ambiguous: list[tuple[str, str]] = field(default_factory=list)
 
 
 async def store_split(
@@ -211,6 +213,7 @@ async def store_split(
     ids: dict[str, str] = {}
     keys: dict[str, str] = {}
     detected: dict[str, str] = {}
+    ambiguous: list[tuple[str, str]] = []
     times: list[float] = []
     for item in split.items:
         if detect and ids:
@@ -230,21 +233,34 @@ async def store_split(
             for decision in decisions:
                 if decision.verdict == "supersede":
                     detected[decision.id] = item.key
+                elif decision.ambiguous:
+                    ambiguous.append((decision.id, item.key))
         arguments: dict[str, Any] = {"content": item.content, "namespace": namespace}
         if replaces and item.role == "chain" and item.index > 0:
             arguments["replaces"] = ids[f"chain:{item.group}:{item.index - 1}"]
         stored = await mcp.call("remember", arguments)
         ids[item.key] = stored["id"]
         keys[stored["id"]] = item.key
-    return Stored(ids, detected, times, explicit=replaces)
+    return Stored(ids, detected, times, explicit=replaces, ambiguous=ambiguous)
+
+
+def newer_first(order: list[str], pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """Move the newer of each ambiguous pair just above the older, when both are listed."""
+    out = list(order)
+    for old, new in pairs:
+        if old in out and new in out and out.index(old) < out.index(new):
+            out.remove(new)
+            out.insert(out.index(old), new)
+    return out
 
 
 async def ask(
     mcp: Mcp, split: ks.Split, namespace: str, stored: Stored
-) -> tuple[list[Answer], list[Answer]]:
-    """Ask every question; return the answers as the server marks them, and with the detector's."""
+) -> tuple[list[Answer], list[Answer], list[Answer]]:
+    """Ask every question; return the answers as the server marks them, with the detector's
+    marks, and with those marks and the newer of each ambiguous pair first."""
     keys = {memory_id: key for key, memory_id in stored.ids.items()}
-    server, detector = [], []
+    server, detector, ordered = [], [], []
     for question in split.questions:
         found = await mcp.call(
             "recall", {"query": question.text, "namespace": namespace, "limit": LIMIT}
@@ -257,7 +273,10 @@ async def ask(
         }
         server.append(Answer(question, order, marked))
         detector.append(Answer(question, order, marked | set(stored.detected)))
-    return server, detector
+        ordered.append(
+            Answer(question, newer_first(order, stored.ambiguous), marked | set(stored.detected))
+        )
+    return server, detector, ordered
 
 
 async def over_mcp(url: str, key: str, splits: list[ks.Split]) -> dict[str, Any]:
@@ -269,9 +288,14 @@ async def over_mcp(url: str, key: str, splits: list[ks.Split]) -> dict[str, Any]
             started = time.monotonic()
             namespace = f"ku-{split.name}"
             stored = await store_split(mcp, split, namespace, detect=True)
-            server, detector = await ask(mcp, split, namespace, stored)
-            rows: dict[str, Any] = {"server": score(server), "server+detector": score(detector)}
+            server, detector, ordered = await ask(mcp, split, namespace, stored)
+            rows: dict[str, Any] = {
+                "server": score(server),
+                "server+detector": score(detector),
+                "server+detector+newer_first": score(ordered),
+            }
             rows["server+detector"]["replaced"] = len(stored.detected)
+            rows["server+detector+newer_first"]["ambiguous_pairs"] = len(stored.ambiguous)
             rows["server"]["lookalike_missing@5_server"] = rows["server"]["false_supersession"]
             if explicit:
                 named = f"ku-{split.name}-explicit"
@@ -429,6 +453,51 @@ def calibrate(split: ks.Split, vectors: dict[str, Any]) -> dict[str, Any]:
 
 # Latency -------------------------------------------------------------------------------
 
+# Calls in turn: remember alone, and remember plus detection with its
+# candidates from the hybrid search, from the semantic search (both through
+# memories/search.py, as recall runs them), or from one lean statement.
+KINDS = ("plain", "hybrid", "semantic", "lean")
+# The lean statement's HNSW breadth: 5 neighbours need far less than recall's 100.
+LEAN_EF_SEARCH = 40
+
+
+def nearest(
+    user_id: Any, namespace: str, vector: Any, embedder: Any, *, explain: bool = False
+) -> list[tuple[str, str, float]]:
+    """Return the 5 nearest memories of the namespace (user-wide ones), one statement.
+
+    What phase B can run inside the writing transaction: no ranking, no
+    lexical side, only the candidates' ids, texts and cosine similarities.
+    With ``explain``, return PostgreSQL's execution time of it instead, as
+    ``[("", "", ms)]``: its cost inside a transaction already open.
+    """
+    from django.db import connection
+
+    from memories.indexes import vector_literal, vector_type
+    from recall import tenancy
+
+    cast = vector_type(int(embedder.dimensions))
+    # S608: the only interpolation is the vector type, built from an int.
+    sql = (
+        f"SELECT id, content, 1 - ((embedding::{cast}) <=> %(v)s::{cast}) FROM memories"  # noqa: S608
+        " WHERE user_id = %(user)s AND namespace = %(ns)s AND embedding_model = %(model)s"
+        " AND agent_id IS NULL AND (expires_at IS NULL OR expires_at > statement_timestamp())"
+        f" ORDER BY (embedding::{cast}) <=> %(v)s::{cast} LIMIT 5"
+    )
+    opening = {"enable_seqscan": "off", "enable_sort": "off", "hnsw.ef_search": str(LEAN_EF_SEARCH)}
+    params = {
+        "v": vector_literal(vector),
+        "user": str(user_id),
+        "ns": namespace,
+        "model": embedder.model_id,
+    }
+    with tenancy.tenant(user_id, local_settings=opening), connection.cursor() as cursor:
+        if explain:
+            cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
+            return [("", "", float(cursor.fetchone()[0][0]["Execution Time"]))]
+        cursor.execute(sql, params)
+        return [(str(i), c, float(s)) for i, c, s in cursor.fetchall()]
+
 
 def latency(size: int, calls: int, split: ks.Split) -> dict[str, Any]:
     """Time remember alone and with detection's work, in turns, at ``size`` memories."""
@@ -464,9 +533,22 @@ def latency(size: int, calls: int, split: ks.Split) -> dict[str, Any]:
         timings: dict[str, list[float]] = defaultdict(list)
         for n in range(calls):
             text = f"{texts[n % len(texts)]} (call {n})"
-            kind = ("plain", "hybrid", "semantic")[n % 3]
+            kind = KINDS[n % len(KINDS)]
             detection = 0.0
-            if kind != "plain":
+            if kind == "lean":
+                t0 = time.perf_counter()
+                found_rows = nearest(user.id, namespace, stub.embed([text])[0], stub)
+                t1 = time.perf_counter()
+                decide(text, [Candidate(str(i), c, s) for i, c, s in found_rows])
+                t2 = time.perf_counter()
+                timings["lean_search"].append((t1 - t0) * 1000.0)
+                timings["decide"].append((t2 - t1) * 1000.0)
+                detection = (t2 - t0) * 1000.0
+                [(_, _, executed)] = nearest(
+                    user.id, namespace, stub.embed([text])[0], stub, explain=True
+                )
+                timings["lean_execution"].append(executed)
+            elif kind != "plain":
                 prepared = search.Search(
                     text=text,
                     vector=stub.embed([text])[0],
@@ -503,12 +585,16 @@ def latency(size: int, calls: int, split: ks.Split) -> dict[str, Any]:
         "remember_ms": harness.percentiles(timings["plain"]),
         "with_hybrid_candidates_ms": harness.percentiles(timings["hybrid"]),
         "with_semantic_candidates_ms": harness.percentiles(timings["semantic"]),
+        "with_lean_candidates_ms": harness.percentiles(timings["lean"]),
+        "lean_search_ms": harness.percentiles(timings["lean_search"]),
+        "lean_statement_execution_ms": harness.percentiles(timings["lean_execution"]),
         "hybrid_search_ms": harness.percentiles(timings["hybrid_search"]),
         "semantic_search_ms": harness.percentiles(timings["semantic_search"]),
         "decide_ms": harness.percentiles(timings["decide"]),
         "added_p50_ms": {
             "hybrid": round(statistics.median(timings["hybrid"]) - plain, 3),
             "semantic": round(statistics.median(timings["semantic"]) - plain, 3),
+            "lean": round(statistics.median(timings["lean"]) - plain, 3),
         },
         "fill_seconds": round(time.monotonic() - started, 1),
         "note": "embedding stubbed (excluded); detection emulated as phase B will run it",

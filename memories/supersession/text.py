@@ -206,12 +206,21 @@ def stem(word: str) -> str:
     return word
 
 
+_TIME = re.compile(r"\d{1,2}(:\d\d)?(am|pm)|\d{1,2}:\d\d")
+_YEAR = re.compile(r"(19|20)\d\d")
+_DOTTED = re.compile(r"\d+(\.\d+){1,3}")
+_HOST = re.compile(r"[a-z][.\-_/:=][a-z0-9]")
+_DIGIT_OR_DOT = re.compile(r"[\d.]")
+_DIGIT = re.compile(r"\d")
+_VERSION = re.compile(r"v\d+(\.\d+)*")
+
+
 def _number(lower: str) -> Value:
-    if re.fullmatch(r"\d{1,2}(:\d\d)?(am|pm)|\d{1,2}:\d\d", lower):
+    if _TIME.fullmatch(lower):
         return Value("time", lower)
-    if re.fullmatch(r"(19|20)\d\d", lower):
+    if _YEAR.fullmatch(lower):
         return Value("date", lower)
-    if re.fullmatch(r"\d+(\.\d+){1,3}", lower):
+    if _DOTTED.fullmatch(lower):
         return Value("version", lower)
     if lower.endswith("%"):
         return Value("share", lower)
@@ -226,12 +235,12 @@ def _value(token: str, *, capitalised_name: bool) -> Value | None:
         return Value("money", lower.replace(" ", "").replace(",", ""))
     if lower[:1].isdigit():
         return _number(lower)
-    if re.search(r"[a-z][.\-_/:=][a-z0-9]", lower) and re.search(r"\d|\.", lower):
+    if _HOST.search(lower) and _DIGIT_OR_DOT.search(lower):
         # pg-staging-7, api.orchard.app, checkout_v2, django==5.1
         return Value("host", lower)
-    if re.fullmatch(r"v\d+(\.\d+)*", lower):
+    if _VERSION.fullmatch(lower):
         return Value("version", lower)
-    if any(c.isdigit() for c in lower):
+    if _DIGIT.search(lower):
         return Value("identifier", lower)
     if lower in MONTHS:
         return Value("date", lower)
@@ -247,14 +256,8 @@ def _value(token: str, *, capitalised_name: bool) -> Value | None:
 
 
 def _phrases(tokens: list[str], phrases: tuple[tuple[str, ...], ...]) -> list[str]:
-    found = []
-    for phrase in phrases:
-        n = len(phrase)
-        for i in range(len(tokens) - n + 1):
-            if tuple(tokens[i : i + n]) == phrase:
-                found.append(" ".join(phrase))
-                break
-    return found
+    joined = f" {' '.join(tokens)} "
+    return [" ".join(p) for p in phrases if f" {' '.join(p)} " in joined]
 
 
 def _starts_sentence(body: str, start: int) -> bool:
