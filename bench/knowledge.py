@@ -194,54 +194,85 @@ class Mcp:
 
 @dataclass
 class Stored:
-    """A split as stored: memory id by key, and the detector's replacements client-side."""
+    """A split as stored: memory id by key, and what each write's candidate search found."""
 
     ids: dict[str, str]
-    detected: dict[str, str]  # old key -> new key
-    decide_ms: list[float]
-    explicit: bool = False
+    # Per write, in order: the new memory's key and the recall results before
+    # it was stored, [key, content, similarity, marked by the server].
+    writes: list[tuple[str, list[tuple[str, str, float, bool]]]]
+
+
+@dataclass
+class Detected:
+    """What the offline detector made of a split's writes."""
+
+    replaced: dict[str, str]  # old key -> new key
     # Pairs the detector left open (kept, but ambiguous): (old key, new key).
-    ambiguous: list[tuple[str, str]] = field(default_factory=list)
+    ambiguous: list[tuple[str, str]]
+    decide_ms: list[float]
 
 
 async def store_split(
-    mcp: Mcp, split: ks.Split, namespace: str, *, detect: bool, replaces: bool = False
+    mcp: Mcp, split: ks.Split, namespace: str, *, search: bool, replaces: bool = False
 ) -> Stored:
-    """Store the split's stream; with ``detect``, run the offline detector on each write."""
-    from memories.supersession import Candidate, decide
-
+    """Store the split's stream; with ``search``, recall each new text first (the candidates)."""
     ids: dict[str, str] = {}
     keys: dict[str, str] = {}
-    detected: dict[str, str] = {}
-    ambiguous: list[tuple[str, str]] = []
-    times: list[float] = []
+    writes: list[tuple[str, list[tuple[str, str, float, bool]]]] = []
     for item in split.items:
-        if detect and ids:
+        if search and ids:
             found = await mcp.call(
                 "recall",
                 {"query": item.content, "namespace": namespace, "limit": LIMIT, "threshold": 0},
             )
-            current = [
-                m
-                for m in found["memories"]
-                if keys[m["id"]] not in detected and not m.get("superseded_by")
-            ][:TOP]
-            candidates = [Candidate(keys[m["id"]], m["content"], m["similarity"]) for m in current]
-            started = time.perf_counter()
-            decisions = decide(item.content, candidates)
-            times.append((time.perf_counter() - started) * 1000.0)
-            for decision in decisions:
-                if decision.verdict == "supersede":
-                    detected[decision.id] = item.key
-                elif decision.ambiguous:
-                    ambiguous.append((decision.id, item.key))
+            writes.append(
+                (
+                    item.key,
+                    [
+                        (
+                            keys[m["id"]],
+                            m["content"],
+                            float(m["similarity"]),
+                            bool(m.get("superseded_by")),
+                        )
+                        for m in found["memories"]
+                    ],
+                )
+            )
         arguments: dict[str, Any] = {"content": item.content, "namespace": namespace}
         if replaces and item.role == "chain" and item.index > 0:
             arguments["replaces"] = ids[f"chain:{item.group}:{item.index - 1}"]
         stored = await mcp.call("remember", arguments)
         ids[item.key] = stored["id"]
         keys[stored["id"]] = item.key
-    return Stored(ids, detected, times, explicit=replaces, ambiguous=ambiguous)
+    return Stored(ids, writes)
+
+
+def detect(split: ks.Split, writes: Sequence[tuple[str, Sequence[Sequence[Any]]]]) -> Detected:
+    """Run the offline detector on each write's 5 best current candidates, in order."""
+    from memories.supersession import Candidate, decide
+
+    replaced: dict[str, str] = {}
+    ambiguous: list[tuple[str, str]] = []
+    times: list[float] = []
+    by_key = {item.key: item.content for item in split.items}
+    for new_key, found in writes:
+        current = [f for f in found if f[0] not in replaced and not f[3]][:TOP]
+        candidates = [
+            Candidate(key, content, similarity) for key, content, similarity, _ in current
+        ]
+        text = by_key.get(new_key)
+        if text is None:
+            continue
+        started = time.perf_counter()
+        decisions = decide(text, candidates)
+        times.append((time.perf_counter() - started) * 1000.0)
+        for decision in decisions:
+            if decision.verdict == "supersede":
+                replaced[decision.id] = new_key
+            elif decision.ambiguous:
+                ambiguous.append((decision.id, new_key))
+    return Detected(replaced, ambiguous, times)
 
 
 def newer_first(order: list[str], pairs: Sequence[tuple[str, str]]) -> list[str]:
@@ -256,27 +287,46 @@ def newer_first(order: list[str], pairs: Sequence[tuple[str, str]]) -> list[str]
 
 async def ask(
     mcp: Mcp, split: ks.Split, namespace: str, stored: Stored
-) -> tuple[list[Answer], list[Answer], list[Answer]]:
-    """Ask every question; return the answers as the server marks them, with the detector's
-    marks, and with those marks and the newer of each ambiguous pair first."""
+) -> list[tuple[list[str], list[str]]]:
+    """Ask every question; return each one's result keys and those the server marked."""
     keys = {memory_id: key for key, memory_id in stored.ids.items()}
-    server, detector, ordered = [], [], []
+    out = []
     for question in split.questions:
         found = await mcp.call(
             "recall", {"query": question.text, "namespace": namespace, "limit": LIMIT}
         )
         order = [keys.get(m["id"], "?") for m in found["memories"]]
-        marked = {
+        marked = [
             keys.get(m["id"], "?")
             for m in found["memories"]
             if m.get("superseded_by") or m.get("superseded_at")
-        }
-        server.append(Answer(question, order, marked))
-        detector.append(Answer(question, order, marked | set(stored.detected)))
-        ordered.append(
-            Answer(question, newer_first(order, stored.ambiguous), marked | set(stored.detected))
-        )
-    return server, detector, ordered
+        ]
+        out.append((order, marked))
+    return out
+
+
+def rows_for(
+    split: ks.Split,
+    answers: Sequence[tuple[Sequence[str], Sequence[str]]],
+    writes: Sequence[tuple[str, Sequence[Sequence[Any]]]],
+) -> dict[str, Any]:
+    """Score a split's answers as the server marked them, and with the detector's marks."""
+    found = detect(split, writes)
+    server, detector, ordered = [], [], []
+    for question, (order, marked) in zip(split.questions, answers, strict=True):
+        server.append(Answer(question, list(order), set(marked)))
+        hidden = set(marked) | set(found.replaced)
+        detector.append(Answer(question, list(order), hidden))
+        ordered.append(Answer(question, newer_first(list(order), found.ambiguous), hidden))
+    rows: dict[str, Any] = {
+        "server": score(server),
+        "server+detector": score(detector),
+        "server+detector+newer_first": score(ordered),
+    }
+    rows["server+detector"]["replaced"] = len(found.replaced)
+    rows["server+detector"]["decide_ms"] = harness.percentiles(found.decide_ms)
+    rows["server+detector+newer_first"]["ambiguous_pairs"] = len(found.ambiguous)
+    return rows
 
 
 async def over_mcp(url: str, key: str, splits: list[ks.Split]) -> dict[str, Any]:
@@ -287,23 +337,31 @@ async def over_mcp(url: str, key: str, splits: list[ks.Split]) -> dict[str, Any]
         for split in splits:
             started = time.monotonic()
             namespace = f"ku-{split.name}"
-            stored = await store_split(mcp, split, namespace, detect=True)
-            server, detector, ordered = await ask(mcp, split, namespace, stored)
-            rows: dict[str, Any] = {
-                "server": score(server),
-                "server+detector": score(detector),
-                "server+detector+newer_first": score(ordered),
-            }
-            rows["server+detector"]["replaced"] = len(stored.detected)
-            rows["server+detector+newer_first"]["ambiguous_pairs"] = len(stored.ambiguous)
-            rows["server"]["lookalike_missing@5_server"] = rows["server"]["false_supersession"]
+            stored = await store_split(mcp, split, namespace, search=True)
+            answers = await ask(mcp, split, namespace, stored)
+            rows = rows_for(split, answers, stored.writes)
             if explicit:
                 named = f"ku-{split.name}-explicit"
-                named_store = await store_split(mcp, split, named, detect=False, replaces=True)
-                rows["explicit"] = score((await ask(mcp, split, named, named_store))[0])
+                named_store = await store_split(mcp, split, named, search=False, replaces=True)
+                named_answers = await ask(mcp, split, named, named_store)
+                rows["explicit"] = rows_for(split, named_answers, [])["server"]
             rows["seconds"] = round(time.monotonic() - started, 1)
+            # What the rows were computed from, for --replay with another detector.
+            rows["raw"] = {"writes": stored.writes, "answers": answers}
             out[split.name] = rows
             print(f"  {split.name}: {len(split.items)} memories stored and asked", flush=True)
+    return out
+
+
+def replay(path: Path, splits: list[ks.Split]) -> dict[str, Any]:
+    """Re-score a saved run's raw results with the detector as it is now (no server)."""
+    saved = json.loads(path.read_text())["mcp"]
+    out: dict[str, Any] = {"replayed": str(path)}
+    for split in splits:
+        raw = saved[split.name]["raw"]
+        rows = rows_for(split, raw["answers"], raw["writes"])
+        rows["raw"] = raw
+        out[split.name] = rows
     return out
 
 
@@ -609,7 +667,7 @@ def print_report(report: dict[str, Any]) -> None:
     rows = []
     for split in ("dev", "test"):
         for name, figures in mcp.get(split, {}).items():
-            if not isinstance(figures, dict):
+            if not isinstance(figures, dict) or name == "raw":
                 continue
             rows.append(
                 [
@@ -684,6 +742,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, help="Folder with LoCoMo: check it stays quiet.")
     parser.add_argument("--calibrate", action="store_true", help="Refit the weights on dev.")
     parser.add_argument("--no-server", action="store_true", help="Skip the MCP measurement.")
+    parser.add_argument(
+        "--replay",
+        type=Path,
+        help="Instead of a server, re-score the raw results saved in this earlier --json "
+        "with the detector as it is now.",
+    )
     parser.add_argument("--latency-size", type=int, default=10_000, help="0 skips it.")
     parser.add_argument("--latency-calls", type=int, default=400)
     parser.add_argument(
@@ -728,7 +792,9 @@ def main(argv: list[str] | None = None) -> int:
         report["calibration"] = calibrate(dev, vectors_for(model, cache, ks.texts(dev)))
     if args.data:
         report["locomo"] = locomo_quiet(args.data, model, cache)
-    if not args.no_server:
+    if args.replay:
+        report["mcp"] = replay(args.replay, splits)
+    elif not args.no_server:
         report["mcp"] = run_server(splits)
     if args.latency_size:
         size = min(args.latency_size, 300) if args.smoke else args.latency_size

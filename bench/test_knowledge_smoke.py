@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from bench.test_smoke import run
@@ -25,8 +26,24 @@ def test_knowledge_smoke_reports_every_figure(tmp_path: Path) -> None:
         assert rows["server+detector"]["replaced"] > 0
         assert rows["server+detector"]["stale_unmarked@5"] < rows["server"]["stale_unmarked@5"]
         assert report["offline"][split]["updates"] == 6
+        assert len(rows["raw"]["answers"]) == 14  # what --replay re-scores
     latency = report["latency"]
     assert latency["remember_ms"]["p50"] > 0
-    assert set(latency["added_p50_ms"]) == {"hybrid", "semantic"}
+    assert set(latency["added_p50_ms"]) == {"hybrid", "semantic", "lean"}
+    assert latency["lean_statement_execution_ms"]["p50"] > 0
     assert report["calibration"]["pairs"] > 0
     assert "Over MCP" in stdout
+
+
+def test_knowledge_replays_a_saved_run_without_a_server(tmp_path: Path) -> None:
+    first, _ = run("knowledge", "--latency-size", "0", tmp_path=tmp_path)
+    saved = tmp_path / "first.json"
+    saved.write_text(json.dumps(first))
+
+    again, _ = run("knowledge", "--latency-size", "0", "--replay", str(saved), tmp_path=tmp_path)
+
+    for split in ("dev", "test"):
+        for row in ("server", "server+detector"):
+            assert again["mcp"][split][row] == first["mcp"][split][row] | (
+                {"decide_ms": again["mcp"][split][row]["decide_ms"]} if row != "server" else {}
+            )
