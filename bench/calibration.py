@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import sys
 import time
 from collections.abc import Sequence
@@ -240,30 +241,46 @@ def percentiles(x: np.ndarray) -> dict[str, float]:
     return {f"p{p}": round(float(np.percentile(x, p)), 3) for p in (1, 5, 25, 50, 75, 95, 99)}
 
 
-def unrelated(
-    runner: Runner, pairs: Sequence[tuple[str, str, str, list[str]]], a: float, b: float, c: float
-) -> dict[str, Any]:
+def unrelated(cross: dict[str, list[Query]], a: float, b: float, c: float) -> dict[str, Any]:
     """The best match's score when nothing in the namespace is relevant (cross-benchmark)."""
     out: dict[str, Any] = {}
-    for label, user_id, namespace, texts in pairs:
-        runner.warm(texts)
-        best, today, similarity = [], [], []
-        for text in texts:
-            rows = pool(user_id, namespace, text)
-            if not rows:
-                continue
-            s = np.array([float(r["similarity"]) for r in rows])
-            cov = np.array([float(r["coverage"] or 0.0) for r in rows])
-            best.append(float(logistic(a * s + b * cov + c).max()))
-            today.append(float(max(float(r["score"]) for r in rows)))
-            similarity.append(float(s.max()))
+    for label, pools in cross.items():
+        kept = [q for q in pools if len(q.ids)]
+        best = np.array(
+            [float(logistic(a * q.similarity + b * q.coverage + c).max()) for q in kept]
+        )
         out[label] = {
-            "queries": len(best),
-            "proposal_best": percentiles(np.array(best)),
-            "proposal_best_at_least_0.5": round(float(np.mean(np.array(best) >= 0.5)), 4),
-            "today_best": percentiles(np.array(today)),
-            "best_similarity": percentiles(np.array(similarity)),
+            "queries": len(kept),
+            "proposal_best": percentiles(best),
+            "proposal_best_at_least_0.5": round(float(np.mean(best >= 0.5)), 4),
+            "today_best": percentiles(np.array([float(q.today.max()) for q in kept])),
+            "best_similarity": percentiles(np.array([float(q.similarity.max()) for q in kept])),
         }
+    return out
+
+
+def cross_pools(
+    runner: Runner, label: str, user_id: str, namespace: str, texts: list[str]
+) -> list[Query]:
+    """Pools of questions asked of a namespace where nothing is relevant to them."""
+    runner.warm(texts)
+    out = []
+    for text in texts:
+        rows = pool(user_id, namespace, text)
+        out.append(
+            Query(
+                label,
+                label,
+                [str(r["id"]) for r in rows],
+                np.array([float(r["similarity"]) for r in rows]),
+                np.array([float(r["coverage"] or 0.0) for r in rows]),
+                np.array([float(r["score"]) for r in rows]),
+                np.zeros(len(rows), dtype=int),
+                np.zeros(len(rows), dtype=bool),
+                [frozenset() for _ in rows],
+                set(),
+            )
+        )
     return out
 
 
@@ -359,11 +376,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="Built-in samples, no data.")
     parser.add_argument("--cache", type=Path, default=corpus.DEFAULT_CACHE)
     parser.add_argument("--json", type=Path, help="Write the results here.")
+    parser.add_argument(
+        "--pools",
+        type=Path,
+        help="Keep the candidate pools in this file (a pickle; not data to share): read it "
+        "instead of storing the benchmarks again when it exists.",
+    )
     args = parser.parse_args(argv)
     if not args.smoke and args.data is None:
         parser.error("--data is required unless --smoke")
 
     started = time.monotonic()
+    if args.pools and args.pools.exists():
+        with args.pools.open("rb") as f:
+            queries, cross = pickle.load(f)  # noqa: S301 (a file this script wrote)
+        model = "(from --pools)"
+    else:
+        queries, cross, model = gather(args)
+        if args.pools:
+            with args.pools.open("wb") as f:
+                pickle.dump((queries, cross), f)
+    report: dict[str, Any] = {
+        "command": "python bench/calibration.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": harness.machine(),
+        "model": model,
+        **analyse(queries, cross),
+    }
+    report["seconds"] = round(time.monotonic() - started, 1)
+    print_report(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def gather(args: argparse.Namespace) -> tuple[list[Query], dict[str, list[Query]], str]:
+    """Store the three benchmarks and read every question's candidate pool."""
     harness.configure()
     from memories import embeddings
 
@@ -375,12 +424,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     embedder = harness.cached_embedder(real, cache)
     runner = Runner(embedder, cache, prewarm=True)
-    report: dict[str, Any] = {
-        "command": "python bench/calibration.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": harness.machine(),
-        "model": real.model_id,
-    }
     try:
         with harness.using_embedder(embedder):
             raw = (
@@ -394,48 +437,46 @@ def main(argv: list[str] | None = None) -> int:
             knowledge, knowledge_space = store_knowledge(
                 runner, ks.smoke("dev") if args.smoke else ks.load("dev")
             )
-            queries = locomo + scifact + knowledge
-            report["today"] = quality(queries, lambda q: q.today)
-            fitted = fit(queries)
-            best = fitted["chosen"]
-            a, b, c = best["A"], best["B"], best["C"]
-            report["proposal"] = {
-                "A": round(a, 3),
-                "B": round(b, 3),
-                "C": round(c, 3),
-                **{k: v for k, v in best.items() if k not in ("A", "B", "C")},
-            }
-            report["grid"] = fitted["grid"]
-            report["two_fold"] = two_fold(queries)
-            report["values"] = values(queries, a, b, c)
-            report["thresholds"] = thresholds(queries, a, b, c)
-            cross = [
-                (
-                    "scifact claims in a LoCoMo conversation",
-                    *locomo_spaces[0][:2],
-                    scifact_space[2][:200],
+            talk, talk_ns, talk_questions = locomo_spaces[0]
+            papers, papers_ns, claims = scifact_space
+            cross = {
+                "scifact claims in a LoCoMo conversation": cross_pools(
+                    runner, "unrelated", talk, talk_ns, claims[:200]
                 ),
-                ("LoCoMo questions in SciFact", *scifact_space[:2], locomo_spaces[0][2][:200]),
-                (
-                    "knowledge questions in a LoCoMo conversation",
-                    *locomo_spaces[0][:2],
-                    knowledge_space[2],
+                "LoCoMo questions in SciFact": cross_pools(
+                    runner, "unrelated", papers, papers_ns, talk_questions[:200]
                 ),
-            ]
-            report["unrelated"] = unrelated(runner, cross, a, b, c)
-            report["lone_match_examples"] = {
-                f"similarity {s}, coverage {cv}": round(float(logistic(a * s + b * cv + c)), 3)
-                for s, cv in ((0.6, 0.0), (0.6, 1.0), (0.45, 0.5), (0.3, 0.0), (0.8, 1.0))
+                "knowledge questions in a LoCoMo conversation": cross_pools(
+                    runner, "unrelated", talk, talk_ns, knowledge_space[2]
+                ),
             }
     finally:
         cache.save()
         runner.cleanup()
-    report["seconds"] = round(time.monotonic() - started, 1)
-    print_report(report)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    return 0
+    return locomo + scifact + knowledge, cross, real.model_id
+
+
+def analyse(queries: list[Query], cross: dict[str, list[Query]]) -> dict[str, Any]:
+    report: dict[str, Any] = {"today": quality(queries, lambda q: q.today)}
+    fitted = fit(queries)
+    best = fitted["chosen"]
+    a, b, c = best["A"], best["B"], best["C"]
+    report["proposal"] = {
+        "A": round(a, 3),
+        "B": round(b, 3),
+        "C": round(c, 3),
+        **{k: v for k, v in best.items() if k not in ("A", "B", "C")},
+    }
+    report["grid"] = fitted["grid"]
+    report["two_fold"] = two_fold(queries)
+    report["values"] = values(queries, a, b, c)
+    report["thresholds"] = thresholds(queries, a, b, c)
+    report["unrelated"] = unrelated(cross, a, b, c)
+    report["lone_match_examples"] = {
+        f"similarity {s}, coverage {cv}": round(float(logistic(a * s + b * cv + c)), 3)
+        for s, cv in ((0.6, 0.0), (0.6, 1.0), (0.45, 0.5), (0.3, 0.0), (0.8, 1.0))
+    }
+    return report
 
 
 def two_fold(queries: Sequence[Query]) -> list[dict[str, Any]]:
