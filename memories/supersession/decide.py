@@ -68,15 +68,15 @@ FAMILIES: dict[str, str] = {
 }
 # The score's weights (logistic: above THRESHOLD, the candidate is replaced).
 WEIGHTS: dict[str, float] = {
-    "bias": -4.7,
-    "similarity": 5.3,
-    "overlap": 2.85,
-    "value_change": -0.85,
-    "change_word": 2.15,
+    "bias": -4.75,
+    "similarity": 5.25,
+    "overlap": 2.9,
+    "value_change": -0.9,
+    "change_word": 2.35,
     "negation_flip": 0.55,
     "extras": -0.75,
     "several_changes": -0.35,
-    "clean_swap": 1.6,
+    "clean_swap": 1.5,
 }
 THRESHOLD = 0.6
 # Between AMBIGUOUS and THRESHOLD a configured chat model may settle it.
@@ -218,7 +218,9 @@ def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
     if not evidence.shared:
         return "no subject word in common"
     if not evidence.changed and evidence.added_kinds and evidence.dropped_kinds:
-        # "Ben's phone number is ..." and "Ben's email is ...".
+        # "Ben's phone number is ..." and "Ben's email is ...", with or
+        # without a change word ("Prod was upgraded to PostgreSQL 16" is not
+        # the host it runs on).
         return "values of different kinds: different attributes"
     return None
 

@@ -46,7 +46,7 @@ CHANGE = _set(
     became become left quit stopped stop ended renewed extended shortened tightened
     actually correction corrected wrong mistake typo rather latest current currently
     nowadays again scaled reinstalled retired rotated hired appointed started joined sold
-    bought
+    bought adopted gone rolled old former previous previously
     """
 )
 CHANGE_PHRASES = (
