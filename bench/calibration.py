@@ -15,14 +15,15 @@ the threshold already reads), and fits
 
     score = 1 / (1 + exp(-(A * similarity + B * coverage + C)))
 
-then applies the neighbours' lift as ``recall_rank()`` does (each of the 5
-best lifts the memories up to 2 places before and after it halfway to its
-own score). Every term is the memory's own, so the value means the same in
-any query and namespace. The ratio B / A orders the results: it is chosen
-on a grid for LoCoMo hit@5 + MRR@10 and SciFact nDCG@10 together; A and C
-then scale it: a logistic regression with both classes weighted equally
-over the candidates (relevant or not), so 0.5 is where relevant and
-unrelated are equally likely, before any prior.
+with the neighbours' lift of ``recall_rank()`` (each of the 5 best lifts the
+memories up to 2 places before and after it halfway to its own score)
+applied to the linear part, before the logistic. Every term is the
+memory's own, so the value means the same in any query and namespace. The
+ratio B / A orders the results: it is chosen on a grid for LoCoMo hit@5 +
+MRR@10 and SciFact nDCG@10 together; A and C then scale it: a logistic
+regression with both classes weighted equally over the candidates
+(relevant or not), so 0.5 is where relevant and unrelated are equally
+likely, before any prior.
 
 Reported: ranking by today's score and by the proposal (LoCoMo hit@5,
 MRR@10, categories 1-4; SciFact nDCG@10; the knowledge set's hit@5), with
@@ -62,7 +63,7 @@ from bench import corpus, harness  # noqa: E402
 from bench import knowledge_set as ks  # noqa: E402
 from bench.retrieval import Ranked, Runner, locomo_file, resolve  # noqa: E402
 
-RATIOS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
+RATIOS = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
 PROVIDERS, WINDOW, LIFT = 5, 2, 0.5  # as memories/search.py
 
 
@@ -143,8 +144,13 @@ def logistic(z: np.ndarray) -> np.ndarray:
 
 
 def absolute(q: Query, a: float, b: float, c: float) -> np.ndarray:
-    """The proposal: a logistic of similarity and coverage, then the neighbours' lift."""
-    own = logistic(a * q.similarity + b * q.coverage + c)
+    """The proposal: a logistic of similarity and coverage, lifted by neighbours in logit space.
+
+    The lift works on the linear part (each of the 5 best raises the memories
+    within 2 places halfway to its own), then the logistic maps it to 0-1; so
+    the ranking depends on B / A alone, and A and C only set what a value means.
+    """
+    own = a * q.similarity + b * q.coverage + c
     if not len(own):
         return own
     best = np.argsort(-own, kind="stable")[:PROVIDERS]
@@ -152,19 +158,25 @@ def absolute(q: Query, a: float, b: float, c: float) -> np.ndarray:
     for p in best:
         near = np.abs(q.position - q.position[p]) <= WINDOW
         lifted = np.where(near, np.maximum(lifted, own + LIFT * (own[p] - own)), lifted)
-    return lifted
+    return logistic(lifted)
 
 
-def ranked(q: Query, scores: np.ndarray) -> Ranked:
+def ranked(q: Query, scores: np.ndarray, kept: np.ndarray | None = None) -> Ranked:
     order = sorted(range(len(q.ids)), key=lambda i: (-scores[i], -q.similarity[i], q.ids[i]))
+    if kept is not None:
+        order = [i for i in order if kept[i]]
     return Ranked([q.keys[i] for i in order], q.wanted)
 
 
-def quality(queries: Sequence[Query], scorer: Any) -> dict[str, float]:
-    """LoCoMo hit@5 and MRR@10 (1-4), SciFact nDCG@10, knowledge hit@5, for one scorer."""
+def quality(queries: Sequence[Query], scorer: Any, keep: Any = None) -> dict[str, float]:
+    """LoCoMo hit@5 and MRR@10 (1-4), SciFact nDCG@10, knowledge hit@5, for one scorer.
+
+    ``keep(q, scores)``, when given, says which candidates pass a threshold.
+    """
     out: dict[str, list[float]] = {}
     for q in queries:
-        r = ranked(q, scorer(q))
+        scores = scorer(q)
+        r = ranked(q, scores, None if keep is None else keep(q, scores))
         if q.benchmark == "locomo":
             if q.category == 5:
                 continue
@@ -192,11 +204,13 @@ def fit_scale(queries: Sequence[Query], ratio: float) -> tuple[float, float]:
     weight = np.where(y == 1, 0.5 / max(y.sum(), 1), 0.5 / max((1 - y).sum(), 1))
     x = np.stack([z, np.ones_like(z)], axis=1)
     w = np.array([5.0, -3.0])
-    for _ in range(100):  # Newton's method, weighted
+    ridge = np.diag([1e-4, 0.0])  # keeps the slope finite when the classes barely overlap
+    for _ in range(200):  # Newton's method, weighted, with capped steps
         p = logistic(x @ w)
-        gradient = x.T @ (weight * (p - y))
-        hessian = x.T @ (x * (weight * p * (1 - p))[:, None]) + 1e-9 * np.eye(2)
+        gradient = x.T @ (weight * (p - y)) + ridge @ w
+        hessian = x.T @ (x * (weight * p * (1 - p))[:, None]) + ridge + 1e-9 * np.eye(2)
         step = np.linalg.solve(hessian, gradient)
+        step *= min(1.0, 5.0 / max(float(np.abs(step).max()), 1e-12))
         w -= step
         if np.abs(step).max() < 1e-10:
             break
@@ -317,7 +331,11 @@ def store_locomo(runner: Runner, raw: list[dict[str, Any]]) -> tuple[list[Query]
     namespaces = []
     for conversation in corpus.parse_locomo(raw):
         user_id = runner.user(conversation.sample_id)
-        items = [(t.content, {"dia_id": t.dia_id}) for t in conversation.turns]
+        # The metadata bench/retrieval.py stores: its strings are searched too.
+        items = [
+            (t.content, {"dia_id": t.dia_id, "session": t.session, "date": t.date})
+            for t in conversation.turns
+        ]
         ids = runner.store(user_id, "turns", items)
         keys: dict[str, frozenset[str]] = {}
         order: dict[str, int] = {}
@@ -458,6 +476,10 @@ def gather(args: argparse.Namespace) -> tuple[list[Query], dict[str, list[Query]
 
 def analyse(queries: list[Query], cross: dict[str, list[Query]]) -> dict[str, Any]:
     report: dict[str, Any] = {"today": quality(queries, lambda q: q.today)}
+    # The product's default threshold: similarity or coverage at least 0.35.
+    report["today_at_its_threshold"] = quality(
+        queries, lambda q: q.today, lambda q, _: (q.similarity >= 0.35) | (q.coverage >= 0.35)
+    )
     fitted = fit(queries)
     best = fitted["chosen"]
     a, b, c = best["A"], best["B"], best["C"]
@@ -468,6 +490,14 @@ def analyse(queries: list[Query], cross: dict[str, list[Query]]) -> dict[str, An
         **{k: v for k, v in best.items() if k not in ("A", "B", "C")},
     }
     report["grid"] = fitted["grid"]
+    report["proposal_at_threshold"] = {
+        str(t): quality(
+            queries,
+            lambda q, a=a, b=b, c=c: absolute(q, a, b, c),
+            lambda q, scores, t=t: scores >= t,
+        )
+        for t in (0.1, 0.2, 0.3, 0.5)
+    }
     report["two_fold"] = two_fold(queries)
     report["values"] = values(queries, a, b, c)
     report["thresholds"] = thresholds(queries, a, b, c)
@@ -504,7 +534,15 @@ def print_report(report: dict[str, Any]) -> None:
         f"\nproposal: score = 1 / (1 + exp(-({p['A']} * similarity + {p['B']} * coverage "
         f"+ {p['C']}))), then the neighbours' lift"
     )
-    rows = [["today", *report["today"].values()], ["proposal", *(p[k] for k in report["today"])]]
+    rows = [
+        ["today, threshold 0", *report["today"].values()],
+        ["today, its threshold", *report["today_at_its_threshold"].values()],
+        ["proposal, threshold 0", *(p[k] for k in report["today"])],
+        *(
+            [f"proposal, score >= {t}", *figures.values()]
+            for t, figures in report["proposal_at_threshold"].items()
+        ),
+    ]
     harness.print_table(rows, ["ranking", *report["today"].keys()])
     for fold in report["two_fold"]:
         print(f"  two-fold, fitted on {fold['fitted_on']} (ratio {fold['ratio']}):")
