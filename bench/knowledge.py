@@ -198,8 +198,9 @@ class Stored:
 
     ids: dict[str, str]
     # Per write, in order: the new memory's key and the recall results before
-    # it was stored, [key, content, similarity, marked by the server].
-    writes: list[tuple[str, list[tuple[str, str, float, bool]]]]
+    # it was stored, [key, similarity, marked by the server] (each key's text
+    # is in the split).
+    writes: list[tuple[str, list[tuple[str, float, bool]]]]
 
 
 @dataclass
@@ -218,7 +219,7 @@ async def store_split(
     """Store the split's stream; with ``search``, recall each new text first (the candidates)."""
     ids: dict[str, str] = {}
     keys: dict[str, str] = {}
-    writes: list[tuple[str, list[tuple[str, str, float, bool]]]] = []
+    writes: list[tuple[str, list[tuple[str, float, bool]]]] = []
     for item in split.items:
         if search and ids:
             found = await mcp.call(
@@ -231,8 +232,7 @@ async def store_split(
                     [
                         (
                             keys[m["id"]],
-                            m["content"],
-                            float(m["similarity"]),
+                            round(float(m["similarity"]), 4),
                             bool(m.get("superseded_by")),
                         )
                         for m in found["memories"]
@@ -257,10 +257,8 @@ def detect(split: ks.Split, writes: Sequence[tuple[str, Sequence[Sequence[Any]]]
     times: list[float] = []
     by_key = {item.key: item.content for item in split.items}
     for new_key, found in writes:
-        current = [f for f in found if f[0] not in replaced and not f[3]][:TOP]
-        candidates = [
-            Candidate(key, content, similarity) for key, content, similarity, _ in current
-        ]
+        current = [f for f in found if f[0] not in replaced and not f[2]][:TOP]
+        candidates = [Candidate(key, by_key[key], similarity) for key, similarity, _ in current]
         text = by_key.get(new_key)
         if text is None:
             continue
@@ -353,12 +351,17 @@ async def over_mcp(url: str, key: str, splits: list[ks.Split]) -> dict[str, Any]
     return out
 
 
+def raw_path(path: Path) -> Path:
+    """Where a report's raw results go: beside it, compact (``x.json``: ``x.raw.json``)."""
+    return path.with_name(f"{path.stem}.raw.json")
+
+
 def replay(path: Path, splits: list[ks.Split]) -> dict[str, Any]:
     """Re-score a saved run's raw results with the detector as it is now (no server)."""
-    saved = json.loads(path.read_text())["mcp"]
-    out: dict[str, Any] = {"replayed": str(path)}
+    saved = json.loads(path.read_text())
+    out: dict[str, Any] = {"replayed": path.name}
     for split in splits:
-        raw = saved[split.name]["raw"]
+        raw = saved[split.name]
         rows = rows_for(split, raw["answers"], raw["writes"])
         rows["raw"] = raw
         out[split.name] = rows
@@ -745,11 +748,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--replay",
         type=Path,
-        help="Instead of a server, re-score the raw results saved in this earlier --json "
-        "with the detector as it is now.",
+        help="Instead of a server, re-score the raw results an earlier --json OUT saved "
+        "beside it (OUT's name with .raw.json) with the detector as it is now.",
     )
-    parser.add_argument("--latency-size", type=int, default=10_000, help="0 skips it.")
-    parser.add_argument("--latency-calls", type=int, default=400)
+    parser.add_argument(
+        "--latency-size",
+        type=int,
+        default=10_000,
+        help="Memories in the namespace where remember's added latency is measured; 0 skips it.",
+    )
+    parser.add_argument(
+        "--latency-calls", type=int, default=400, help="Calls, taking turns between the kinds."
+    )
     parser.add_argument(
         "--cache", type=Path, default=corpus.DEFAULT_CACHE, help="Embedding cache directory."
     )
@@ -803,8 +813,17 @@ def main(argv: list[str] | None = None) -> int:
     report["seconds"] = round(time.monotonic() - started, 1)
     print_report(report)
     if args.json:
+        # The raw results (what --replay re-scores) go beside the report, compact.
+        raw = {
+            name: rows.pop("raw")
+            for name, rows in report.get("mcp", {}).items()
+            if isinstance(rows, dict) and "raw" in rows
+        }
         args.json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}")
+        if raw:
+            raw_path(args.json).write_text(json.dumps(raw, separators=(",", ":")) + "\n")
+            print(f"wrote {raw_path(args.json)}")
     return 0
 
 

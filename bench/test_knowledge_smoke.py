@@ -26,7 +26,7 @@ def test_knowledge_smoke_reports_every_figure(tmp_path: Path) -> None:
         assert rows["server+detector"]["replaced"] > 0
         assert rows["server+detector"]["stale_unmarked@5"] < rows["server"]["stale_unmarked@5"]
         assert report["offline"][split]["updates"] == 6
-        assert len(rows["raw"]["answers"]) == 14  # what --replay re-scores
+        assert "raw" not in rows  # it goes beside the report
     latency = report["latency"]
     assert latency["remember_ms"]["p50"] > 0
     assert set(latency["added_p50_ms"]) == {"hybrid", "semantic", "lean"}
@@ -37,8 +37,10 @@ def test_knowledge_smoke_reports_every_figure(tmp_path: Path) -> None:
 
 def test_knowledge_replays_a_saved_run_without_a_server(tmp_path: Path) -> None:
     first, _ = run("knowledge", "--latency-size", "0", tmp_path=tmp_path)
-    saved = tmp_path / "first.json"
-    saved.write_text(json.dumps(first))
+    saved = tmp_path / "knowledge.raw.json"
+    raw = json.loads(saved.read_text())
+    assert len(raw["dev"]["answers"]) == 14  # every question's results
+    assert len(raw["dev"]["writes"]) == 25  # every write but the first: its candidates
 
     again, _ = run("knowledge", "--latency-size", "0", "--replay", str(saved), tmp_path=tmp_path)
 

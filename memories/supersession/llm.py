@@ -2,7 +2,8 @@
 
 Where an OpenAI-compatible chat endpoint is configured (``RECALL_CHAT_MODEL``
 at ``OPENAI_BASE_URL``, as ``memory_recall`` uses; or a model of its own in
-``RECALL_SUPERSESSION_MODEL``), ``settle()`` shows the model the new memory
+``RECALL_SUPERSESSION_MODEL``, a setting phase B adds to recall/settings.py
+with ``RECALL_SUPERSESSION_TIMEOUT``), ``settle()`` shows the model the new memory
 and the ambiguous candidates, numbered, as data inside tags, and asks for
 one verdict each: replace, keep both, or duplicate. Only candidates the
 offline rules scored between ``AMBIGUOUS`` and ``THRESHOLD`` are sent; a
