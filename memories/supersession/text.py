@@ -71,46 +71,56 @@ ADDITIVE_PHRASES = (("as", "well"), ("in", "addition"), ("as", "well", "as"))
 # Words of one set that tell two subjects apart ("the staging host" is not
 # "the production host"); a word from one set in each memory, and neither
 # memory holding the other's, means two subjects, whatever else they share.
+# Words joined by "/" are one word ("prod" is "production").
 CONTRASTS: tuple[frozenset[str], ...] = (
     _set(
-        "staging stage production prod dev development test testing qa sandbox preview "
-        "replica reporting primary secondary canary local demo"
+        "staging/stage/stg production/prod/prd development/dev test/testing qa sandbox "
+        "preview replica reporting primary secondary canary local demo"
     ),
     _set(
-        "mother mum mom mummy father dad daddy sister brother son daughter aunt uncle cousin "
-        "niece nephew grandma gran granny grandmother grandpa grandad granddad grandfather "
-        "wife husband partner boyfriend girlfriend fiance fiancee"
+        "mother/mum/mom/mummy father/dad/daddy sister brother son daughter aunt uncle cousin "
+        "niece nephew grandmother/grandma/gran/granny/nan grandfather/grandpa/grandad/granddad "
+        "wife husband partner boyfriend girlfriend fiance/fiancee"
     ),
-    _set("morning afternoon evening night breakfast lunch dinner supper bed bedtime"),
+    _set("morning afternoon evening night breakfast lunch dinner/supper bed/bedtime"),
     # A habit of weekdays, of weekends or of one day each week ("on Saturdays").
     _set(
-        "weekday weekdays weekend weekends mondays tuesdays wednesdays thursdays fridays "
+        "weekday/weekdays weekend/weekends mondays tuesdays wednesdays thursdays fridays "
         "saturdays sundays"
     ),
     _set("mobile web ios android desktop backend frontend admin public internal private"),
     _set("work personal"),
     _set("starter basic pro team enterprise business free premium"),
-    _set("dev prod"),
     _set("london york paris berlin tokyo uk us eu"),
     _set("dog cat rabbit hamster horse fish bird"),
     _set("water electricity gas phone internet council"),
     _set("warehouse registered"),
 )
-_CONTRAST_CLASS = {word: n for n, words in enumerate(CONTRASTS) for word in words}
+# Each word's set, and the word it stands for.
+_CONTRAST_CLASS = {
+    form: n for n, words in enumerate(CONTRASTS) for word in words for form in word.split("/")
+}
+_CANONICAL = {
+    form: word.split("/")[0] for words in CONTRASTS for word in words for form in word.split("/")
+}
+assert len(_CONTRAST_CLASS) == sum(len(word.split("/")) for words in CONTRASTS for word in words), (
+    "a word in two sets"
+)
 _KIN = _CONTRAST_CLASS["sister"]
+_PLACES = _CONTRAST_CLASS["london"]  # capitalised by nature
 
 
 def contrast_word(lower: str) -> str | None:
-    """Return the CONTRASTS word ``lower`` is (plural or not), else None."""
+    """Return the CONTRASTS word ``lower`` stands for (plural or not), else None."""
     singular = lower[:-1] if lower.endswith("s") and lower[:-1] not in WEEKDAYS else lower
     for form in (lower, singular):
-        if form in _CONTRAST_CLASS:
-            return form
+        if form in _CANONICAL:
+            return _CANONICAL[form]
     return None
 
 
 # Kin terms that are used as names, capitalised anywhere: "I called Mum".
-KIN_NAMES = _set("mum mom dad gran granny grandma grandpa grandad nan")
+KIN_NAMES = _set("mother father grandmother grandfather")  # as contrast_word gives them
 # States a subject is in, one at a time: a new one replaces the old.
 STATES: dict[str, str] = {
     **dict.fromkeys(
@@ -242,7 +252,7 @@ def _value(token: str, *, capitalised_name: bool) -> Value | None:
         return Value("version", lower)
     if _DIGIT.search(lower):
         return Value("identifier", lower)
-    if lower in MONTHS:
+    if lower in MONTHS and (lower != "may" or token[:1] == "M"):  # "may" is mostly a verb
         return Value("date", lower)
     if lower in WEEKDAYS:
         return Value("weekday", stem(lower))
@@ -258,6 +268,16 @@ def _value(token: str, *, capitalised_name: bool) -> Value | None:
 def _phrases(tokens: list[str], phrases: tuple[tuple[str, ...], ...]) -> list[str]:
     joined = f" {' '.join(tokens)} "
     return [" ".join(p) for p in phrases if f" {' '.join(p)} " in joined]
+
+
+def _contrast(token: str, lower: str, *, inside: bool) -> str | None:
+    """Return the CONTRASTS word a token stands for; ``inside``: capitalised mid-sentence."""
+    word = contrast_word(lower.removesuffix("'s"))
+    if word == "us" and not token.startswith("US"):
+        return None  # the pronoun, not the country
+    if word and inside and word not in KIN_NAMES and _CONTRAST_CLASS[word] != _PLACES:
+        return None  # part of a name: "Lind & Partners", "Team Falcon"
+    return word
 
 
 def _starts_sentence(body: str, start: int) -> bool:
@@ -303,9 +323,7 @@ def read(text: str) -> Reading:
         # in the possessive ("Priya's car"). Other first words may be plain
         # words ("Application logs ...") and are read as such.
         possessive = lower.endswith("'s")
-        contrast = contrast_word(lower.removesuffix("'s"))
-        if contrast and capital and not starts[position] and contrast not in KIN_NAMES:
-            contrast = None  # part of a name: "Lind & Partners", "Team Falcon"
+        contrast = _contrast(token, lower, inside=capital and not starts[position])
         name = capital and (not starts[position] or possessive) and contrast is None
         value = _value(token, capitalised_name=name)
         if (

@@ -12,6 +12,7 @@ import pytest
 
 from memories.supersession import Candidate, decide, judge, read
 from memories.supersession.decide import FLOOR, MAX_WORDS
+from memories.supersession.text import contrast_conflict
 
 
 def verdict(old: str, new: str, similarity: float) -> str:
@@ -126,7 +127,7 @@ def test_it_says_which_values_changed_in_its_reason() -> None:
             "The swimming pool opens at 6am on weekdays.",
             "On weekends the swimming pool opens at 8am.",
             0.93,
-            "different subjects (weekdays / weekends)",
+            "different subjects (weekday / weekend)",
         ),
         (
             "The Starter plan costs $9 a month.",
@@ -148,6 +149,21 @@ def test_it_keeps_two_facts_whose_only_common_ground_is_a_verb() -> None:
     assert verdict(
         "The web servers run nginx 1.24.", "The load balancer runs HAProxy 2.8.", 0.55
     ) == ("keep")
+
+
+def test_two_names_of_one_environment_are_no_contrast() -> None:
+    production = read("Production runs PostgreSQL 14.")
+
+    assert contrast_conflict(production, read("Prod database is on PostgreSQL 16.")) is None
+    assert contrast_conflict(production, read("Staging runs PostgreSQL 15.")) == (
+        "production",
+        "staging",
+    )
+
+
+def test_the_pronoun_us_is_no_country() -> None:
+    assert read("Call us on Mondays.").contrasts == frozenset()
+    assert read("In the US it costs $10.").contrasts == {"us"}
 
 
 def test_a_negation_that_names_the_old_context_is_no_contrast() -> None:
