@@ -13,6 +13,7 @@ RUN useradd --create-home --uid 10001 recall
 WORKDIR /app
 
 COPY pyproject.toml constraints.txt README.md ./
+COPY core ./core
 COPY recall ./recall
 COPY accounts ./accounts
 COPY memories ./memories

@@ -18,7 +18,7 @@ import pytest
 
 from accounts import auth
 from accounts.models import Agent, ApiKey, User
-from recall import tenancy
+from core import tenancy
 
 
 @dataclass

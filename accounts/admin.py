@@ -18,17 +18,29 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from accounts import services, tiers
+from accounts import holdings, services, tiers
 from accounts.models import ApiKey, User
-from billing import services as billing_services
-from memories import services as memory_services
-from recall.admin_tools import EstimatedCountPaginator, count_per_user
+from core.admin_tools import EstimatedCountPaginator, InputFilter, count_per_user
 
 logger = logging.getLogger(__name__)
 
 admin.site.site_header = "Recall operations"
 admin.site.site_title = "Recall operations"
 admin.site.index_title = "Users, keys, memories and usage"
+
+
+class UserEmailFilter(InputFilter):
+    title = "user email"
+    parameter_name = "user_email"
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = User.objects.normalize_email(self.value())
+        if not value:
+            return queryset
+        # Look the id up first: "user_id = <constant>" lets the planner use the
+        # (user, ...) indexes, where a join on email leaves it guessing.
+        user_id = User.objects.filter(email=value).values_list("id", flat=True).first()
+        return queryset.filter(user_id=user_id) if user_id else queryset.none()
 
 
 class UserCreationForm(auth_forms.AdminUserCreationForm):
@@ -102,7 +114,7 @@ class UserAdmin(auth_admin.UserAdmin):
             super()
             .get_queryset(request)
             .annotate(
-                memory_total=memory_services.memories_per_user(),
+                memory_total=holdings.per_user("memories"),
                 live_keys=count_per_user(ApiKey.objects.filter(revoked_at__isnull=True)),
             )
         )
@@ -127,10 +139,8 @@ class UserAdmin(auth_admin.UserAdmin):
         users = list(objs)
         ids = [user.pk for user in users]
         counts = {
-            "memories": memory_services.count_memories(user_ids=ids),
             "API keys": ApiKey.objects.filter(user_id__in=ids).count(),
-            "usage events": billing_services.count_usage_events(user_ids=ids),
-            "subscriptions": billing_services.count_subscriptions(user_ids=ids),
+            **holdings.count(ids),
         }
         listed: list[Any] = [str(user) for user in users]
         listed.append([f"{count} {name}" for name, count in counts.items() if count])

@@ -21,8 +21,8 @@ from django.conf import settings
 
 from accounts import ratelimit
 from accounts.auth import AuthContext
-from billing import usage
-from recall.errors import RateLimited
+from core import usage
+from core.errors import RateLimited
 
 logger = logging.getLogger(__name__)
 

@@ -23,10 +23,9 @@ from django.views.decorators.csrf import csrf_exempt
 from accounts import admission, auth, services
 from accounts.auth import AuthContext
 from accounts.models import ApiKey
-from billing import usage
-from recall import safejson
-from recall.errors import RecallError, ValidationFailed
-from recall.timestamps import iso
+from core import safejson, usage
+from core.errors import RecallError, ValidationFailed
+from core.timestamps import iso
 
 # One body for a missing, malformed, unknown or revoked key: it must not say
 # which, or it would tell a guesser when a key exists.
@@ -72,7 +71,7 @@ def key_api(*methods: str) -> Callable[[View], View]:
             if admitted.error is not None:
                 return error(admitted.error, admitted.headers)
             if caller.api_key_id is not None:
-                usage.get_recorder().touch_key(caller.api_key_id)
+                usage.touch_key(caller.api_key_id)
             try:
                 response = view(request, caller, *args, **kwargs)
             except RecallError as exc:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from accounts import keys
 from accounts.tiers import VALUES as TIER_VALUES
 from accounts.tiers import Tier
-from recall import tenancy
+from core import tenancy
 
 
 class UserManager(BaseUserManager["User"]):
@@ -77,7 +77,7 @@ class Agent(models.Model):
     """One of a user's agents: the unit that OAuth connections and scoped keys act as.
 
     Memories written as an agent are that agent's alone (row-level security,
-    see recall/tenancy.py); memories written with a user-wide API key belong
+    see core/tenancy.py); memories written with a user-wide API key belong
     to the user as a whole.
     """
 

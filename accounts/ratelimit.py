@@ -11,7 +11,7 @@ Backends
     and exact while one process serves all traffic.
 
     ``SharedMemoryRateLimiter`` keeps them in memory shared by the worker
-    processes of one ``recall serve --workers N`` (``recall/sharedstate.py``),
+    processes of one ``recall serve --workers N`` (``core/sharedstate.py``),
     so N workers on one machine admit one allowance per key, without Redis.
 
     ``RedisRateLimiter`` keeps them in Redis (``REDIS_URL``), so every process
@@ -63,8 +63,8 @@ from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from recall import sharedstate
-from recall.sharedstate import SharedState
+from core import sharedstate
+from core.sharedstate import SharedState
 
 log = logging.getLogger(__name__)
 

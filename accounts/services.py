@@ -18,10 +18,10 @@ from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from accounts import auth, tiers
+from accounts import keycache, tiers
 from accounts.models import Agent, ApiKey, User
-from recall import tenancy
-from recall.errors import NotFound, QuotaExceeded, ValidationFailed
+from core import storable, tenancy
+from core.errors import NotFound, QuotaExceeded, ValidationFailed
 
 
 def check_tier(tier: object) -> str:
@@ -41,6 +41,15 @@ def create_user(*, email: str, password: str | None = None, tier: str = "free", 
     return User.objects.create_user(email, password, tier=tier, **extra)
 
 
+def key_name(name: object) -> str:
+    """Return a key's name as stored (trimmed), or raise if it cannot be one."""
+    if not isinstance(name, str):
+        raise ValidationFailed("name must be a string.")
+    limit = storable.column_length(ApiKey, "name")
+    storable.text(name, field="name", max_length=limit)
+    return name.strip()
+
+
 def issue_key(
     *, user: User, name: str = "", tier: str | None = None, agent: str | None = None
 ) -> tuple[ApiKey, str]:
@@ -50,8 +59,7 @@ def issue_key(
     the key is user-wide.
     """
     tier = check_tier(tier or user.tier)
-    if len(name) > 100:
-        raise ValidationFailed("name must be at most 100 characters.")
+    name = key_name(name)
     with tenancy.operator():
         scoped = None
         if agent is not None:
@@ -117,8 +125,8 @@ def _invalidate() -> None:
     # Now, and again once the surrounding transaction (an admin request, a
     # webhook) commits: a request that authenticates in between still reads
     # the old row and would cache it until the TTL runs out.
-    auth.invalidate()
-    transaction.on_commit(auth.invalidate)
+    keycache.invalidate()
+    transaction.on_commit(keycache.invalidate)
 
 
 # Self-service: a user's own keys, on the tenant path ---------------------------
@@ -140,8 +148,7 @@ def issue_own_key(
     tier = check_tier(tier or max_tier)
     if tiers.rank(tier) > tiers.rank(max_tier):
         raise ValidationFailed(f"tier must not be above {max_tier}, the tier of this key.")
-    if not isinstance(name, str) or len(name) > 100:
-        raise ValidationFailed("name must be a string of at most 100 characters.")
+    name = key_name(name)
     user = User.objects.get(id=user_id)
     limit = settings.MAX_KEYS_PER_USER
     with tenancy.tenant(user_id):
@@ -157,7 +164,7 @@ def issue_own_key(
                 f"You already have {limit} live API keys, the most allowed. "
                 "Revoke one you no longer use, then try again."
             )
-        return ApiKey.objects.issue(user=user, name=name.strip(), tier=tier, agent=agent)
+        return ApiKey.objects.issue(user=user, name=name, tier=tier, agent=agent)
 
 
 def list_own_keys(
@@ -209,6 +216,21 @@ def rate_limits() -> list[RateLimit]:
 # Lookups for the CLI and the auth cache, on the operator path --------------------
 
 
+def get_user(*, user_id: uuid.UUID | str) -> User | None:
+    """Return the user with this id, or None."""
+    return User.objects.filter(id=user_id).first()
+
+
+def has_users() -> bool:
+    """Say whether any user exists yet (the first run creates one)."""
+    return User.objects.exists()
+
+
+def normalize_email(email: str | None) -> str:
+    """Return an address as users are stored under it (the domain in lower case)."""
+    return User.objects.normalize_email(email)
+
+
 def find_user(*, email: str) -> User | None:
     """Return the user with this email address, however it is capitalised."""
     return User.objects.filter(email=User.objects.normalize_email(email)).first()
@@ -256,6 +278,7 @@ AGENT_NAME_MAX = 64
 def _agent_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip():
         raise ValidationFailed("An agent needs a name, such as 'research' or 'claude-desktop'.")
+    storable.text(name, field="An agent's name")
     name = " ".join(name.split())
     if len(name) > AGENT_NAME_MAX:
         raise ValidationFailed(f"An agent's name is at most {AGENT_NAME_MAX} characters.")

@@ -8,6 +8,7 @@ no rate limit and no memory quota, and no billing webhook changes it.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -31,3 +32,8 @@ def rank(tier: str) -> int:
 
 def is_billable(tier: str) -> bool:
     return tier in BILLABLE
+
+
+def memory_limit(tier: str) -> int | None:
+    """Return how many memories a tier may hold, or None for no limit (every tier but Free)."""
+    return settings.FREE_TIER_MAX_MEMORIES if tier == Tier.FREE else None

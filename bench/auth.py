@@ -73,7 +73,7 @@ from oauth2_provider.models import set_token_value
 from accounts import services
 from oauth import resources
 from oauth.models import AccessToken, Application
-from recall import tenancy
+from core import tenancy
 
 user = services.find_user(email={email!r})
 agent = services.create_agent(user_id=user.id, name="bench")

@@ -89,7 +89,7 @@ def pool(user_id: str, namespace: str, text: str) -> list[dict[str, Any]]:
     from django.db import connection
 
     from memories import search
-    from recall import tenancy
+    from core import tenancy
 
     prepared = search.prepare(query=text, namespace=namespace, mode="hybrid", threshold=0)
     sql, params = search.statement(user_id, prepared, limit=1000)

@@ -62,7 +62,8 @@ def main() -> None:  # noqa: C901 - one linear script: set up, measure, report
     import anyio
 
     from accounts import auth, services
-    from recall import context, jsonrpc
+    from core import context
+    from recall import jsonrpc
     from recall.asgi import Recall
 
     user = services.create_user(email="bench@example.com", tier="team")

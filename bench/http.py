@@ -890,8 +890,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("embedding", ("memories/embeddings/", "onnxruntime", "tokenizers")),
-    ("logging", ("logging/__init__.py", "recall/logging.py", "json/encoder.py")),
-    ("database", ("psycopg", "django/db", "recall/tenancy.py", "pgvector")),
+    ("logging", ("logging/__init__.py", "core/logging.py", "json/encoder.py")),
+    ("database", ("psycopg", "django/db", "core/tenancy.py", "pgvector")),
     (
         "MCP SDK + validation",
         ("mcp/", "mcp_types", "pydantic", "memories/mcp.py", "starlette", "jsonschema"),
@@ -1020,9 +1020,9 @@ def explain_recall(server: Server) -> list[str]:
     from django.db import connection
 
     from accounts.models import User
+    from core import tenancy
     from memories import embeddings, search
     from memories.models import Memory
-    from recall import tenancy
 
     user = User.objects.get(email="bench@example.com")
     embedder = embeddings.get_embedder()

@@ -535,7 +535,7 @@ def nearest(
     from django.db import connection
 
     from memories.indexes import vector_literal, vector_type
-    from recall import tenancy
+    from core import tenancy
 
     cast = vector_type(int(embedder.dimensions))
     # S608: the only interpolation is the vector type, built from an int.
@@ -566,7 +566,7 @@ def latency(size: int, calls: int, split: ks.Split) -> dict[str, Any]:
     from accounts.models import User
     from memories import embeddings, search, services
     from memories.supersession import Candidate, decide
-    from recall import tenancy
+    from core import tenancy
 
     real = embeddings.get_embedder()
     rng = np.random.default_rng(22)

@@ -121,7 +121,7 @@ class Users:
 
     def cleanup(self) -> None:
         from accounts.models import User
-        from recall import tenancy
+        from core import tenancy
 
         with tenancy.operator():
             User.objects.filter(id__in=self.ids).delete()
@@ -133,8 +133,8 @@ class Users:
 def remember_latency(users: Users, calls: int, passes: int) -> dict[str, Any]:
     from django.db import connection, transaction
 
+    from core import context
     from memories import services
-    from recall import context
 
     rng = random.Random(7)
     pro = users.make("pro")
@@ -197,7 +197,7 @@ def remember_over_http(users: Users, calls: int, passes: int) -> dict[str, Any]:
     import httpx2
 
     from accounts import services as accounts_services
-    from recall.testing import LiveServer
+    from tests.support import LiveServer
 
     user = users.make("pro")
     _, raw = accounts_services.issue_key(user=user, name="bench")
@@ -328,7 +328,7 @@ def cache_latency(calls: int, passes: int) -> dict[str, Any]:
 def _time_each(cache: Any, model: Any, queries: list[str]) -> dict[str, Any]:
     samples = []
     for query in queries:
-        ms, _ = harness.timed(partial(cache.embed, model, query))
+        ms, _ = harness.timed(partial(cache.embed, model, query, scope="ubench"))
         samples.append(ms)
     return harness.percentiles(samples)
 

@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(conversations: list[corpus.Conversation], cache: Any, real: Any) -> dict[str, Any]:
     from accounts import services as accounts_services
     from accounts.models import User
+    from core import tenancy
     from memories import services, validation
-    from recall import tenancy
 
     rows: dict[str, list[dict[str, float]]] = defaultdict(list)
     moves: dict[str, dict[str, int]] = {s: {"up": 0, "down": 0, "same": 0} for s in SCHEMES}
@@ -178,7 +178,7 @@ def assign(
     """Give the user's memories the scheme's priorities, one UPDATE per priority."""
     from django.db import connection
 
-    from recall import tenancy
+    from core import tenancy
 
     chosen: dict[str, list[str]] = defaultdict(list)
     for memory_id in sorted(ids):

@@ -29,7 +29,7 @@ from accounts.ratelimit import (
     RedisRateLimiter,
     SharedMemoryRateLimiter,
 )
-from recall.sharedstate import SharedState
+from core.sharedstate import SharedState
 
 
 def run(

@@ -64,7 +64,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memories.services import Recalled
 
 # Run as a script, Python puts bench/ first on sys.path, where bench/http.py
 # would shadow the standard library's http; the project root goes there instead.
@@ -295,7 +298,7 @@ class Runner:
 
     def cleanup(self) -> None:
         from accounts.models import User
-        from recall import tenancy
+        from core import tenancy
 
         with tenancy.operator():
             User.objects.filter(id__in=self.users).delete()
@@ -347,7 +350,7 @@ class Runner:
         query: str,
         mode: str | None = None,
         threshold: float | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Recalled]:
         """Call recall as a client would (limit 50), timing it under ``benchmark``."""
         from memories import services
 
@@ -367,7 +370,7 @@ class Runner:
 
     def ranked(
         self, benchmark: str, user_id: str, namespace: str, query: str
-    ) -> dict[str, list[dict[str, Any]]]:
+    ) -> dict[str, list[Recalled]]:
         """Return the default path's results and each mode's, at the default threshold."""
         from django.conf import settings
 
@@ -561,10 +564,14 @@ class Runner:
 
     def deep(self, user_id: str, query: str, mode: str | None) -> list[str]:
         """Return the ids the search's own statement ranks first, 100 deep."""
+        from core import tenancy
         from memories import search
-        from recall import tenancy
+        from memories.embeddings.cache import scope
 
-        prepared = search.prepare(query=query, namespace="default", mode=mode)
+        prepared = search.prepare(
+            search.SearchArgs.parse(query=query, namespace="default", mode=mode),
+            cache_scope=scope(user_id),
+        )
         with tenancy.tenant(user_id, local_settings=search.SEARCH_SETTINGS):
             return [str(hit.memory.id) for hit in search.run(user_id, prepared, limit=100)]
 
@@ -576,7 +583,7 @@ class Runner:
         user_id: str,
         namespace: str,
         query: str,
-        by_mode: dict[str, list[dict[str, Any]]],
+        by_mode: Mapping[str, Sequence[Recalled]],
         keys: Mapping[str, Any],
         relevant: set[str],
     ) -> None:

@@ -332,7 +332,7 @@ class Bench:
         from django.db import connection
 
         from accounts.models import User
-        from recall import tenancy
+        from core import tenancy
 
         self._candidates.clear()
         with connection.cursor() as cursor:
@@ -387,8 +387,8 @@ class Bench:
         from psycopg.types import TypeInfo
         from psycopg.types.json import Jsonb
 
+        from core import tenancy
         from memories import validation
-        from recall import tenancy
 
         columns = (
             "id, user_id, namespace, content, content_hash, embedding, embedding_model,"
@@ -559,8 +559,8 @@ class Bench:
         """Run the search's statement in a tenant transaction; time only the statement."""
         from django.db import connection
 
+        from core import tenancy
         from memories import search
-        from recall import tenancy
 
         prepared = search.Search(
             text=text,
@@ -622,7 +622,7 @@ class Bench:
         from django.db import connection
         from pgvector import Vector
 
-        from recall import tenancy
+        from core import tenancy
 
         with tenancy.tenant(user_id), connection.cursor() as cursor:
             cursor.execute("SET LOCAL enable_indexscan = off")

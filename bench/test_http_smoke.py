@@ -72,8 +72,8 @@ def test_profile_samples_are_attributed_to_layers():
         [
             f"{worker};LocalEmbedder._run_batch (memories/embeddings/local.py:1);"
             "Session.run (onnxruntime/capi/x.py:1) 50",
-            f"{worker};tenant (recall/tenancy.py:1);Connection.wait (psycopg/connection.py:1) 20",
-            f"{worker};tenant (recall/tenancy.py:1);Cursor.execute (psycopg/cursor.py:1) 10",
+            f"{worker};tenant (core/tenancy.py:1);Connection.wait (psycopg/connection.py:1) 20",
+            f"{worker};tenant (core/tenancy.py:1);Cursor.execute (psycopg/cursor.py:1) 10",
             f"{loop};Recall.gate (recall/asgi.py:1);authenticate (recall/asgi.py:1) 5",
             f"{loop};observe_tool_calls (memories/mcp.py:1);Logger.info (logging/__init__.py:1) 5",
             f"{loop};ServerRunner._on_request (mcp/server/runner.py:1) 10",

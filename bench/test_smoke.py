@@ -227,3 +227,12 @@ def test_cutoff_smoke_with_no_big_tenant_gives_each_tenant_its_own_table(tmp_pat
     assert set(report["cut_off"]) == {"40", "120"}
     seen = {(r["tenant"], r["table"], r["mode"]) for r in report["results"]}
     assert seen == {(size, size, mode) for size in (40, 120) for mode in ("semantic", "hybrid")}
+
+
+def test_cache_tenancy_smoke_reports_both_hit_rates(tmp_path: Path) -> None:
+    report, stdout = run("cache_tenancy", tmp_path=tmp_path)
+
+    shared_only = report["synthetic"]["0.5"]
+    assert shared_only["shared_hit_rate"] > shared_only["private_hit_rate"] > 0
+    assert report["synthetic"]["0.0"]["cost_points"] == 0
+    assert "synthetic, 50% generic" in stdout

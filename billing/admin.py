@@ -22,9 +22,16 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
-from billing.models import BillingAccount, Subscription, UsageEvent, WebhookEvent
-from recall import errors, tenancy
-from recall.admin_tools import EstimatedCountPaginator, UserEmailFilter, csv_line
+from accounts.admin import UserEmailFilter
+from billing.models import (
+    BillingAccount,
+    Subscription,
+    UsageEvent,
+    WebhookEvent,
+    WebhookRejection,
+)
+from core import errors, tenancy
+from core.admin_tools import EstimatedCountPaginator, csv_line
 
 TOOLS = ("remember", "recall", "list_memories", "update_memory", "forget")
 EXPORT_CHUNK = 2000
@@ -183,6 +190,18 @@ class SubscriptionAdmin(ReadOnlyAdmin):
 class WebhookEventAdmin(ReadOnlyAdmin):
     list_display = ("received_at", "source", "event_type", "event_id")
     list_filter = ("source",)
+    search_fields = ("event_id__exact",)
+    ordering = ("-received_at",)
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+
+
+@admin.register(WebhookRejection)
+class WebhookRejectionAdmin(ReadOnlyAdmin):
+    """Signed deliveries refused for their content: what to ask the sender about."""
+
+    list_display = ("received_at", "source", "status", "reason", "event_type", "event_id")
+    list_filter = ("source", "status")
     search_fields = ("event_id__exact",)
     ordering = ("-received_at",)
     paginator = EstimatedCountPaginator

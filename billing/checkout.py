@@ -15,8 +15,8 @@ from django.conf import settings
 
 from accounts import tiers
 from accounts.models import User
-from billing.models import BillingAccount
-from recall.errors import RecallError, ValidationFailed
+from billing import services
+from core.errors import RecallError, ValidationFailed
 
 if TYPE_CHECKING:
     from stripe.params.checkout import SessionCreateParams
@@ -55,8 +55,7 @@ def client() -> stripe.StripeClient:
 
 
 def customer_id(user: User) -> str | None:
-    account = BillingAccount.objects.filter(user=user).only("stripe_customer_id").first()
-    return account.stripe_customer_id if account else None
+    return services.stripe_customer_id(user_id=user.pk)
 
 
 def start_checkout(*, user: User, tier: str, success_url: str, cancel_url: str) -> str:

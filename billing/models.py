@@ -158,3 +158,27 @@ class WebhookEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source} {self.event_id}"
+
+
+class WebhookRejection(models.Model):
+    """A correctly signed delivery refused for its content, for an operator to look into.
+
+    Authentic but unusable (a string PostgreSQL cannot store, a field of the
+    wrong shape, an unknown user): answered 4xx with ``reason``, with nothing
+    else written. The strings kept are scrubbed copies, cut to fit.
+    """
+
+    source = models.CharField(max_length=16, choices=WebhookEvent.Source.choices)
+    event_id = models.CharField(max_length=255, blank=True)
+    event_type = models.CharField(max_length=100, blank=True)
+    reason = models.CharField(max_length=255)
+    status = models.PositiveSmallIntegerField()
+    received_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "billing_webhook_rejections"
+        # The admin's list, newest first.
+        indexes = [models.Index(fields=["-received_at"], name="billing_rejections_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.event_id or '(no id)'}: {self.reason}"

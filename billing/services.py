@@ -44,10 +44,16 @@ from django.utils import timezone
 from accounts import services as accounts_services
 from accounts import tiers
 from accounts.models import User
-from billing.models import BillingAccount, Subscription, UsageEvent, WebhookEvent
-from billing.usage import Event
-from recall import tenancy
-from recall.errors import NotFound, ValidationFailed
+from billing.models import (
+    BillingAccount,
+    Subscription,
+    UsageEvent,
+    WebhookEvent,
+    WebhookRejection,
+)
+from core import storable, tenancy
+from core.errors import NotFound, ValidationFailed
+from core.usage import Event
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +80,31 @@ def claim_delivery(*, source: str, event_id: str, event_type: str = "") -> bool:
         source=source, event_id=event_id[:255], defaults={"event_type": event_type[:100]}
     )
     return created
+
+
+def record_rejection(
+    *, source: str, reason: str, status: int, event_id: object = None, event_type: object = None
+) -> None:
+    """Keep a signed delivery we refused, for the admin (operator path); never fails the caller.
+
+    ``event_id`` and ``event_type`` are whatever the body held: scrubbed and
+    cut to fit, since they may be exactly what was wrong.
+    """
+    try:
+        with tenancy.operator():
+            WebhookRejection.objects.create(
+                source=source,
+                event_id=storable.scrub(event_id, max_length=255),
+                event_type=storable.scrub(event_type, max_length=100),
+                reason=storable.scrub(reason, max_length=255),
+                status=status,
+            )
+    except Exception as exc:
+        logger.error(
+            "could not record a refused webhook delivery",
+            extra={"source": source, "error": type(exc).__name__},
+        )
+    logger.warning("webhook delivery refused", extra={"source": source, "reason": reason})
 
 
 def _lock(name: str) -> None:
@@ -223,7 +254,7 @@ def sync_tier(*, user_id: uuid.UUID | str) -> str | None:
             return None
         if tiers.rank(tier) > tiers.rank(best):
             best = tier
-    user = User.objects.filter(id=user_id).only("tier").first()
+    user = accounts_services.get_user(user_id=user_id)
     if user is not None and not tiers.is_billable(user.tier):
         _leave_operator_grant(user, source="stripe", billed=best)
         return None
@@ -264,13 +295,13 @@ def _user_by_id(value: object) -> User | None:
         user_id = uuid.UUID(str(value))
     except ValueError:
         return None
-    return User.objects.filter(id=user_id).first()
+    return accounts_services.get_user(user_id=user_id)
 
 
 def _user_by_email(email: object) -> User | None:
     if not isinstance(email, str) or "@" not in email:
         return None
-    return User.objects.filter(email=User.objects.normalize_email(email)).first()
+    return accounts_services.find_user(email=email)
 
 
 # MCPize -------------------------------------------------------------------------
@@ -286,7 +317,7 @@ def apply_mcpize_tier(*, user_id: object, tier: object, delivery_key: str | None
     except ValueError:
         raise ValidationFailed("userId must be a Recall user id (a UUID).") from None
     with tenancy.operator():
-        user = User.objects.filter(id=uid).only("tier").first()
+        user = accounts_services.get_user(user_id=uid)
         if user is None:
             raise NotFound("No user with this userId.")
         if delivery_key and not claim_delivery(
@@ -479,6 +510,12 @@ def count_usage_events(*, user_ids: Iterable[uuid.UUID | str]) -> int:
 
 
 # Subscriptions, for the dashboard and the admin ---------------------------------
+
+
+def stripe_customer_id(*, user_id: uuid.UUID | str) -> str | None:
+    """Return the user's Stripe customer, if checkout or a webhook linked one."""
+    account = BillingAccount.objects.filter(user_id=user_id).only("stripe_customer_id").first()
+    return account.stripe_customer_id if account else None
 
 
 def recent_subscriptions(*, user_id: uuid.UUID | str, limit: int = 5) -> list[Subscription]:

@@ -34,13 +34,13 @@ import time
 import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from recall import errors, outage
+from core import errors, outage
+from core.usage import Event
 
 logger = logging.getLogger(__name__)
 
@@ -57,21 +57,6 @@ LINGER = 0.05
 # Seconds between attempts to write held events while the database is down.
 RETRY_MIN = 1.0
 RETRY_MAX = 30.0
-
-
-@dataclass(frozen=True)
-class Event:
-    user_id: uuid.UUID
-    api_key_id: uuid.UUID | None
-    request_id: str
-    tool_name: str
-    success: bool
-    latency_ms: int
-    tokens_consumed: int = 1
-    error_code: str | None = None
-    agent_id: uuid.UUID | None = None
-    occurred_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    event_id: uuid.UUID = field(default_factory=uuid.uuid4)
 
 
 class UsageRecorder:

@@ -34,12 +34,14 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from billing import services, stripe_shapes
-from recall import safejson
-from recall.errors import RecallError
+from billing.models import WebhookEvent
+from core import safejson, storable
+from core.errors import RecallError
 
 logger = logging.getLogger(__name__)
 
 MCPIZE_MAX_SKEW = 300  # seconds
+KEY_MAX = storable.column_length(WebhookEvent, "event_id")
 _UNIX_SECONDS = re.compile(r"[0-9]{1,12}")
 
 
@@ -71,12 +73,42 @@ def stripe_webhook(request: HttpRequest) -> JsonResponse:
         logger.warning("stripe webhook refused: bad signature")
         return _error(400, "invalid_signature", "Invalid Stripe signature.")
     try:
-        event = stripe_shapes.event(safejson.loads(request.body))
+        body = safejson.loads(request.body)
     except ValueError:
-        logger.warning("stripe webhook refused: not a Stripe event we understand")
-        return _error(400, "validation_failed", "Not a Stripe event.")
+        return _refused("stripe", "the body is not JSON")
+    try:
+        event = stripe_shapes.event(body)
+    except stripe_shapes.Refused as exc:
+        return _refused("stripe", exc.reason, event_id=exc.event_id, event_type=exc.event_type)
     outcome = services.handle_stripe_event(event)
     return JsonResponse({"received": True, "outcome": outcome})
+
+
+def _refused(
+    source: str,
+    reason: str,
+    *,
+    status: int = 400,
+    code: str = "validation_failed",
+    event_id: object = None,
+    event_type: object = None,
+) -> JsonResponse:
+    """Answer a signed delivery we cannot apply, and keep it for the operator."""
+    services.record_rejection(
+        source=source, reason=reason, status=status, event_id=event_id, event_type=event_type
+    )
+    return _error(status, code, f"Refused: {reason}.")
+
+
+def _key_problem(key: object) -> str | None:
+    """Why a delivery's idempotency key cannot be stored, or None (no key is fine)."""
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        return "must be a string"
+    if not key:
+        return "must not be empty"
+    return storable.problem(key, max_length=KEY_MAX)
 
 
 def mcpize_signature(secret: str, body: bytes, timestamp: str | None = None) -> str:
@@ -110,18 +142,22 @@ def mcpize_webhook(request: HttpRequest) -> JsonResponse:
     try:
         body: Any = safejson.loads(request.body)
     except ValueError:
-        return _error(400, "validation_failed", "The body must be JSON.")
+        return _refused("mcpize", "the body is not JSON")
     if not isinstance(body, dict):
-        return _error(400, "validation_failed", 'The body must be {"userId": ..., "tier": ...}.')
+        return _refused("mcpize", 'the body must be {"userId": ..., "tier": ...}')
     key = request.headers.get("Idempotency-Key") or body.get("eventId")
     if not key and timestamp is not None:
         key = f"sig:{expected}"
-    if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 255):
-        return _error(400, "validation_failed", "The idempotency key must be 1-255 characters.")
+    why = _key_problem(key)
+    if why is not None:
+        return _refused("mcpize", f"the idempotency key {why}", event_id=key)
     try:
         applied = services.apply_mcpize_tier(
             user_id=body.get("userId"), tier=body.get("tier"), delivery_key=key
         )
     except RecallError as exc:
+        services.record_rejection(
+            source="mcpize", reason=exc.message, status=exc.http_status, event_id=key
+        )
         return JsonResponse(exc.as_dict(), status=exc.http_status)
     return JsonResponse({"success": True, "duplicate": not applied})

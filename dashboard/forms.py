@@ -6,6 +6,7 @@ from typing import Any
 from django import forms
 from django.contrib.auth import forms as auth_forms
 
+from accounts import services as accounts_services
 from accounts import tiers
 from accounts.models import Agent, User
 
@@ -43,7 +44,7 @@ class SignupForm(auth_forms.BaseUserCreationForm):
         fields = ("email",)
 
     def clean_email(self) -> str:
-        email = User.objects.normalize_email(self.cleaned_data.get("email"))
-        if User.objects.filter(email=email).exists():
+        email = accounts_services.normalize_email(self.cleaned_data.get("email"))
+        if accounts_services.find_user(email=email) is not None:
             raise forms.ValidationError("An account with this email already exists.")
         return email

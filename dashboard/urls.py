@@ -8,6 +8,7 @@ app_name = "dashboard"
 
 urlpatterns = [
     path("", views.index, name="index"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("usage/", views.usage, name="usage"),
     path("keys/", views.keys, name="keys"),
     path("keys/<uuid:key_id>/revoke/", views.revoke_key, name="revoke-key"),

@@ -9,7 +9,10 @@ like one that does not exist.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 from django.conf import settings
 from django.contrib import messages
@@ -26,6 +29,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_POST
 
 from accounts import services as accounts_services
@@ -33,14 +37,14 @@ from accounts import tiers
 from accounts.models import User
 from billing import checkout
 from billing import services as billing_services
+from core import context
+from core.errors import Conflict, NotFound, RecallError
 from dashboard.charts import stacked_bars
 from dashboard.forms import KeyForm, SignupForm
 from memories import services as memory_services
 from memories import transfer
 from oauth import resources
 from oauth import services as oauth_services
-from recall import context
-from recall.errors import Conflict, NotFound, RecallError
 
 
 class AuthenticatedRequest(HttpRequest):
@@ -55,15 +59,29 @@ USAGE_WINDOWS = (7, 30, 90)
 
 def _connect(request: HttpRequest, raw_key: str | None = None) -> dict[str, Any]:
     """Return what the "connect a client" snippets need."""
+    mcp_url = request.build_absolute_uri("/mcp")
+    parts = urlsplit(mcp_url)
     return {
-        "mcp_url": request.build_absolute_uri("/mcp"),
+        "mcp_url": mcp_url,
         "snippet_key": raw_key or "recall_live_YOUR_KEY",
+        # mcp-remote takes plain http only for this machine unless told otherwise.
+        "remote_allow_http": parts.scheme == "http"
+        and parts.hostname not in ("localhost", "127.0.0.1", "::1"),
     }
 
 
 @login_required
 def index(request: AuthenticatedRequest) -> HttpResponse:
     return redirect("dashboard:usage")
+
+
+FAVICON = Path(__file__).resolve().parent / "static" / "dashboard" / "favicon.ico"
+
+
+@cache_control(max_age=86400, public=True)
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, where browsers and feed readers look whatever the page links."""
+    return HttpResponse(FAVICON.read_bytes(), content_type="image/x-icon")
 
 
 # Usage --------------------------------------------------------------------------
@@ -231,27 +249,44 @@ def memories(request: AuthenticatedRequest) -> HttpResponse:
     default = "default" if "default" in names or not names else names[0]
     namespace = request.GET.get("namespace") or default
     query = request.GET.get("q", "").strip()
+    agents = {str(agent.id): agent for agent in accounts_services.list_agents(user_id=user.id)}
+    # Only the user's own agents filter; anything else shows every memory.
+    agent = request.GET.get("agent", "")
+    agent = agent if agent in agents else ""
     try:
         offset = max(0, int(request.GET.get("offset", 0)))
     except ValueError:
         offset = 0
 
     error = None
-    results: list[dict[str, Any]] = []
+    found: Sequence[Mapping[str, Any]] = []
     more = False
     try:
         if query:
-            results = memory_services.recall(
-                user_id=user.id, query=query, namespace=namespace, limit=PAGE_SIZE
+            found = memory_services.recall(
+                user_id=user.id,
+                agent_id=agent or None,
+                query=query,
+                namespace=namespace,
+                limit=PAGE_SIZE,
             )
         else:
-            results = memory_services.list_memories(
-                user_id=user.id, namespace=namespace, limit=PAGE_SIZE + 1, offset=offset
+            found = memory_services.list_memories(
+                user_id=user.id,
+                agent_id=agent or None,
+                namespace=namespace,
+                limit=PAGE_SIZE + 1,
+                offset=offset,
             )
-            more = len(results) > PAGE_SIZE
-            results = results[:PAGE_SIZE]
+            more = len(found) > PAGE_SIZE
+            found = found[:PAGE_SIZE]
     except RecallError as exc:
         error = exc.message
+    writers = memory_services.memory_agents(user_id=user.id, ids=[m["id"] for m in found])
+    results: list[dict[str, object]] = []
+    for memory in found:
+        writer = agents.get(writers.get(memory["id"]) or "")
+        results.append({**memory, "agent_name": writer.name if writer else ""})
     return render(
         request,
         "dashboard/memories.html",
@@ -259,6 +294,10 @@ def memories(request: AuthenticatedRequest) -> HttpResponse:
             "section": "memories",
             "namespaces": namespaces,
             "namespace": namespace,
+            "agents": list(agents.values()),
+            "agent": agent,
+            # What the pager keeps when it moves: the namespace and the agent.
+            "filters": urlencode({"namespace": namespace, **({"agent": agent} if agent else {})}),
             "query": query,
             "results": results,
             "error": error,
@@ -317,16 +356,18 @@ def memory_history(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpR
     except NotFound:
         raise Http404("No such memory.") from None
     keys = {str(key.id): key for key in accounts_services.list_own_keys(user_id=request.user.id)}
+    shown: list[dict[str, object]] = []
     for version in versions:
         key = keys.get(version["api_key_id"] or "")
-        version["key_label"] = f"{key.prefix}… {key.name}".strip() if key else None
+        label = f"{key.prefix}… {key.name}".strip() if key else None
+        shown.append({**version, "key_label": label})
     return render(
         request,
         "dashboard/history.html",
         {
             "section": "memories",
             "memory_id": memory_id,
-            "versions": list(reversed(versions)),  # newest first on the page
+            "versions": list(reversed(shown)),  # newest first on the page
             "deleted": versions[-1]["action"] == "deleted",
             "retention_days": settings.HISTORY_RETENTION_DAYS,
         },

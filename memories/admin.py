@@ -16,8 +16,9 @@ from django.db.models import QuerySet
 from django.db.models.functions import Left
 from django.http import HttpRequest
 
+from accounts.admin import UserEmailFilter
+from core.admin_tools import EstimatedCountPaginator, InputFilter
 from memories.models import Memory
-from recall.admin_tools import EstimatedCountPaginator, InputFilter, UserEmailFilter
 
 logger = logging.getLogger(__name__)
 

@@ -4,3 +4,9 @@ from django.apps import AppConfig
 class MemoriesConfig(AppConfig):
     name = "memories"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from accounts import holdings
+        from memories import services
+
+        holdings.register("memories", services.count_memories, services.memories_per_user)

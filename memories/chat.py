@@ -18,6 +18,7 @@ import html
 import json
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ import numpy as np
 from django.conf import settings
 
 from memories import embeddings
+from memories.services.shapes import Sourced
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ class Answer:
         return data
 
 
-def answer(question: str, candidates: list[dict[str, Any]], threshold: float) -> Answer:
+def answer(question: str, candidates: Sequence[Sourced], threshold: float) -> Answer:
     """Answer ``question`` from ``candidates`` (search results, best first)."""
     if not candidates:
         return Answer("", [], "llm" if settings.RECALL_CHAT_MODEL else "extractive")
@@ -83,7 +85,7 @@ def answer(question: str, candidates: list[dict[str, Any]], threshold: float) ->
     return found
 
 
-def _ask_model(model: str, question: str, candidates: list[dict[str, Any]]) -> Answer:
+def _ask_model(model: str, question: str, candidates: Sequence[Sourced]) -> Answer:
     from openai import OpenAI
 
     client = OpenAI(
@@ -129,7 +131,7 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def extract(question: str, candidates: list[dict[str, Any]], threshold: float) -> Answer:
+def extract(question: str, candidates: Sequence[Sourced], threshold: float) -> Answer:
     """Return the candidates' sentences most similar to the question, in the candidates' order."""
     sentences: list[tuple[int, str]] = []
     for index, memory in enumerate(candidates[:EXTRACT_CANDIDATES]):

@@ -5,6 +5,11 @@ paragraphs (blank lines), and paragraphs are packed into chunks of at most
 ``CHUNK_CHARS`` characters. A paragraph longer than that is cut at sentence
 ends, and a sentence longer than that at whitespace. Each chunk remembers the
 heading it sits under, so a search hit can say where in the document it is.
+
+A chunk of headings alone ("# Runbook" above "## Deploy", or a heading whose
+first paragraph did not fit beside it) says nothing as a memory of its own:
+it opens the next chunk instead (the end of the last one, at the end of the
+document), which may then pass the size by those headings' length.
 """
 
 from __future__ import annotations
@@ -26,11 +31,33 @@ class Chunk:
 
 def chunk(document: str, size: int = CHUNK_CHARS) -> list[Chunk]:
     """Return the document's chunks in order; empty sections give none."""
+    pieces = [
+        (heading, text)
+        for heading, body in _sections(document)
+        for text in _pack(_paragraphs(body), size)
+    ]
     chunks: list[Chunk] = []
-    for heading, body in _sections(document):
-        for text in _pack(_paragraphs(body), size):
-            chunks.append(Chunk(text=text, heading=heading, position=len(chunks)))
+    carried: list[tuple[str, str]] = []
+    for heading, text in pieces:
+        if _headings_only(text):
+            carried.append((heading, text))
+            continue
+        if carried:
+            text = "\n\n".join([*(lines for _, lines in carried), text])
+            carried = []
+        chunks.append(Chunk(text=text, heading=heading, position=len(chunks)))
+    if carried and chunks:
+        last = chunks[-1]
+        text = "\n\n".join([last.text, *(lines for _, lines in carried)])
+        chunks[-1] = Chunk(text=text, heading=last.heading, position=last.position)
+    elif carried:  # a document of headings and nothing else
+        text = "\n\n".join(lines for _, lines in carried)
+        chunks.append(Chunk(text=text, heading=carried[0][0], position=0))
     return chunks
+
+
+def _headings_only(text: str) -> bool:
+    return all(HEADING.match(line) for line in text.splitlines() if line.strip())
 
 
 def _sections(document: str) -> list[tuple[str, str]]:
@@ -70,8 +97,10 @@ def _pack(paragraphs: list[str], size: int) -> list[str]:
     packed: list[str] = []
     current = ""
     for paragraph in paragraphs:
-        for piece in _pieces(paragraph, size):
-            joiner = "\n\n" if current and piece is paragraph else " "
+        for index, piece in enumerate(_pieces(paragraph, size)):
+            # A paragraph starts after a blank line, even when it is cut into
+            # sentences; only its later sentences follow on the same line.
+            joiner = "\n\n" if index == 0 else " "
             if current and len(current) + len(joiner) + len(piece) > size:
                 packed.append(current)
                 current = piece

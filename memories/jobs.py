@@ -15,7 +15,7 @@ lifespan) and alone in ``recall worker``. Each worker thread:
   connection per process), or after ``JOB_POLL_SECONDS`` whatever happens,
   which also picks up jobs whose worker died (their lease ran out).
 
-One thread also runs ``services.clean_up()`` every ``MAINTENANCE_SECONDS``:
+One thread also runs ``maintenance.clean_up()`` every ``MAINTENANCE_SECONDS``:
 expired memories, history past its retention, finished jobs and stale
 forget confirmations. A PostgreSQL advisory lock keeps that to one process
 at a time across the fleet.
@@ -31,21 +31,15 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from recall import errors, outage
-from recall.logging import describe_exception
+from core import errors, outage
+from core.logging import describe_exception
+from memories.services import maintenance, queue
+from memories.services.health import CACHE_CHANNEL, clear_broadcast
+from memories.services.queue import CHANNEL
 
 logger = logging.getLogger(__name__)
 
-CHANNEL = "recall_jobs"
 MAINTENANCE_SECONDS = 60.0
-
-# Woken by enqueues in this process, so in-process workers start at once.
-_wake = threading.Event()
-
-
-def wake() -> None:
-    """Tell this process's workers that a job is waiting."""
-    _wake.set()
 
 
 class Workers:
@@ -78,7 +72,7 @@ class Workers:
     def stop(self, timeout: float = 30.0) -> None:
         """Finish the jobs in hand, then stop. A job still running is left to its lease."""
         self._stopping.set()
-        _wake.set()
+        queue.waiting.set()
         deadline = time.monotonic() + timeout
         for thread in self._running:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -92,13 +86,11 @@ class Workers:
     # threads -------------------------------------------------------------------
 
     def _work(self) -> None:
-        from memories import services
-
         while not self._stopping.is_set():
             ran = False
             try:
                 close_old_connections()
-                ran = services.run_next_job()
+                ran = queue.run_next_job()
             except Exception as exc:
                 # The job itself is settled by run_next_job; this is the queue
                 # (the database) failing. Back off and try again.
@@ -108,17 +100,15 @@ class Workers:
                 outage.recovered("job workers")
             if ran:
                 continue
-            _wake.wait(settings.JOB_POLL_SECONDS)
-            _wake.clear()
+            queue.waiting.wait(settings.JOB_POLL_SECONDS)
+            queue.waiting.clear()
         _close_connection()
 
     def _maintain(self) -> None:
-        from memories import services
-
         while not self._stopping.wait(MAINTENANCE_SECONDS):
             try:
                 close_old_connections()
-                done = services.clean_up()
+                done = maintenance.clean_up()
             except Exception as exc:
                 _trouble("maintenance", exc)
                 continue
@@ -129,7 +119,7 @@ class Workers:
 
 
 class _Listener:
-    """One connection per process that LISTENs for enqueues made by other processes."""
+    """One connection per process that LISTENs for enqueues and cache clears by others."""
 
     def __init__(self, stopping: threading.Event) -> None:
         self._stopping = stopping
@@ -153,9 +143,13 @@ class _Listener:
         params.pop("prepare_threshold", None)
         with psycopg.connect(**params, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
+            conn.execute(f"LISTEN {CACHE_CHANNEL}")
             while not self._stopping.is_set():
-                for _ in conn.notifies(timeout=1.0, stop_after=1):
-                    _wake.set()
+                for note in conn.notifies(timeout=1.0, stop_after=1):
+                    if note.channel == CACHE_CHANNEL:
+                        clear_broadcast(note.payload)
+                    else:
+                        queue.waiting.set()
 
 
 def _trouble(place: str, exc: Exception) -> None:

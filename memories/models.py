@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import json
 import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
-from django.db import models
+from django.db import connection, models
 from django.db.models.functions import Now
 from pgvector.django import VectorField
 
@@ -40,7 +44,7 @@ class Memory(models.Model):
     )
     # NULL for memories written with a user-wide API key: they belong to the
     # user. Otherwise the agent that wrote it, which alone may see it (plus
-    # task sharing); row-level security enforces that, see recall/tenancy.py.
+    # task sharing); row-level security enforces that, see core/tenancy.py.
     # A composite foreign key (agent_id, user_id), ON DELETE CASCADE, keeps
     # agents to their own user (migration 0004); Django must not emulate it.
     agent = models.ForeignKey(
@@ -296,6 +300,82 @@ class JobStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+@dataclass(frozen=True)
+class Taken:
+    """A job a worker has just taken: who it runs as, and what to store."""
+
+    id: uuid.UUID
+    user_id: uuid.UUID
+    agent_id: uuid.UUID | None
+    payload: dict[str, Any]
+    attempts: int
+    client: str
+    api_key_id: uuid.UUID | None
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    """A job's life: queued, running under a lease, then done or failed (or queued again).
+
+    Each transition is one statement. Taking reads across tenants, so callers
+    run it on the operator path; settling runs in the tenant transaction that
+    stored the job's memories.
+    """
+
+    def take_next(self, lease_seconds: float) -> Taken | None:
+        """Take the oldest due job, or a running one whose lease ran out; None when none is.
+
+        Locked with SKIP LOCKED, so concurrent workers each take another.
+        """
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE memory_jobs SET status = 'running', attempts = attempts + 1,"
+                " started_at = statement_timestamp(),"
+                " lease_until = statement_timestamp() + make_interval(secs => %s)"
+                " WHERE id = (SELECT id FROM memory_jobs"
+                "   WHERE (status = 'queued' AND run_after <= statement_timestamp())"
+                "      OR (status = 'running' AND lease_until < statement_timestamp())"
+                "   ORDER BY run_after LIMIT 1 FOR UPDATE SKIP LOCKED)"
+                " RETURNING id, user_id, agent_id, payload, attempts, client, api_key_id",
+                [lease_seconds],
+            )
+            taken = cursor.fetchone()
+        if taken is None:
+            return None
+        job_id, user_id, agent_id, payload, attempts, client, api_key_id = taken
+        if isinstance(payload, str):  # Django has psycopg hand jsonb over as text
+            payload = json.loads(payload)
+        return Taken(job_id, user_id, agent_id, payload, attempts, client, api_key_id)
+
+    def settle(self, job_id: uuid.UUID, user_id: uuid.UUID, results: list[Any]) -> None:
+        """Mark a job done with what it stored: its payload (the content) goes."""
+        self.filter(id=job_id, user_id=user_id).update(
+            status=JobStatus.DONE,
+            payload=None,
+            result={"memories": results, "memory_ids": [r["id"] for r in results]},
+            finished_at=Now(),
+            lease_until=None,
+        )
+
+    def retry_later(self, job_id: uuid.UUID, seconds: float) -> None:
+        """Queue a job again, due in ``seconds``."""
+        self.filter(id=job_id).update(
+            status=JobStatus.QUEUED,
+            run_after=Now() + timedelta(seconds=seconds),
+            lease_until=None,
+        )
+
+    def fail(self, job_id: uuid.UUID, code: str, message: str) -> None:
+        """Mark a job failed with an error code and message; its payload (the content) goes."""
+        self.filter(id=job_id).update(
+            status=JobStatus.FAILED,
+            payload=None,
+            error_code=code,
+            error_message=message[:500],
+            finished_at=Now(),
+            lease_until=None,
+        )
+
+
 class Job(models.Model):
     """A background add: queued by ``remember(async=true)``, run by a worker.
 
@@ -347,6 +427,8 @@ class Job(models.Model):
     # A running job whose lease has passed lost its worker, and is taken again.
     lease_until = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
 
     class Meta:
         db_table = "memory_jobs"

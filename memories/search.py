@@ -1,9 +1,10 @@
 """Search: the one ranking behind recall, forget's preview, the dashboard and every retrieval tool.
 
-Callers validate and embed with ``prepare()`` (outside any transaction: a slow
-embedding provider never holds a connection), then rank with ``run()`` inside
-``tenancy.tenant(user_id, local_settings=SEARCH_SETTINGS)``, or do both with
-``search()``. Every result carries its cosine ``similarity`` and the ``score``
+A caller builds ``SearchArgs`` once, where its call comes in (``parse()``
+validates what it was given), and hands it to ``search()``, the one search
+every service runs: it embeds the query (outside any transaction: a slow
+embedding provider never holds a connection), then ranks in the caller's
+tenant transaction. Every result carries its cosine ``similarity`` and the ``score``
 the list is ordered by. Three modes:
 
 * ``semantic``: cosine similarity alone, exactly as the specification first
@@ -51,27 +52,29 @@ leave-one-conversation-out and checked on SciFact; POOL, SCAN and PROVIDERS
 bound the work per search, set where larger values stopped changing the
 rankings. BENCHMARKS.md ("Hybrid search") has the figures and the commands.
 
-For a new retrieval tool: ``prepare()`` takes the tool's arguments (a new
-pre-ranking filter joins ``Filters``), ``run()`` or ``search()`` returns
-``Found`` rows, best first; shape them in the tool.
+For a new retrieval tool: ``SearchArgs.parse()`` takes the tool's arguments
+(a new pre-ranking filter joins ``Filters``), ``search()`` returns ``Found``
+rows, best first; shape them in the service.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 from django.conf import settings
 
+from core import tenancy
 from memories import embeddings, validation
+from memories.embeddings import cache, failures
 from memories.indexes import index_name, vector_literal, vector_type
 from memories.models import PRIORITY_RANK, Memory
-from recall import tenancy
-from recall.errors import EmbeddingUnavailable, RecallError
 
 logger = logging.getLogger(__name__)
 
@@ -225,57 +228,137 @@ def default_threshold(embedder: embeddings.Embedder | None = None) -> float:
     return (embedder or embeddings.get_embedder()).default_threshold
 
 
-def prepare(
-    *,
-    query: Any,
-    namespace: Any = "default",
-    limit: Any = 10,
-    threshold: Any = None,
-    mode: Any = None,
-    metadata_filter: Any = None,
-    created_after: Any = None,
-    created_before: Any = None,
-    priority: Any = None,
-    sources: dict[str, str] | None = None,
-    use_cache: bool = True,
-) -> Search:
-    """Validate a search's arguments, then embed the query (through the query cache).
+class QueryArguments(TypedDict, total=False):
+    """A search's arguments as a caller gives them, but the mode (the server's).
 
-    ``sources`` are memory_search's filters, validated by its service.
+    ``SearchArgs.parse`` validates them.
     """
-    text = validation.query(query)
-    ns = validation.namespace(namespace)
-    count = validation.integer(
-        limit, field="limit", low=1, high=validation.RECALL_LIMIT_MAX, default=10
-    )
-    chosen = validation.search_mode(mode, settings.RECALL_SEARCH_MODE)
+
+    query: str | None
+    namespace: str | None
+    limit: int
+    threshold: float | None
+    metadata_filter: Mapping[str, object] | None
+    priority: str | Sequence[str] | None
+    created_after: str | datetime | None
+    created_before: str | datetime | None
+    use_cache: bool
+
+
+class SearchArguments(QueryArguments, total=False):
+    """A search's arguments as a caller gives them, the mode too."""
+
+    mode: str | None
+
+
+@dataclass(frozen=True)
+class SearchArgs:
+    """One search's arguments, validated: built once, where a call comes in.
+
+    ``threshold`` None is the embedder's default (``default_threshold``),
+    ``mode`` None the server's (``RECALL_SEARCH_MODE``). ``use_cache=False``
+    embeds the query afresh whatever the query cache holds.
+    """
+
+    query: str
+    filters: Filters
+    limit: int = 10
+    threshold: float | None = None
+    mode: str | None = None
+    use_cache: bool = True
+
+    @classmethod
+    def parse(
+        cls, *, sources: Mapping[str, str] | None = None, **given: Unpack[SearchArguments]
+    ) -> SearchArgs:
+        """Validate a search's arguments, raising ``ValidationFailed`` on the first bad one.
+
+        ``sources`` are memory_search's filters, validated by its service.
+        """
+        text = validation.query(given.get("query"))
+        namespace = validation.namespace(given.get("namespace", "default"))
+        limit = validation.integer(
+            given.get("limit", 10),
+            field="limit",
+            low=1,
+            high=validation.RECALL_LIMIT_MAX,
+            default=10,
+        )
+        mode = given.get("mode")
+        if mode is not None:
+            mode = validation.search_mode(mode, settings.RECALL_SEARCH_MODE)
+        threshold = given.get("threshold")
+        if threshold is not None:
+            threshold = validation.threshold(threshold, 0.0)
+        where = validation.metadata_filter(given.get("metadata_filter"))
+        after, before = validation.created_range(
+            given.get("created_after"), given.get("created_before")
+        )
+        levels = tuple(validation.priorities(given.get("priority")))
+        filters = Filters(namespace, where, after, before, levels, dict(sources or {}))
+        return cls(text, filters, limit, threshold, mode, bool(given.get("use_cache", True)))
+
+
+@dataclass(frozen=True)
+class Searched:
+    """What a search found, best first, and where the query's vector came from."""
+
+    found: list[Found]
+    # "cache", "shared-cache" or "model".
+    vector_source: str
+
+
+def search(
+    *,
+    user_id: uuid.UUID | str,
+    args: SearchArgs,
+    agent_id: uuid.UUID | str | None = None,
+    task_id: str | None = None,
+    within: Callable[[list[Found]], None] | None = None,
+) -> Searched:
+    """Search the caller's memories: every search of every interface is this one.
+
+    Embeds the query first (through the query cache, outside any
+    transaction: a slow provider never holds a connection), then ranks in
+    the caller's tenant transaction, opened with the search's settings.
+    ``task_id`` lets an agent read the task's memories its search names.
+    ``within`` runs in the same transaction with the results (forget's
+    preview stores its confirmation there).
+    """
+    prepared = prepare(args, cache_scope=cache.scope(user_id, agent_id))
+    opening = transaction_settings(prepared, agent=agent_id is not None)
+    with tenancy.tenant(user_id, agent_id=agent_id, task_id=task_id, local_settings=opening):
+        found = run(user_id, prepared, agent_id=agent_id)
+        if within is not None:
+            within(found)
+    return Searched(found, prepared.vector_source)
+
+
+def prepare(args: SearchArgs, *, cache_scope: str) -> Search:
+    """Embed a search's query (through the query cache) and resolve its defaults.
+
+    ``cache_scope`` is the caller's (``embeddings.cache.scope()``): the query
+    cache shows a caller only the vectors it computed.
+    """
     embedder = embeddings.get_embedder()
-    minimum = validation.threshold(threshold, default_threshold(embedder))
-    where = validation.metadata_filter(metadata_filter)
-    after, before = validation.created_range(created_after, created_before)
-    levels = tuple(validation.priorities(priority))
-    vector, source = embed_query(embedder, text, use_cache=use_cache)
-    filters = Filters(ns, where, after, before, levels, dict(sources or {}))
-    return Search(text, vector, embedder, chosen, count, minimum, filters, source)
-
-
-def embed_query(
-    embedder: embeddings.Embedder, text: str, *, use_cache: bool = True
-) -> tuple[np.ndarray, str]:
-    """Embed a query through the query cache (memories/embeddings/cache.py)."""
-    try:
-        return embeddings.get_query_cache().embed(embedder, text, use_cache=use_cache)
-    except RecallError:
-        raise
-    except Exception:
-        logger.exception("embedding failed", extra={"model": embedder.model_id})
-        raise EmbeddingUnavailable(
-            "The embedding model could not process this request. Try again shortly."
-        ) from None
+    minimum = args.threshold if args.threshold is not None else default_threshold(embedder)
+    mode = args.mode or settings.RECALL_SEARCH_MODE
+    vector, source = failures.embed_query(
+        embeddings.get_query_cache(),
+        embedder,
+        args.query,
+        scope=cache_scope,
+        use_cache=args.use_cache,
+    )
+    return Search(args.query, vector, embedder, mode, args.limit, minimum, args.filters, source)
 
 
 def run(
-    user_id: Any, search: Search, *, agent_id: Any = None, limit: int | None = None
+    user_id: uuid.UUID | str,
+    search: Search,
+    *,
+    agent_id: uuid.UUID | str | None = None,
+    limit: int | None = None,
 ) -> list[Found]:
     """Rank inside the caller's tenant transaction; return at most ``search.limit``.
 
@@ -292,14 +375,6 @@ def run(
         Found(row, round(float(row.similarity), 4), round(float(row.score), 4))  # type: ignore[attr-defined]
         for row in rows
     ]
-
-
-def search(*, user_id: Any, agent_id: Any = None, **arguments: Any) -> list[Found]:
-    """``prepare()`` and ``run()`` in one tenant transaction."""
-    prepared = prepare(**arguments)
-    opening = transaction_settings(prepared, agent=agent_id is not None)
-    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
-        return run(user_id, prepared, agent_id=agent_id)
 
 
 def transaction_settings(

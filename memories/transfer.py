@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from recall.errors import ValidationFailed
+from core.errors import ValidationFailed
 
 # A line longer than this cannot be a valid record: 50,000 characters of
 # content, 16 KB of metadata and their history, with room to spare.

@@ -25,13 +25,15 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from recall.errors import ValidationFailed
+from core import storable
+from core.errors import ValidationFailed
 
 CONTENT_MAX = 50_000
 QUERY_MAX = 10_000
 NAMESPACE_MAX = 64
 # Letters, digits and ``_ - . : / @``: safe in URLs, logs and tag attributes.
-NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9_.:/@-]{1,64}")
+NAMESPACE_CHARS = "A-Za-z0-9_.:/@-"
+NAMESPACE_PATTERN = re.compile(f"[{NAMESPACE_CHARS}]{{1,{NAMESPACE_MAX}}}")
 METADATA_MAX_BYTES = 16_384
 METADATA_MAX_DEPTH = 8
 FILTER_MAX_KEYS = 8
@@ -60,12 +62,7 @@ def content_hash(normalized: str) -> str:
 
 
 def _check_storable(value: str, field: str) -> None:
-    if "\x00" in value:
-        raise ValidationFailed(f"{field} must not contain NUL characters.")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationFailed(f"{field} must be valid Unicode text.") from None
+    storable.text(value, field=field)
 
 
 def text(value: Any, *, field: str, maximum: int) -> str:
@@ -288,8 +285,14 @@ def expiry(expires_at: Any, ttl_seconds: Any) -> datetime | None:
     return when
 
 
-def label(value: Any, *, field: str, maximum: int = LABEL_MAX) -> str | None:
-    """Return a short identifier (a thread id, a name), normalised; None when absent."""
+def label(
+    value: Any, *, field: str, maximum: int = LABEL_MAX, blank_is_none: bool = False
+) -> str | None:
+    """Return a short identifier (a thread id, a name, a path), normalised; None when absent.
+
+    An empty (or all-whitespace) label is refused, or with ``blank_is_none``
+    taken as absent: seed 003's tools treat it so.
+    """
     if value is None:
         return None
     if not isinstance(value, str):
@@ -297,6 +300,8 @@ def label(value: Any, *, field: str, maximum: int = LABEL_MAX) -> str | None:
     _check_storable(value, field)
     cleaned = normalize(value)
     if not cleaned:
+        if blank_is_none:
+            return None
         raise ValidationFailed(f"{field} must not be empty; leave it out instead.")
     if len(cleaned) > maximum:
         raise ValidationFailed(f"{field} is at most {maximum} characters.")

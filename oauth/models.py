@@ -14,8 +14,19 @@ delete comes from a tenant transaction that never loads these rows.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+from typing import Any
+
 from django.db import models
+from django.utils import timezone
 from oauth2_provider import models as toolkit
+
+from oauth import redirects
+
+# A dynamically registered client that no user approves within this long is
+# refused, then deleted at the next registration: open registration must not
+# let anyone fill the table with clients nobody uses.
+UNAPPROVED_REGISTRATION_LIFETIME = timedelta(days=1)
 
 
 def _agent() -> models.ForeignKey:
@@ -29,10 +40,53 @@ def _agent() -> models.ForeignKey:
     )
 
 
+class ApplicationManager(models.Manager["Application"]):
+    def get_by_natural_key(self, client_id: str) -> Application:
+        return self.get(client_id=client_id)
+
+    def expired_registrations(self, now: datetime | None = None) -> models.QuerySet[Application]:
+        """Dynamic registrations no user approved within a day of registering."""
+        cutoff = (now or timezone.now()) - UNAPPROVED_REGISTRATION_LIFETIME
+        return self.filter(
+            registration_source=Application.RegistrationSource.DCR,
+            approved_at__isnull=True,
+            created__lt=cutoff,
+        )
+
+
 class Application(toolkit.AbstractApplication):
+    # Where a dynamic registration came from, for the per-address limit.
+    registered_from: models.GenericIPAddressField[str | None, str | None] = (
+        models.GenericIPAddressField(null=True, blank=True)
+    )
+    # When a user first approved this client on the consent page.
+    approved_at: models.DateTimeField[datetime | None, datetime | None] = models.DateTimeField(
+        null=True, blank=True
+    )
+
+    objects = ApplicationManager()
+
     class Meta(toolkit.AbstractApplication.Meta):
         swappable = "OAUTH2_PROVIDER_APPLICATION_MODEL"
         db_table = "oauth_applications"
+        indexes = [
+            # Used by the registration limit: one address's registrations of the last hour.
+            models.Index(fields=["registered_from", "created"], name="oauth_apps_registered_idx"),
+        ]
+
+    def is_usable(self, request: Any) -> bool:
+        """Refuse a dynamic registration that expired unapproved, everywhere the toolkit looks."""
+        return not (
+            self.registration_source == self.RegistrationSource.DCR
+            and self.approved_at is None
+            and self.created is not None
+            and self.created < timezone.now() - UNAPPROVED_REGISTRATION_LIFETIME
+        )
+
+    def get_allowed_schemes(self) -> list[str]:
+        # Native clients come back by their own scheme (cursor://...); the
+        # registration checked each one (oauth/redirects.py).
+        return ["http", "https", *redirects.private_schemes(self.redirect_uris.split())]
 
 
 class Grant(toolkit.AbstractGrant):

@@ -1,4 +1,4 @@
-"""Connections: what a user has authorized, as the dashboard's Connected apps page shows it.
+"""Clients and connections, as the consent page and the Connected apps page show them.
 
 A connection is one approval on the consent page: one client, acting as one
 of the user's agents, holding one chain of rotated refresh tokens (the
@@ -10,15 +10,46 @@ OAuth token.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
 from django.db.models import Max, Min
+from django.utils import timezone
 
 from accounts import services as accounts_services
+from core.errors import NotFound
 from oauth.models import Application, RefreshToken
-from recall.errors import NotFound
+
+
+def find_application(*, client_id: str) -> Application | None:
+    """Return the registered client with this id, or None."""
+    return Application.objects.filter(client_id=client_id).first()
+
+
+def delete_expired_registrations(*, now: datetime) -> None:
+    """Delete the dynamic registrations nobody approved in time."""
+    Application.objects.expired_registrations(now).delete()
+
+
+def registration_times(*, address: str | None, since: datetime) -> list[datetime]:
+    """Return when ``address`` (None: an unknown address) registered clients since ``since``."""
+    same: dict[str, object] = (
+        {"registered_from": address} if address else {"registered_from__isnull": True}
+    )
+    return list(
+        Application.objects.filter(
+            registration_source=Application.RegistrationSource.DCR, created__gte=since, **same
+        )
+        .order_by("created")
+        .values_list("created", flat=True)
+    )
+
+
+def note_registered_from(*, client_id: str, address: str | None) -> None:
+    """Record the address a client registered from (its registrations are counted by it)."""
+    Application.objects.filter(client_id=client_id).update(registered_from=address)
 
 
 @dataclass(frozen=True)
@@ -33,26 +64,71 @@ class Connection:
     last_refreshed_at: datetime
 
 
-def describe_client(application: Application) -> tuple[str, str, str]:
+@dataclass(frozen=True)
+class Client:
+    """A client as people should read it: its name, where it came from, and how far that holds."""
+
+    name: str
+    origin: str
+    registration: str
+    # True when the name comes from a document at an https address the client
+    # controls (a metadata document) or from an operator; False when the
+    # client said it about itself when it registered.
+    verified: bool
+
+
+def describe_client(application: Application) -> Client:
     """Return a client's name, where it came from, and how it registered, for people to read.
 
     A metadata-document client came from its document's host; a dynamically
     registered one is known only by where it asked to be sent back.
     """
+    name = " ".join((application.name or "").split())
     if application.registration_source == Application.RegistrationSource.CIMD:
-        return (
-            application.name or urlsplit(application.client_id).hostname or "Unnamed client",
-            urlsplit(application.client_id).netloc,
-            "metadata document",
+        return Client(
+            name=name or urlsplit(application.client_id).hostname or "Unnamed client",
+            origin=urlsplit(application.client_id).netloc,
+            registration="metadata document",
+            verified=True,
         )
     redirects = application.redirect_uris.split()
-    origin = urlsplit(redirects[0]).netloc if redirects else ""
-    how = (
-        "dynamic registration"
-        if application.registration_source == Application.RegistrationSource.DCR
-        else "registered by an operator"
+    origin = ""
+    if redirects:
+        parts = urlsplit(redirects[0])
+        origin = parts.netloc or f"{parts.scheme}:"
+    dynamic = application.registration_source == Application.RegistrationSource.DCR
+    return Client(
+        name=name or "Unnamed client",
+        origin=origin,
+        registration="dynamic registration" if dynamic else "registered by an operator",
+        verified=not dynamic,
     )
-    return application.name or "Unnamed client", origin, how
+
+
+def agent_name_for(application: Application) -> str:
+    """Return the name an agent for this client gets unless the user types another."""
+    name = " ".join((application.name or "").split())
+    if not name:
+        name = describe_client(application).origin or "assistant"
+    return name[: accounts_services.AGENT_NAME_MAX].strip()
+
+
+def unused_agent_name(name: str, taken: Iterable[str]) -> str:
+    """Return ``name``, or ``name 2``, ``name 3``... whichever no agent has (names ignore case)."""
+    used = {other.lower() for other in taken}
+    candidate, number = name, 1
+    while candidate.lower() in used:
+        number += 1
+        suffix = f" {number}"
+        candidate = name[: accounts_services.AGENT_NAME_MAX - len(suffix)].rstrip() + suffix
+    return candidate
+
+
+def mark_approved(*, client_id: str) -> None:
+    """Record that a user approved the client: a dynamic registration then no longer expires."""
+    Application.objects.filter(client_id=client_id, approved_at__isnull=True).update(
+        approved_at=timezone.now()
+    )
 
 
 def list_connections(*, user_id: uuid.UUID | str) -> list[Connection]:
@@ -74,14 +150,14 @@ def list_connections(*, user_id: uuid.UUID | str) -> list[Connection]:
     agents = {agent.id: agent.name for agent in accounts_services.list_agents(user_id=user_id)}
     connections = []
     for family, token in families.items():
-        name, origin, how = describe_client(token.application)
+        client = describe_client(token.application)
         first, last = spans[family]
         connections.append(
             Connection(
                 id=family,
-                client_name=name,
-                client_origin=origin,
-                registration=how,
+                client_name=client.name,
+                client_origin=client.origin,
+                registration=client.registration,
                 agent_id=token.agent_id,
                 agent_name=agents.get(token.agent_id, "") if token.agent_id else "",
                 connected_at=first,

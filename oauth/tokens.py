@@ -52,9 +52,11 @@ def look_up(raw: str) -> Bearer | None:
         .filter(token_checksum=checksum)
         .first()
     )
-    if token is None or token.expires <= timezone.now() or not token.user.is_active:
+    if token is None or token.expires <= timezone.now():
         return None
-    if token.agent_id is None:  # only the consent page mints tokens, always with an agent
+    # Only the consent page mints tokens for the MCP endpoints, always for a
+    # user and an agent. A registration's access token (RFC 7592) has neither.
+    if token.user is None or token.agent_id is None or not token.user.is_active:
         return None
     refresh = getattr(token, "refresh_token", None)
     return Bearer(

@@ -9,7 +9,8 @@ from __future__ import annotations
 from django.urls import path
 from oauth2_provider import views as toolkit
 
-from oauth.views import ConsentView
+from oauth.registration import RegistrationManagementView, RegistrationView
+from oauth.views import ConsentView, JsonTokenView
 
 app_name = "oauth2_provider"
 
@@ -20,14 +21,15 @@ urlpatterns = [
         name="oauth-server-metadata",
     ),
     path("oauth/authorize/", ConsentView.as_view(), name="authorize"),
-    path("oauth/token/", toolkit.TokenView.as_view(), name="token"),
+    path("oauth/token/", JsonTokenView.as_view(), name="token"),
     path("oauth/revoke/", toolkit.RevokeTokenView.as_view(), name="revoke-token"),
-    # Answers 404 unless OAUTH_DYNAMIC_REGISTRATION is on.
-    path("oauth/register/", toolkit.DynamicClientRegistrationView.as_view(), name="dcr-register"),
+    # Open to anyone unless OAUTH_DYNAMIC_REGISTRATION is off (then 404); checked and
+    # limited per client address (oauth/registration.py).
+    path("oauth/register/", RegistrationView.as_view(), name="dcr-register"),
     # RFC 7592: a registered client reads, updates or deletes its own registration.
     path(
         "oauth/register/<str:client_id>/",
-        toolkit.DynamicClientRegistrationManagementView.as_view(),
+        RegistrationManagementView.as_view(),
         name="dcr-register-management",
     ),
 ]

@@ -6,6 +6,11 @@
 * A token may be bound only to one of Recall's own protected resources
   (RFC 8707 ``resource``): a token for somewhere else is refused when asked
   for, and the resource server refuses a token bound to another resource.
+* A token is always bound to one: a token request without ``resource``
+  gets the resource of its code (every code names one: the consent page
+  binds a request without one to ``/mcp``) or of its refresh token, and
+  ``invalid_target`` when those name none, rather than a token that every
+  endpoint would refuse.
 """
 
 from __future__ import annotations
@@ -29,6 +34,19 @@ class Validator(OAuth2Validator):
                 description=(
                     f"This server issues tokens only for its own MCP endpoints "
                     f"({', '.join(resources.identifiers())}), not for {unknown[0]!r}."
+                ),
+                request=request,
+            )
+
+    def _check_and_set_request_resource(self, request: Any) -> None:
+        super()._check_and_set_request_resource(request)
+        if not request.resource:
+            raise errors.CustomOAuth2Error(
+                error="invalid_target",
+                description=(
+                    "This grant names no resource, so its token would be accepted nowhere. "
+                    "Start a new authorization naming one of "
+                    f"{', '.join(resources.identifiers())} as its resource."
                 ),
                 request=request,
             )

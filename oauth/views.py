@@ -1,9 +1,20 @@
 """The consent page: where a signed-in user approves a client and picks the agent it acts as.
 
 The toolkit's authorization view does the protocol (client and redirect URI
-checks, PKCE, the code); this one adds what Recall needs: the client's name
-and where it came from, a choice among the user's agents (or a new one),
-and the refusal of any ``resource`` that is not one of Recall's endpoints.
+checks, PKCE, the code); this one adds what Recall needs:
+
+* the request is checked before anyone is asked to sign in: an unknown
+  client, a redirect URI the client did not register, a missing or plain
+  PKCE challenge and a resource that is not one of Recall's endpoints each
+  get an error page, never the password form and never a redirect to an
+  address the client did not register;
+* a request that names no ``resource`` (clients older than protocol
+  2025-06-18) is bound to ``/mcp``, the endpoint the root protected-resource
+  metadata describes, so the token it leads to works somewhere;
+* the page names the signed-in account (with a way to switch), says what it
+  knows of the client and how far to trust it, and offers the user's agents
+  or a new one named after the client, chosen so that Allow alone works.
+
 Signing in is the dashboard's own sign-in page.
 """
 
@@ -11,22 +22,40 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 from django import forms
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from oauth2_provider.exceptions import OAuthToolkitError
+from django.urls import reverse
+from oauth2_provider.exceptions import FatalClientError, OAuthToolkitError
 from oauth2_provider.forms import AllowForm
-from oauth2_provider.views import AuthorizationView
-from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error, InvalidRequestError
+from oauth2_provider.views import AuthorizationView, TokenView
+from oauthlib.oauth2.rfc6749 import errors
 
 from accounts import services as accounts_services
 from accounts.models import Agent
+from core.errors import NotFound, RecallError
 from oauth import resources
+from oauth import services as oauth_services
 from oauth.models import Application
-from oauth.services import describe_client
-from recall.errors import NotFound, RecallError
 
 NEW_AGENT = "new"
+# The oauth2 fields the consent form carries, in the order a request names them.
+REQUEST_FIELDS = (
+    "response_type",
+    "client_id",
+    "redirect_uri",
+    "scope",
+    "state",
+    "code_challenge",
+    "code_challenge_method",
+    "resource",
+)
+
+
+class PlainChallenge(errors.InvalidRequestError):
+    description = 'PKCE with code_challenge_method "S256" is required.'
 
 
 class ConsentForm(AllowForm):
@@ -38,32 +67,88 @@ class ConsentView(AuthorizationView):
     template_name = "oauth/consent.html"
     form_class = ConsentForm
 
-    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method == "GET":
+            refused = self._refusal(request)
+            if refused is not None:
+                return refused
+            if not request.GET.getlist("resource"):
+                # The toolkit reads the resource from the query; give it the default.
+                query = request.GET.copy()
+                query.setlist("resource", [resources.identifier(resources.MCP_PATH)])
+                request.GET = query  # type: ignore[assignment]  # a copy is mutable
+        return super().dispatch(request, *args, **kwargs)
+
+    def _refusal(self, request: HttpRequest) -> HttpResponse | None:
+        """Return the error page for a request that cannot succeed, whoever signs in."""
+        try:
+            _, credentials = self.validate_authorization_request(request)
+        except OAuthToolkitError as error:
+            return self._error_page(error.oauthlib_error, fatal=isinstance(error, FatalClientError))
         unknown = [uri for uri in request.GET.getlist("resource") if not resources.is_known(uri)]
         if unknown:
-            return self._refuse_resource(unknown[0], request.GET.get("redirect_uri"))
-        return super().get(request, *args, **kwargs)
+            refused = errors.CustomOAuth2Error(
+                error="invalid_target",
+                description=(
+                    f"This server issues tokens only for {', '.join(resources.identifiers())}."
+                ),
+                state=credentials.get("state"),
+            )
+            refused.redirect_uri = credentials.get("redirect_uri")
+            return self._error_page(refused, fatal=False, resource=unknown[0])
+        return None
 
     def validate_authorization_request(self, request: HttpRequest) -> tuple[Any, dict[str, Any]]:
         scopes, credentials = super().validate_authorization_request(request)
         # The toolkit refuses a "plain" challenge only when it issues the code,
-        # after the user has approved; send the client back before asking.
-        # (Without a method, RFC 7636 says the challenge is plain.)
+        # after the user has approved; refuse it before asking. (Without a
+        # method, RFC 7636 says the challenge is plain.)
         if credentials.get("code_challenge_method") != "S256":
-            refused = InvalidRequestError(
-                description='PKCE with code_challenge_method "S256" is required.',
-                state=credentials.get("state"),
-            )
+            refused = PlainChallenge(state=credentials.get("state"))
             # Checked against the client's registration or metadata document above.
             refused.redirect_uri = credentials.get("redirect_uri")
             raise OAuthToolkitError(error=refused)
         return scopes, credentials
 
+    def _error_page(self, error: Any, *, fatal: bool, resource: str = "") -> HttpResponse:
+        """Explain a refused request; offer to take the error back to the client if we may.
+
+        A fatal error (unknown client, unregistered redirect URI) has no address
+        we may send the browser to. Any other came from a request whose
+        redirect URI the client registered, so the page links there with the
+        error, as the client expects to receive it (RFC 6749 section 4.1.2.1).
+        """
+        reason = _reason(error)
+        back = ""
+        if not fatal and error.redirect_uri:
+            params = [*error.twotuples, ("iss", settings.RECALL_PUBLIC_URL)]
+            back = error.redirect_uri + ("&" if "?" in error.redirect_uri else "?")
+            back += urlencode(params)
+        return self.render_to_response(
+            {
+                "error": error,
+                "reason": reason,
+                "resource": resource,
+                "endpoints": resources.identifiers(),
+                "back_url": back,
+                "back_host": _host(error.redirect_uri or "") if back else "",
+            },
+            status=400,
+        )
+
     def form_valid(self, form: ConsentForm) -> HttpResponse:
         resource = form.cleaned_data.get("resource") or ""
         unknown = [uri for uri in resource.split() if not resources.is_known(uri)]
-        if unknown:
-            return self._refuse_resource(unknown[0], form.cleaned_data.get("redirect_uri"))
+        if unknown or not resource:
+            refused = errors.CustomOAuth2Error(
+                error="invalid_target",
+                description=(
+                    f"This server issues tokens only for {', '.join(resources.identifiers())}."
+                ),
+                state=form.cleaned_data.get("state"),
+            )
+            # Never redirect to an unchecked URI: show the error here.
+            return self._error_page(refused, fatal=True, resource=unknown[0] if unknown else "")
         self.agent: Agent | None = None
         if form.cleaned_data.get("allow"):
             try:
@@ -81,15 +166,23 @@ class ConsentView(AuthorizationView):
             # oauthlib sets credentials on its request; the validator stores the
             # agent on the code, and from there on every token.
             credentials = {**credentials, "agent_id": agent.id}
-        return super().create_authorization_response(request, scopes, credentials, allow)
+        response = super().create_authorization_response(request, scopes, credentials, allow)
+        if allow:
+            oauth_services.mark_approved(client_id=credentials["client_id"])
+        return response
 
     def _chosen_agent(self, form: ConsentForm) -> Agent:
         user_id = self.request.user.pk
         choice = form.cleaned_data.get("agent") or ""
         if choice == NEW_AGENT:
-            return accounts_services.create_agent(
-                user_id=user_id, name=form.cleaned_data.get("new_agent")
-            )
+            name = form.cleaned_data.get("new_agent") or ""
+            if not name.strip():
+                # An empty box means what its placeholder shows: the client's name.
+                application = self._application(form.cleaned_data.get("client_id"))
+                taken = [agent.name for agent in accounts_services.list_agents(user_id=user_id)]
+                suggested = oauth_services.agent_name_for(application) if application else ""
+                name = oauth_services.unused_agent_name(suggested, taken) if suggested else ""
+            return accounts_services.create_agent(user_id=user_id, name=name)
         try:
             agent_id = uuid.UUID(choice)
         except ValueError:
@@ -98,53 +191,101 @@ class ConsentView(AuthorizationView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        client_id = kwargs.get("client_id") or self._posted("client_id")
-        application = kwargs.get("application") or (
-            Application.objects.filter(client_id=client_id).first() if client_id else None
-        )
+        form = context.get("form")
+        application = kwargs.get("application") or self._application(self._field("client_id"))
+        agents = accounts_services.list_agents(user_id=self.request.user.pk)
+        suggested = oauth_services.agent_name_for(application) if application else "assistant"
         if application is not None:
-            name, origin, how = describe_client(application)
+            client = oauth_services.describe_client(application)
             context.update(
                 application=application,
-                client_name=name,
-                client_origin=origin,
-                registration=how,
-                redirect_host=_host(kwargs.get("redirect_uri") or self._posted("redirect_uri")),
+                client_name=client.name,
+                client_origin=client.origin,
+                registration=client.registration,
+                verified=client.verified,
+                redirect_host=_host(self._field("redirect_uri", kwargs)),
             )
-        agents = accounts_services.list_agents(user_id=self.request.user.pk)
-        form = context.get("form")
-        chosen = form["agent"].value() if form is not None else None
+        posted = form["agent"].value() if form is not None else None
+        same_name = next((a for a in agents if a.name.lower() == suggested.lower()), None)
+        typed = form["new_agent"].value() if form is not None and form.is_bound else None
         context.update(
             agents=agents,
-            chosen_agent=chosen or (str(agents[0].id) if agents else NEW_AGENT),
+            chosen_agent=posted or (str(same_name.id) if same_name else NEW_AGENT),
             new_agent=NEW_AGENT,
+            # An agent of that name exists and is offered above; a new one needs another name.
+            new_agent_name=typed if typed is not None else ("" if same_name else suggested),
+            suggested_name=oauth_services.unused_agent_name(suggested, [a.name for a in agents]),
             resource_names=[
                 path
                 for path in resources.PATHS
-                if resources.identifier(path)
-                in (kwargs.get("resource") or self._posted("resource") or "").split()
+                if resources.identifier(path) in self._field("resource", kwargs).split()
             ],
+            switch_account_next=self._request_url(kwargs),
         )
         return context
 
-    def _posted(self, name: str) -> str:
-        return self.request.POST.get(name, "") if self.request.method == "POST" else ""
+    def _field(self, name: str, given: dict[str, Any] | None = None) -> str:
+        """One oauth2 field of the request: from the GET handler, or the posted form."""
+        if given and given.get(name):
+            return str(given[name])
+        if self.request.method == "POST":
+            return self.request.POST.get(name, "")
+        return str(self.oauth2_data.get(name) or "")
 
-    def _refuse_resource(self, uri: str, redirect_uri: str | None) -> HttpResponse:
-        error = OAuthToolkitError(
-            error=CustomOAuth2Error(
-                error="invalid_target",
-                description=(
-                    f"This server issues tokens only for {', '.join(resources.identifiers())}."
-                ),
-                state=self.request.GET.get("state") or self.request.POST.get("state"),
-            ),
-        )
-        # Never redirect to an unchecked URI: show the error here.
-        return self.render_to_response({"error": error.oauthlib_error}, status=400)
+    def _request_url(self, given: dict[str, Any]) -> str:
+        """The authorization request again, for after the user switches account."""
+        params = [(name, self._field(name, given)) for name in REQUEST_FIELDS]
+        pairs = [
+            (name, part)
+            for name, value in params
+            if value
+            for part in (value.split() if name == "resource" else [value])
+        ]
+        return reverse("oauth2_provider:authorize") + "?" + urlencode(pairs)
+
+    @staticmethod
+    def _application(client_id: str | None) -> Application | None:
+        return oauth_services.find_application(client_id=client_id) if client_id else None
+
+
+class JsonTokenView(TokenView):
+    """The toolkit's token endpoint, whose refusals are always sent as JSON.
+
+    An error raised while the token is stored (``invalid_target`` among them)
+    reaches the toolkit without oauthlib's headers, and would go out as
+    text/html; clients parse the body by its type.
+    """
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response: HttpResponse = super().post(request, *args, **kwargs)
+        if response.status_code >= 400 and response.content.startswith(b"{"):
+            response["Content-Type"] = "application/json"
+            response["Cache-Control"] = "no-store"
+        return response
+
+
+def _reason(error: Any) -> str:
+    """Name why a request was refused, for the page (and the tests) to tell apart."""
+    if isinstance(error, errors.InvalidClientIdError | errors.MissingClientIdError):
+        return "unknown_client"
+    if isinstance(
+        error,
+        errors.MismatchingRedirectURIError
+        | errors.MissingRedirectURIError
+        | errors.InvalidRedirectURIError,
+    ):
+        return "unregistered_redirect_uri"
+    if isinstance(
+        error,
+        PlainChallenge
+        | errors.MissingCodeChallengeError
+        | errors.UnsupportedCodeChallengeMethodError,
+    ):
+        return "pkce_required"
+    if getattr(error, "error", "") == "invalid_target":
+        return "unknown_resource"
+    return str(getattr(error, "error", "invalid_request"))
 
 
 def _host(uri: str) -> str:
-    from urllib.parse import urlsplit
-
-    return urlsplit(uri).netloc if uri else ""
+    return urlsplit(uri).netloc or urlsplit(uri).scheme if uri else ""

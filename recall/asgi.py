@@ -72,10 +72,12 @@ from starlette.requests import HTTPConnection  # noqa: E402
 
 from accounts import admission, auth, keys  # noqa: E402
 from billing import usage  # noqa: E402
+from core import context, errors, outage  # noqa: E402
+from core.workers import is_worker  # noqa: E402
 from memories import embeddings, jobs  # noqa: E402
 from memories.mcp import build_agent_server, build_server, build_v1_server  # noqa: E402
 from oauth import resources, tokens  # noqa: E402
-from recall import context, errors, jsonrpc, outage  # noqa: E402
+from recall import jsonrpc  # noqa: E402
 from recall.db import embedded  # noqa: E402
 from recall.fastpath import FastPath  # noqa: E402
 from recall.jsonrpc import (  # noqa: E402
@@ -83,7 +85,6 @@ from recall.jsonrpc import (  # noqa: E402
     RPC_UNAUTHORIZED,
     refusal,
 )
-from recall.workers import is_worker  # noqa: E402
 
 logger = logging.getLogger("recall.http")
 
@@ -185,7 +186,7 @@ class Recall:
                 ).start()
                 if settings.EMBEDDED_DATABASE and not is_worker():
                     # Ours to run, so ours to bring back if it dies (with
-                    # several workers, the parent's: recall/workers.py).
+                    # several workers, the parent's: core/workers.py).
                     watcher = embedded.Supervisor(Path(settings.RECALL_DATA_DIR))
                     supervisor = await anyio.to_thread.run_sync(watcher.start)
                 self.workers = jobs.Workers().start()

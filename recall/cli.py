@@ -12,21 +12,27 @@
     recall set-tier EMAIL TIER   set a user's tier and their keys' (free ... team, unlimited)
     recall list-keys [EMAIL]     list keys without their secrets (--all for revoked too)
     recall revoke-key ID|PREFIX  revoke a key
+    recall clear-cache [EMAIL]   drop cached query vectors: one user's, or every user's
     recall doctor                check the data directory, database, roles, row-level security,
-                                 model files, Redis and webhooks; exit 1 on a problem
+                                 model files, Redis, webhooks and the running server (its
+                                 pid, port and /ready); exit 1 on a problem
     recall manage ...            any Django management command (migrate, reembed, ...)
 
 With DATABASE_URL unset, every command uses the embedded PostgreSQL in
 RECALL_DATA_DIR, starting it if needed. TRANSPORT=stdio makes ``serve``
-behave as ``stdio``.
+behave as ``stdio``. `recall COMMAND --help` explains a command without
+touching the data directory or a database.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 ADMIN_COMMANDS = {
     "export": "export_memories",
@@ -36,6 +42,7 @@ ADMIN_COMMANDS = {
     "set-tier": "set_tier",
     "list-keys": "list_keys",
     "revoke-key": "revoke_key",
+    "clear-cache": "clear_query_cache",
 }
 
 
@@ -46,6 +53,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.write(__doc__ or "")
         return
     command, rest = args[0], args[1:]
+    if "-h" in rest or "--help" in rest:
+        _help_without_database()
     if command == "serve":
         serve(rest)
     elif command == "stdio":
@@ -53,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     elif command == "worker":
         worker(rest)
     elif command == "doctor":
-        doctor()
+        doctor(rest)
     elif command in ADMIN_COMMANDS:
         _django(["recall", ADMIN_COMMANDS[command], *rest])
     elif command == "manage":
@@ -61,6 +70,20 @@ def main(argv: list[str] | None = None) -> None:
     else:
         sys.stderr.write(f"recall: unknown command {command!r}; see `recall --help`.\n")
         raise SystemExit(2)
+
+
+def _help_without_database() -> None:
+    """Let a command's help load the settings without a data directory or a database.
+
+    Django's commands need the settings to print their help, and on the
+    embedded default the settings generate secrets in the data directory,
+    and the first database connection wrapper starts PostgreSQL there. A
+    placeholder DATABASE_URL (never connected to) and placeholder secrets
+    stop both; the help text does not depend on them.
+    """
+    os.environ.setdefault("DATABASE_URL", "postgres://help@127.0.0.1:9/help")
+    os.environ.setdefault("SECRET_KEY", "help")
+    os.environ.setdefault("API_KEY_SECRET", "help")
 
 
 def _django(argv: list[str]) -> None:
@@ -91,7 +114,7 @@ def serve(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    from recall import startup, workers
+    from recall import instances, startup
 
     count = args.workers if args.workers is not None else settings.WEB_CONCURRENCY
     if count < 1:
@@ -100,7 +123,8 @@ def serve(argv: list[str] | None = None) -> None:
     # user happen here once. Each worker loads its own copy of the model (an
     # onnxruntime session cannot be shared between processes), so the parent
     # of several workers does not hold one too.
-    startup.prepare(sys.stdout, load_model=count == 1)
+    first = startup.prepare(sys.stdout, load_model=count == 1, announce_now=False)
+    banner = startup.Banner(first, sys.stdout) if first is not None else None
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
     # signal with the handlers it found. Make those a normal exit, so atexit
     # hooks run (they stop the embedded PostgreSQL) and the exit code is 0.
@@ -109,30 +133,46 @@ def serve(argv: list[str] | None = None) -> None:
     logging.getLogger("recall.startup").info(
         "serving", extra={"host": settings.HOST, "port": settings.PORT, "workers": count}
     )
-    with workers.shared(count):
-        uvicorn.run(
-            "recall.asgi:application",
-            host=settings.HOST,
-            port=settings.PORT,
-            workers=count,
-            lifespan="on",
-            # uvicorn's h11 protocol, with a deadline for slow clients.
-            http="recall.protocol:TimedH11Protocol",
-            log_config=None,  # our LOGGING handles uvicorn's loggers
-            access_log=False,  # tool calls log themselves, with request ids
-            proxy_headers=True,
-            forwarded_allow_ips=settings.FORWARDED_ALLOW_IPS,
-            timeout_graceful_shutdown=10,
-        )
+    # The record `recall doctor` reads to find this server (recall/instances.py).
+    serving = instances.recorded(
+        Path(settings.RECALL_DATA_DIR), host=settings.HOST, port=settings.PORT, workers=count
+    )
+    with shared_by_workers(count), serving as me:
+        if banner is not None:
+            banner.show_when_ready(me.url)
+        try:
+            uvicorn.run(
+                "recall.asgi:application",
+                host=settings.HOST,
+                port=settings.PORT,
+                workers=count,
+                lifespan="on",
+                # uvicorn's h11 protocol, with a deadline for slow clients.
+                http="recall.protocol:TimedH11Protocol",
+                log_config=None,  # our LOGGING handles uvicorn's loggers
+                access_log=False,  # tool calls log themselves, with request ids
+                proxy_headers=True,
+                forwarded_allow_ips=settings.FORWARDED_ALLOW_IPS,
+                timeout_graceful_shutdown=10,
+            )
+        finally:
+            if banner is not None:
+                banner.show()
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def doctor() -> None:
+def doctor(argv: list[str] | None = None) -> None:
+    """Check the data directory, database, roles, row-level security, model files, Redis,
+    webhooks and the running server; exit 1 on a problem."""
+    import argparse
+
     import django
     from django.core.exceptions import ImproperlyConfigured
+
+    argparse.ArgumentParser(prog="recall doctor", description=doctor.__doc__).parse_args(argv or [])
 
     try:
         django.setup()
@@ -170,29 +210,64 @@ def worker(argv: list[str]) -> None:
 
     import django
 
+    parser = argparse.ArgumentParser(prog="recall worker", description=worker.__doc__)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="worker threads (default: JOB_WORKERS, at least 1)",
+    )
+    args = parser.parse_args(argv)
     django.setup()
     from django.conf import settings
 
     from memories import embeddings, jobs
     from recall import startup
 
-    parser = argparse.ArgumentParser(prog="recall worker", description=worker.__doc__)
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=max(settings.JOB_WORKERS, 1),
-        help="worker threads (default: JOB_WORKERS, at least 1)",
-    )
-    args = parser.parse_args(argv)
+    threads = max(args.threads if args.threads is not None else settings.JOB_WORKERS, 1)
     startup.migrate()
     startup.check_embeddings()
     embeddings.get_embedder().load()
-    running = jobs.Workers(threads=max(args.threads, 1)).start()
+    running = jobs.Workers(threads=threads).start()
 
     def stop(signum: int, frame: object) -> None:
         running.stop()
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, stop)
-    logging.getLogger("recall.startup").info("worker running", extra={"threads": args.threads})
+    logging.getLogger("recall.startup").info("worker running", extra={"threads": threads})
     running.wait()
+
+
+@contextlib.contextmanager
+def shared_by_workers(count: int) -> Iterator[None]:
+    """Set up what ``count`` worker processes share, for as long as they run; nothing for one."""
+    if count <= 1:
+        yield
+        return
+    from django.conf import settings
+    from django.db import connections
+
+    from core import sharedstate, workers
+    from recall.db import embedded
+
+    state = sharedstate.SharedState.create()
+    os.environ[sharedstate.ENV] = str(state.path)
+    os.environ[workers.COUNT_ENV] = str(count)
+    supervisor = None
+    if settings.EMBEDDED_DATABASE:
+        supervisor = embedded.Supervisor(Path(settings.RECALL_DATA_DIR)).start()
+    # The parent only supervises from here on: no connection of its own.
+    connections.close_all()
+    try:
+        yield
+    finally:
+        if supervisor is not None:
+            supervisor.stop()
+        if settings.EMBEDDED_DATABASE:
+            # The workers have stopped; the embedded server stops with the
+            # parent, its last user (see embedded.forget_exited).
+            embedded.forget_exited(Path(settings.RECALL_DATA_DIR))
+        os.environ.pop(sharedstate.ENV, None)
+        os.environ.pop(workers.COUNT_ENV, None)
+        state.remove()

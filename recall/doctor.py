@@ -4,8 +4,10 @@ The checks, in order: the data directory, the database (reachable, version,
 pgvector, migrations), the database roles (not a superuser, no BYPASSRLS, the
 three roles the tenancy switches to), row-level security forced on every tenant
 table, the embedding model's files against their pinned checksums, Redis when
-``REDIS_URL`` is set, the billing webhooks' configuration, and whether other
-machines can reach the server.
+``REDIS_URL`` is set, the billing webhooks' configuration, the server running
+on this data directory (its pid, port and ``/ready``, from the record `recall
+serve` keeps there: recall/instances.py), and whether other machines can
+reach it.
 
 Each finding is ``ok``, ``warning`` or ``problem``; a problem comes with what
 to do about it, and any problem makes the command exit 1. Doctor changes
@@ -16,10 +18,13 @@ the database starts the bundled PostgreSQL if it is not running.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
@@ -27,7 +32,8 @@ from typing import Literal, TextIO
 from django.conf import settings
 from django.db import connection, transaction
 
-from recall import tenancy
+from core import tenancy
+from recall import instances
 
 Status = Literal["ok", "warning", "problem"]
 
@@ -86,7 +92,9 @@ def findings() -> Iterator[Finding]:
     yield from embedding_model()
     yield from redis_server()
     yield from webhooks()
-    yield from reachability()
+    servers = [server for server in instances.found(data_dir_path()) if server.is_running()]
+    yield from running_server(servers)
+    yield from reachability(servers)
 
 
 # The data directory -------------------------------------------------------------
@@ -405,8 +413,8 @@ def row_level_security() -> Iterator[Finding]:
 
 
 def embedding_model() -> Iterator[Finding]:
+    from core.errors import EmbeddingUnavailable
     from memories.embeddings import local
-    from recall.errors import EmbeddingUnavailable
 
     name = "embedding model"
     if settings.EMBEDDING_PROVIDER == "openai":
@@ -525,20 +533,85 @@ def _mcpize() -> Iterator[Finding]:
         yield Finding(name, "ok", "signed, timestamped deliveries only")
 
 
-def reachability() -> Iterator[Finding]:
+def reachability(servers: Sequence[instances.Instance] = ()) -> Iterator[Finding]:
     name = "network"
-    listening_widely = settings.HOST in ("0.0.0.0", "::", "")  # noqa: S104
+    # The running server's address when there is one; else where `recall serve` would listen.
+    host, port = (servers[0].host, servers[0].port) if servers else (settings.HOST, settings.PORT)
+    doing = "serving" if servers else "would serve"
+    listening_widely = host in ("0.0.0.0", "::", "")  # noqa: S104
     if listening_widely and set(settings.ALLOWED_HOSTS) <= LOCAL_HOSTS:
         yield Finding(
             name,
             "warning",
-            f"HOST is {settings.HOST or 'every address'} but ALLOWED_HOSTS names only this "
+            f"HOST is {host or 'every address'} but ALLOWED_HOSTS names only this "
             "machine: clients elsewhere are answered 421",
             "add the name clients use, e.g. ALLOWED_HOSTS=recall.example.com",
         )
     else:
+        yield Finding(name, "ok", f"{doing} {host}:{port} to {', '.join(settings.ALLOWED_HOSTS)}")
+
+
+# The running server ----------------------------------------------------------------
+
+READY_TIMEOUT_SECONDS = 10
+
+
+def data_dir_path() -> Path:
+    return Path(settings.RECALL_DATA_DIR).expanduser().resolve()
+
+
+def running_server(servers: Sequence[instances.Instance]) -> Iterator[Finding]:
+    """Find the `recall serve` of this data directory and ask it whether it is ready."""
+    name = "server"
+    if not servers:
         yield Finding(
             name,
-            "ok",
-            f"serving {settings.HOST}:{settings.PORT} to {', '.join(settings.ALLOWED_HOSTS)}",
+            "warning",
+            f"no `recall serve` is running for {data_dir_path()}",
+            "start it with `recall serve`, with the same RECALL_DATA_DIR as this command",
         )
+        return
+    for server in servers:
+        where = (
+            f"pid {server.pid} serves {server.url} "
+            f"({server.workers} worker{'s' * (server.workers != 1)})"
+        )
+        answer, reason = _ready(server.url)
+        if answer == 200:
+            yield Finding(name, "ok", f"{where}; /ready: ready")
+        elif answer is None:
+            yield Finding(
+                name,
+                "problem",
+                f"{where}, but it does not answer: {reason}",
+                "it may still be starting (the first start takes a minute); otherwise look at "
+                "its log, or stop it and start `recall serve` again",
+            )
+        else:
+            yield Finding(
+                name,
+                "problem",
+                f"{where}; /ready answers {answer}: {reason}",
+                "the server's log says why; the checks above may too",
+            )
+
+
+def _ready(url: str) -> tuple[int | None, str]:
+    """Return /ready's status and what is not ready (None and why, when there is no answer)."""
+    try:
+        with urllib.request.urlopen(  # noqa: S310 - this machine's own server
+            f"{url}/ready", timeout=READY_TIMEOUT_SECONDS
+        ) as response:
+            return response.status, ""
+    except urllib.error.HTTPError as error:
+        return error.code, _not_ready(error.read())
+    except (urllib.error.URLError, OSError) as error:
+        return None, str(getattr(error, "reason", error))
+
+
+def _not_ready(body: bytes) -> str:
+    try:
+        checks = json.loads(body)["checks"]
+        return "; ".join(f"{name} {state}" for name, state in checks.items() if state != "ok")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "not ready"

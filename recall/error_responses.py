@@ -15,7 +15,7 @@ from collections.abc import Callable
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
-from recall import errors, outage
+from core import errors, outage
 
 logger = logging.getLogger("recall.http")
 
@@ -53,4 +53,4 @@ def _error(request: HttpRequest, status: int, code: str, message: str) -> HttpRe
         ("/api/", "/billing/", "/webhooks/")
     ):
         return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    return JsonResponse(errors.body(code, message), status=status)

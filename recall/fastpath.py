@@ -73,7 +73,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from recall.logging import describe_exception
+from core.logging import describe_exception
 
 logger = logging.getLogger("recall.mcp")
 

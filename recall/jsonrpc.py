@@ -15,7 +15,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from recall import safejson
+from core import errors, safejson
 
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
@@ -52,7 +52,7 @@ def refusal(
         "error": {
             "code": rpc_code,
             "message": message,
-            "data": {"error": {"code": code, "message": message}},
+            "data": errors.body(code, message),
         },
     }
 

@@ -32,7 +32,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import reverse
 
-from recall import tenancy
+from core import tenancy
 
 
 class OperatorAdminMiddleware:

@@ -1,4 +1,4 @@
-"""uvicorn's HTTP/1.1 protocol with a deadline for receiving each request.
+"""uvicorn's HTTP/1.1 protocol with a deadline for receiving each request, and no Nagle delay.
 
 uvicorn times out idle keep-alive connections, but not a client that sends
 its request slowly: fifty connections dribbling a byte a second stayed open
@@ -6,6 +6,16 @@ for as long as they liked. Here each request, headers and body, must arrive
 within ``REQUEST_TIMEOUT_SECONDS`` of its first byte (or of the connection
 opening). Past that the client gets a 408 in our JSON error shape, unless a
 response has already begun, and the connection is closed.
+
+Every accepted TCP connection also gets ``TCP_NODELAY``. asyncio sets it
+itself only on sockets whose ``proto`` is ``IPPROTO_TCP``; with ``--workers``
+uvicorn binds the shared socket as ``socket.socket(family=...)``, proto 0, and
+the connections it accepts inherit that, so they kept Nagle's algorithm. A
+response goes out in two writes (headers, then body): the second waited for
+the client to acknowledge the first, and a client on a kept-alive connection
+delays that acknowledgement by up to 40 ms. Every call on a reused
+connection took about 45 ms more than the same call on a new one
+(``BENCHMARKS.md``, "Keep-alive").
 
 `recall serve` and the tests' servers run uvicorn with ``--http
 recall.protocol:TimedH11Protocol``.
@@ -15,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from typing import Any
 
 import h11
@@ -40,6 +51,7 @@ class TimedH11Protocol(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        no_delay(transport)
         super().connection_made(transport)
         self._arm()  # a connection that never sends a whole request
 
@@ -71,3 +83,14 @@ class TimedH11Protocol(H11Protocol):
         if self.cycle is None or not self.cycle.response_started:
             self.transport.write(TIMEOUT_RESPONSE)
         self.transport.close()
+
+
+def no_delay(transport: asyncio.BaseTransport) -> None:
+    """Turn Nagle's algorithm off on a TCP connection, whatever ``proto`` its socket reports."""
+    sock = transport.get_extra_info("socket")
+    if (
+        sock is not None
+        and sock.family in (socket.AF_INET, socket.AF_INET6)
+        and sock.type == socket.SOCK_STREAM
+    ):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

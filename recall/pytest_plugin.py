@@ -28,6 +28,7 @@ for name in (
     "RECALL_CHAT_MODEL",
     "RECALL_PUBLIC_URL",
     "OAUTH_DYNAMIC_REGISTRATION",
+    "OAUTH_REGISTRATIONS_PER_HOUR",
     "OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES",
 ):
     os.environ.pop(name, None)

@@ -11,7 +11,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from recall import env, workers
+from core import workers
+from recall import env
 from recall.db.embedded import shared_buffers_wanted as embedded_shared_buffers
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -292,9 +293,12 @@ OAUTH_ACCESS_TOKEN_TTL_SECONDS = env.integer(
 OAUTH_REFRESH_TOKEN_TTL_SECONDS = env.integer(
     "OAUTH_REFRESH_TOKEN_TTL_SECONDS", 30 * 86400, low=3600, high=365 * 86400
 )
-# RFC 7591 registration for clients that predate Client ID Metadata Documents.
-# Off by default: anyone may register, and the newest protocol deprecates it.
-OAUTH_DYNAMIC_REGISTRATION = env.boolean("OAUTH_DYNAMIC_REGISTRATION", False)
+# RFC 7591 registration, which most MCP clients use (those without a Client ID
+# Metadata Document). On by default, so that a client given only the URL can
+# connect; oauth/registration.py bounds it: per-address limits, checked
+# metadata, and registrations no user approves within a day expire.
+OAUTH_DYNAMIC_REGISTRATION = env.boolean("OAUTH_DYNAMIC_REGISTRATION", True)
+OAUTH_REGISTRATIONS_PER_HOUR = env.integer("OAUTH_REGISTRATIONS_PER_HOUR", 10, low=1, high=10000)
 # Development only: let a client's metadata document live on a loopback or
 # private address (still over https). Off, such URLs are refused unfetched.
 OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES = env.boolean("OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES", False)
@@ -396,8 +400,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "json": {"()": "recall.logging.JsonFormatter"},
-        "console": {"()": "recall.logging.ConsoleFormatter"},
+        "json": {"()": "core.logging.JsonFormatter"},
+        "console": {"()": "core.logging.ConsoleFormatter"},
     },
     "handlers": {
         "stderr": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},

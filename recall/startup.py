@@ -24,6 +24,10 @@ import json
 import logging
 import secrets
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,6 +42,9 @@ from recall import env as env_module
 
 logger = logging.getLogger("recall.startup")
 
+# Frames the first-run banner, so it stands apart from the log lines around it.
+RULE = "=" * 78
+
 # Any constant works; it only has to be the same in every process.
 _STARTUP_LOCK = 0x7265_6361_6C6D
 
@@ -51,14 +58,21 @@ class FirstRun:
 
 
 def prepare(
-    out: TextIO = sys.stdout, *, announce_urls: bool = True, load_model: bool = True
+    out: TextIO = sys.stdout,
+    *,
+    announce_urls: bool = True,
+    load_model: bool = True,
+    announce_now: bool = True,
 ) -> FirstRun | None:
-    """Get ready to serve; ``load_model=False`` for a parent whose workers load their own."""
+    """Get ready to serve; ``load_model=False`` for a parent whose workers load their own.
+
+    ``announce_now=False`` leaves the first run's banner to the caller (``Banner``).
+    """
     with startup_lock():
         migrate()
         check_embeddings()
         first = bootstrap()
-    if first is not None:
+    if first is not None and announce_now:
         announce(first, out, announce_urls=announce_urls)
     from memories import embeddings
 
@@ -108,9 +122,8 @@ def bootstrap() -> FirstRun | None:
     Call it under ``startup_lock()``, or two processes may both find no users.
     """
     from accounts import services
-    from accounts.models import User
 
-    if User.objects.exists():
+    if services.has_users():
         return None
     email = settings.RECALL_ADMIN_EMAIL
     tier = settings.RECALL_ADMIN_TIER
@@ -145,6 +158,7 @@ def announce(first: FirstRun, out: TextIO, *, announce_urls: bool = True) -> Non
     }
     lines = [
         "",
+        RULE,
         "Recall: first run. These secrets are shown once; store them now.",
         "",
         f"  API key:    {first.api_key}",
@@ -164,14 +178,59 @@ def announce(first: FirstRun, out: TextIO, *, announce_urls: bool = True) -> Non
         " with this server's data:",
         json.dumps(desktop_config, indent=2),
         "",
+        "(Claude Desktop on another computer reaches this server through mcp-remote instead:"
+        " the dashboard's Keys page shows that configuration with a new key.)",
+        RULE,
+        "",
     ]
     if withheld:
-        lines[-1:-1] = [
+        lines[-3:-3] = [
             f"Fill in the <...> entries with this server's own {', '.join(withheld)}:"
             " secrets are not printed.",
         ]
     out.write("\n".join(lines) + "\n")
     out.flush()
+
+
+class Banner:
+    """The first run's banner, shown once the server has finished starting.
+
+    Printed while the server starts, it sits among the start-up log lines
+    and is easy to scroll past; so it waits until ``/ready`` answers, and a
+    moment more for the workers' last lines, then comes framed. It holds the
+    only copy of the first password and key, so it is shown in any case: if
+    the server stops (or never gets ready) first, it is shown then.
+    """
+
+    SETTLE_SECONDS = 1.0
+
+    def __init__(self, first: FirstRun, out: TextIO) -> None:
+        self.first = first
+        self.out = out
+        self.lock = threading.Lock()
+        self.shown = False
+
+    def show(self) -> None:
+        with self.lock:
+            if not self.shown:
+                self.shown = True
+                announce(self.first, self.out)
+
+    def show_when_ready(self, url: str, timeout: float = 120.0) -> None:
+        def wait() -> None:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and not self.shown:
+                try:
+                    with urllib.request.urlopen(f"{url}/ready", timeout=2) as answer:  # noqa: S310 - our own server
+                        if answer.status == 200:
+                            break
+                except (urllib.error.URLError, OSError):
+                    pass
+                time.sleep(0.25)
+            time.sleep(self.SETTLE_SECONDS)
+            self.show()
+
+        threading.Thread(target=wait, name="first-run banner", daemon=True).start()
 
 
 def stdio_environment(api_key: str) -> tuple[dict[str, str], list[str]]:

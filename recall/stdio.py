@@ -14,9 +14,11 @@ from django.conf import settings
 
 from accounts import auth
 from billing import usage
+from core import context
 from memories import jobs
-from memories.mcp import build_server, build_v1_server
-from recall import context, startup
+from memories.mcp import build_server, build_v1_server, runtime, v1_tools
+from memories.mcp import stdio as admission
+from recall import startup
 
 
 def run(tools: str = "mcp") -> None:
@@ -32,7 +34,12 @@ def run(tools: str = "mcp") -> None:
         raise SystemExit(2)
     auth.current.set(caller)
     context.transport.set("stdio")
-    server = build_v1_server() if tools == "v1" else build_server()
+    if tools == "v1":
+        server = build_v1_server()
+        admission.install(server, v1_tools.failure)
+    else:
+        server = build_server()
+        admission.install(server, runtime.failure)
     # Background adds made over stdio need a worker even when no server runs.
     workers = jobs.Workers().start()
     try:

@@ -14,8 +14,8 @@ from django.db import connection
 
 from accounts.tests.redis_server import RedisServer, RedisServerMissing
 from billing.models import UsageEvent
-from recall import tenancy
-from recall.testing import SERVER_APPLICATION_NAME, LiveServer
+from core import tenancy
+from tests.support import SERVER_APPLICATION_NAME, LiveServer
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from typing import Any
 import httpx2
 from hypothesis import strategies as st
 
-from recall.errors import CODES
+from core.errors import CODES
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"

@@ -8,8 +8,8 @@ import pytest
 from django.test import override_settings
 
 from accounts import auth, services
-from recall.testing import LiveServer, fill_memories
 from tests.clients import raw_call
+from tests.support import LiveServer, fill_memories
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

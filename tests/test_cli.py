@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,9 +19,10 @@ from django.core.management.base import CommandError
 
 from accounts import auth
 from accounts.models import ApiKey, User
-from recall import tenancy
-from recall.testing import free_port
+from core import tenancy
+from recall.cli import ADMIN_COMMANDS
 from tests.clients import call, structured
+from tests.support import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -68,12 +70,15 @@ def test_serve_starts_everything_on_a_fresh_machine_and_stops_cleanly(tmp_path):
     first = start_serve(tmp_path, port)
     try:
         wait_ready(url, first)
+        [record] = (tmp_path / "servers").glob("*.json")  # where doctor finds the server
+        assert json.loads(record.read_text())["port"] == port
         first.send_signal(signal.SIGTERM)
         out, err = first.communicate(timeout=60)
     finally:
         if first.poll() is None:
             first.kill()
     assert first.returncode == 0, err
+    assert not record.exists()  # removed as the server stopped
     key = re.search(r"API key:\s+(recall_live_[A-Za-z0-9_-]{32})", out).group(1)
     assert '"Authorization": "Bearer ' + key in out  # a ready-to-paste client configuration
     assert re.search(r"sign in as admin@localhost / \S+", out)
@@ -122,6 +127,24 @@ def test_operators_create_users_and_keys_set_tiers_and_revoke_keys(capsys):
 
 
 @pytest.mark.django_db
+def test_a_user_created_without_a_password_is_told_how_to_sign_in(capsys, monkeypatch):
+    call_command("create_user", "gil@example.com")
+    out = capsys.readouterr().out
+
+    assert "gil@example.com has no password, so cannot sign in to the dashboard yet" in out
+    assert "`recall manage changepassword gil@example.com`" in out
+    # The command it names works for an email: it sets a password to sign in with.
+    from django.contrib.auth.management.commands import changepassword
+
+    monkeypatch.setattr(changepassword.getpass, "getpass", lambda prompt: "a-Sound-passw0rd!")
+    call_command("changepassword", "gil@example.com")
+    assert User.objects.get(email="gil@example.com").check_password("a-Sound-passw0rd!")
+
+    call_command("create_user", "hal@example.com", "--password", "another-Sound-passw0rd")
+    assert "cannot sign in" not in capsys.readouterr().out
+
+
+@pytest.mark.django_db
 def test_an_operator_scopes_a_key_to_an_agent(capsys):
     from accounts.models import Agent
 
@@ -151,6 +174,26 @@ def test_operator_commands_explain_their_errors():
         call_command("revoke_key", "recall_live_nothing")
     with pytest.raises(CommandError, match="No user with email"):
         call_command("set_tier", "nobody@example.com", "pro")
+
+
+@pytest.mark.parametrize(
+    "command", ["serve", "stdio", "worker", "doctor", "manage", *ADMIN_COMMANDS]
+)
+def test_help_on_any_command_touches_no_data_directory_or_database(tmp_path, command):
+    data_dir = tmp_path / "never-created"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
+    }
+    env["RECALL_DATA_DIR"] = str(data_dir)
+
+    helped = recall_command(command, "--help", env=env, timeout=120)
+
+    assert helped.returncode == 0, helped.stderr
+    assert re.search(r"usage: recall|Type 'recall help <subcommand>'", helped.stdout), helped
+    # No secrets generated, no embedded PostgreSQL initialised or started there.
+    assert not data_dir.exists()
 
 
 def test_the_cli_explains_itself():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from recall.testing import LiveServer, free_port
 from tests.clients import raw_call
+from tests.support import LiveServer, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -20,8 +20,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from accounts.tiers import Tier
+from core import context
 from memories import services
-from recall import context
 
 pytestmark = pytest.mark.slow
 
@@ -199,3 +199,30 @@ def test_a_bad_line_stops_the_import_naming_it(cast, tmp_path):
             stdout=io.StringIO(),
             stderr=io.StringIO(),
         )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("content", "nul\x00", "content must not contain NUL characters"),
+        ("thread_id", "t\ud800", "thread_id must be valid Unicode text"),
+        ("task_id", "t" * 201, "task_id is at most 200 characters"),
+        ("metadata", {"k\x00": 1}, "metadata must not contain NUL characters"),
+    ],
+)
+def test_a_string_the_database_cannot_store_stops_the_import_naming_its_record(
+    cast, tmp_path, field, value, message
+):
+    good = {"content": "fine", "created_at": "2026-01-01T00:00:00Z"}
+    file = tmp_path / "bad.jsonl"
+    file.write_text(json.dumps(good) + "\n" + json.dumps({**good, field: value}) + "\n")
+
+    with pytest.raises(CommandError, match=f"record 2: {message}"):
+        call_command(
+            "import_memories",
+            "alice@example.com",
+            str(file),
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )
+    assert list(services.export_memories(user_id=cast.alice.id)) == []  # record 1 neither

@@ -14,7 +14,7 @@ tool called with minimal and with full arguments from its ``inputSchema``,
 with an undeclared argument, with each argument of the wrong type, without
 its required arguments; unknown tools, malformed calls, ``tools/list`` and
 ``ping``; on both protocol generations. Then every error code of
-``recall/errors.py`` is provoked through both paths.
+``core/errors.py`` is provoked through both paths.
 
 A request that changes state is first sent once to reach a fixed point (a
 second ``remember`` of the same content is a dedupe), then to the SDK, the
@@ -43,11 +43,12 @@ from django.utils import timezone
 
 from accounts import auth
 from billing import usage
+from core import context, errors, tenancy
 from memories import embeddings, services
 from memories.models import ForgetConfirmation
-from recall import context, errors, jsonrpc, tenancy
-from recall.testing import fill_memories, free_port
+from recall import jsonrpc
 from tests.fuzz import GENERATIONS, LEGACY, MODERN, envelope, headers
+from tests.support import fill_memories, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -484,7 +485,7 @@ def scenarios(cast) -> dict[str, list[Scenario]]:
         )
         token = preview["confirmation_token"]
         if expired:
-            digest = hashlib.sha256(token.encode()).hexdigest()
+            digest = hashlib.sha256(token.encode()).hexdigest()  # type: ignore[union-attr]
             with tenancy.operator():
                 ForgetConfirmation.objects.filter(token_hash=digest).update(
                     expires_at=timezone.now() - timedelta(minutes=1)

@@ -22,8 +22,8 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from recall.testing import free_port
 from tests.load import WriteLoad
+from tests.support import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -63,8 +63,10 @@ class Served:
             assert self.process.poll() is None, self.logs()[-4000:]
             assert time.monotonic() < deadline, "recall serve did not become ready"
             time.sleep(0.3)
-        found = re.search(r"API key:\s+(recall_live_[A-Za-z0-9_-]{32})", self.logs())
-        assert found, self.logs()[-4000:]
+        # The first-run banner follows readiness (recall/startup.py's Banner).
+        while not (found := re.search(r"API key:\s+(recall_live_[A-Za-z0-9_-]{32})", self.logs())):
+            assert time.monotonic() < deadline, self.logs()[-4000:]
+            time.sleep(0.2)
         self.key = found.group(1)
         return self
 

@@ -13,10 +13,10 @@ import time
 import httpx2
 import pytest
 
-from recall.testing import LiveServer
 from tests.clients import raw_call
 from tests.databases import Database
 from tests.load import WriteLoad
+from tests.support import LiveServer
 
 pytestmark = pytest.mark.slow
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from recall.testing import LiveServer
 from tests.load import WriteLoad
+from tests.support import LiveServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

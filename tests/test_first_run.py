@@ -25,8 +25,9 @@ from django.conf import settings
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from recall.testing import free_port
+from recall.startup import RULE
 from tests.clients import raw_call
+from tests.support import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -34,9 +35,11 @@ pytestmark = pytest.mark.slow
 @dataclass
 class FirstRun:
     url: str
-    banner: str
+    banner: str  # everything the terminal showed: stdout and the log lines on stderr
     home: Path
     process: subprocess.Popen[bytes]
+    data_dir: Path
+    port: int
 
     @property
     def api_key(self) -> str:
@@ -69,20 +72,20 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FirstRun]:
         if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
     }
     env.update(RECALL_DATA_DIR=str(data_dir), PORT=str(port))
-    log_path = banner.with_name("server.log")
-    with banner.open("wb") as out, log_path.open("wb") as log:
+    # One stream, as a terminal shows them: the banner among the log lines.
+    with banner.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "recall", "serve"],
             cwd=settings.BASE_DIR,
             env=env,
             stdout=out,
-            stderr=log,
+            stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 240
         while True:
-            assert process.poll() is None, log_path.read_text()[-3000:]
+            assert process.poll() is None, banner.read_text()[-3000:]
             assert time.monotonic() < deadline, "recall serve did not become ready"
             try:
                 if httpx2.get(f"{url}/ready").status_code == 200:
@@ -90,7 +93,11 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FirstRun]:
             except httpx2.TransportError:
                 pass
             time.sleep(0.3)
-        yield FirstRun(url, banner.read_text(), home, process)
+        # The banner follows readiness, once the start-up lines are done.
+        while banner.read_text().count(RULE) < 2:
+            assert time.monotonic() < deadline, banner.read_text()[-3000:]
+            time.sleep(0.2)
+        yield FirstRun(url, banner.read_text(), home, process, data_dir, port)
     finally:
         process.terminate()
         try:
@@ -192,3 +199,44 @@ def test_the_registry_manifest_asks_for_what_the_printed_configuration_sets(firs
     positional = [arg["value"] for arg in arguments if arg["type"] == "positional"]
     assert server["args"][-len(positional) :] == positional
     assert set(server["env"]) <= declared
+
+
+def test_the_banner_stands_apart_from_the_log_lines(first_run):
+    lines = first_run.banner.splitlines()
+    start, end = (i for i, line in enumerate(lines) if line == RULE)
+    framed = lines[start:end]
+
+    assert framed[1].startswith("Recall: first run.")
+    assert not [line for line in framed if line.startswith('{"ts"')]  # no log line inside
+    before = "\n".join(lines[:start])
+    # Every worker had finished starting before it was printed.
+    assert before.count("Application startup complete.") == first_run.banner.count(
+        "Application startup complete."
+    )
+    assert before.count("Application startup complete.") >= 1
+
+
+def test_doctor_finds_the_running_server_from_the_data_directory_alone(first_run):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET", "PORT", "HOST"}
+    }
+    env["RECALL_DATA_DIR"] = str(first_run.data_dir)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "recall", "doctor"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert (
+        f"ok       server              pid {first_run.process.pid} serves "
+        f"http://127.0.0.1:{first_run.port}"
+    ) in done.stdout, done.stdout
+    assert "/ready: ready" in done.stdout
+    assert f"serving 127.0.0.1:{first_run.port} to" in done.stdout
+    assert "127.0.0.1:8080" not in done.stdout

@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import issue_key
+from core import tenancy
 from memories.models import Memory
-from recall import tenancy
 from tests import fuzz
 
 pytestmark = pytest.mark.slow

@@ -15,10 +15,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from recall import tenancy
-from recall.testing import LiveServer, database_url
+from core import tenancy
 from tests.clients import MODES, call, calls, list_tools, structured
 from tests.conftest import usage_events
+from tests.support import LiveServer, database_url
 from tests.test_stdio import run_session, stdio_server
 
 pytestmark = pytest.mark.slow
@@ -140,7 +140,7 @@ def test_an_async_remember_returns_at_once_and_the_servers_worker_stores_it(cast
 
 
 def test_an_async_remember_over_the_quota_is_refused_at_once(live, cast, settings):
-    from recall.testing import fill_memories
+    from tests.support import fill_memories
 
     fill_memories(cast.alice.id, 100)
 

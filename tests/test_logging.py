@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from recall.logging import fingerprint
-from recall.testing import LiveServer
+from core.logging import fingerprint
 from tests.clients import calls, raw_call
+from tests.support import LiveServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -11,8 +11,8 @@ import json
 import httpx2
 import pytest
 
+from core import tenancy
 from memories.models import Memory
-from recall import tenancy
 from tests.conftest import usage_events
 
 pytestmark = pytest.mark.slow

@@ -7,10 +7,10 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import ApiKey
-from recall import tenancy
-from recall.testing import LiveServer
+from core import tenancy
 from tests.clients import call, calls, raw_call
 from tests.conftest import usage_events
+from tests.support import LiveServer
 
 pytestmark = pytest.mark.slow
 

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
+from core import tenancy
 from memories.models import Memory
-from recall import tenancy
-from recall.testing import LiveServer
 from tests.clients import raw_call
 from tests.conftest import usage_events
+from tests.support import LiveServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

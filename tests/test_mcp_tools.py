@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from core import tenancy
 from memories.models import ForgetConfirmation, Memory
-from recall import tenancy
-from recall.testing import fill_memories
 from tests.clients import MODES, call, calls, list_tools, structured, text
+from tests.support import fill_memories
 
 pytestmark = pytest.mark.slow
 

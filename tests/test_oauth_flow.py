@@ -41,8 +41,11 @@ from mcp.shared.auth import (
 )
 from pydantic import AnyUrl
 
-from recall.testing import LiveServer, store_memory
+from accounts.models import Agent
+from core import tenancy
+from memories.models import Memory
 from tests.oauth_servers import Callback, MetadataHost
+from tests.support import LiveServer, store_memory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -83,10 +86,16 @@ def server(transactional_db, metadata_host) -> Iterator[LiveServer]:
     env = {
         "SSL_CERT_FILE": str(metadata_host.ca_file),
         "OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES": "true",
-        "OAUTH_DYNAMIC_REGISTRATION": "true",
         "RATE_LIMIT_FREE": "1000/min",
     }
     with LiveServer(env=env) as live:
+        yield live
+
+
+@pytest.fixture
+def default_server(transactional_db) -> Iterator[LiveServer]:
+    """A server as `make serve` starts it: no OAuth setting of any kind."""
+    with LiveServer() as live:
         yield live
 
 
@@ -100,10 +109,19 @@ def browser_available() -> None:
         pytest.skip(f"Chromium is not at {CHROMIUM} (apt-get install chromium)")
 
 
-def approve(url: str, callback: Callback, *, agent: str | None = None, new_agent: str = "") -> dict:
+def approve(
+    url: str,
+    callback: Callback,
+    *,
+    agent: str | None = None,
+    new_agent: str = "",
+    seen: dict[str, str] | None = None,
+) -> dict:
     """Sign Alice in and approve the consent page in Chromium; return the redirect's query.
 
-    Runs in a worker thread: Playwright's sync API owns the thread it runs in.
+    With neither ``agent`` nor ``new_agent``, click Allow on the page as it
+    opens. ``seen`` collects what the page showed. Runs in a worker thread:
+    Playwright's sync API owns the thread it runs in.
     """
     from playwright.sync_api import sync_playwright
 
@@ -118,6 +136,11 @@ def approve(url: str, callback: Callback, *, agent: str | None = None, new_agent
         page.fill("#id_password", PASSWORD)
         page.click("button[type=submit]")
         page.wait_for_selector("#authorizationForm")
+        if seen is not None:
+            seen["account"] = page.locator("[data-account]").inner_text()
+            seen["client"] = page.locator("[data-client-name]").inner_text()
+            seen["new_agent"] = page.input_value("#id_new_agent")
+            seen["untrusted"] = str(page.locator("[data-untrusted]").count())
         if new_agent:
             page.fill("#id_new_agent", new_agent)
             page.check("#agent-new")
@@ -156,6 +179,7 @@ def sdk_client(
     agent: str | None = None,
     new_agent: str = "",
     path: str = "/agent/mcp",
+    seen: dict[str, str] | None = None,
 ) -> tuple[Client, list[str]]:
     visited: list[str] = []
 
@@ -164,7 +188,7 @@ def sdk_client(
 
     async def come_back() -> AuthorizationCodeResult:
         query = await anyio.to_thread.run_sync(
-            lambda: approve(visited[-1], callback, agent=agent, new_agent=new_agent)
+            lambda: approve(visited[-1], callback, agent=agent, new_agent=new_agent, seen=seen)
         )
         return AuthorizationCodeResult(
             code=query["code"], state=query.get("state"), iss=query.get("iss")
@@ -265,23 +289,38 @@ def test_a_client_with_a_metadata_document_connects_with_the_url_alone(
     assert storage.tokens is not None and storage.tokens.refresh_token
 
 
-def test_an_older_client_registers_dynamically_and_gets_a_new_agent(
-    alice, server, callback, browser_available
+def test_a_client_without_a_document_registers_with_a_default_server_and_allow_alone_works(
+    alice, default_server, callback, browser_available
 ):
+    # Nothing set on the server: this is `make serve`. The SDK's client finds
+    # the registration endpoint in the metadata, registers, and the user
+    # clicks Allow on the consent page as it opens.
+    advertised = httpx2.get(f"{default_server.url}/.well-known/oauth-authorization-server").json()
+    assert advertised["registration_endpoint"] == f"{default_server.url}/oauth/register/"
     storage = Storage()
-    client, visited = sdk_client(server, callback, storage, metadata_url=None, new_agent="desk")
+    seen: dict[str, str] = {}
+    client, visited = sdk_client(default_server, callback, storage, metadata_url=None, seen=seen)
 
-    seen = anyio.run(use_tools, client)
+    used = anyio.run(use_tools, client)
 
     assert storage.client is not None and storage.client.client_id
     assert not storage.client.client_id.startswith("https://")  # registered, not a document
     [authorize] = visited
     assert f"client_id={storage.client.client_id}" in authorize
-    assert seen["added"]["count"] == 2
-    # A brand-new agent holds only what this connection wrote.
-    assert [m["content"] for m in seen["launch"]["memories"]] == [] or all(
-        "launch" not in m["content"] for m in seen["launch"]["memories"]
+    assert seen == {
+        "account": "alice@example.com",
+        "client": "Test Assistant",
+        "new_agent": "Test Assistant",  # the new agent is named after the client
+        "untrusted": "1",  # and the page says that name is the client's own claim
+    }
+    assert used["added"]["count"] == 2
+    # A brand-new agent, named after the client, holds only what this connection wrote.
+    assert used["launch"]["memories"] == [] or all(
+        "launch" not in m["content"] for m in used["launch"]["memories"]
     )
+    with tenancy.tenant(alice.alice.id):
+        agent = Agent.objects.get(user=alice.alice, name="Test Assistant")
+        assert Memory.objects.filter(agent=agent).count() == 2
 
 
 def pkce() -> tuple[str, str]:

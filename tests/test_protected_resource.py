@@ -22,12 +22,12 @@ from oauth2_provider.models import set_token_value
 
 from accounts.models import Agent
 from accounts.services import delete_agent
+from core import tenancy
 from memories.models import Memory
 from oauth.models import AccessToken, Application
-from recall import tenancy
-from recall.testing import LiveServer, store_memory
 from tests.clients import call, raw_call, structured
 from tests.conftest import usage_events
+from tests.support import LiveServer, store_memory
 
 
 def mint(user: Any, agent: Agent, resource: str, *, expires_in: int = 3600) -> str:
@@ -101,8 +101,9 @@ def test_the_authorization_server_publishes_oauth_2_1_metadata(live):
     assert metadata["response_types_supported"] == ["code"]
     assert set(metadata["grant_types_supported"]) == {"authorization_code", "refresh_token"}
     assert metadata["client_id_metadata_document_supported"] is True
-    # Dynamic registration is off unless OAUTH_DYNAMIC_REGISTRATION turns it on.
-    assert "registration_endpoint" not in metadata
+    # Dynamic registration is on unless OAUTH_DYNAMIC_REGISTRATION turns it off:
+    # most clients have no metadata document and register.
+    assert metadata["registration_endpoint"] == live.url + "/oauth/register/"
 
 
 def test_a_token_for_mcp_acts_as_its_agent(live, cast, agents):

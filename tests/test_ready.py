@@ -7,8 +7,8 @@ import time
 import httpx2
 import pytest
 
-from recall.testing import LiveServer
 from tests.databases import Database
+from tests.support import LiveServer
 
 pytestmark = pytest.mark.slow
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from recall.testing import LiveServer
 from tests.clients import raw_call
+from tests.support import LiveServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

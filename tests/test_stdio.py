@@ -12,9 +12,9 @@ from django.conf import settings
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from recall.testing import database_url
 from tests.clients import MODES, structured
 from tests.conftest import usage_events
+from tests.support import database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -7,10 +7,10 @@ import time
 import pytest
 from django.db import connection
 
-from recall import tenancy
-from recall.testing import LiveServer
+from core import tenancy
 from tests.clients import MODES, call, calls, list_tools, structured
 from tests.conftest import usage_events
+from tests.support import LiveServer
 from tests.test_stdio import run_session, stdio_server
 
 pytestmark = pytest.mark.slow

@@ -9,9 +9,9 @@ import time
 import httpx2
 import pytest
 
-from recall.testing import LiveServer
 from tests.clients import raw_call
 from tests.conftest import usage_events
+from tests.support import LiveServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from accounts import auth, keys
 from accounts.models import ApiKey
-from recall import tenancy
+from core import tenancy
 
 URL = "/admin/accounts/apikey/"
 

@@ -5,8 +5,8 @@ import pytest
 from accounts import auth
 from accounts.models import ApiKey, User
 from conftest import issue_key
-from recall import tenancy
-from recall.testing import store_memory
+from core import tenancy
+from tests.support import store_memory
 
 URL = "/admin/accounts/user/"
 

@@ -12,7 +12,7 @@ from accounts.auth import AuthContext
 from accounts.models import ApiKey
 from accounts.ratelimit import InMemoryRateLimiter
 from accounts.tests.conftest import FakeClock
-from recall import tenancy
+from core import tenancy
 
 
 @pytest.fixture

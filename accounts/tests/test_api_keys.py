@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from accounts import keys
 from accounts.models import ApiKey
-from recall import tenancy
+from core import tenancy
 
 
 def test_issued_keys_have_the_documented_format(cast):

@@ -7,7 +7,7 @@ from django.utils import timezone
 from accounts import auth
 from accounts.auth import AuthCache, AuthContext
 from accounts.models import ApiKey
-from recall import tenancy
+from core import tenancy
 
 
 def context(n: int) -> AuthContext:

@@ -6,7 +6,7 @@ from accounts import auth, keys
 from accounts.models import ApiKey
 from accounts.tests.api_client import call
 from conftest import issue_key
-from recall import tenancy
+from core import tenancy
 
 
 def test_it_returns_a_new_key_once(cast, client):
@@ -156,3 +156,26 @@ def test_an_agents_key_issues_keys_for_that_agent_only(cast, agents, client):
     assert sibling.status_code == 400
     assert own.status_code == 201
     assert own.json()["agent_id"] == str(agents.research.id)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("ci\x00", "name must not contain NUL characters."),
+        ("ci\ud800", "name must be valid Unicode text."),
+        ("k" * 101, "name must be at most 100 characters."),
+        (7, "name must be a string."),
+    ],
+)
+def test_a_name_the_database_cannot_store_is_refused_before_anything_is_written(
+    cast, client, name, message
+):
+    with tenancy.operator():
+        before = ApiKey.objects.count()
+
+    response = call(client, "POST", "/api/keys", cast.alice_key.raw, {"name": name})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == message
+    with tenancy.operator():
+        assert ApiKey.objects.count() == before

@@ -8,7 +8,7 @@ from django.utils import timezone
 from accounts import ratelimit
 from accounts.models import ApiKey
 from accounts.tests.api_client import call
-from recall import tenancy
+from core import tenancy
 
 ENDPOINTS = [("GET", "/api/keys"), ("POST", "/api/keys"), ("DELETE", "/api/keys/{id}")]
 

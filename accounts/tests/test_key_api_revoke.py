@@ -5,7 +5,7 @@ import uuid
 from accounts import auth
 from accounts.models import ApiKey
 from accounts.tests.api_client import call
-from recall import tenancy
+from core import tenancy
 
 
 def test_it_revokes_a_key_at_once(cast, client):

@@ -13,7 +13,7 @@ import pytest
 
 from accounts.ratelimit import InMemoryRateLimiter, SharedMemoryRateLimiter
 from accounts.tests.conftest import FakeClock
-from recall.sharedstate import HEADER_SIZE, SharedState
+from core.sharedstate import HEADER_SIZE, SharedState
 
 CAPACITY = 10
 RATE = 10 / 60

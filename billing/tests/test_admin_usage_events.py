@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from billing import admin as billing_admin
 from billing.models import UsageEvent
-from recall import tenancy
-from recall.admin_tools import EstimatedCountPaginator
+from core import tenancy
+from core.admin_tools import EstimatedCountPaginator
 
 URL = "/admin/billing/usageevent/"
 EXPORT = URL + "export/"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recall import testing
+from tests import support as testing
 
 
 def load_settings(**environment: str):

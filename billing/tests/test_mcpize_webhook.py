@@ -11,7 +11,7 @@ import pytest
 from accounts import auth
 from accounts.models import ApiKey, User
 from billing.models import WebhookEvent
-from recall import tenancy
+from core import tenancy
 
 SECRET = "mcpize-test-secret"
 URL = "/webhooks/mcpize/subscription"

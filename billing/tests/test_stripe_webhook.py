@@ -18,10 +18,10 @@ from billing.tests.stripe_events import (
     event,
     subscription,
 )
+from core import tenancy
+from core.errors import QuotaExceeded
 from memories import services as memories
 from memories.models import Memory
-from recall import tenancy
-from recall.errors import QuotaExceeded
 
 
 @pytest.fixture(autouse=True)
@@ -174,7 +174,7 @@ def test_the_free_quota_is_lifted_by_an_upgrade_and_imposed_by_a_downgrade(
                 embedding_model="test",
             )
 
-    def remember(content: str) -> dict:
+    def remember(content: str) -> memories.Remembered:
         # As the MCP tool does: the tier comes from the authenticated key.
         caller = auth.authenticate(linked.alice_key.raw)
         assert caller is not None

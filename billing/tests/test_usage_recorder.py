@@ -13,7 +13,7 @@ from django import db
 from billing import usage
 from billing.models import UsageEvent
 from conftest import Cast
-from recall import tenancy
+from core import tenancy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

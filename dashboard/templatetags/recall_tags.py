@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
+from typing import Any
 
 from django import template
 from django.conf import settings
 from django.utils import timezone
 from django.utils.timesince import timesince
+
+from accounts import tiers
 
 register = template.Library()
 
@@ -17,7 +21,7 @@ def signup_enabled() -> bool:
 
 @register.simple_tag
 def free_tier_limit() -> int:
-    return settings.FREE_TIER_MAX_MEMORIES
+    return tiers.memory_limit(tiers.Tier.FREE) or 0
 
 
 @register.filter
@@ -60,3 +64,9 @@ def last_used(value: datetime | None) -> str:
     if timezone.now() - value < timedelta(minutes=1):
         return "within the last minute"
     return f"{timesince(value)} ago"
+
+
+@register.filter
+def as_json(value: Any) -> str:
+    """Show stored JSON (metadata) as JSON, not as Python's repr of it."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from accounts.models import Agent, User
 from billing.models import UsageEvent
-from recall import tenancy
+from core import tenancy
 
 
 def record(

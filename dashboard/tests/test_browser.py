@@ -26,7 +26,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
-from recall.testing import LiveServer
+from tests.support import LiveServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from accounts.tiers import Tier
+from core import context
 from memories import services
-from recall import context
 
 
 def remember(user, content, **kwargs):

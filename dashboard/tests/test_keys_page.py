@@ -10,7 +10,7 @@ from django.utils import timezone
 from accounts import auth
 from accounts import services as accounts_services
 from accounts.models import ApiKey
-from recall import tenancy
+from core import tenancy
 
 URL = "/keys/"
 SECRET = re.compile(r"recall_live_[A-Za-z0-9_-]{32}")

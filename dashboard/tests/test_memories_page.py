@@ -1,15 +1,18 @@
 from __future__ import annotations
 
+import html
+import json
 import re
 
 import pytest
 from django.test import Client
 
+from accounts.models import Agent
 from accounts.tiers import Tier
+from core import tenancy
 from memories import services
 from memories.models import Memory
-from recall import tenancy
-from recall.testing import store_memory
+from tests.support import store_memory
 
 URL = "/memories/"
 FRAMEWORKS = (
@@ -128,3 +131,65 @@ def test_a_bad_offset_starts_at_the_top(cast, alice_client, offset):
     store_memory(cast.alice, "only note")
 
     assert len(listed(alice_client.get(URL, {"offset": offset}))) == 1
+
+
+def agents_shown(response) -> dict[str, str]:
+    """Map each listed memory's id to the agent the page says wrote it ("" for none)."""
+    text = response.content.decode()
+    return dict(re.findall(r'data-memory-id="([^"]+)".*?data-agent="([^"]*)"', text, flags=re.S))
+
+
+def test_it_shows_which_agent_wrote_each_memory(cast, agents, alice_client):
+    mine = store_memory(cast.alice, "written with a user-wide key")
+    research = store_memory(cast.alice, "found by research", agent=agents.research)
+
+    response = alice_client.get(URL)
+
+    assert agents_shown(response) == {str(research.id): "research", str(mine.id): ""}
+    assert "no agent" in response.content.decode()
+
+
+def test_it_filters_by_agent_when_listing_and_searching(cast, agents, alice_client):
+    def remember(content: str, agent: Agent | None = None) -> str:
+        stored = services.remember(
+            user_id=cast.alice.id,
+            tier=Tier.PRO,
+            content=content,
+            agent_id=agent.id if agent else None,
+        )
+        return str(stored["id"])
+
+    remember("The writer's draft says the launch is on Friday.", agents.writer)
+    research = remember("Research found the launch moved to Monday.", agents.research)
+    remember("A user-wide note: the launch party is at noon.")
+
+    listed_page = alice_client.get(URL, {"agent": str(agents.research.id)})
+    searched = alice_client.get(URL, {"agent": str(agents.research.id), "q": "when is the launch?"})
+    unknown = alice_client.get(URL, {"agent": str(agents.helper.id)})  # Charlie's agent
+
+    assert listed(listed_page) == [research]
+    assert listed(searched) == [research]
+    assert len(listed(unknown)) == 3  # not one of Alice's agents: no filter
+    text = listed_page.content.decode()
+    assert f'<option value="{agents.research.id}" selected>research</option>' in text
+    assert f"agent={agents.research.id}" in text  # kept by the Clear link and the pager
+
+
+def test_metadata_is_shown_as_json(cast, alice_client):
+    store_memory(
+        cast.alice, "tagged", metadata={"source": "slack", "done": True, "tags": ["a", "b"]}
+    )
+
+    text = alice_client.get(URL).content.decode()
+
+    [shown] = re.findall(r"data-metadata>([^<]+)<", text)
+    assert json.loads(html.unescape(shown)) == {"source": "slack", "done": True, "tags": ["a", "b"]}
+    assert "True" not in shown and "'" not in html.unescape(shown)
+
+
+def test_search_is_described_as_words_and_meaning(cast, alice_client):
+    text = alice_client.get(URL).content.decode()
+
+    assert "words and meaning together" in text
+    assert "by meaning, not exact words" not in text
+    assert "Search by meaning" not in text

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from dashboard.tests.conftest import days_ago, record
-from recall.testing import store_memory
+from tests.support import store_memory
 
 URL = "/usage/"
 
@@ -108,7 +108,7 @@ def test_with_no_calls_it_explains_how_to_connect_a_client(cast, alice_client, s
 
 def by_agent(response) -> dict[str, int]:
     found = re.findall(
-        r'data-agent-usage="([^"]+)">\s*<td>(.*?)</td>\s*<td data-calls>(\d+)<',
+        r'data-agent-usage="([^"]+)">\s*<td[^>]*>(.*?)</td>\s*<td[^>]*data-calls>(\d+)<',
         response.content.decode(),
         re.S,
     )

@@ -12,7 +12,7 @@ first use and rebuilt when an embedding setting changes. One module per part:
   format;
 - ``cache``: query vectors kept for repeated queries, in process and in Redis.
 
-``embed_query()`` is how searches embed their query: through the cache.
+Searches embed their query through ``get_query_cache()``, in the caller's scope.
 
 Every failure of a provider surfaces as ``EmbeddingUnavailable``. Its message
 never repeats the input text, the API key or the provider's own error text.
@@ -65,7 +65,6 @@ __all__ = [
     "QueryCache",
     "build_embedder",
     "clean_model_id",
-    "embed_query",
     "get_embedder",
     "get_query_cache",
     "intra_op_threads",
@@ -140,14 +139,6 @@ def reset_query_cache() -> None:
         if _query_cache is not None:
             _query_cache.close()
         _query_cache = None
-
-
-def embed_query(text: str, *, use_cache: bool = True) -> tuple[Any, str]:
-    """Return the configured model's vector for a normalised query, and where it came from.
-
-    The source is ``"cache"``, ``"shared-cache"`` (Redis) or ``"model"``.
-    """
-    return get_query_cache().embed(get_embedder(), text, use_cache=use_cache)
 
 
 def model_spec() -> tuple[str, int]:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from recall.errors import EmbeddingUnavailable
+from core.errors import EmbeddingUnavailable
 
 _MODEL_ID_CHARS = re.compile(r"[^A-Za-z0-9._:/-]+")
 

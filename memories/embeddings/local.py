@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from core import workers
+from core.errors import EmbeddingUnavailable
 from memories.embeddings.base import Embedder, clean_model_id, normalise, text_list
 from memories.embeddings.batcher import Batcher
-from recall import workers
-from recall.errors import EmbeddingUnavailable
 
 BUNDLED_MODEL_ID = "all-MiniLM-L6-v2"
 BUNDLED_DIMENSIONS = 384

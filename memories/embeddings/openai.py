@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import EmbeddingUnavailable
 from memories.embeddings.base import Embedder, clean_model_id, normalise, text_list
-from recall.errors import EmbeddingUnavailable
 
 logger = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ DROP FUNCTION IF EXISTS memories_next_version();
 # one memory_history row in the same transaction, whoever makes it and by
 # whatever path: a failed transaction leaves neither the change nor its row.
 # The row names the client and key the transaction set (app.actor,
-# app.actor_key_id; see recall/tenancy.py), or "system". A delete records
+# app.actor_key_id; see core/tenancy.py), or "system". A delete records
 # the memory as it was. The one exception is an import that brings the
 # memory's history with it: rows for that version already exist, so the
 # insert adds none.

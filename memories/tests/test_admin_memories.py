@@ -6,9 +6,9 @@ import pytest
 from django.contrib.admin.models import DELETION, LogEntry
 
 from accounts.models import User
+from core import tenancy
 from memories.models import Memory
-from recall import tenancy
-from recall.testing import store_memory
+from tests.support import store_memory
 
 URL = "/admin/memories/memory/"
 LONG = "The user prefers the Helix editor. " * 20  # 700 characters

@@ -28,11 +28,11 @@ from django.db.utils import ProgrammingError
 from accounts.models import Agent, ApiKey
 from accounts.tiers import Tier
 from billing.models import UsageEvent
+from core import tenancy
+from core.errors import NotFound, QuotaExceeded
 from memories import services
 from memories.models import ForgetConfirmation, Memory
-from recall import tenancy
-from recall.errors import NotFound, QuotaExceeded
-from recall.testing import fill_memories, store_memory
+from tests.support import fill_memories, store_memory
 
 
 @pytest.fixture
@@ -222,7 +222,7 @@ def test_a_forget_preview_is_confirmable_only_by_its_agent(cast, agents):
     )
     token = preview["confirmation_token"]
     assert token
-    from recall.errors import ConfirmationInvalid
+    from core.errors import ConfirmationInvalid
 
     with pytest.raises(ConfirmationInvalid):
         services.forget_confirm(

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from accounts.tiers import Tier
+from core import tenancy
+from core.errors import QuotaExceeded, ValidationFailed
 from memories import services
 from memories.models import Memory
-from recall import tenancy
-from recall.errors import QuotaExceeded, ValidationFailed
-from recall.testing import fill_memories
+from tests.support import fill_memories
 
 CONVERSATION = [
     {"role": "user", "content": "I'm planning a trip to Kyoto.", "name": "Sam"},
@@ -167,3 +167,19 @@ def test_remember_and_memory_add_store_a_conversation_the_same_way(cast):
     # And the same thread reads back in order through list_memories.
     read = services.list_memories(user_id=cast.alice.id, thread_id="t-add")
     assert [m["content"] for m in read] == [m["content"] for m in CONVERSATION[:2]]
+
+
+@pytest.mark.parametrize("field", ["task_id", "author", "thread_id"])
+@pytest.mark.parametrize("bad", ["id\x00", "id\ud800", "i" * 201])
+def test_a_notes_labels_must_be_storable(cast, agents, field, bad):
+    with pytest.raises(ValidationFailed):
+        services.add_note(
+            user_id=cast.alice.id,
+            tier=Tier.FREE,
+            agent_id=agents.research.id,
+            content="A note.",
+            **{field: bad},
+        )
+
+    with tenancy.tenant(cast.alice.id):
+        assert not Memory.objects.exists()

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from core.errors import EmbeddingUnavailable
 from memories import embeddings
 from memories.embeddings import LocalEmbedder, OpenAIEmbedder
 from memories.embeddings import local as local_provider
 from memories.tests.fake_openai import FakeOpenAI, Reply, fake_vector, serving, unit
-from recall.errors import EmbeddingUnavailable
 
 API_KEY = "sk-test-0123456789abcdefSECRET"
 SECRET_TEXT = "my bank PIN is 4921"

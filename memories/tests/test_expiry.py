@@ -9,10 +9,10 @@ from django.db import connection
 from django.utils import timezone
 
 from accounts.tiers import Tier
+from core import tenancy
+from core.errors import NotFound, ValidationFailed
 from memories import services
 from memories.models import Memory
-from recall import tenancy
-from recall.errors import NotFound, ValidationFailed
 
 
 def remember(user_id, content, **kwargs):

@@ -27,9 +27,10 @@ from django.db import connection
 from pgvector import Vector
 
 from accounts.models import Agent, User
+from core import tenancy
 from memories import embeddings, search, services
+from memories.embeddings.cache import scope
 from memories.tests.test_recall_at_scale import synthetic_vectors
-from recall import tenancy
 
 pytestmark = pytest.mark.slow
 
@@ -199,7 +200,10 @@ def test_a_filter_broader_than_the_cut_off_searches_the_index_and_fills_the_limi
 
 def analysed(user: User, metadata: dict[str, object], **filters: Any) -> str:
     prepared = search.prepare(
-        query=QUERIES[0], threshold=0, mode="semantic", metadata_filter=metadata, **filters
+        search.SearchArgs.parse(
+            query=QUERIES[0], threshold=0, mode="semantic", metadata_filter=metadata, **filters
+        ),
+        cache_scope=scope(user.id),
     )
     sql, params = search.statement(user.id, prepared)
     with (

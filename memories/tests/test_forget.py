@@ -7,10 +7,10 @@ import pytest
 from django.utils import timezone
 
 from accounts.tiers import Tier
+from core import tenancy
+from core.errors import ConfirmationExpired, ConfirmationInvalid, NotFound, ValidationFailed
 from memories import services
 from memories.models import ForgetConfirmation, Memory
-from recall import tenancy
-from recall.errors import ConfirmationExpired, ConfirmationInvalid, NotFound, ValidationFailed
 
 COFFEE = [
     "The user drinks a double espresso every morning.",

@@ -6,9 +6,9 @@ import pytest
 from django.db import connection
 
 from accounts.tiers import Tier
+from core import tenancy
+from core.errors import ConfirmationInvalid, ValidationFailed
 from memories import services
-from recall import tenancy
-from recall.errors import ConfirmationInvalid, ValidationFailed
 
 
 def remember(user_id, content, namespace):

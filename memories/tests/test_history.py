@@ -10,10 +10,10 @@ from django.db.utils import ProgrammingError
 from django.utils import timezone
 
 from accounts.tiers import Tier
+from core import context, tenancy
+from core.errors import Conflict, NotFound
 from memories import services
 from memories.models import MemoryHistory
-from recall import context, tenancy
-from recall.errors import Conflict, NotFound
 
 
 def remember(user_id, content, **kwargs):

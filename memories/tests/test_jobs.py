@@ -11,11 +11,11 @@ from django.db import connection
 from django.test import override_settings
 
 from accounts.tiers import Tier
+from core import context, tenancy
+from core.errors import Conflict, NotFound, QuotaExceeded, ValidationFailed
 from memories import embeddings, jobs, services
 from memories.models import Job
-from recall import context, tenancy
-from recall.errors import Conflict, NotFound, QuotaExceeded, ValidationFailed
-from recall.testing import fill_memories
+from tests.support import fill_memories
 
 
 def enqueue(user_id, content="The user prefers tea.", tier=Tier.PRO, **kwargs):

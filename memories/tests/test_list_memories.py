@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 
 from accounts.tiers import Tier
+from core.errors import ValidationFailed
 from memories import services
-from recall.errors import ValidationFailed
-from recall.testing import fill_memories
+from tests.support import fill_memories
 
 
 def remember(user_id, content, namespace="default"):

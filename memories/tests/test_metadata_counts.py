@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accounts.tiers import Tier
+from core import tenancy
 from memories import services
-from recall import tenancy
 
 pytestmark = pytest.mark.django_db
 

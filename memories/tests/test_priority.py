@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from accounts.tiers import Tier
+from core.errors import ValidationFailed
 from memories import services
-from recall.errors import ValidationFailed
 
 
 def remember(user_id, content, priority=None, namespace="default"):

@@ -12,9 +12,11 @@ from accounts.tests.conftest import FakeClock
 from accounts.tests.redis_server import RedisServer, RedisServerMissing
 from memories import embeddings
 from memories.embeddings import LocalEmbedder
-from memories.embeddings.cache import KEY_PREFIX, QueryCache, cache_key
+from memories.embeddings.cache import KEY_PREFIX, QueryCache, cache_key, redis_name, scope
 
 QUERY = "What does the user prefer for web frameworks?"
+ALICE = scope("alice")
+CHARLIE = scope("charlie")
 
 
 class Counting(LocalEmbedder):
@@ -66,8 +68,8 @@ def cache(clock: FakeClock | None = None, **kwargs) -> QueryCache:
 def test_a_repeated_query_is_served_from_the_cache_without_running_the_model(model):
     queries = cache()
 
-    first, first_source = queries.embed(model, QUERY)
-    second, second_source = queries.embed(model, QUERY)
+    first, first_source = queries.embed(model, QUERY, scope=ALICE)
+    second, second_source = queries.embed(model, QUERY, scope=ALICE)
 
     assert (first_source, second_source) == ("model", "cache")
     assert model.texts == [QUERY]
@@ -80,8 +82,8 @@ def test_a_repeated_query_is_served_from_the_cache_without_running_the_model(mod
 
 def test_a_cached_vector_cannot_be_changed_by_a_caller(model):
     queries = cache()
-    queries.embed(model, QUERY)
-    vector, _ = queries.embed(model, QUERY)
+    queries.embed(model, QUERY, scope=ALICE)
+    vector, _ = queries.embed(model, QUERY, scope=ALICE)
 
     with pytest.raises(ValueError):
         vector[0] = 42.0
@@ -92,8 +94,8 @@ def test_entries_are_keyed_by_model_as_well_as_text(model):
     other = Counting("another-model")
     other.load()
 
-    queries.embed(model, QUERY)
-    _, source = queries.embed(other, QUERY)
+    queries.embed(model, QUERY, scope=ALICE)
+    _, source = queries.embed(other, QUERY, scope=ALICE)
 
     assert source == "model"
     assert other.texts == [QUERY]
@@ -102,43 +104,43 @@ def test_entries_are_keyed_by_model_as_well_as_text(model):
 def test_different_texts_are_different_entries(model):
     queries = cache()
 
-    queries.embed(model, QUERY)
-    _, source = queries.embed(model, QUERY + "?")
+    queries.embed(model, QUERY, scope=ALICE)
+    _, source = queries.embed(model, QUERY + "?", scope=ALICE)
 
     assert source == "model"
-    assert cache_key(model.model_id, QUERY) != cache_key(model.model_id, QUERY + "?")
+    assert cache_key(ALICE, model.model_id, QUERY) != cache_key(ALICE, model.model_id, QUERY + "?")
 
 
 def test_an_entry_expires_after_its_ttl(model):
     clock = FakeClock()
     queries = cache(clock, ttl=60)
-    queries.embed(model, QUERY)
+    queries.embed(model, QUERY, scope=ALICE)
 
     clock.advance(59)
-    assert queries.embed(model, QUERY)[1] == "cache"
+    assert queries.embed(model, QUERY, scope=ALICE)[1] == "cache"
     clock.advance(2)
-    assert queries.embed(model, QUERY)[1] == "model"
+    assert queries.embed(model, QUERY, scope=ALICE)[1] == "model"
     assert queries.stats().expirations == 1
 
 
 def test_the_least_recently_used_entry_is_evicted_at_the_size_limit(model):
     queries = cache(max_entries=2)
-    queries.embed(model, "first")
-    queries.embed(model, "second")
-    queries.embed(model, "first")  # now the most recently used
+    queries.embed(model, "first", scope=ALICE)
+    queries.embed(model, "second", scope=ALICE)
+    queries.embed(model, "first", scope=ALICE)  # now the most recently used
 
-    queries.embed(model, "third")
+    queries.embed(model, "third", scope=ALICE)
 
-    assert queries.embed(model, "first")[1] == "cache"
-    assert queries.embed(model, "second")[1] == "model"
+    assert queries.embed(model, "first", scope=ALICE)[1] == "cache"
+    assert queries.embed(model, "second", scope=ALICE)[1] == "model"
     assert queries.stats().evictions == 2  # second, then third to make room for it again
 
 
 def test_size_zero_turns_the_cache_off(model):
     queries = cache(max_entries=0)
 
-    queries.embed(model, QUERY)
-    _, source = queries.embed(model, QUERY)
+    queries.embed(model, QUERY, scope=ALICE)
+    _, source = queries.embed(model, QUERY, scope=ALICE)
 
     assert source == "model"
     assert model.texts == [QUERY, QUERY]
@@ -147,9 +149,9 @@ def test_size_zero_turns_the_cache_off(model):
 
 def test_bypassing_the_cache_runs_the_model_and_refreshes_the_entry(model):
     queries = cache()
-    queries.embed(model, QUERY)
+    queries.embed(model, QUERY, scope=ALICE)
 
-    _, source = queries.embed(model, QUERY, use_cache=False)
+    _, source = queries.embed(model, QUERY, use_cache=False, scope=ALICE)
 
     assert source == "model"
     assert model.texts == [QUERY, QUERY]
@@ -158,42 +160,128 @@ def test_bypassing_the_cache_runs_the_model_and_refreshes_the_entry(model):
 def test_optimize_expires_stale_entries_and_demotes_the_least_recently_used(model):
     clock = FakeClock()
     queries = cache(clock, ttl=100)
-    queries.embed(model, "old")
+    queries.embed(model, "old", scope=ALICE)
     clock.advance(90)
     for text in ("a", "b", "c"):
-        queries.embed(model, text)
+        queries.embed(model, text, scope=ALICE)
     clock.advance(20)  # "old" is now past its TTL
     before = queries.stats().bytes
 
-    done = queries.optimize(model_id=model.model_id, max_entries=2)
+    done = queries.optimize(scope=ALICE, model_id=model.model_id, max_entries=2)
 
     assert (done.expired, done.demoted, done.kept, done.refreshed) == (1, 1, 2, 0)
     assert done.bytes_freed == before - queries.stats().bytes > 0
-    assert queries.embed(model, "c")[1] == "cache"
-    assert queries.embed(model, "a")[1] == "model"
+    assert queries.embed(model, "c", scope=ALICE)[1] == "cache"
+    assert queries.embed(model, "a", scope=ALICE)[1] == "model"
 
 
 def test_optimize_drops_entries_of_a_model_no_longer_configured(model):
     queries = cache()
     other = Counting("retired-model")
     other.load()
-    queries.embed(other, QUERY)
-    queries.embed(model, QUERY)
+    queries.embed(other, QUERY, scope=ALICE)
+    queries.embed(model, QUERY, scope=ALICE)
 
-    done = queries.optimize(model_id=model.model_id)
+    done = queries.optimize(scope=ALICE, model_id=model.model_id)
 
     assert (done.expired, done.kept) == (1, 1)
 
 
 def test_force_refresh_empties_the_cache(model):
     queries = cache()
-    queries.embed(model, "a")
-    queries.embed(model, "b")
+    queries.embed(model, "a", scope=ALICE)
+    queries.embed(model, "b", scope=ALICE)
 
-    done = queries.optimize(model_id=model.model_id, force_refresh=True)
+    done = queries.optimize(scope=ALICE, model_id=model.model_id, force_refresh=True)
 
     assert (done.refreshed, done.kept, len(queries)) == (2, 0, 0)
-    assert queries.embed(model, "a")[1] == "model"
+    assert queries.embed(model, "a", scope=ALICE)[1] == "model"
+
+
+# One tenant's entries are its own --------------------------------------------------
+
+
+def test_a_query_cached_for_one_tenant_is_a_model_run_for_another(model):
+    queries = cache()
+    queries.embed(model, QUERY, scope=ALICE)
+
+    _, source = queries.embed(model, QUERY, scope=CHARLIE)
+
+    assert source == "model"
+    assert model.texts == [QUERY, QUERY]
+    assert queries.embed(model, QUERY, scope=CHARLIE)[1] == "cache"  # his own, now
+
+
+def test_an_agent_does_not_see_what_its_user_cached(model):
+    queries = cache()
+    queries.embed(model, QUERY, scope=ALICE)
+
+    _, source = queries.embed(model, QUERY, scope=scope("alice", "research"))
+
+    assert source == "model"
+    assert cache_key(ALICE, model.model_id, QUERY) != cache_key(
+        scope("alice", "research"), model.model_id, QUERY
+    )
+
+
+def test_stats_count_only_the_scopes_own_entries_and_lookups(model):
+    queries = cache()
+    for text in ("a", "b", "c"):
+        queries.embed(model, text, scope=ALICE)
+    queries.embed(model, "a", scope=ALICE)
+    queries.embed(model, "z", scope=CHARLIE)
+
+    alice, charlie, everyone = queries.stats(ALICE), queries.stats(CHARLIE), queries.stats()
+
+    assert (alice.size, alice.hits, alice.misses) == (3, 1, 3)
+    assert (charlie.size, charlie.hits, charlie.misses) == (1, 0, 1)
+    assert charlie.bytes * 3 == alice.bytes > 0
+    assert (everyone.size, everyone.hits, everyone.misses) == (4, 1, 4)
+    assert queries.stats(scope("nobody")).size == 0
+
+
+def test_an_eviction_is_counted_to_the_tenant_whose_entry_went(model):
+    queries = cache(max_entries=2)
+    queries.embed(model, "alice's", scope=ALICE)
+    queries.embed(model, "charlie's 1", scope=CHARLIE)
+
+    queries.embed(model, "charlie's 2", scope=CHARLIE)
+
+    assert (queries.stats(ALICE).evictions, queries.stats(ALICE).size) == (1, 0)
+    assert (queries.stats(CHARLIE).evictions, queries.stats(CHARLIE).size) == (0, 2)
+
+
+def test_optimize_touches_only_the_callers_entries(model):
+    clock = FakeClock()
+    queries = cache(clock, ttl=100)
+    queries.embed(model, "old", scope=ALICE)
+    queries.embed(model, "old", scope=CHARLIE)
+    clock.advance(90)
+    for text in ("a", "b", "c"):
+        queries.embed(model, text, scope=ALICE)
+    clock.advance(20)
+
+    trimmed = queries.optimize(scope=CHARLIE, model_id=model.model_id, max_entries=0)
+
+    assert (trimmed.expired, trimmed.demoted, trimmed.kept) == (1, 0, 0)
+    assert queries.stats(ALICE).size == 4  # her stale entry too: only hers to expire
+    refreshed = queries.optimize(scope=CHARLIE, model_id=model.model_id, force_refresh=True)
+    assert refreshed.refreshed == 0
+    assert queries.embed(model, "a", scope=ALICE)[1] == "cache"
+
+
+def test_clear_drops_a_user_with_its_agents_or_everyone(model):
+    queries = cache()
+    queries.embed(model, QUERY, scope=ALICE)
+    queries.embed(model, QUERY, scope=scope("alice", "research"))
+    queries.embed(model, QUERY, scope=CHARLIE)
+    queries.embed(model, QUERY, scope=scope("alicex"))  # a prefix of Alice's, not hers
+
+    assert queries.clear(ALICE) == 2
+    assert queries.embed(model, QUERY, scope=CHARLIE)[1] == "cache"
+    assert queries.embed(model, QUERY, scope=scope("alicex"))[1] == "cache"
+    assert queries.clear() == 2
+    assert len(queries) == 0 and queries.stats().size == 0
 
 
 # Shared through Redis --------------------------------------------------------------
@@ -203,24 +291,25 @@ def test_a_vector_computed_by_one_process_is_a_hit_in_another(model, redis_serve
     here = cache(redis_url=redis_server.url)
     there = cache(redis_url=redis_server.url)
 
-    computed, _ = here.embed(model, QUERY)
-    shared, source = there.embed(model, QUERY)
+    computed, _ = here.embed(model, QUERY, scope=ALICE)
+    shared, source = there.embed(model, QUERY, scope=ALICE)
 
     assert source == "shared-cache"
     assert model.texts == [QUERY]
     np.testing.assert_array_equal(computed, shared)
-    assert there.embed(model, QUERY)[1] == "cache"  # now held locally too
+    assert there.embed(model, QUERY, scope=ALICE)[1] == "cache"  # now held locally too
     assert there.stats().shared_hits == 1
 
 
 def test_redis_holds_vectors_under_hashed_keys_and_never_the_query_text(model, redis_server):
     queries = cache(redis_url=redis_server.url, ttl=600)
-    queries.embed(model, "my bank PIN is 4921")
+    queries.embed(model, "my bank PIN is 4921", scope=ALICE)
 
     with redis_server.client() as client:
         names = list(client.scan_iter(match="*"))
         [name] = names
-        assert name.decode() == KEY_PREFIX + cache_key(model.model_id, "my bank PIN is 4921")
+        hashed = cache_key(ALICE, model.model_id, "my bank PIN is 4921")
+        assert name.decode() == redis_name(ALICE, hashed)
         assert b"4921" not in client.get(name)
         assert 0 < client.ttl(name) <= 600
 
@@ -230,9 +319,9 @@ def test_with_redis_down_it_caches_in_process_and_warns_once(model, redis_server
     redis_server.stop()
 
     with caplog.at_level(logging.WARNING, logger="memories.embeddings.cache"):
-        assert queries.embed(model, QUERY)[1] == "model"
-        assert queries.embed(model, QUERY)[1] == "cache"
-        assert queries.embed(model, "another")[1] == "model"
+        assert queries.embed(model, QUERY, scope=ALICE)[1] == "model"
+        assert queries.embed(model, QUERY, scope=ALICE)[1] == "cache"
+        assert queries.embed(model, "another", scope=ALICE)[1] == "model"
 
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
@@ -241,18 +330,52 @@ def test_with_redis_down_it_caches_in_process_and_warns_once(model, redis_server
 
 def test_optimize_promotes_kept_entries_to_redis_and_force_refresh_clears_it(model, redis_server):
     queries = cache(redis_url=redis_server.url)
-    queries.embed(model, "a")
-    queries.embed(model, "b")
+    queries.embed(model, "a", scope=ALICE)
+    queries.embed(model, "b", scope=ALICE)
     with redis_server.client() as client:
         client.flushall()  # as if Redis had restarted empty
 
-        promoted = queries.optimize(model_id=model.model_id)
+        promoted = queries.optimize(scope=ALICE, model_id=model.model_id)
         assert promoted.promoted == 2
         assert len(list(client.scan_iter(match=KEY_PREFIX + "*"))) == 2
 
-        refreshed = queries.optimize(model_id=model.model_id, force_refresh=True)
+        refreshed = queries.optimize(scope=ALICE, model_id=model.model_id, force_refresh=True)
         assert refreshed.refreshed == 4  # two here, two in Redis
         assert list(client.scan_iter(match=KEY_PREFIX + "*")) == []
+
+
+def test_redis_shares_a_tenants_vectors_with_its_own_lookups_only(model, redis_server):
+    here = cache(redis_url=redis_server.url)
+    there = cache(redis_url=redis_server.url)
+    here.embed(model, QUERY, scope=ALICE)
+
+    assert there.embed(model, QUERY, scope=CHARLIE)[1] == "model"
+    assert there.embed(model, QUERY, scope=ALICE)[1] == "shared-cache"
+    assert (there.shared_size(ALICE), there.shared_size(CHARLIE), there.shared_size()) == (1, 1, 2)
+
+
+def test_force_refresh_in_redis_leaves_other_tenants_entries(model, redis_server):
+    queries = cache(redis_url=redis_server.url)
+    queries.embed(model, "a", scope=ALICE)
+    queries.embed(model, "b", scope=ALICE)
+    queries.embed(model, "a", scope=CHARLIE)
+
+    done = queries.optimize(scope=CHARLIE, model_id=model.model_id, force_refresh=True)
+
+    assert done.refreshed == 2  # his one entry, here and in Redis
+    assert queries.shared_size(ALICE) == 2
+    assert cache(redis_url=redis_server.url).embed(model, "b", scope=ALICE)[1] == "shared-cache"
+
+
+def test_clearing_a_user_in_redis_takes_its_agents_and_leaves_the_rest(model, redis_server):
+    queries = cache(redis_url=redis_server.url)
+    research = scope("alice", "research")
+    for owner in (ALICE, research, CHARLIE, scope("alicex")):
+        queries.embed(model, QUERY, scope=owner)
+
+    assert queries.clear(ALICE, shared=True) == 4  # two here, two in Redis
+    assert (queries.shared_size(ALICE), queries.shared_size(research)) == (0, 0)
+    assert (queries.shared_size(CHARLIE), queries.shared_size(scope("alicex"))) == (1, 1)
 
 
 # Searches go through it ----------------------------------------------------------------

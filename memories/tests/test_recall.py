@@ -6,8 +6,8 @@ import pytest
 from django.db import transaction
 
 from accounts.tiers import Tier
+from core.errors import ValidationFailed
 from memories import services
-from recall.errors import ValidationFailed
 
 FRAMEWORKS = (
     "The user prefers Python for data analysis and prefers FastAPI over Flask for web services."

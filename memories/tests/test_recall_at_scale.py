@@ -33,8 +33,9 @@ from django.db import connection
 from pgvector import Vector
 
 from accounts.models import Agent, User
+from core import tenancy
 from memories import embeddings, search, services
-from recall import tenancy
+from memories.embeddings.cache import scope
 
 BIG = 10_000
 SMALL = 101  # 1% of the table
@@ -171,11 +172,14 @@ def table(django_db_setup, django_db_blocker):
 
 def explain(user: User, analyze: bool = False, mode: str = "semantic", **kwargs) -> str:
     prepared = search.prepare(
-        query="web frameworks",
-        threshold=0,
-        mode=mode,
-        metadata_filter=kwargs.get("metadata_filter") or None,
-        sources=kwargs.get("sources"),
+        search.SearchArgs.parse(
+            query="web frameworks",
+            threshold=0,
+            mode=mode,
+            metadata_filter=kwargs.get("metadata_filter") or None,
+            sources=kwargs.get("sources"),
+        ),
+        cache_scope=scope(user.id),
     )
     agent = kwargs.get("agent_id") is not None
     sql, params = search.statement(user.id, prepared, agent=agent)
@@ -253,7 +257,10 @@ def test_the_exact_scan_cut_off_is_a_setting(db, table, settings):
 
 def sort_setting(user: User, **arguments: Any) -> str:
     """The enable_sort a search's transaction opens with, as the database reports it."""
-    prepared = search.prepare(query="web frameworks", threshold=0, **arguments)
+    prepared = search.prepare(
+        search.SearchArgs.parse(query="web frameworks", threshold=0, **arguments),
+        cache_scope=scope(user.id),
+    )
     opening = search.transaction_settings(prepared)
     with tenancy.tenant(user.id, local_settings=opening), connection.cursor() as cursor:
         cursor.execute("SHOW enable_sort")

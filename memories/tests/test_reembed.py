@@ -8,9 +8,9 @@ import pytest
 from django.core.management import call_command
 
 from accounts.tiers import Tier
+from core import tenancy
 from memories import embeddings, indexes, services
 from memories.models import Memory
-from recall import tenancy
 
 
 class HashEmbedder(embeddings.Embedder):

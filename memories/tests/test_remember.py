@@ -9,10 +9,10 @@ from django.test import override_settings
 
 from accounts.tiers import Tier
 from conftest import Cast
+from core import tenancy
+from core.errors import QuotaExceeded, ValidationFailed
 from memories import services
 from memories.models import Memory
-from recall import tenancy
-from recall.errors import QuotaExceeded, ValidationFailed
 
 
 def count_rows(user_id) -> int:
@@ -157,6 +157,8 @@ def test_the_free_quota_is_per_tenant(cast):
         ({"metadata": {"big": "x" * 17_000}}, "maximum is 16,384"),
         ({"metadata": {"n": float("nan")}}, "finite"),
         ({"metadata": {"k": "nul\x00"}}, "NUL"),
+        ({"metadata": {"k\x00": "nul in a key"}}, "NUL"),
+        ({"metadata": {"k": ["in a list \ud800"]}}, "valid Unicode"),
         ({"metadata": {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": 1}}}}}}}}}, "nest deeper"),
         ({"metadata": {"x": object()}}, "only JSON values"),
     ],
@@ -181,3 +183,20 @@ def test_it_accepts_a_namespace_of_64_safe_characters(cast):
     assert len(namespace) == 64
     result = remember(cast, namespace=namespace)
     assert uuid.UUID(result["id"])
+
+
+@pytest.mark.parametrize(
+    ("thread_id", "fragment"),
+    [("thread\x00", "NUL"), ("thread\ud800", "valid Unicode"), ("t" * 201, "at most 200")],
+)
+def test_a_thread_id_the_database_cannot_store_is_refused(cast, thread_id, fragment):
+    with pytest.raises(ValidationFailed) as caught:
+        services.remember(
+            user_id=cast.alice.id,
+            tier=Tier.FREE,
+            messages=[{"role": "user", "content": "hello"}],
+            thread_id=thread_id,
+        )
+
+    assert fragment in caught.value.message
+    assert count_rows(cast.alice.id) == 0

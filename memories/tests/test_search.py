@@ -13,10 +13,10 @@ import pytest
 from django.db import connection
 
 from accounts.tiers import Tier
+from core import tenancy
+from core.errors import ValidationFailed
 from memories import embeddings, search, services
 from memories.tests.fake_openai import serving
-from recall import tenancy
-from recall.errors import ValidationFailed
 
 MODES = ["hybrid", "semantic", "lexical"]
 

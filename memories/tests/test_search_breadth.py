@@ -12,14 +12,18 @@ import pytest
 from django.db import connection
 
 from accounts.tiers import Tier
+from core import tenancy
 from memories import search, services
-from recall import tenancy
+from memories.embeddings.cache import scope
 
 pytestmark = pytest.mark.django_db
 
 
 def breadth(user_id, agent_id=None, **arguments) -> int:
-    prepared = search.prepare(query="tea", threshold=0, **arguments)
+    prepared = search.prepare(
+        search.SearchArgs.parse(query="tea", threshold=0, **arguments),
+        cache_scope=scope(user_id, agent_id),
+    )
     opening = search.transaction_settings(prepared, agent=agent_id is not None)
     with (
         tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening),

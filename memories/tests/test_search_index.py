@@ -10,9 +10,9 @@ import pytest
 from django.db import connection, connections, transaction
 
 from accounts.tiers import Tier
+from core import tenancy
 from memories import services
 from memories.models import Memory
-from recall import tenancy
 
 TEA = "Alice drinks Darjeeling tea every morning."
 COFFEE = "Alice drinks espresso after lunch."

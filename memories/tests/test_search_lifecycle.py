@@ -15,8 +15,8 @@ from django.db import connection
 from django.utils import timezone
 
 from accounts.tiers import Tier
+from core import tenancy
 from memories import services
-from recall import tenancy
 
 MODES = ("hybrid", "semantic", "lexical")
 RESEARCH_NOTE = "The Kessler reactor coolant pressure limit is 7731 kilopascals."

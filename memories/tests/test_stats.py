@@ -63,7 +63,7 @@ def test_stats_report_the_callers_own_latency_percentiles(cast):
 def test_health_reports_each_part_and_no_secrets(cast, settings):
     embeddings.get_embedder().load()
 
-    health = services.health()
+    health = services.health(user_id=cast.alice.id)
 
     assert health["status"] == "ok"
     assert health["database"]["ok"] is True
@@ -83,9 +83,9 @@ def test_optimize_cache_reports_what_it_did(cast):
     services.recall(user_id=cast.alice.id, query="second question", threshold=0)
     services.recall(user_id=cast.alice.id, query="second question", threshold=0)
 
-    done = services.optimize_cache(max_entries=1)
+    done = services.optimize_cache(user_id=cast.alice.id, max_entries=1)
 
     assert (done["demoted"], done["kept"], done["expired"]) == (1, 1, 0)
     assert done["bytes_freed"] > 0
-    stats = services.cache_stats()
+    stats = services.cache_stats(user_id=cast.alice.id)
     assert (stats["hits"], stats["misses"], stats["size"]) == (1, 2, 1)

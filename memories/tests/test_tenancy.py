@@ -7,8 +7,8 @@ from django.db import connection, transaction
 from django.db.utils import ProgrammingError
 
 from accounts.tiers import Tier
+from core import tenancy
 from memories import services
-from recall import tenancy
 
 
 def raw_count(table: str = "memories") -> int:

@@ -8,7 +8,8 @@ import logging
 import pytest
 
 from accounts import auth
-from memories import services, tools
+from memories import services
+from memories.mcp import tools
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from accounts.tiers import Tier
+from core import tenancy
+from core.errors import Conflict, NotFound, ValidationFailed
 from memories import services
 from memories.models import Memory
-from recall import tenancy
-from recall.errors import Conflict, NotFound, ValidationFailed
 
 
 def remember(user_id, content, namespace="default", metadata=None):

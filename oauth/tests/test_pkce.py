@@ -1,12 +1,15 @@
 """The authorization endpoint takes PKCE with S256 and nothing less (OAuth 2.1, RFC 9700).
 
 A request with a ``plain`` challenge or none at all never reaches the
-consent page: the client is sent back to its (registered) redirect URI with
-``invalid_request``, and no code is issued.
+consent page, nor the sign-in page before it: it gets an error page, whose
+only way on is a link back to the client's (registered) redirect URI
+carrying ``invalid_request``; no code is issued.
 """
 
 from __future__ import annotations
 
+import html
+import re
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
@@ -68,16 +71,19 @@ def test_an_s256_challenge_reaches_the_consent_page(document, cast, client):
     ],
     ids=["plain", "method-omitted", "no-challenge"],
 )
-def test_a_plain_or_missing_challenge_is_sent_back_without_a_code(document, cast, client, pkce):
+def test_a_plain_or_missing_challenge_is_refused_without_a_code(document, cast, client, pkce):
     client_id, redirect_uri = document
     client.force_login(cast.alice)
 
     refused = authorize(client, client_id, redirect_uri, **pkce)
 
-    assert refused.status_code == 302
-    location = urlsplit(refused.headers["Location"])
+    assert refused.status_code == 400
+    assert b'data-refusal="pkce_required"' in refused.content
+    [back] = re.findall(r'href="([^"]+)" data-back', refused.content.decode())
+    location = urlsplit(html.unescape(back))
     assert f"{location.scheme}://{location.netloc}{location.path}" == redirect_uri
     query = parse_qs(location.query)
     assert query["error"] == ["invalid_request"]
+    assert query["state"] == ["s"]
     assert "code" not in query
     assert not Grant.objects.exists()

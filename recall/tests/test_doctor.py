@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -14,8 +15,8 @@ from django.db import connection
 
 from accounts.tests.redis_server import RedisServer, RedisServerMissing
 from memories.embeddings import local
-from recall import doctor
-from recall.testing import database_url, free_port
+from recall import doctor, instances
+from tests.support import LiveServer, database_url, free_port
 
 
 def run_doctor() -> tuple[int, str]:
@@ -222,3 +223,65 @@ def test_it_reports_the_embedded_servers_buffers_and_a_size_not_applied_yet(db, 
         " which applies when the server next starts"
     ) in report, report
     assert "set RECALL_EMBEDDED_SHARED_BUFFERS lower" in report
+
+
+def findings_named(found, check: str) -> list:
+    return [finding for finding in found if finding.check == check]
+
+
+@pytest.mark.slow
+def test_it_finds_the_server_running_on_its_data_directory_not_its_own_port(
+    transactional_db, settings, tmp_path
+):
+    settings.RECALL_DATA_DIR = tmp_path
+    settings.PORT = 8080  # what doctor alone would assume
+    with (
+        LiveServer() as live,
+        instances.recorded(tmp_path, host="127.0.0.1", port=live.port, workers=2),
+    ):
+        found = list(doctor.findings())
+
+    [server] = findings_named(found, "server")
+    [network] = findings_named(found, "network")
+    assert server.status == "ok", server
+    assert server.message == (
+        f"pid {os.getpid()} serves http://127.0.0.1:{live.port} (2 workers); /ready: ready"
+    )
+    assert network.message.startswith(f"serving 127.0.0.1:{live.port} to ")
+
+
+def test_a_server_that_does_not_answer_is_a_problem(settings, tmp_path):
+    settings.RECALL_DATA_DIR = tmp_path
+    port = free_port()
+    with instances.recorded(tmp_path, host="0.0.0.0", port=port, workers=1):  # noqa: S104
+        [server] = doctor.running_server(instances.found(tmp_path))
+
+    assert server.status == "problem"
+    assert f"serves http://127.0.0.1:{port} (1 worker), but it does not answer" in server.message
+    assert "still be starting" in server.fix
+
+
+def test_a_record_left_by_a_server_that_died_is_not_taken_for_a_running_one(settings, tmp_path):
+    settings.RECALL_DATA_DIR = tmp_path
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / "servers").mkdir()
+    (tmp_path / "servers" / f"{gone.pid}.json").write_text(
+        json.dumps(
+            {"pid": gone.pid, "started_at": 1.0, "host": "127.0.0.1", "port": 9, "workers": 1}
+        )
+    )
+    # A live pid whose process started at another time than the record says.
+    (tmp_path / "servers" / f"{os.getpid()}.json").write_text(
+        json.dumps(
+            {"pid": os.getpid(), "started_at": 1.0, "host": "127.0.0.1", "port": 9, "workers": 1}
+        )
+    )
+
+    running = [s for s in instances.found(tmp_path) if s.is_running()]
+    [server] = doctor.running_server(running)
+
+    assert len(instances.found(tmp_path)) == 2
+    assert running == []
+    assert server.status == "warning"
+    assert "no `recall serve` is running for" in server.message

@@ -9,10 +9,10 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 
 from accounts.models import ApiKey, User
+from core import tenancy
 from memories.models import Memory
-from recall import tenancy
 from recall.middleware import OperatorAdminMiddleware
-from recall.testing import store_memory
+from tests.support import store_memory
 
 
 def seen_by(request) -> str | None:

@@ -84,7 +84,7 @@ def test_every_recall_command_the_readme_names_is_one_the_cli_runs():
 
 
 def test_troubleshooting_names_every_tenant_table_doctor_checks():
-    from recall import tenancy
+    from core import tenancy
 
     item = README.split("- **row-level security** enabled and forced", 1)[1].split("\n- ", 1)[0]
 

@@ -26,7 +26,7 @@ from django.test.utils import CaptureQueriesContext
 from accounts import auth, services
 from billing import services as billing_services
 from billing import usage
-from memories import agent_tools, tools, v1_tools
+from memories.mcp import agent_tools, tools, v1_tools
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recall.testing import load_settings
+from tests.support import load_settings
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from accounts import auth
 from accounts.models import User
 from memories import embeddings, indexes
 from recall import startup
-from recall.testing import database_url
+from tests.support import database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

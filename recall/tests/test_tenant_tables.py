@@ -11,7 +11,7 @@ from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from recall import tenancy
+from core import tenancy
 
 TENANT_ROLES = [tenancy.APP_ROLE, tenancy.AGENT_ROLE]
 

@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import services, tiers
-from recall.errors import RecallError
+from core.errors import RecallError
 
 
 class Command(BaseCommand):

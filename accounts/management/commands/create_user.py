@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import services, tiers
-from recall.errors import RecallError
+from core.errors import RecallError
 
 
 class Command(BaseCommand):
@@ -31,3 +31,10 @@ class Command(BaseCommand):
         except RecallError as error:
             raise CommandError(error.message) from None
         self.stdout.write(f"Created user {user.email} ({user.tier}), id {user.id}.")
+        if not user.has_usable_password():
+            # Password reset mails only users who have a password, so say how to give one.
+            self.stdout.write(
+                f"{user.email} has no password, so cannot sign in to the dashboard yet. "
+                f"Set one with `recall manage changepassword {user.email}`, or in the admin "
+                "(/admin/, Users). API keys work without one."
+            )

@@ -5,8 +5,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import services as accounts_services
+from core.errors import RecallError
 from memories import services, transfer
-from recall.errors import RecallError
 
 
 class Command(BaseCommand):

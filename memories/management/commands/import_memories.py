@@ -8,9 +8,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import services as accounts_services
+from core import context
+from core.errors import RecallError
 from memories import services, transfer
-from recall import context
-from recall.errors import RecallError
 
 
 class Command(BaseCommand):

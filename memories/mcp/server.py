@@ -21,27 +21,32 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+import weakref
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, CallToolResult, ToolAnnotations
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
-from accounts import admission, auth
+from accounts import auth
 from billing import usage
-from memories import agent_tools, tools, v1_tools
-from recall import context, process
-from recall.errors import RecallError, ValidationFailed
-from recall.logging import describe_exception, fingerprint
+from core import context, process
+from core.errors import RecallError, ValidationFailed
+from core.logging import describe_exception, fingerprint
+from memories.mcp import agent_tools, runtime, tools, v1_tools
 
 logger = logging.getLogger("recall.mcp")
+
+Middleware = ServerMiddleware[Any]
 
 INSTRUCTIONS = """\
 Recall is your long-term memory. Use `recall` at the start of a task to look up
@@ -94,8 +99,8 @@ def _server(
     catalogue: list[tuple[Callable[..., Any], ToolAnnotations]],
     *,
     client: str,
-    failure: Callable[[RecallError], CallToolResult] = tools.failure,
-    error_model: type[BaseModel] = tools.ErrorOutput,
+    failure: Callable[[RecallError], CallToolResult] = runtime.failure,
+    error_model: type[BaseModel] = runtime.ErrorOutput,
 ) -> MCPServer:
     """Build a server for one tool catalogue.
 
@@ -130,10 +135,6 @@ def _server(
             rid_token = context.request_id.set(context.new_request_id())
         try:
             stdio = context.transport.get() == "stdio"
-            if stdio:
-                refused = await _admit_stdio_call(ctx, name, failure)
-                if refused is not None:
-                    return refused
             process.observe_limiter(anyio.to_thread.current_default_thread_limiter())
             caller = auth.current.get()
             actor_token = context.actor.set(
@@ -144,11 +145,17 @@ def _server(
             started = time.perf_counter()
 
             result: HandlerResult
-            problem = _argument_problem(tool, name, arguments, catalogue)
+            problem, checked = _check_arguments(tool, name, arguments, catalogue)
             if problem is not None:
-                result = _error_result(ctx, ValidationFailed(problem), failure)
+                result = error_result(ctx, ValidationFailed(problem), failure)
             else:
-                result = await call_next(ctx)
+                # The SDK validates the same arguments again before the tool
+                # runs: it is handed this check's outcome instead (CheckedOnce).
+                token = _checked.set((arguments if arguments is not None else {}, checked))
+                try:
+                    result = await call_next(ctx)
+                finally:
+                    _checked.reset(token)
 
             elapsed_ms = int((time.perf_counter() - started) * 1000)
             error_code = _error_code(result)
@@ -179,7 +186,17 @@ def _server(
         subscriptions=False,
     )
     withdraw_unserved_capabilities(server)
+    _observers[server] = observe_tool_calls
     return server
+
+
+# Each server's observe_tool_calls, for middleware that must run just outside it.
+_observers: weakref.WeakKeyDictionary[MCPServer, Middleware] = weakref.WeakKeyDictionary()
+
+
+def observer(server: MCPServer) -> Middleware:
+    """Return the middleware that checks, logs and meters ``server``'s tool calls."""
+    return _observers[server]
 
 
 # MCPServer always registers handlers for these, and the SDK advertises a
@@ -222,22 +239,26 @@ async def contain_failures(
         raise MCPError(code=INTERNAL_ERROR, message="Internal server error") from None
 
 
-async def _admit_stdio_call(
-    ctx: ServerRequestContext[Any, Any],
-    name: object,
-    failure: Callable[[RecallError], CallToolResult],
-) -> HandlerResult:
-    """Refuse a stdio tool call the key's rate limit does not admit; HTTP's gate does the same."""
-    caller = auth.current.get()
-    if caller is None:
-        return None
-    tool = name if isinstance(name, str) else ""
-    admitted = await admission.aadmit(caller, tool=tool, request_id=context.request_id.get())
-    if admitted.error is None:
-        return None
-    if admitted.event is not None:
-        usage.record(admitted.event)
-    return _error_result(ctx, admitted.error, failure)
+# The arguments observe_tool_calls has just checked, and what the check made of them.
+_checked: ContextVar[tuple[object, dict[str, Any]] | None] = ContextVar(
+    "recall_checked_arguments", default=None
+)
+
+
+class CheckedOnce(FuncMetadata):
+    """A tool's argument model, checked once per call: by observe_tool_calls, for the SDK too.
+
+    The middleware must check arguments itself, to answer a bad call with a
+    clean ``validation_failed`` instead of the SDK's text (which quotes the
+    input); the SDK then checks them again before calling the tool. Handed
+    the same arguments the middleware checked, this returns its outcome.
+    """
+
+    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        checked = _checked.get()
+        if checked is not None and checked[0] == arguments_to_validate:
+            return checked[1]
+        return super().validate_arguments(arguments_to_validate)
 
 
 def _tool(fn: Callable[..., Any], annotations: ToolAnnotations) -> Tool:
@@ -249,6 +270,13 @@ def _tool(fn: Callable[..., Any], annotations: ToolAnnotations) -> Tool:
     the call is renamed back.
     """
     tool = Tool.from_function(fn, annotations=annotations)
+    meta = tool.fn_metadata
+    tool.fn_metadata = CheckedOnce(
+        arg_model=meta.arg_model,
+        output_schema=meta.output_schema,
+        output_model=meta.output_model,
+        wrap_output=meta.wrap_output,
+    )
     parameters = set(inspect.signature(fn).parameters)
     renames = {
         field.alias: name
@@ -264,23 +292,24 @@ def _tool(fn: Callable[..., Any], annotations: ToolAnnotations) -> Tool:
     return tool
 
 
-def _argument_problem(
+def _check_arguments(
     tool: Tool | None,
     name: object,
     arguments: object,
     catalogue: list[tuple[Callable[..., Any], ToolAnnotations]],
-) -> str | None:
-    """Return a caller-facing description of what is wrong with the arguments, or None."""
+) -> tuple[str | None, dict[str, Any]]:
+    """Check a call's arguments: a caller-facing problem, or None and the checked arguments."""
     if tool is None:
         return (
             f"Unknown tool {str(name)[:64]!r}. Tools: "
             + ", ".join(fn.__name__ for fn, _ in catalogue)
-            + "."
+            + ".",
+            {},
         )
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
-        return "arguments must be a JSON object."
+        return "arguments must be a JSON object.", {}
     # Generated from the tool's signature, so an argument is accepted exactly
     # when the tool declares it: a misspelt or unsupported one is an error,
     # never silently dropped while the call reports success.
@@ -290,13 +319,14 @@ def _argument_problem(
         names = ", ".join(repr(key) for key in unknown[:8])
         return (
             f"Unknown argument{'s' if len(unknown) > 1 else ''} {names}. "
-            f"{tool.name} takes: {', '.join(declared)}."
+            f"{tool.name} takes: {', '.join(declared)}.",
+            {},
         )
     try:
-        tool.fn_metadata.validate_arguments(arguments)
+        checked = tool.fn_metadata.validate_arguments(arguments)
     except ValidationError as exc:
-        return "; ".join(_describe(error) for error in exc.errors(include_input=False))
-    return None
+        return "; ".join(_describe(error) for error in exc.errors(include_input=False)), {}
+    return None, checked
 
 
 def _describe(error: Any) -> str:
@@ -304,7 +334,7 @@ def _describe(error: Any) -> str:
     return f"{where}: {error['msg']}"
 
 
-def _error_result(
+def error_result(
     ctx: ServerRequestContext[Any, Any],
     error: RecallError,
     failure: Callable[[RecallError], CallToolResult],

@@ -22,8 +22,6 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 
-from accounts.models import User
-
 
 class EstimatedCountPaginator(Paginator):
     """Count exactly up to ``CAP`` rows; past that, estimate from pg_class.reltuples.
@@ -102,20 +100,6 @@ def count_per_user(queryset: QuerySet[Any]) -> Coalesce:
     # LIMIT, so a list page costs one index count per row shown.
     counted = queryset.filter(user=OuterRef("pk")).order_by().values("user").annotate(n=Count("*"))
     return Coalesce(Subquery(counted.values("n"), output_field=IntegerField()), 0)
-
-
-class UserEmailFilter(InputFilter):
-    title = "user email"
-    parameter_name = "user_email"
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = User.objects.normalize_email(self.value())
-        if not value:
-            return queryset
-        # Look the id up first: "user_id = <constant>" lets the planner use the
-        # (user, ...) indexes, where a join on email leaves it guessing.
-        user_id = User.objects.filter(email=value).values_list("id", flat=True).first()
-        return queryset.filter(user_id=user_id) if user_id else queryset.none()
 
 
 # Spreadsheets run cells that start with these as formulas.

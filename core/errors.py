@@ -8,6 +8,7 @@ content, queries, keys or exception text from below.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -24,10 +25,18 @@ class RecallError(Exception):
         self.details = details
 
     def as_dict(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details:
-            error["details"] = self.details
-        return {"error": error}
+        return body(self.code, self.message, self.details)
+
+
+def body(code: str, message: str, details: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Return an error as every interface shows it: ``{"error": {"code", "message"}}``.
+
+    With ``details``, they join the error as ``details``.
+    """
+    error: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        error["details"] = dict(details)
+    return {"error": error}
 
 
 class ValidationFailed(RecallError):

@@ -28,7 +28,7 @@ The policies:
 Every switch is ``SET LOCAL``: they end with the transaction, so a pooled
 connection can never carry one request's identity into the next.
 
-Every switch also names the actor (``recall.context.actor``: the interface and API key
+Every switch also names the actor (``core.context.actor``: the interface and API key
 making the change) in ``app.actor`` and ``app.actor_key_id``, in the same
 round trip. The database's history trigger writes them into every version
 row of ``memory_history``; nothing else reads them.
@@ -45,7 +45,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
-from recall import context
+from core import context
 
 APP_ROLE = "recall_app"
 AGENT_ROLE = "recall_agent"

@@ -111,7 +111,7 @@ class LiveServer:
 
     def start(self, timeout: float = 90.0) -> LiveServer:
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen(  # noqa: S603 - fixed argv
+        self.process = subprocess.Popen(
             self.command(),
             cwd=settings.BASE_DIR,
             env=self.environment(),
@@ -172,7 +172,7 @@ def load_settings(
     """Import the settings in a fresh interpreter with ``environment`` and return the outcome."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "OPENAI_API_KEY"}}
     env.update(environment)
-    return subprocess.run(  # noqa: S603 - fixed argv
+    return subprocess.run(
         [sys.executable, "-c", code],
         cwd=settings.BASE_DIR,
         env=env,
@@ -196,8 +196,8 @@ def store_memory(
     For pages and admin views that list memories; the vector means nothing.
     ``fields`` are further columns: ``task_id``, ``source_kind``, ``path``...
     """
+    from core import tenancy
     from memories.models import Memory
-    from recall import tenancy
 
     digest = hashlib.sha256(f"{namespace}\0{content}".encode()).hexdigest()
     agent_id = agent.id if agent is not None else None
@@ -219,9 +219,9 @@ def fill_memories(user_id: uuid.UUID | str, count: int) -> None:
 
     Their vectors are zero: fine for counting and listing, useless for search.
     """
+    from core import tenancy
     from memories import embeddings
     from memories.models import Memory
-    from recall import tenancy
 
     model_id, dimensions = embeddings.model_spec()
     with tenancy.operator():

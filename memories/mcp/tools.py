@@ -14,174 +14,38 @@ transactions work (async code cannot hold one).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from django.db import close_old_connections, connection
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from accounts import auth
 from memories import services, validation
 from memories.formatting import memory_tags
-from recall import errors, outage
-from recall.errors import InternalError, RecallError, ValidationFailed
-from recall.logging import describe_exception
+from memories.mcp import runtime
+from memories.mcp.arguments import (
+    Background,
+    CreatedAfter,
+    CreatedBefore,
+    ExpiresAt,
+    IdempotencyKey,
+    MemoryId,
+    Message,
+    Metadata,
+    MetadataFilter,
+    Namespace,
+    Priority,
+    PriorityFilter,
+    Purge,
+    SearchMode,
+    ThreadId,
+    Threshold,
+    TtlSeconds,
+)
+from memories.mcp.runtime import success, tool
 
 logger = logging.getLogger(__name__)
-
-# Argument types -------------------------------------------------------------------
-
-Namespace = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=validation.NAMESPACE_MAX,
-        pattern=r"^[A-Za-z0-9_.:/@-]+$",
-        description=(
-            "Namespace grouping related memories, e.g. 'preferences' or 'project:recall'. "
-            "1-64 letters, digits and _ - . : / @."
-        ),
-    ),
-]
-Metadata = Annotated[
-    dict[str, Any] | None,
-    Field(
-        description=(
-            "Optional JSON object of key/value metadata, e.g. "
-            '{"source": "conversation", "confidence": 0.95}. At most 16 KB as JSON.'
-        ),
-    ),
-]
-FilterValue = str | int | float | bool | None
-MetadataFilter = Annotated[
-    dict[str, FilterValue] | None,
-    Field(
-        max_length=validation.FILTER_MAX_KEYS,
-        description=(
-            "Only return memories whose metadata has all of these key/value pairs (AND). "
-            "At most 8 keys; values must be strings, numbers, booleans or null."
-        ),
-    ),
-]
-Threshold = Annotated[
-    float | None,
-    Field(
-        ge=0.0,
-        le=1.0,
-        description=(
-            "Minimum relevance, 0-1: a memory is kept if its cosine similarity reaches it or "
-            "(hybrid and lexical modes) if its words cover that share of the query's, weighted "
-            "by rarity, so an exact rare name or number is kept. Leave unset for the server's "
-            "default, which suits its embedding model (0.7 for OpenAI models; lower for the "
-            "bundled local model, whose similarities run lower)."
-        ),
-    ),
-]
-SearchMode = Annotated[
-    Literal["hybrid", "semantic", "lexical"] | None,
-    Field(
-        description=(
-            'How to rank: "hybrid" (words and meaning together; the server\'s usual default), '
-            '"semantic" (meaning only, by cosine similarity) or "lexical" (words only, BM25). '
-            "Leave unset for the server's default."
-        ),
-    ),
-]
-CreatedAfter = Annotated[
-    str | None,
-    Field(
-        max_length=64,
-        description=(
-            "Only memories created at or after this moment: ISO 8601, such as "
-            '"2025-03-01" (midnight UTC) or "2025-03-01T09:30:00Z".'
-        ),
-    ),
-]
-CreatedBefore = Annotated[
-    str | None,
-    Field(
-        max_length=64,
-        description="Only memories created before this moment (ISO 8601, as created_after).",
-    ),
-]
-MemoryId = Annotated[
-    str, Field(description="A memory id (UUID) as returned by remember or recall.")
-]
-PriorityName = Literal["critical", "high", "medium", "low"]
-Priority = Annotated[
-    PriorityName | None,
-    Field(
-        description="How much this memory matters: critical, high, medium (the default) or "
-        "low. Among equally relevant results, higher priority comes first."
-    ),
-]
-PriorityFilter = Annotated[
-    PriorityName | list[PriorityName] | None,
-    Field(description="Only memories of this priority, or of any of these priorities."),
-]
-ExpiresAt = Annotated[
-    str | None,
-    Field(
-        max_length=64,
-        description="When to forget this memory, as ISO 8601 (e.g. 2026-12-31T23:59:00Z). "
-        "Expired memories are never returned and are purged soon after.",
-    ),
-]
-TtlSeconds = Annotated[
-    int | None,
-    Field(
-        ge=1,
-        le=validation.TTL_MAX,
-        description="Forget this memory after this many seconds (instead of expires_at).",
-    ),
-]
-Background = Annotated[
-    bool,
-    Field(
-        alias="async",
-        description="Store in the background and return at once with a job_id; "
-        "check it with job_status. Validation and the quota are checked before it returns.",
-    ),
-]
-IdempotencyKey = Annotated[
-    str | None,
-    Field(
-        min_length=1,
-        max_length=validation.IDEMPOTENCY_KEY_MAX,
-        description="With async: your own key for this request. Retrying with the same key "
-        "returns the first job instead of queuing another.",
-    ),
-]
-ThreadId = Annotated[
-    str | None,
-    Field(
-        min_length=1,
-        max_length=validation.LABEL_MAX,
-        description="A conversation or session id; messages get a new one if unset.",
-    ),
-]
-
-
-class Message(BaseModel):
-    role: str = Field(
-        min_length=1, max_length=validation.ROLE_MAX, description="user, assistant, system, tool..."
-    )
-    content: str = Field(min_length=1, max_length=validation.CONTENT_MAX)
-    name: str | None = Field(None, max_length=validation.LABEL_MAX, description="Who spoke.")
-    timestamp: str | None = Field(None, max_length=64, description="When, as ISO 8601.")
-
-
-Purge = Annotated[
-    bool,
-    Field(
-        description="Also erase the deleted memories' history now. Without it, history is "
-        "kept for the retention period (30 days by default) so deletions can be reviewed."
-    ),
-]
-
 
 # Output models (published as outputSchema) ---------------------------------------
 
@@ -366,82 +230,10 @@ class HealthOutput(BaseModel):
     rss_bytes: int
 
 
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-
-
-class ErrorOutput(BaseModel):
-    error: ErrorDetail
-
-
-# Result helpers ----------------------------------------------------------------------
-
-
-def success(data: dict[str, Any], text: str | None = None) -> CallToolResult:
-    return CallToolResult(
-        content=[TextContent(type="text", text=text if text is not None else _json(data))],
-        structured_content=data,
-    )
-
-
-def failure(error: RecallError) -> CallToolResult:
-    payload = {"error": {"code": error.code, "message": error.message}}
-    return CallToolResult(
-        content=[TextContent(type="text", text=_json(payload))],
-        structured_content=payload,
-        is_error=True,
-    )
-
-
-def _json(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-
-
-def _caller() -> auth.AuthContext:
-    caller = auth.current.get()
-    if caller is None:  # the gate and the stdio runner always set it
-        raise InternalError("No authenticated caller for this request.")
-    return caller
-
-
-def _tidy_connections() -> None:
-    # No request_started/finished signals fire for MCP calls, so expire old
-    # connections here. Never inside an outer transaction (a test's): closing
-    # would end it.
-    if not connection.in_atomic_block:
-        close_old_connections()
-
-
-def _run(
-    tool: str,
-    call: Callable[[auth.AuthContext], CallToolResult],
-    shape: Callable[[RecallError], CallToolResult] = failure,
-) -> CallToolResult:
-    """Run one tool body: fresh DB connection state, errors as results, nothing leaked."""
-    try:
-        _tidy_connections()
-        result = call(_caller())
-    except RecallError as error:
-        return shape(error)
-    except Exception as exc:
-        shown = errors.from_exception(exc)
-        if shown.code == errors.Unavailable.code:
-            # Not a bug in this call: logged once per outage, not per call.
-            outage.note("tool calls", exc)
-        else:
-            logger.error("tool failed", extra={"tool": tool, **describe_exception(exc)})
-        return shape(shown)
-    else:
-        outage.recovered("tool calls")
-        return result
-    finally:
-        _tidy_connections()
-
-
 # The tools ---------------------------------------------------------------------------
 
 
+@tool
 def remember(
     content: Annotated[
         str | None,
@@ -488,29 +280,27 @@ def remember(
     {"thread_id", "memories": [{id, deduped}], "count"}. With async: true it
     returns at once with {"job_id", "status": "queued", "memory_ids"}.
     """
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        return success(
-            services.remember(
-                user_id=caller.user_id,
-                agent_id=caller.agent_id,
-                tier=caller.tier,
-                content=content,
-                messages=[m.model_dump(exclude_none=True) for m in messages] if messages else None,
-                thread_id=thread_id,
-                namespace=namespace,
-                metadata=metadata,
-                priority=priority,
-                expires_at=expires_at,
-                ttl_seconds=ttl_seconds,
-                background=async_,
-                idempotency_key=idempotency_key,
-            )
+    caller = runtime.caller()
+    return success(
+        services.remember(
+            user_id=caller.user_id,
+            agent_id=caller.agent_id,
+            tier=caller.tier,
+            content=content,
+            messages=[m.model_dump(exclude_none=True) for m in messages] if messages else None,
+            thread_id=thread_id,
+            namespace=namespace,
+            metadata=metadata,
+            priority=priority,
+            expires_at=expires_at,
+            ttl_seconds=ttl_seconds,
+            background=async_,
+            idempotency_key=idempotency_key,
         )
+    )
 
-    return _run("remember", call)
 
-
+@tool
 def recall(
     query: Annotated[
         str,
@@ -548,27 +338,25 @@ def recall(
     by score. An empty result means nothing matched well enough: try a
     broader query or a lower threshold.
     """
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        found = services.recall(
-            user_id=caller.user_id,
-            agent_id=caller.agent_id,
-            query=query,
-            namespace=namespace,
-            limit=limit,
-            threshold=threshold,
-            mode=mode,
-            metadata_filter=metadata_filter,
-            priority=priority,
-            created_after=created_after,
-            created_before=created_before,
-        )
-        text = memory_tags(found) if found else "No memories matched this query."
-        return success({"memories": found, "count": len(found)}, text)
-
-    return _run("recall", call)
+    caller = runtime.caller()
+    found = services.recall(
+        user_id=caller.user_id,
+        agent_id=caller.agent_id,
+        query=query,
+        namespace=namespace,
+        limit=limit,
+        threshold=threshold,
+        mode=mode,
+        metadata_filter=metadata_filter,
+        priority=priority,
+        created_after=created_after,
+        created_before=created_before,
+    )
+    text = memory_tags(found) if found else "No memories matched this query."
+    return success({"memories": found, "count": len(found)}, text)
 
 
+@tool
 def list_memories(
     namespace: Namespace = "default",
     limit: Annotated[
@@ -600,23 +388,21 @@ def list_memories(
     [{id, content, namespace, metadata, created_at, updated_at}], "count": n,
     "offset": n}. A page shorter than limit is the last one.
     """
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        page = services.list_memories(
-            user_id=caller.user_id,
-            agent_id=caller.agent_id,
-            namespace=namespace,
-            limit=limit,
-            offset=offset,
-            order=order,
-            priority=priority,
-            thread_id=thread_id,
-        )
-        return success({"memories": page, "count": len(page), "offset": offset})
-
-    return _run("list_memories", call)
+    caller = runtime.caller()
+    page = services.list_memories(
+        user_id=caller.user_id,
+        agent_id=caller.agent_id,
+        namespace=namespace,
+        limit=limit,
+        offset=offset,
+        order=order,
+        priority=priority,
+        thread_id=thread_id,
+    )
+    return success({"memories": page, "count": len(page), "offset": offset})
 
 
+@tool
 def update_memory(
     id: MemoryId,
     content: Annotated[
@@ -641,22 +427,20 @@ def update_memory(
     memory in the same namespace. Each change is kept as a version: see
     memory_history. Returns {"success": true}.
     """
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        return success(
-            services.update_memory(
-                user_id=caller.user_id,
-                agent_id=caller.agent_id,
-                id=id,
-                content=content,
-                metadata=metadata,
-                priority=priority,
-            )
+    caller = runtime.caller()
+    return success(
+        services.update_memory(
+            user_id=caller.user_id,
+            agent_id=caller.agent_id,
+            id=id,
+            content=content,
+            metadata=metadata,
+            priority=priority,
         )
+    )
 
-    return _run("update_memory", call)
 
-
+@tool
 def forget(
     mode: Annotated[
         Literal["by_id", "by_query", "all"],
@@ -718,56 +502,27 @@ def forget(
     is no token. A deleted memory's history is kept for 30 days, unless purge
     is true (on the deleting call or the preview).
     """
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        if mode == "by_id":
-            if id is None:
-                raise ValidationFailed('mode "by_id" needs the id of the memory to delete.')
-            return success(
-                services.forget_by_id(
-                    user_id=caller.user_id, agent_id=caller.agent_id, id=id, purge=purge
-                )
-            )
-        if confirmation_token is not None:
-            return success(
-                services.forget_confirm(
-                    user_id=caller.user_id,
-                    agent_id=caller.agent_id,
-                    confirmation_token=confirmation_token,
-                    purge=purge,
-                )
-            )
-        if mode == "all":
-            return success(
-                services.forget_all_preview(
-                    user_id=caller.user_id,
-                    agent_id=caller.agent_id,
-                    namespace=namespace,
-                    purge=purge,
-                )
-            )
-        if query is None:
-            raise ValidationFailed(
-                'mode "by_query" needs a query (to preview) or a confirmation_token (to delete).'
-            )
-        return success(
-            services.forget_preview(
-                user_id=caller.user_id,
-                agent_id=caller.agent_id,
-                query=query,
-                namespace=namespace,
-                limit=limit,
-                threshold=threshold,
-                metadata_filter=metadata_filter,
-                created_after=created_after,
-                created_before=created_before,
-                purge=purge,
-            )
+    caller = runtime.caller()
+    return success(
+        services.forget(
+            user_id=caller.user_id,
+            agent_id=caller.agent_id,
+            mode=mode,
+            id=id,
+            confirmation_token=confirmation_token,
+            purge=purge,
+            query=query,
+            namespace=namespace,
+            limit=limit,
+            threshold=threshold,
+            metadata_filter=metadata_filter,
+            created_after=created_after,
+            created_before=created_before,
         )
+    )
 
-    return _run("forget", call)
 
-
+@tool
 def memory_history(id: MemoryId) -> Annotated[CallToolResult, HistoryOutput]:
     """Show how a memory changed: every version, oldest first, with who made it.
 
@@ -776,14 +531,12 @@ def memory_history(id: MemoryId) -> Annotated[CallToolResult, HistoryOutput]:
     client and API key that made the change. A deleted memory's history
     stays readable for 30 days after the deletion.
     """
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        versions = services.memory_history(user_id=caller.user_id, agent_id=caller.agent_id, id=id)
-        return success({"id": id, "history": versions, "count": len(versions)})
-
-    return _run("memory_history", call)
+    caller = runtime.caller()
+    versions = services.memory_history(user_id=caller.user_id, agent_id=caller.agent_id, id=id)
+    return success({"id": id, "history": versions, "count": len(versions)})
 
 
+@tool
 def job_status(
     job_id: Annotated[str, Field(max_length=64, description="The job_id remember returned.")],
 ) -> Annotated[CallToolResult, JobOutput]:
@@ -792,38 +545,31 @@ def job_status(
     status is queued, running, done (with memory_ids and, per item, whether
     it was already stored) or failed (with the error code and message).
     """
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        return success(
-            services.job_status(user_id=caller.user_id, agent_id=caller.agent_id, job_id=job_id)
-        )
-
-    return _run("job_status", call)
+    caller = runtime.caller()
+    return success(
+        services.job_status(user_id=caller.user_id, agent_id=caller.agent_id, job_id=job_id)
+    )
 
 
+@tool
 def memory_stats() -> Annotated[CallToolResult, StatsOutput]:
     """Summarise your memory: memories per namespace (with the oldest and newest), history
     rows, your background jobs by status, the query cache's counters, and your own p50/p95
     latency over your latest calls."""
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        return success(
-            services.memory_stats(
-                user_id=caller.user_id, agent_id=caller.agent_id, api_key_id=caller.api_key_id
-            )
+    caller = runtime.caller()
+    return success(
+        services.memory_stats(
+            user_id=caller.user_id, agent_id=caller.agent_id, api_key_id=caller.api_key_id
         )
+    )
 
-    return _run("memory_stats", call)
 
-
+@tool
 def health_check() -> Annotated[CallToolResult, HealthOutput]:
     """Check the server's health: the database, the embedding model, the background
     queue's depth, Redis (null when not configured), the version and uptime. Nothing secret."""
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        return success(services.health())
-
-    return _run("health_check", call)
+    caller = runtime.caller()
+    return success(services.health(user_id=caller.user_id, agent_id=caller.agent_id))
 
 
 TOOLS: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [

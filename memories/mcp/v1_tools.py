@@ -34,10 +34,11 @@ from typing import Annotated, Any, Literal
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from accounts import auth
+from core.errors import RecallError
 from memories import services, validation
-from memories.tools import MetadataFilter, _run, success
-from recall.errors import RecallError
+from memories.mcp import runtime
+from memories.mcp.arguments import NAMESPACE_PATTERN, MetadataFilter, PriorityName
+from memories.mcp.runtime import success
 
 INSTRUCTIONS = """\
 Recall's memory tools: add_memory stores information (async by default),
@@ -63,13 +64,12 @@ UserId = Annotated[
     Field(
         min_length=1,
         max_length=validation.NAMESPACE_MAX,
-        pattern=r"^[A-Za-z0-9_.:/@-]+$",
+        pattern=NAMESPACE_PATTERN,
         description="Whose memories, as a namespace of your own account "
         "(letters, digits and _ - . : / @). Default: default.",
     ),
 ]
 MemoryId = Annotated[str, Field(max_length=64, description="The memory's id.")]
-PriorityName = Literal["critical", "high", "medium", "low"]
 
 
 class Message(BaseModel):
@@ -224,13 +224,14 @@ def failure(error: RecallError) -> CallToolResult:
     )
 
 
-def _run_v1(tool: str, call: Callable[[auth.AuthContext], CallToolResult]) -> CallToolResult:
-    return _run(tool, call, failure)
+# The seed's tools run as every tool does, with the seed's error shape.
+v1_tool = runtime.tool(failure=failure)
 
 
 # The tools --------------------------------------------------------------------------
 
 
+@v1_tool
 def add_memory(
     content: Annotated[
         str | None,
@@ -259,45 +260,43 @@ def add_memory(
     timestamp?}]). With async (the default) it returns at once, with the id
     the memory will have and a job_id.
     """
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        stored = services.remember(
-            user_id=caller.user_id,
-            agent_id=caller.agent_id,
-            tier=caller.tier,
-            content=content,
-            messages=[m.model_dump(exclude_none=True) for m in messages] if messages else None,
-            namespace=user_id,
-            metadata=metadata,
-            priority=priority,
-            background=async_,
-        )
-        if "job_id" in stored:
-            ids = stored["memory_ids"]
-            return success(
-                {
-                    "memory_id": ids[0] if ids else None,
-                    "memory_ids": ids,
-                    "message": "Memory queued for processing",
-                    "cached": False,
-                    "job_id": stored["job_id"],
-                    "status": stored["status"],
-                }
-            )
-        items = stored.get("memories") or [stored]
-        cached = all(item["deduped"] for item in items)
+    caller = runtime.caller()
+    stored = services.remember(
+        user_id=caller.user_id,
+        agent_id=caller.agent_id,
+        tier=caller.tier,
+        content=content,
+        messages=[m.model_dump(exclude_none=True) for m in messages] if messages else None,
+        namespace=user_id,
+        metadata=metadata,
+        priority=priority,
+        background=async_,
+    )
+    if "job_id" in stored:
+        ids = stored["memory_ids"]
         return success(
             {
-                "memory_id": items[0]["id"],
-                "memory_ids": [item["id"] for item in items],
-                "message": "Memory already stored" if cached else "Memory added successfully",
-                "cached": cached,
+                "memory_id": ids[0] if ids else None,
+                "memory_ids": ids,
+                "message": "Memory queued for processing",
+                "cached": False,
+                "job_id": stored["job_id"],
+                "status": stored["status"],
             }
         )
+    items = stored.get("memories") or [{"id": stored["id"], "deduped": stored["deduped"]}]
+    cached = all(item["deduped"] for item in items)
+    return success(
+        {
+            "memory_id": items[0]["id"],
+            "memory_ids": [item["id"] for item in items],
+            "message": "Memory already stored" if cached else "Memory added successfully",
+            "cached": cached,
+        }
+    )
 
-    return _run_v1("add_memory", call)
 
-
+@v1_tool
 def search_memory(
     query: Annotated[
         str, Field(min_length=1, max_length=validation.QUERY_MAX, description="Search query.")
@@ -312,35 +311,33 @@ def search_memory(
     metadata_filter: MetadataFilter = None,
 ) -> Annotated[CallToolResult, SearchOutput]:
     """Find memories using semantic search: the best matches, most relevant first, with scores."""
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        found, source = services.search_memories(
-            user_id=caller.user_id,
-            agent_id=caller.agent_id,
-            query=query,
-            namespace=user_id,
-            limit=limit,
-            threshold=0.0,
-            metadata_filter=metadata_filter,
-            use_cache=prefer_cache,
-        )
-        results = [
-            {
-                "memory": item["content"],
-                "metadata": item["metadata"] or None,
-                "score": item["score"],
-                "id": item["id"],
-                "created_at": item["created_at"],
-                "user_id": item["namespace"],
-                "priority": item["priority"],
-            }
-            for item in found
-        ]
-        return success({"results": results, "source": "model" if source == "model" else "cache"})
-
-    return _run_v1("search_memory", call)
+    caller = runtime.caller()
+    found, source = services.search_memories(
+        user_id=caller.user_id,
+        agent_id=caller.agent_id,
+        query=query,
+        namespace=user_id,
+        limit=limit,
+        threshold=0.0,
+        metadata_filter=metadata_filter,
+        use_cache=prefer_cache,
+    )
+    results = [
+        {
+            "memory": item["content"],
+            "metadata": item["metadata"] or None,
+            "score": item["score"],
+            "id": item["id"],
+            "created_at": item["created_at"],
+            "user_id": item["namespace"],
+            "priority": item["priority"],
+        }
+        for item in found
+    ]
+    return success({"results": results, "source": "model" if source == "model" else "cache"})
 
 
+@v1_tool
 def get_all_memories(
     user_id: UserId = None,
     limit: Annotated[
@@ -351,38 +348,36 @@ def get_all_memories(
     ] = 0,
 ) -> Annotated[CallToolResult, AllOutput]:
     """Retrieve all memories for a user, newest first (100 at a time; page with offset)."""
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        page = services.list_memories(
-            user_id=caller.user_id,
-            agent_id=caller.agent_id,
-            namespace=user_id,
-            limit=limit,
-            offset=offset,
-        )
-        total = services.count_namespace(
-            user_id=caller.user_id, agent_id=caller.agent_id, namespace=user_id
-        )
-        memories = [
-            {
-                "id": item["id"],
-                "memory": item["content"],
-                "hash": item["hash"],
-                "metadata": item["metadata"] or None,
-                "created_at": item["created_at"],
-                "updated_at": item["updated_at"],
-                "user_id": item["namespace"],
-                "priority": item["priority"],
-            }
-            for item in page
-        ]
-        return success(
-            {"memories": memories, "source": "database", "count": len(memories), "total": total}
-        )
-
-    return _run_v1("get_all_memories", call)
+    caller = runtime.caller()
+    page = services.list_memories(
+        user_id=caller.user_id,
+        agent_id=caller.agent_id,
+        namespace=user_id,
+        limit=limit,
+        offset=offset,
+    )
+    total = services.count_namespace(
+        user_id=caller.user_id, agent_id=caller.agent_id, namespace=user_id
+    )
+    memories = [
+        {
+            "id": item["id"],
+            "memory": item["content"],
+            "hash": item["hash"],
+            "metadata": item["metadata"] or None,
+            "created_at": item["created_at"],
+            "updated_at": item["updated_at"],
+            "user_id": item["namespace"],
+            "priority": item["priority"],
+        }
+        for item in page
+    ]
+    return success(
+        {"memories": memories, "source": "database", "count": len(memories), "total": total}
+    )
 
 
+@v1_tool
 def update_memory(
     memory_id: MemoryId,
     content: Annotated[
@@ -391,94 +386,84 @@ def update_memory(
     metadata: Annotated[dict[str, Any] | None, Field(description="New metadata.")] = None,
 ) -> Annotated[CallToolResult, Done]:
     """Modify an existing memory. The previous version stays in its history."""
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        services.update_memory(
-            user_id=caller.user_id,
-            agent_id=caller.agent_id,
-            id=memory_id,
-            content=content,
-            metadata=metadata,
-        )
-        return success({"success": True, "message": "Memory updated successfully"})
-
-    return _run_v1("update_memory", call)
+    caller = runtime.caller()
+    services.update_memory(
+        user_id=caller.user_id,
+        agent_id=caller.agent_id,
+        id=memory_id,
+        content=content,
+        metadata=metadata,
+    )
+    return success({"success": True, "message": "Memory updated successfully"})
 
 
+@v1_tool
 def delete_memory(memory_id: MemoryId) -> Annotated[CallToolResult, Done]:
     """Remove a specific memory. Its history stays readable for the retention period."""
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        services.forget_by_id(user_id=caller.user_id, agent_id=caller.agent_id, id=memory_id)
-        return success({"success": True, "message": "Memory deleted successfully"})
-
-    return _run_v1("delete_memory", call)
+    caller = runtime.caller()
+    services.forget_by_id(user_id=caller.user_id, agent_id=caller.agent_id, id=memory_id)
+    return success({"success": True, "message": "Memory deleted successfully"})
 
 
+@v1_tool
 def delete_all_memories(user_id: UserId = None) -> Annotated[CallToolResult, DeletedAll]:
     """Clear all memories for a user: every memory in that namespace of your account, at once.
 
     Nothing outside the namespace is touched. Unlike /mcp's forget, this
     asks for no confirmation: it is this API's contract.
     """
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        done = services.forget_namespace(
-            user_id=caller.user_id, agent_id=caller.agent_id, namespace=user_id
-        )
-        count = done["deleted_count"]
-        return success({"deleted": count, "message": f"Deleted {count} memories"})
-
-    return _run_v1("delete_all_memories", call)
+    caller = runtime.caller()
+    done = services.forget_namespace(
+        user_id=caller.user_id, agent_id=caller.agent_id, namespace=user_id
+    )
+    count = done["deleted_count"]
+    return success({"deleted": count, "message": f"Deleted {count} memories"})
 
 
+@v1_tool
 def get_memory_history(memory_id: MemoryId) -> Annotated[CallToolResult, HistoryOutput]:
     """View the change history of a memory, oldest first."""
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        versions = services.memory_history(
-            user_id=caller.user_id, agent_id=caller.agent_id, id=memory_id
-        )
-        history = [
-            {
-                "version": v["version"],
-                "content": v["content"],
-                "timestamp": v["timestamp"],
-                "action": v["action"],
-                "metadata": v["metadata"] or None,
-                "client": v["client"],
-                "api_key_id": v["api_key_id"],
-            }
-            for v in versions
-        ]
-        return success({"history": history, "message": f"Retrieved {len(history)} history entries"})
-
-    return _run_v1("get_memory_history", call)
+    caller = runtime.caller()
+    versions = services.memory_history(
+        user_id=caller.user_id, agent_id=caller.agent_id, id=memory_id
+    )
+    history = [
+        {
+            "version": v["version"],
+            "content": v["content"],
+            "timestamp": v["timestamp"],
+            "action": v["action"],
+            "metadata": v["metadata"] or None,
+            "client": v["client"],
+            "api_key_id": v["api_key_id"],
+        }
+        for v in versions
+    ]
+    return success({"history": history, "message": f"Retrieved {len(history)} history entries"})
 
 
+@v1_tool
 def cache_stats() -> Annotated[CallToolResult, CacheStatsOutput]:
     """Get the query cache's performance metrics (this server process's)."""
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        stats = services.cache_stats()
-        pool = services.worker_pool()
-        return success(
-            {
-                "hits": stats["hits"],
-                "misses": stats["misses"],
-                "hit_rate": _percent(stats["hit_rate"]),
-                "size": stats["size"],
-                "max_size": stats["max_size"],
-                "memory_usage": _megabytes(stats["bytes"]),
-                "evictions": stats["evictions"],
-                "avg_response_time": f"{stats['avg_ms'] or 0.0:.1f}ms",
-                "connection_pool": pool,
-            }
-        )
-
-    return _run_v1("cache_stats", call)
+    caller = runtime.caller()
+    stats = services.cache_stats(user_id=caller.user_id, agent_id=caller.agent_id)
+    pool = services.worker_pool()
+    return success(
+        {
+            "hits": stats["hits"],
+            "misses": stats["misses"],
+            "hit_rate": _percent(stats["hit_rate"]),
+            "size": stats["size"],
+            "max_size": stats["max_size"],
+            "memory_usage": _megabytes(stats["bytes"]),
+            "evictions": stats["evictions"],
+            "avg_response_time": f"{stats['avg_ms'] or 0.0:.1f}ms",
+            "connection_pool": pool,
+        }
+    )
 
 
+@v1_tool
 def optimize_cache(
     force_refresh: Annotated[
         bool, Field(description="Empty the cache so every query is embedded afresh.")
@@ -488,51 +473,51 @@ def optimize_cache(
     ] = 1000,
 ) -> Annotated[CallToolResult, OptimizeOutput]:
     """Reorganise the query cache: expire stale entries, keep the most used, share them."""
+    caller = runtime.caller()
+    done = services.optimize_cache(
+        user_id=caller.user_id,
+        agent_id=caller.agent_id,
+        force_refresh=force_refresh,
+        max_entries=max_memories,
+    )
+    return success(
+        {
+            "promoted": done["promoted"],
+            "demoted": done["demoted"],
+            "expired": done["expired"],
+            "refreshed": done["refreshed"],
+            "duration": f"{done['seconds'] * 1000:.0f}ms",
+            "memory_freed": _megabytes(done["bytes_freed"]),
+        }
+    )
 
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        done = services.optimize_cache(force_refresh=force_refresh, max_entries=max_memories)
-        return success(
-            {
-                "promoted": done["promoted"],
-                "demoted": done["demoted"],
-                "expired": done["expired"],
-                "refreshed": done["refreshed"],
-                "duration": f"{done['seconds'] * 1000:.0f}ms",
-                "memory_freed": _megabytes(done["bytes_freed"]),
-            }
-        )
 
-    return _run_v1("optimize_cache", call)
-
-
+@v1_tool
 def health_check() -> Annotated[CallToolResult, HealthOutput]:
     """Check system component status."""
-
-    def call(caller: auth.AuthContext) -> CallToolResult:
-        health = services.health()
-        cache = health["cache"]
-        return success(
-            {
-                "redis": bool(health["redis"]),
-                "mem0": health["database"]["ok"] and health["embedder"]["ok"],
-                "cache": {
-                    "l1_size": cache["size"],
-                    "l2_size": cache["shared_size"],
-                    "hit_rate": _percent(cache["hit_rate"]),
-                },
-                "uptime": _duration(health["uptime_seconds"]),
-                "memory": {
-                    "used": _megabytes(cache["bytes"]),
-                    "rss": _megabytes(health["rss_bytes"]),
-                },
-                "database": health["database"]["ok"],
-                "embedder": health["embedder"]["ok"],
-                "queue_depth": (health["queue"] or {}).get("depth"),
-                "version": health["version"],
-            }
-        )
-
-    return _run_v1("health_check", call)
+    caller = runtime.caller()
+    health = services.health(user_id=caller.user_id, agent_id=caller.agent_id)
+    cache = health["cache"]
+    return success(
+        {
+            "redis": bool(health["redis"]),
+            "mem0": health["database"]["ok"] and health["embedder"]["ok"],
+            "cache": {
+                "l1_size": cache["size"],
+                "l2_size": cache["shared_size"],
+                "hit_rate": _percent(cache["hit_rate"]),
+            },
+            "uptime": _duration(health["uptime_seconds"]),
+            "memory": {
+                "used": _megabytes(cache["bytes"]),
+                "rss": _megabytes(health["rss_bytes"]),
+            },
+            "database": health["database"]["ok"],
+            "embedder": health["embedder"]["ok"],
+            "queue_depth": health["queue"]["depth"] if health["queue"] else None,
+            "version": health["version"],
+        }
+    )
 
 
 def _percent(rate: float | None) -> str:

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 
-from recall.logging import describe_exception
+from core.logging import describe_exception
 
 logger = logging.getLogger("recall.outage")
 

@@ -1,0 +1,181 @@
+"""The cache of authenticated keys, and how its invalidation reaches every process.
+
+See ``accounts/auth.py`` for how fast a change takes effect where.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from django.conf import settings
+
+from accounts import keys
+from accounts.callers import AuthContext
+from core import sharedstate
+
+# The warnings are the authentication's; they keep its logger.
+logger = logging.getLogger("accounts.auth")
+
+VERSION_KEY = "recall:auth:version"
+
+
+class AuthCache:
+    def __init__(self, max_entries: int = 10_000, ttl: float = 300.0) -> None:
+        self.max_entries = max_entries
+        self.ttl = ttl
+        self._entries: OrderedDict[str, tuple[AuthContext, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, digest: str) -> AuthContext | None:
+        with self._lock:
+            entry = self._entries.get(digest)
+            if entry is None:
+                return None
+            context, stored = entry
+            if time.monotonic() - stored > self.ttl:
+                del self._entries[digest]
+                return None
+            self._entries.move_to_end(digest)
+            return context
+
+    def put(self, digest: str, context: AuthContext) -> None:
+        with self._lock:
+            self._entries[digest] = (context, time.monotonic())
+            self._entries.move_to_end(digest)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class _WorkerSync:
+    """Clears the local cache when another worker of this server bumps the shared version."""
+
+    def __init__(self) -> None:
+        self._seen: int | None = None
+
+    def poll(self, cache: AuthCache) -> None:
+        state = sharedstate.get()
+        if state is None:
+            return
+        version = state.auth_version()
+        if version != self._seen:
+            if self._seen is not None:
+                cache.clear()
+            self._seen = version
+
+    def bump(self) -> None:
+        state = sharedstate.get()
+        if state is not None:
+            state.bump_auth_version()
+
+
+class _PeerSync:
+    """Clears the local cache when another process bumps the shared version."""
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._seen: bytes | None = None
+        self._checked = 0.0
+        self._failing = False
+        self._lock = threading.Lock()
+
+    def client(self, url: str) -> Any:
+        if self._client is None:
+            import redis
+
+            self._client = redis.Redis.from_url(
+                url, socket_timeout=0.25, socket_connect_timeout=0.25
+            )
+        return self._client
+
+    def poll(self, cache: AuthCache) -> None:
+        url = settings.REDIS_URL
+        if not url:
+            return
+        now = time.monotonic()
+        if now - self._checked < settings.AUTH_CACHE_SYNC_SECONDS:
+            return
+        with self._lock:
+            if now - self._checked < settings.AUTH_CACHE_SYNC_SECONDS:
+                return
+            self._checked = now
+            try:
+                version = self.client(url).get(VERSION_KEY)
+            except Exception:
+                self._note_failure()
+                return
+            self._failing = False
+            if version != self._seen:
+                if self._seen is not None or len(cache):
+                    cache.clear()
+                self._seen = version
+
+    def bump(self) -> None:
+        url = settings.REDIS_URL
+        if not url:
+            return
+        try:
+            self.client(url).incr(VERSION_KEY)
+        except Exception:
+            self._note_failure()
+
+    def _note_failure(self) -> None:
+        if not self._failing:
+            logger.warning(
+                "auth cache sync unavailable: other instances will see key changes "
+                "within the cache TTL",
+                extra={"ttl_s": settings.AUTH_CACHE_TTL_SECONDS},
+            )
+        self._failing = True
+
+
+_cache: AuthCache | None = None
+_sync = _PeerSync()
+_workers = _WorkerSync()
+
+
+def get_cache() -> AuthCache:
+    global _cache
+    if _cache is None:
+        _cache = AuthCache(ttl=settings.AUTH_CACHE_TTL_SECONDS)
+    return _cache
+
+
+def synced() -> AuthCache:
+    """Return this process's cache, cleared first if another process invalidated keys."""
+    cache = get_cache()
+    _workers.poll(cache)
+    _sync.poll(cache)
+    return cache
+
+
+def cached(raw: str) -> AuthContext | None:
+    """Return the caller for ``raw`` if the cache knows it; never touches the database."""
+    if not keys.is_well_formed(raw):
+        return None
+    return synced().get(keys.digest(raw))
+
+
+def invalidate() -> None:
+    """Forget every cached key here at once, and in other processes within seconds."""
+    get_cache().clear()
+    _workers.bump()
+    _sync.bump()
+
+
+def reset() -> None:
+    """Drop the cache and the Redis client (tests, settings changes)."""
+    global _cache, _sync, _workers
+    _cache = None
+    _sync = _PeerSync()
+    _workers = _WorkerSync()

@@ -1,0 +1,52 @@
+"""Strings from outside, checked before PostgreSQL sees them.
+
+PostgreSQL refuses three kinds of string that JSON and HTTP happily carry: one
+holding a NUL character (``\\u0000``), one that is not valid Unicode (an
+unpaired surrogate such as ``\\ud800``, which cannot be encoded as UTF-8), and,
+in a ``varchar(n)`` column, one longer than n. Each fails the statement
+halfway through a request: a 500, and for a webhook, days of retries.
+``text()`` refuses such a string up front, with a message naming the field and
+never quoting the value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.errors import ValidationFailed
+
+
+def problem(value: str, *, max_length: int | None = None) -> str | None:
+    """Return why PostgreSQL would refuse ``value`` (in a column of ``max_length``), or None."""
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode text"
+    if max_length is not None and len(value) > max_length:
+        return f"must be at most {max_length:,} characters"
+    return None
+
+
+def text(value: str, *, field: str, max_length: int | None = None) -> str:
+    """Return ``value`` if PostgreSQL can store it; else raise ValidationFailed naming ``field``."""
+    why = problem(value, max_length=max_length)
+    if why is not None:
+        raise ValidationFailed(f"{field} {why}.")
+    return value
+
+
+def column_length(model: Any, name: str) -> int:
+    """Return the declared length of a model's ``varchar`` column: one place for each limit."""
+    length = model._meta.get_field(name).max_length
+    if length is None:
+        raise ValueError(f"{model.__name__}.{name} has no maximum length")
+    return int(length)
+
+
+def scrub(value: object, *, max_length: int) -> str:
+    """Return a loggable, storable rendering of an untrusted value: for records of refusals."""
+    text = value if isinstance(value, str) else ""
+    text = text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+    return text[:max_length]

@@ -1,0 +1,63 @@
+"""A usage event: one tool call, or one refused, to meter, show and bill.
+
+The type sits below the apps because more than one makes events: accounts'
+admission builds the event of a call it refuses, the MCP middleware the
+event of every call it runs. Billing owns the recorder that stores them
+(``billing/usage.py``) and installs it when Django starts (its app
+config's ``ready()``), so code below billing hands events over through
+``record()`` without importing billing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Event:
+    user_id: uuid.UUID
+    api_key_id: uuid.UUID | None
+    request_id: str
+    tool_name: str
+    success: bool
+    latency_ms: int
+    tokens_consumed: int = 1
+    error_code: str | None = None
+    agent_id: uuid.UUID | None = None
+    occurred_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    event_id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+class Recorder(Protocol):
+    def record(self, event: Event) -> None: ...
+
+    def touch_key(self, key_id: uuid.UUID) -> None: ...
+
+
+_recorder: Callable[[], Recorder] | None = None
+
+
+def install(recorder: Callable[[], Recorder]) -> None:
+    """Name the function that returns the process's recorder (billing does, at start-up)."""
+    global _recorder
+    _recorder = recorder
+
+
+def recorder() -> Recorder:
+    if _recorder is None:
+        raise RuntimeError("No usage recorder is installed: is the billing app installed?")
+    return _recorder()
+
+
+def record(event: Event) -> None:
+    """Hand an event to the recorder; it never blocks nor fails the caller."""
+    recorder().record(event)
+
+
+def touch_key(key_id: uuid.UUID) -> None:
+    """Note that an API key was used just now (its ``last_used_at``, written in batches)."""
+    recorder().touch_key(key_id)

@@ -1,0 +1,166 @@
+"""The argument types the tool catalogues share, with the limits of memories/validation.py.
+
+The SDK publishes each tool's arguments as JSON Schema from these, and checks
+calls against them before a tool runs; memories/validation.py holds the same
+limits for every other interface.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from memories import validation
+
+# A namespace as JSON Schema states it: validation.NAMESPACE_PATTERN's characters.
+NAMESPACE_PATTERN = f"^[{validation.NAMESPACE_CHARS}]+$"
+
+
+Namespace = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=validation.NAMESPACE_MAX,
+        pattern=NAMESPACE_PATTERN,
+        description=(
+            "Namespace grouping related memories, e.g. 'preferences' or 'project:recall'. "
+            "1-64 letters, digits and _ - . : / @."
+        ),
+    ),
+]
+Metadata = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description=(
+            "Optional JSON object of key/value metadata, e.g. "
+            '{"source": "conversation", "confidence": 0.95}. At most 16 KB as JSON.'
+        ),
+    ),
+]
+FilterValue = str | int | float | bool | None
+MetadataFilter = Annotated[
+    dict[str, FilterValue] | None,
+    Field(
+        max_length=validation.FILTER_MAX_KEYS,
+        description=(
+            "Only return memories whose metadata has all of these key/value pairs (AND). "
+            "At most 8 keys; values must be strings, numbers, booleans or null."
+        ),
+    ),
+]
+Threshold = Annotated[
+    float | None,
+    Field(
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Minimum relevance, 0-1: a memory is kept if its cosine similarity reaches it or "
+            "(hybrid and lexical modes) if its words cover that share of the query's, weighted "
+            "by rarity, so an exact rare name or number is kept. Leave unset for the server's "
+            "default, which suits its embedding model (0.7 for OpenAI models; lower for the "
+            "bundled local model, whose similarities run lower)."
+        ),
+    ),
+]
+SearchMode = Annotated[
+    Literal["hybrid", "semantic", "lexical"] | None,
+    Field(
+        description=(
+            'How to rank: "hybrid" (words and meaning together; the server\'s usual default), '
+            '"semantic" (meaning only, by cosine similarity) or "lexical" (words only, BM25). '
+            "Leave unset for the server's default."
+        ),
+    ),
+]
+CreatedAfter = Annotated[
+    str | None,
+    Field(
+        max_length=64,
+        description=(
+            "Only memories created at or after this moment: ISO 8601, such as "
+            '"2025-03-01" (midnight UTC) or "2025-03-01T09:30:00Z".'
+        ),
+    ),
+]
+CreatedBefore = Annotated[
+    str | None,
+    Field(
+        max_length=64,
+        description="Only memories created before this moment (ISO 8601, as created_after).",
+    ),
+]
+MemoryId = Annotated[
+    str, Field(description="A memory id (UUID) as returned by remember or recall.")
+]
+PriorityName = Literal["critical", "high", "medium", "low"]
+Priority = Annotated[
+    PriorityName | None,
+    Field(
+        description="How much this memory matters: critical, high, medium (the default) or "
+        "low. Among equally relevant results, higher priority comes first."
+    ),
+]
+PriorityFilter = Annotated[
+    PriorityName | list[PriorityName] | None,
+    Field(description="Only memories of this priority, or of any of these priorities."),
+]
+ExpiresAt = Annotated[
+    str | None,
+    Field(
+        max_length=64,
+        description="When to forget this memory, as ISO 8601 (e.g. 2026-12-31T23:59:00Z). "
+        "Expired memories are never returned and are purged soon after.",
+    ),
+]
+TtlSeconds = Annotated[
+    int | None,
+    Field(
+        ge=1,
+        le=validation.TTL_MAX,
+        description="Forget this memory after this many seconds (instead of expires_at).",
+    ),
+]
+Background = Annotated[
+    bool,
+    Field(
+        alias="async",
+        description="Store in the background and return at once with a job_id; "
+        "check it with job_status. Validation and the quota are checked before it returns.",
+    ),
+]
+IdempotencyKey = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=validation.IDEMPOTENCY_KEY_MAX,
+        description="With async: your own key for this request. Retrying with the same key "
+        "returns the first job instead of queuing another.",
+    ),
+]
+ThreadId = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=validation.LABEL_MAX,
+        description="A conversation or session id; messages get a new one if unset.",
+    ),
+]
+
+
+class Message(BaseModel):
+    role: str = Field(
+        min_length=1, max_length=validation.ROLE_MAX, description="user, assistant, system, tool..."
+    )
+    content: str = Field(min_length=1, max_length=validation.CONTENT_MAX)
+    name: str | None = Field(None, max_length=validation.LABEL_MAX, description="Who spoke.")
+    timestamp: str | None = Field(None, max_length=64, description="When, as ISO 8601.")
+
+
+Purge = Annotated[
+    bool,
+    Field(
+        description="Also erase the deleted memories' history now. Without it, history is "
+        "kept for the retention period (30 days by default) so deletions can be reviewed."
+    ),
+]

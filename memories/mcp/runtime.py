@@ -1,0 +1,139 @@
+"""How a tool body runs: one decorator for every tool of every catalogue.
+
+``@tool`` (or ``tool(failure=...)`` for a catalogue with its own error shape)
+wraps a tool function so that each call gets fresh database connection
+state, finds its caller (set by the HTTP gate or the stdio runner, never from
+tool arguments) through ``caller()``, and turns every error into an error
+result: a ``RecallError`` as itself, anything else as ``internal_error`` or
+``unavailable``, logged without its text. The wrapper keeps the function's
+name, docstring and signature, which the SDK publishes as the tool.
+
+Tools are synchronous: the SDK runs them in worker threads, where Django's
+transactions work (async code cannot hold one).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, ParamSpec
+
+from django.db import close_old_connections, connection
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel
+
+from accounts import auth
+from core import errors, outage
+from core.errors import InternalError, RecallError
+from core.logging import describe_exception
+
+# The tools' own logger, as before they shared this runtime.
+logger = logging.getLogger("memories.tools")
+
+Shape = Callable[[RecallError], CallToolResult]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOutput(BaseModel):
+    error: ErrorDetail
+
+
+Arguments = ParamSpec("Arguments")
+
+
+def success(data: Mapping[str, object], text: str | None = None) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=text if text is not None else compact(data))],
+        structured_content=dict(data),
+    )
+
+
+def failure(error: RecallError) -> CallToolResult:
+    """Recall's error result: ``{"error": {"code", "message"}}``, as structured content and text."""
+    payload = errors.body(error.code, error.message)
+    return CallToolResult(
+        content=[TextContent(type="text", text=compact(payload))],
+        structured_content=payload,
+        is_error=True,
+    )
+
+
+def compact(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def caller() -> auth.AuthContext:
+    """Return who this call acts for."""
+    found = auth.current.get()
+    if found is None:  # the gate and the stdio runner always set it
+        raise InternalError("No authenticated caller for this request.")
+    return found
+
+
+def tool(fn: Callable[Arguments, CallToolResult] | None = None, *, failure: Shape = failure) -> Any:
+    """Make ``fn`` a tool body: used bare (``@tool``) or with the catalogue's error shape."""
+
+    def decorate(body: Callable[Arguments, CallToolResult]) -> Callable[Arguments, CallToolResult]:
+        @functools.wraps(body)
+        def run(*args: Arguments.args, **kwargs: Arguments.kwargs) -> CallToolResult:
+            return _run(body.__name__, lambda: body(*args, **kwargs), failure)
+
+        return run
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def arguments_of(
+    other: Callable[..., CallToolResult],
+) -> Callable[[Callable[..., CallToolResult]], Callable[..., CallToolResult]]:
+    """Give a tool ``other``'s arguments, as the SDK reads and publishes them.
+
+    For a tool whose arguments are another's, word for word: the body takes
+    ``**arguments``, and keeps its own name, docstring and result type.
+    """
+
+    def decorate(body: Callable[..., CallToolResult]) -> Callable[..., CallToolResult]:
+        shared = inspect.signature(other, eval_str=True)
+        returns = typing.get_type_hints(body, include_extras=True)["return"]
+        body.__signature__ = shared.replace(return_annotation=returns)  # type: ignore[attr-defined]
+        return body
+
+    return decorate
+
+
+def _run(name: str, call: Callable[[], CallToolResult], shape: Shape) -> CallToolResult:
+    """Run one tool body: fresh DB connection state, errors as results, nothing leaked."""
+    try:
+        _tidy_connections()
+        result = call()
+    except RecallError as error:
+        return shape(error)
+    except Exception as exc:
+        shown = errors.from_exception(exc)
+        if shown.code == errors.Unavailable.code:
+            # Not a bug in this call: logged once per outage, not per call.
+            outage.note("tool calls", exc)
+        else:
+            logger.error("tool failed", extra={"tool": name, **describe_exception(exc)})
+        return shape(shown)
+    else:
+        outage.recovered("tool calls")
+        return result
+    finally:
+        _tidy_connections()
+
+
+def _tidy_connections() -> None:
+    # No request_started/finished signals fire for MCP calls, so expire old
+    # connections here. Never inside an outer transaction (a test's): closing
+    # would end it.
+    if not connection.in_atomic_block:
+        close_old_connections()

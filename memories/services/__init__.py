@@ -1,0 +1,228 @@
+"""Memories: every operation on them, and everything else other code needs of their tables.
+
+Every interface calls these and only these: the MCP tools, the dashboard,
+the admin, management commands, and other apps (the admin's counts, the
+usage page's quota). ``recall/tests/test_architecture.py`` keeps it so.
+One module per concept, layered so that none imports one above it:
+
+* ``quota``: counts, and the tier's memory limit checked before a write;
+* ``storing``: a validated call's memories, written in one transaction;
+* ``queue``: background adds: enqueue, report, take and settle a job;
+* ``remembering``: ``remember``, which stores at once or queues;
+* ``reading``: ``recall`` (the one search of memories/search.py, shaped),
+  listing, namespaces;
+* ``changes``: update, forget (and its confirmations), history;
+* ``sources``: seed 003's add, search, filters and recall;
+* ``transfer``: export and import;
+* ``maintenance``: the periodic clean-up and re-embedding (operator path);
+* ``health``: stats, the query cache, health.
+
+The operations return plain data shaped as the tool specifications describe,
+and raise only ``core.errors.RecallError`` subclasses for anything a caller
+did or could fix. Input is validated in full before anything is written, so
+bad input writes nothing.
+
+Functions that act for a user run inside ``tenancy.tenant(user_id,
+agent_id=...)``: one transaction with row-level security bound to the
+caller, and to its agent when it acts as one (an OAuth connection or an
+agent-scoped key; ``agent_id=None`` is the user-wide view, as ``recall_app``).
+The explicit ``user_id`` filters are for the planner's benefit; isolation
+does not depend on them, nor on any agent filter. The few that act for an
+operator (re-embedding, counts across users, workers and maintenance) say
+"operator path" and run in ``tenancy.operator()``. Embedding happens outside
+transactions so that a slow embedding provider never holds a database
+connection.
+"""
+
+from __future__ import annotations
+
+# The tier's memory limit is accounts' rule; memories' callers find it here too.
+from accounts.tiers import memory_limit
+from memories.services.changes import (
+    erase_history,
+    forget,
+    forget_all_preview,
+    forget_by_id,
+    forget_confirm,
+    forget_namespace,
+    forget_preview,
+    memory_history,
+    recent_changes,
+    update_memory,
+)
+from memories.services.health import (
+    CACHE_CHANNEL,
+    broadcast_cache_clear,
+    cache_stats,
+    clear_broadcast,
+    clear_query_cache,
+    health,
+    memory_stats,
+    optimize_cache,
+    worker_pool,
+)
+from memories.services.maintenance import (
+    _MAINTENANCE_LOCK,
+    CLEAN_UP_BATCH,
+    CleanUp,
+    Reembedding,
+    clean_up,
+    has_stale_embeddings,
+    reembed,
+)
+from memories.services.queue import (
+    CHANNEL,
+    PENDING,
+    enqueue_remember,
+    job_status,
+    queue_depth,
+    run_next_job,
+    waiting,
+    wake,
+)
+from memories.services.quota import (
+    Quota,
+    check_quota,
+    count_memories,
+    memories_per_user,
+    memory_quota,
+)
+from memories.services.reading import (
+    SOURCE_FILTERS,
+    count_namespace,
+    default_threshold,
+    list_memories,
+    list_namespaces,
+    memory_agents,
+    recall,
+    search_memories,
+)
+from memories.services.remembering import (
+    RememberArguments,
+    remember,
+    remembering,
+)
+from memories.services.shapes import (
+    Answer,
+    CacheStats,
+    Forgotten,
+    Health,
+    Listed,
+    Recalled,
+    Remembered,
+    Sourced,
+    Stored,
+    Version,
+)
+from memories.services.sources import (
+    DOCUMENT_MAX,
+    FILTER_VALUES_MAX,
+    LABEL_MAX,
+    PATH_MAX,
+    SOURCES_NAMESPACE,
+    add,
+    add_document,
+    add_note,
+    add_turns,
+    list_source_filters,
+    recall_answer,
+    search_sources,
+    source_filters,
+)
+from memories.services.storing import (
+    Item,
+    Remembering,
+    store,
+)
+from memories.services.transfer import (
+    EXPORT_BATCH,
+    IMPORT_BATCH,
+    Imported,
+    export_memories,
+    import_memories,
+)
+
+__all__ = [
+    "CACHE_CHANNEL",
+    "CHANNEL",
+    "CLEAN_UP_BATCH",
+    "DOCUMENT_MAX",
+    "EXPORT_BATCH",
+    "FILTER_VALUES_MAX",
+    "IMPORT_BATCH",
+    "LABEL_MAX",
+    "PATH_MAX",
+    "PENDING",
+    "SOURCES_NAMESPACE",
+    "SOURCE_FILTERS",
+    "_MAINTENANCE_LOCK",
+    "Answer",
+    "CacheStats",
+    "CleanUp",
+    "Forgotten",
+    "Health",
+    "Imported",
+    "Item",
+    "Listed",
+    "Quota",
+    "Recalled",
+    "Reembedding",
+    "RememberArguments",
+    "Remembered",
+    "Remembering",
+    "Sourced",
+    "Stored",
+    "Version",
+    "add",
+    "add_document",
+    "add_note",
+    "add_turns",
+    "broadcast_cache_clear",
+    "cache_stats",
+    "check_quota",
+    "clean_up",
+    "clear_broadcast",
+    "clear_query_cache",
+    "count_memories",
+    "count_namespace",
+    "default_threshold",
+    "enqueue_remember",
+    "erase_history",
+    "export_memories",
+    "forget",
+    "forget_all_preview",
+    "forget_by_id",
+    "forget_confirm",
+    "forget_namespace",
+    "forget_preview",
+    "has_stale_embeddings",
+    "health",
+    "import_memories",
+    "job_status",
+    "list_memories",
+    "list_namespaces",
+    "list_source_filters",
+    "memories_per_user",
+    "memory_agents",
+    "memory_history",
+    "memory_limit",
+    "memory_quota",
+    "memory_stats",
+    "optimize_cache",
+    "queue_depth",
+    "recall",
+    "recall_answer",
+    "recent_changes",
+    "reembed",
+    "remember",
+    "remembering",
+    "run_next_job",
+    "search_memories",
+    "search_sources",
+    "source_filters",
+    "store",
+    "update_memory",
+    "waiting",
+    "wake",
+    "worker_pool",
+]

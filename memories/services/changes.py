@@ -1,0 +1,477 @@
+"""Changing memories: update, forget (by id, by query, a whole namespace) and history.
+
+Forget by query or namespace takes two calls: a preview that stores a
+confirmation (``forget_confirmations``) and returns its token, and a
+confirmation that deletes exactly what the preview listed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, Unpack
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from core import tenancy
+from core.errors import (
+    ConfirmationExpired,
+    ConfirmationInvalid,
+    Conflict,
+    NotFound,
+    ValidationFailed,
+)
+from core.timestamps import iso
+from memories import embeddings, search, validation
+from memories.embeddings.failures import embed_texts
+from memories.models import (
+    ForgetConfirmation,
+    Memory,
+    MemoryHistory,
+)
+from memories.services.shapes import Change, Deleted, Forgotten, Match, Version
+from memories.services.storing import holder
+
+logger = logging.getLogger("memories.services")
+
+
+def update_memory(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    id: object,
+    content: object = None,
+    metadata: object = None,
+    priority: object = None,
+) -> dict[str, object]:
+    """Replace a memory's content (re-embedding it), its metadata and/or its priority.
+
+    Each change that alters any of them is a new version in the memory's history.
+    """
+    memory_id = validation.memory_id(id)
+    if content is None and metadata is None and priority is None:
+        raise ValidationFailed("Pass content, metadata or priority to update a memory.")
+    text = validation.content(content) if content is not None else None
+    meta = validation.metadata(metadata) if metadata is not None else None
+    level = validation.priority(priority) if priority is not None else None
+
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        current = (
+            Memory.objects.live()
+            .filter(id=memory_id, user_id=user_id)
+            .values(
+                "user_id",
+                "agent_id",
+                "namespace",
+                "thread_id",
+                "position",
+                "task_id",
+                "path",
+                "content_hash",
+            )
+            .first()
+        )
+    if current is None:
+        raise NotFound(f"No memory with id {memory_id}.")
+
+    changes: dict[str, Any] = {}
+    if meta is not None:
+        changes["metadata"] = meta
+    if level is not None:
+        changes["priority"] = level
+    if text is not None:
+        digest = validation.content_hash(text)
+        if digest != current["content_hash"]:
+            embedder = embeddings.get_embedder()
+            changes.update(
+                content=text,
+                content_hash=digest,
+                embedding=embed_texts(embedder, [text])[0],
+                embedding_model=embedder.model_id,
+            )
+    if not changes:
+        return {"success": True}
+
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        try:
+            with transaction.atomic():
+                updated = (
+                    Memory.objects.live().filter(id=memory_id, user_id=user_id).update(**changes)
+                )
+        except IntegrityError:
+            other = holder(current, changes["content_hash"])
+            raise Conflict(
+                f"Another memory in namespace '{current['namespace']}' already has this "
+                f"content (id {other}). Update or forget that one instead.",
+                conflicting_id=str(other),
+            ) from None
+    if not updated:
+        raise NotFound(f"No memory with id {memory_id}.")
+    return {"success": True}
+
+
+def forget(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    mode: str,
+    id: object = None,
+    confirmation_token: object = None,
+    purge: object = False,
+    **arguments: Unpack[search.QueryArguments],
+) -> Forgotten:
+    """Forget, as the ``forget`` tool's modes say: one memory, or two steps for more.
+
+    ``by_id`` deletes the memory ``id`` at once. ``by_query`` and ``all``
+    never delete on the first call: it previews (the search ``arguments``
+    name what, ``all`` its namespace) and returns a token; the same mode
+    with that ``confirmation_token`` deletes exactly what was previewed.
+    """
+    if mode == "by_id":
+        if id is None:
+            raise ValidationFailed('mode "by_id" needs the id of the memory to delete.')
+        return forget_by_id(user_id=user_id, agent_id=agent_id, id=id, purge=purge)
+    if confirmation_token is not None:
+        return forget_confirm(
+            user_id=user_id,
+            agent_id=agent_id,
+            confirmation_token=confirmation_token,
+            purge=purge,
+        )
+    if mode == "all":
+        return forget_all_preview(
+            user_id=user_id, agent_id=agent_id, namespace=arguments.get("namespace"), purge=purge
+        )
+    if arguments.get("query") is None:
+        raise ValidationFailed(
+            'mode "by_query" needs a query (to preview) or a confirmation_token (to delete).'
+        )
+    return forget_preview(user_id=user_id, agent_id=agent_id, purge=purge, **arguments)
+
+
+def forget_by_id(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    id: object,
+    purge: object = False,
+) -> Forgotten:
+    """Delete one memory. Its history stays for HISTORY_RETENTION_DAYS, unless ``purge``."""
+    memory_id = validation.memory_id(id)
+    wipe = validation.flag(purge, field="purge")
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        deleted, _ = Memory.objects.filter(id=memory_id, user_id=user_id).delete()
+        if deleted and wipe:
+            _purge_history([memory_id])
+    if not deleted:
+        raise NotFound(f"No memory with id {memory_id}.")
+    return {"success": True, "purged": True} if wipe else {"success": True}
+
+
+def forget_preview(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    purge: object = False,
+    **arguments: Unpack[search.QueryArguments],
+) -> Forgotten:
+    """Find what a query would delete and return a token that deletes exactly that.
+
+    The matches are what recall would return for the same arguments, in the
+    server's search mode. Nothing is deleted here. With no matches there is
+    nothing to confirm, so no token is issued. ``purge`` makes the
+    confirmation remove the deleted memories' history too.
+    """
+    args = search.SearchArgs.parse(**arguments)
+    wipe = validation.flag(purge, field="purge")
+    token = secrets.token_urlsafe(32)
+    expires_at = timezone.now() + timedelta(seconds=settings.FORGET_TOKEN_TTL_SECONDS)
+
+    def confirm(found: list[search.Found]) -> None:
+        ForgetConfirmation.objects.filter(user_id=user_id, expires_at__lt=timezone.now()).delete()
+        if found:
+            ForgetConfirmation.objects.create(
+                token_hash=_token_hash(token),
+                user_id=user_id,
+                agent_id=agent_id,
+                memory_ids=[hit.memory.id for hit in found],
+                purge=wipe,
+                expires_at=expires_at,
+            )
+
+    found = search.search(user_id=user_id, agent_id=agent_id, args=args, within=confirm).found
+    matches: list[Match] = [
+        {
+            "id": str(hit.memory.id),
+            "content": hit.memory.content,
+            "similarity": hit.similarity,
+            "score": hit.score,
+        }
+        for hit in found
+    ]
+    return {
+        "preview": True,
+        "matches": matches,
+        "total_matches": len(matches),
+        "confirmation_token": token if found else None,
+        "expires_at": iso(expires_at) if found else None,
+    }
+
+
+def forget_all_preview(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    namespace: object,
+    purge: object = False,
+) -> Forgotten:
+    """Count a namespace's memories and return a token that deletes them, and only them.
+
+    The namespace must be named: there is no default for deleting everything.
+    Confirming deletes the memories the namespace held at this preview;
+    memories stored after it are kept.
+    """
+    if namespace is None:
+        raise ValidationFailed('mode "all" needs the namespace to empty; it has no default.')
+    ns = validation.namespace(namespace)
+    wipe = validation.flag(purge, field="purge")
+    token = secrets.token_urlsafe(32)
+    expires_at = timezone.now() + timedelta(seconds=settings.FORGET_TOKEN_TTL_SECONDS)
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        cutoff = _now()
+        total = Memory.objects.live().filter(user_id=user_id, namespace=ns).count()
+        ForgetConfirmation.objects.filter(user_id=user_id, expires_at__lt=timezone.now()).delete()
+        if total:
+            ForgetConfirmation.objects.create(
+                token_hash=_token_hash(token),
+                user_id=user_id,
+                agent_id=agent_id,
+                memory_ids=[],
+                namespace=ns,
+                cutoff=cutoff,
+                purge=wipe,
+                expires_at=expires_at,
+            )
+    return {
+        "preview": True,
+        "namespace": ns,
+        "total_matches": total,
+        "confirmation_token": token if total else None,
+        "expires_at": iso(expires_at) if total else None,
+    }
+
+
+def forget_confirm(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    confirmation_token: object,
+    purge: object = False,
+) -> Forgotten:
+    """Delete exactly what a preview listed. The token works once, for 5 minutes.
+
+    A token that is unknown, already used or another user's is the same
+    ``confirmation_invalid``: row-level security hides other users' tokens.
+    History is purged if the preview or this call asks for it.
+    """
+    if not isinstance(confirmation_token, str) or not 0 < len(confirmation_token) <= 256:
+        raise ValidationFailed("confirmation_token must be the token a preview returned.")
+    wipe = validation.flag(purge, field="purge")
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        # Deleting the confirmation first claims it: of two concurrent
+        # confirmations, the second finds nothing.
+        with connection.cursor() as cursor:
+            # The user as well as the policy: a distributed database routes
+            # on the statement's own user_id (docs/scale-out.md).
+            cursor.execute(
+                "DELETE FROM forget_confirmations WHERE token_hash = %s AND user_id = %s"
+                " RETURNING memory_ids, namespace, cutoff, purge,"
+                " expires_at <= statement_timestamp()",
+                [_token_hash(confirmation_token), str(user_id)],
+            )
+            claimed = cursor.fetchone()
+        if claimed is None:
+            raise ConfirmationInvalid(
+                "This confirmation token is not valid: it may have been used already. "
+                "Run the forget preview again to get a new one."
+            )
+        memory_ids, namespace, cutoff, preview_purge, expired = claimed
+        deleted = 0
+        if not expired:
+            if namespace is not None:
+                deleted = _delete_namespace(user_id, namespace, cutoff, wipe or preview_purge)
+            else:
+                deleted = _delete_ids(user_id, memory_ids, wipe or preview_purge)
+    if expired:
+        raise ConfirmationExpired(
+            "This confirmation token has expired. Run the preview again to get a new one."
+        )
+    done: Forgotten = {"success": True, "deleted_count": deleted}
+    if wipe or preview_purge:
+        done["purged"] = True
+    return done
+
+
+def forget_namespace(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    namespace: object = "default",
+    purge: object = False,
+) -> Deleted:
+    """Delete every memory in one namespace of one user, in one call.
+
+    Only seed 001's ``delete_all_memories`` uses this, because that tool's
+    contract is one call; ``forget(mode="all")`` previews and confirms.
+    """
+    ns = validation.namespace(namespace)
+    wipe = validation.flag(purge, field="purge")
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        deleted = _delete_namespace(user_id, ns, None, wipe)
+    return {"deleted_count": deleted, "namespace": ns, "purged": wipe}
+
+
+def _delete_ids(user_id: uuid.UUID | str, memory_ids: list[uuid.UUID], purge: bool) -> int:
+    # RETURNING rather than Django's delete(), to purge exactly what went.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM memories WHERE user_id = %s AND id = ANY(%s) RETURNING id",
+            [str(user_id), list(memory_ids)],
+        )
+        gone = [row[0] for row in cursor.fetchall()]
+    if purge and gone:
+        _purge_history(gone)
+    return len(gone)
+
+
+def _delete_namespace(
+    user_id: uuid.UUID | str, namespace: str, cutoff: datetime | None, purge: bool
+) -> int:
+    """Delete one user's memories in one namespace (created up to ``cutoff``)."""
+    # Both conditions are spelled out here, and row-level security adds the
+    # user's own on top: nothing outside this user and namespace can match.
+    sql = "DELETE FROM memories WHERE user_id = %s AND namespace = %s"
+    params: list[Any] = [str(user_id), namespace]
+    if cutoff is not None:
+        sql += " AND created_at <= %s"
+        params.append(cutoff)
+    with connection.cursor() as cursor:
+        cursor.execute(sql + " RETURNING id", params)
+        gone = [row[0] for row in cursor.fetchall()]
+    if purge and gone:
+        _purge_history(gone)
+    return len(gone)
+
+
+def _purge_history(memory_ids: list[uuid.UUID]) -> int:
+    """Remove the history of memories deleted in this transaction (tenant path)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT recall_purge_history(%s::uuid[])", [list(memory_ids)])
+        (purged,) = cursor.fetchone()
+    return int(purged)
+
+
+def _now() -> datetime:
+    """Return the transaction's own clock, the one created_at and expiry use."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        (moment,) = cursor.fetchone()
+    return moment
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def memory_history(
+    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, id: object
+) -> list[Version]:
+    """Return every recorded version of a memory, oldest first.
+
+    A deleted memory's history stays readable until the retention purge (or
+    ``forget(purge=true)``) removes it; its last version is the deletion. An
+    agent reads only its own memories' history, as it reads only its own
+    memories (row-level security).
+    """
+    memory_id = validation.memory_id(id)
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        rows = list(
+            MemoryHistory.objects.filter(user_id=user_id, memory_id=memory_id)
+            .order_by("version")
+            .values(
+                "version",
+                "action",
+                "namespace",
+                "content",
+                "metadata",
+                "priority",
+                "expires_at",
+                "client",
+                "api_key_id",
+                "recorded_at",
+            )
+        )
+    if not rows:
+        raise NotFound(f"No memory with id {memory_id}, and no history of one.")
+    return [_version(row) for row in rows]
+
+
+def _version(row: Mapping[str, Any]) -> Version:
+    return {
+        "version": row["version"],
+        "action": row["action"],
+        "content": row["content"],
+        "metadata": row["metadata"],
+        "namespace": row["namespace"],
+        "priority": row["priority"],
+        "expires_at": iso(row["expires_at"]) if row["expires_at"] else None,
+        "timestamp": iso(row["recorded_at"]),
+        "client": row["client"],
+        "api_key_id": str(row["api_key_id"]) if row["api_key_id"] else None,
+    }
+
+
+def erase_history(*, user_id: uuid.UUID | str, id: object) -> int:
+    """Erase a deleted memory's history now, rather than at the end of its retention.
+
+    A live memory's history cannot be erased (delete it with purge instead).
+    """
+    memory_id = validation.memory_id(id)
+    with tenancy.tenant(user_id):
+        if Memory.objects.filter(id=memory_id, user_id=user_id).exists():
+            raise Conflict(
+                "This memory still exists; forget it with purge to erase it and its history."
+            )
+        erased = _purge_history([memory_id])
+    if not erased:
+        raise NotFound(f"No history of a memory with id {memory_id}.")
+    return erased
+
+
+def recent_changes(*, user_id: uuid.UUID | str, limit: int = 50) -> list[Change]:
+    """Return the user's latest changes to any memory, newest first (the dashboard's feed)."""
+    with tenancy.tenant(user_id):
+        rows = list(
+            MemoryHistory.objects.filter(user_id=user_id)
+            .order_by("-recorded_at", "-id")
+            .values(
+                "memory_id",
+                "version",
+                "action",
+                "namespace",
+                "content",
+                "metadata",
+                "priority",
+                "expires_at",
+                "client",
+                "api_key_id",
+                "recorded_at",
+            )[:limit]
+        )
+    return [{"memory_id": str(row["memory_id"]), **_version(row)} for row in rows]

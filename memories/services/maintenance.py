@@ -1,0 +1,193 @@
+"""Maintenance across users (operator path): the periodic clean-up and re-embedding."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from core import context, tenancy
+from memories import embeddings, indexes
+from memories.models import (
+    Memory,
+)
+
+logger = logging.getLogger("memories.services")
+
+
+@dataclass(frozen=True)
+class CleanUp:
+    expired_memories: int = 0
+    history_rows: int = 0
+    finished_jobs: int = 0
+    confirmations: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "expired_memories": self.expired_memories,
+            "history_rows": self.history_rows,
+            "finished_jobs": self.finished_jobs,
+            "confirmations": self.confirmations,
+        }
+
+
+_MAINTENANCE_LOCK = 0x7265_6361_6D61
+
+
+CLEAN_UP_BATCH = 1000
+
+
+def clean_up(*, now: datetime | None = None) -> CleanUp | None:
+    """Purge what has outlived its time, across users (operator path).
+
+    * Expired memories are deleted, as any delete: each leaves a "deleted"
+      version (by "maintenance") that the history retention then ages out.
+    * History of memories deleted more than ``HISTORY_RETENTION_DAYS`` ago.
+    * Jobs finished more than ``JOB_RETENTION_DAYS`` ago.
+    * Forget confirmations past their expiry.
+
+    Returns None, doing nothing, while another process is cleaning up.
+    Works in batches, each its own transaction, so a big purge never holds
+    long locks.
+    """
+    moment = now or timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_MAINTENANCE_LOCK])
+        (locked,) = cursor.fetchone()
+    if not locked:
+        return None
+    try:
+        with context.acting_as("maintenance"):
+            expired = _in_batches(
+                "DELETE FROM memories WHERE id IN (SELECT id FROM memories"
+                " WHERE expires_at <= %s LIMIT %s)",
+                [moment],
+            )
+            horizon = moment - timedelta(days=settings.HISTORY_RETENTION_DAYS)
+            history = _in_batches(
+                "DELETE FROM memory_history WHERE memory_id IN ("
+                " SELECT h.memory_id FROM memory_history h"
+                " WHERE h.action = 'deleted' AND h.recorded_at < %s"
+                " AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = h.memory_id)"
+                " LIMIT %s)",
+                [horizon],
+            )
+            finished = _in_batches(
+                "DELETE FROM memory_jobs WHERE id IN (SELECT id FROM memory_jobs"
+                " WHERE finished_at < %s LIMIT %s)",
+                [moment - timedelta(days=settings.JOB_RETENTION_DAYS)],
+            )
+            confirmations = _in_batches(
+                "DELETE FROM forget_confirmations WHERE token_hash IN ("
+                " SELECT token_hash FROM forget_confirmations WHERE expires_at < %s LIMIT %s)",
+                [moment],
+            )
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [_MAINTENANCE_LOCK])
+    return CleanUp(expired, history, finished, confirmations)
+
+
+def _in_batches(sql: str, params: list[Any]) -> int:
+    total = 0
+    while True:
+        with tenancy.operator(), connection.cursor() as cursor:
+            cursor.execute(sql, [*params, CLEAN_UP_BATCH])
+            done = cursor.rowcount
+        total += done
+        if done < CLEAN_UP_BATCH:
+            return total
+
+
+def has_stale_embeddings(*, model_id: str) -> bool:
+    """Say whether any memory was embedded by a model other than ``model_id`` (operator path)."""
+    with tenancy.operator():
+        return Memory.objects.exclude(embedding_model=model_id).exists()
+
+
+@dataclass(frozen=True)
+class Reembedding:
+    model: str
+    total: int  # memories embedded by another model when it started
+    done: int = 0
+    # Memories whose content changed meanwhile: their update already embedded
+    # them with the current model.
+    skipped: int = 0
+    dropped: tuple[str, ...] = ()  # models whose HNSW index was dropped
+    seconds: float = 0.0
+
+
+def reembed(
+    *,
+    batch_size: int = 64,
+    dry_run: bool = False,
+    drop_old_indexes: bool = False,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> Reembedding:
+    """Re-embed every memory whose vector came from another model (operator path).
+
+    Builds the configured model's HNSW index first. ``progress`` is called
+    after each batch with the memories seen so far, the total and the seconds
+    elapsed. With ``drop_old_indexes``, afterwards drops the HNSW indexes of
+    models no memory uses any more.
+    """
+    embedder = embeddings.get_embedder()
+    embedder.load()
+    model = embedder.model_id
+    # DDL runs as the connecting (owner) role, not on the operator path.
+    indexes.ensure_vector_index(model, embedder.dimensions)
+    with tenancy.operator():
+        total = Memory.objects.exclude(embedding_model=model).count()
+    if dry_run or total == 0:
+        return Reembedding(model=model, total=total)
+
+    done = skipped = 0
+    last_id = None
+    started = time.monotonic()
+    while True:
+        with tenancy.operator():
+            batch = Memory.objects.exclude(embedding_model=model).order_by("id")
+            if last_id is not None:
+                batch = batch.filter(id__gt=last_id)
+            rows = list(batch.values("id", "content", "content_hash")[:batch_size])
+        if not rows:
+            break
+        vectors = embedder.embed([row["content"] for row in rows])
+        with tenancy.operator():
+            for row, vector in zip(rows, vectors, strict=True):
+                # The hash guard skips a memory whose content changed meanwhile;
+                # its update already embedded it with the current model.
+                changed = (
+                    Memory.objects.filter(id=row["id"], content_hash=row["content_hash"])
+                    .exclude(embedding_model=model)
+                    .update(embedding=vector, embedding_model=model)
+                )
+                done += changed
+                skipped += 1 - changed
+        last_id = rows[-1]["id"]
+        if progress is not None:
+            progress(done + skipped, total, time.monotonic() - started)
+
+    dropped: list[str] = []
+    if drop_old_indexes:
+        with tenancy.operator():
+            in_use = set(Memory.objects.values_list("embedding_model", flat=True).distinct())
+        for old in indexes.existing_models():
+            if old not in in_use and old != model:
+                indexes.drop_vector_index(old)
+                dropped.append(old)
+    return Reembedding(
+        model=model,
+        total=total,
+        done=done,
+        skipped=skipped,
+        dropped=tuple(dropped),
+        seconds=time.monotonic() - started,
+    )

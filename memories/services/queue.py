@@ -1,0 +1,248 @@
+"""The queue of background adds: enqueue, report, take and settle a job.
+
+The queue is the ``memory_jobs`` table. ``enqueue_remember`` writes a job and
+wakes the workers (``wake()`` in this process, ``NOTIFY`` on ``CHANNEL`` in
+every other); ``run_next_job`` takes one with ``FOR UPDATE SKIP LOCKED`` and
+stores it through ``storing.store``, which settles the job in the same
+transaction. ``memories/jobs.py`` runs the workers that call it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from core import context, errors, tenancy
+from core.errors import (
+    Conflict,
+    EmbeddingUnavailable,
+    InternalError,
+    NotFound,
+    RecallError,
+    ValidationFailed,
+)
+from core.logging import describe_exception
+from core.timestamps import iso
+from memories import validation
+from memories.models import (
+    Job,
+    JobStatus,
+    Taken,
+)
+from memories.services.quota import check_quota
+from memories.services.shapes import Queued, QueueDepth, Stored
+from memories.services.storing import Remembering, store, written_by
+
+logger = logging.getLogger("memories.services")
+
+
+PENDING = (JobStatus.QUEUED, JobStatus.RUNNING)
+# Every process's workers LISTEN here (memories/jobs.py): an enqueue NOTIFYs it.
+CHANNEL = "recall_jobs"
+
+# Set by enqueues in this process, so in-process workers start at once.
+waiting = threading.Event()
+
+
+def wake() -> None:
+    """Tell this process's workers that a job is waiting."""
+    waiting.set()
+
+
+def enqueue_remember(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    tier: str,
+    call: Remembering,
+    idempotency_key: object = None,
+) -> Queued:
+    """Queue a validated remember call for a worker and return at once.
+
+    The quota is checked now, counting adds already queued, so a caller over
+    it hears so at once. The ids the new memories will get are chosen now and
+    returned; a memory that turns out to be stored already keeps its own id,
+    which ``job_status`` reports. The same ``idempotency_key`` returns the
+    first job, whatever became of it; with another request it is a conflict.
+    """
+    key = validation.idempotency_key(idempotency_key)
+    fingerprint = call.fingerprint
+    who = context.actor.get()
+    job_id = uuid.uuid4()
+    ids = [uuid.uuid4() for _ in call.items]
+    # The tier travels with the job: the quota was judged by it here.
+    payload = {**call.as_payload(), "ids": [str(i) for i in ids], "tier": tier}
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        if key is not None:
+            first = _job_by_key(user_id, agent_id, key)
+            if first is not None:
+                return _replay(first, fingerprint)
+        check_quota(user_id, tier, adding=len(call.items), pending=True)
+        with connection.cursor() as cursor:
+            # One statement: the job, and a wake-up for every process's workers
+            # (delivered when the transaction commits).
+            cursor.execute(
+                "WITH job AS ("
+                " INSERT INTO memory_jobs (id, user_id, agent_id, kind, status, idempotency_key,"
+                " request_hash, payload, items, attempts, client, api_key_id, error_message)"
+                " VALUES (%s, %s, %s, 'remember', 'queued', %s, %s, %s::jsonb, %s, 0, %s, %s, '')"
+                " ON CONFLICT (user_id, agent_id, idempotency_key)"
+                " WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id)"
+                " SELECT id, pg_notify(%s, '') FROM job",
+                [
+                    job_id,
+                    str(user_id),
+                    str(agent_id) if agent_id else None,
+                    key,
+                    fingerprint,
+                    json.dumps(payload),
+                    len(call.items),
+                    who.client if who else "",
+                    who.api_key_id if who else None,
+                    CHANNEL,
+                ],
+            )
+            inserted = cursor.fetchone()
+        if inserted is None:  # a concurrent retry with the same key got there first
+            first = _job_by_key(user_id, agent_id, key or "")
+            if first is None:
+                raise InternalError("The queued job could not be found. Try again.")
+            return _replay(first, fingerprint)
+    wake()
+    return {
+        "job_id": str(job_id),
+        "status": JobStatus.QUEUED.value,
+        "memory_ids": [str(i) for i in ids],
+    }
+
+
+def _job_by_key(user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, key: str) -> Job | None:
+    return Job.objects.filter(written_by(agent_id), user_id=user_id, idempotency_key=key).first()
+
+
+def _replay(job: Job, fingerprint: str) -> Queued:
+    if job.request_hash != fingerprint:
+        raise Conflict(
+            "This idempotency_key was already used for a different request. "
+            "Use a new key for a new request.",
+            job_id=str(job.id),
+        )
+    return {"job_id": str(job.id), "status": job.status, "memory_ids": _announced(job)}
+
+
+def _announced(job: Job) -> list[str]:
+    if job.result:
+        return [item["id"] for item in job.result.get("memories", [])]
+    return list((job.payload or {}).get("ids", []))
+
+
+def job_status(
+    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, job_id: object
+) -> dict[str, object]:
+    """Report a background add: queued, running, done (with ids) or failed (with the code)."""
+    try:
+        wanted = uuid.UUID(job_id) if isinstance(job_id, str) else None
+    except ValueError:
+        wanted = None
+    if wanted is None:
+        raise ValidationFailed("job_id must be the job id remember returned (a UUID string).")
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        job = Job.objects.filter(user_id=user_id, id=wanted).first()
+    if job is None:
+        raise NotFound(f"No job with id {wanted}.")
+    report: dict[str, object] = {
+        "job_id": str(job.id),
+        "status": job.status,
+        "created_at": iso(job.created_at),
+        "attempts": job.attempts,
+    }
+    if job.started_at:
+        report["started_at"] = iso(job.started_at)
+    if job.finished_at:
+        report["finished_at"] = iso(job.finished_at)
+    if job.status == JobStatus.DONE and job.result:
+        report.update(job.result)
+    elif job.status == JobStatus.FAILED:
+        report["error"] = {"code": job.error_code, "message": job.error_message}
+    else:
+        report["memory_ids"] = _announced(job)
+    return report
+
+
+def run_next_job() -> bool:
+    """Take the next due job, run it, and settle it. Return False when none is due.
+
+    Taking a job is one statement on the operator path (workers serve every
+    tenant): the oldest due job, or a running one whose worker's lease ran
+    out, locked with SKIP LOCKED so concurrent workers each take another.
+    The job then runs as its owner (and agent), through ``store``, which settles it in
+    the same transaction that writes the memories. A job that fails for a
+    reason a retry cannot fix fails at once; one that hits a passing problem
+    (the embedder, the database) is retried with back-off, up to
+    ``JOB_MAX_ATTEMPTS`` times.
+    """
+    with context.acting_as("worker"), tenancy.operator():
+        taken = Job.objects.take_next(settings.JOB_LEASE_SECONDS)
+    if taken is None:
+        return False
+    with context.acting_as(taken.client or "worker", taken.api_key_id):
+        _run_job(taken)
+    return True
+
+
+def _run_job(job: Taken) -> None:
+    def settle(results: list[Stored]) -> None:
+        Job.objects.settle(job.id, job.user_id, list(results))
+
+    try:
+        call = Remembering.from_payload(job.payload)
+        ids = [uuid.UUID(i) for i in job.payload.get("ids", [])] or None
+        store(
+            user_id=job.user_id,
+            agent_id=job.agent_id,
+            tier=job.payload["tier"],
+            call=call,
+            ids=ids,
+            finish=settle,
+        )
+    except (EmbeddingUnavailable, InternalError) as error:
+        _retry_or_fail(job, error)
+    except RecallError as error:
+        _fail(job, error)
+    except Exception as exc:
+        if errors.from_exception(exc).code == errors.Unavailable.code:
+            # The database is away: the worker backs off, and the job, still
+            # running under its lease, is taken again when that runs out.
+            raise
+        logger.error("job failed", extra={"job_id": str(job.id), **describe_exception(exc)})
+        _retry_or_fail(job, InternalError("Storing this memory failed on our side."))
+
+
+def _retry_or_fail(job: Taken, error: RecallError) -> None:
+    if job.attempts >= settings.JOB_MAX_ATTEMPTS:
+        _fail(job, error)
+        return
+    with tenancy.operator():
+        Job.objects.retry_later(job.id, settings.JOB_POLL_SECONDS * 2**job.attempts)
+
+
+def _fail(job: Taken, error: RecallError) -> None:
+    # The payload goes: a failed job keeps its outcome, never the content.
+    with tenancy.operator():
+        Job.objects.fail(job.id, error.code, error.message)
+
+
+def queue_depth() -> QueueDepth:
+    """Return how many jobs wait and how long the oldest has waited (operator path)."""
+    with tenancy.operator():
+        waiting = Job.objects.filter(status__in=PENDING)
+        depth = waiting.count()
+        oldest = waiting.order_by("created_at").values_list("created_at", flat=True).first()
+    age = (timezone.now() - oldest).total_seconds() if oldest else 0.0
+    return {"depth": depth, "oldest_seconds": round(age, 1)}

@@ -1,0 +1,173 @@
+"""Reading memories: recall (the one search, shaped), listing, namespaces and counts."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from typing import Any, Unpack
+
+from django.db.models import Count
+
+from core import tenancy
+from core.timestamps import iso
+from memories import search, validation
+from memories.models import (
+    Memory,
+)
+from memories.services.shapes import Listed, NamespaceCount, Recalled
+
+logger = logging.getLogger("memories.services")
+
+
+def recall(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    **arguments: Unpack[search.SearchArguments],
+) -> list[Recalled]:
+    """Return the namespace's memories that best match ``query``, best first.
+
+    How they are ranked, filtered and cut by the threshold, and how priority
+    breaks ties, is memories/search.py's.
+    """
+    found, _ = search_memories(user_id=user_id, agent_id=agent_id, **arguments)
+    return found
+
+
+def search_memories(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    **arguments: Unpack[search.SearchArguments],
+) -> tuple[list[Recalled], str]:
+    """``recall``, also saying where the query's vector came from (cache or model).
+
+    ``use_cache=False`` embeds the query afresh whatever the cache holds.
+    """
+    args = search.SearchArgs.parse(**arguments)
+    searched = search.search(user_id=user_id, agent_id=agent_id, args=args)
+    return [_found(hit) for hit in searched.found], searched.vector_source
+
+
+def _found(hit: search.Found) -> Recalled:
+    memory = hit.memory
+    return {
+        "id": str(memory.id),
+        "content": memory.content,
+        "similarity": hit.similarity,
+        "score": hit.score,
+        "metadata": memory.metadata,
+        "namespace": memory.namespace,
+        "priority": memory.priority,
+        "created_at": iso(memory.created_at),
+        "expires_at": iso(memory.expires_at) if memory.expires_at else None,
+    }
+
+
+default_threshold = search.default_threshold
+
+
+SOURCE_FILTERS = search.SOURCE_FILTERS
+
+
+def list_memories(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    namespace: object = "default",
+    limit: object = 20,
+    offset: object = 0,
+    order: object = "created_at",
+    priority: object = None,
+    thread_id: object = None,
+) -> list[Listed]:
+    """Return a page of the namespace's memories, newest first by ``order``.
+
+    With ``thread_id``, only that conversation's messages, in the order they
+    were said (``order`` does not apply): read back in full, they are the
+    conversation.
+    """
+    ns = validation.namespace(namespace)
+    count = validation.integer(
+        limit, field="limit", low=1, high=validation.LIST_LIMIT_MAX, default=20
+    )
+    skip = validation.integer(offset, field="offset", low=0, high=validation.OFFSET_MAX, default=0)
+    column = validation.order(order)
+    levels = validation.priorities(priority)
+    thread = validation.label(thread_id, field="thread_id")
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        rows = Memory.objects.live().filter(user_id=user_id, namespace=ns)
+        if levels:
+            rows = rows.filter(priority__in=levels)
+        if thread is not None:
+            rows = rows.filter(thread_id=thread).order_by("position", "created_at", "id")
+        else:
+            rows = rows.order_by(f"-{column}", "-id")
+        page = list(rows.values(*_LISTED)[skip : skip + count])
+    return [_listed(row) for row in page]
+
+
+_LISTED = (
+    "id",
+    "content",
+    "namespace",
+    "thread_id",
+    "position",
+    "metadata",
+    "priority",
+    "content_hash",
+    "version",
+    "created_at",
+    "updated_at",
+    "expires_at",
+)
+
+
+def _listed(row: dict[str, Any]) -> Listed:
+    return {
+        "id": str(row["id"]),
+        "content": row["content"],
+        "namespace": row["namespace"],
+        "thread_id": row["thread_id"],
+        "position": row["position"],
+        "metadata": row["metadata"],
+        "priority": row["priority"],
+        "hash": row["content_hash"],
+        "version": row["version"],
+        "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["updated_at"]),
+        "expires_at": iso(row["expires_at"]) if row["expires_at"] else None,
+    }
+
+
+def memory_agents(*, user_id: uuid.UUID | str, ids: Iterable[str]) -> dict[str, str | None]:
+    """Return which agent wrote each of the user's memories ``ids`` (None: no agent)."""
+    wanted = [uuid.UUID(str(memory_id)) for memory_id in ids]
+    with tenancy.tenant(user_id):
+        rows = Memory.objects.filter(user_id=user_id, id__in=wanted).values_list("id", "agent_id")
+        return {str(memory_id): str(agent) if agent else None for memory_id, agent in rows}
+
+
+def list_namespaces(*, user_id: uuid.UUID | str) -> list[NamespaceCount]:
+    """Return the user's namespaces with how many memories each holds, by name."""
+    with tenancy.tenant(user_id):
+        rows = (
+            Memory.objects.filter(user_id=user_id)
+            .values("namespace")
+            .annotate(count=Count("id"))
+            .order_by("namespace")
+        )
+        return [{"namespace": row["namespace"], "count": row["count"]} for row in rows]
+
+
+def count_namespace(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    namespace: object = "default",
+) -> int:
+    """Return how many live memories one namespace of the user's (or agent's) holds."""
+    ns = validation.namespace(namespace)
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        return Memory.objects.live().filter(user_id=user_id, namespace=ns).count()

@@ -1,0 +1,203 @@
+"""What the memory services return: typed, so mypy checks the adapters that shape them.
+
+Each is the plain data a tool specification describes (JSON-ready: strings,
+numbers, lists), as a ``TypedDict`` the adapters index by name.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+# A memory's metadata: any JSON object, as stored.
+Metadata = dict[str, object]
+
+
+class Remembered(TypedDict, total=False):
+    """What ``remember`` answers: one memory's id, a conversation's, or a queued job's."""
+
+    id: str
+    deduped: bool
+    thread_id: str | None
+    memories: list[Stored]
+    count: int
+    job_id: str
+    status: str
+    memory_ids: list[str]
+
+
+class Stored(TypedDict):
+    id: str
+    deduped: bool
+
+
+class Thread(TypedDict):
+    thread_id: str | None
+    memories: list[Stored]
+    count: int
+
+
+class Queued(TypedDict):
+    job_id: str
+    status: str
+    memory_ids: list[str]
+
+
+class Recalled(TypedDict):
+    id: str
+    content: str
+    similarity: float
+    score: float
+    metadata: Metadata
+    namespace: str
+    priority: str
+    created_at: str
+    expires_at: str | None
+
+
+class Listed(TypedDict):
+    id: str
+    content: str
+    namespace: str
+    thread_id: str | None
+    position: int | None
+    metadata: Metadata
+    priority: str
+    hash: str
+    version: int
+    created_at: str
+    updated_at: str
+    expires_at: str | None
+
+
+class Version(TypedDict):
+    version: int
+    action: str
+    content: str
+    metadata: Metadata
+    namespace: str
+    priority: str
+    expires_at: str | None
+    timestamp: str
+    client: str
+    api_key_id: str | None
+
+
+class Change(Version):
+    memory_id: str
+
+
+class Sourced(TypedDict):
+    id: str
+    content: str
+    similarity: float
+    score: float
+    source_kind: str
+    author: str
+    path: str
+    thread_id: str | None
+    task_id: str | None
+    metadata: Metadata
+    created_at: str
+
+
+class Match(TypedDict):
+    id: str
+    content: str
+    similarity: float
+    score: float
+
+
+class Forgotten(TypedDict, total=False):
+    """What ``forget`` answers: a deletion, or a preview with its confirmation token."""
+
+    success: bool
+    deleted_count: int
+    purged: bool
+    preview: bool
+    namespace: str
+    matches: list[Match]
+    total_matches: int
+    confirmation_token: str | None
+    expires_at: str | None
+
+
+class Answer(TypedDict, total=False):
+    answer: str
+    memory_ids: list[str]
+    mode: str
+    model: str
+    note: str
+
+
+class Deleted(TypedDict):
+    deleted_count: int
+    namespace: str
+    purged: bool
+
+
+class CacheStats(TypedDict):
+    hits: int
+    shared_hits: int
+    misses: int
+    hit_rate: float | None
+    size: int
+    max_size: int
+    ttl_seconds: float
+    bytes: int
+    evictions: int
+    expirations: int
+    avg_hit_ms: float | None
+    avg_miss_ms: float | None
+    avg_ms: float | None
+    shared: bool
+    shared_available: bool
+
+
+class Optimized(TypedDict):
+    expired: int
+    demoted: int
+    promoted: int
+    refreshed: int
+    kept: int
+    bytes_freed: int
+    seconds: float
+
+
+class QueueDepth(TypedDict):
+    depth: int
+    oldest_seconds: float
+
+
+class DatabaseHealth(TypedDict, total=False):
+    ok: bool
+    latency_ms: float
+    error: str
+
+
+class EmbedderHealth(TypedDict):
+    ok: bool
+    model: str
+
+
+class CacheHealth(TypedDict):
+    size: int
+    shared_size: int | None
+    hit_rate: float | None
+    bytes: int
+
+
+class Health(TypedDict):
+    status: str
+    database: DatabaseHealth
+    embedder: EmbedderHealth
+    queue: QueueDepth | None
+    redis: bool | None
+    cache: CacheHealth
+    version: str
+    uptime_seconds: float
+    rss_bytes: int
+
+
+class NamespaceCount(TypedDict):
+    namespace: str
+    count: int

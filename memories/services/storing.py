@@ -1,0 +1,321 @@
+"""Storing memories: one validated call's items, written in one transaction, deduplicated.
+
+Every write of new memories ends here: ``remember`` at once, a queued job
+later (``queue.py``), seed 003's ``memory_add`` (``sources.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from django.db import connection
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from core import tenancy
+from memories import embeddings, validation
+from memories.embeddings.failures import embed_texts
+from memories.indexes import vector_literal
+from memories.models import (
+    Memory,
+    SourceKind,
+)
+from memories.services.quota import check_quota
+from memories.services.shapes import Remembered, Stored
+
+logger = logging.getLogger("memories.services")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One memory a call stores: its normalised content, full metadata and source.
+
+    ``position`` is a conversation message's place in its thread (0 first),
+    None for anything else. ``kind``, ``author`` and ``path`` say where it
+    came from (seed 003): a note, a conversation turn (authored by the
+    speaker's name, else their role) or a document's chunk (under its path).
+    """
+
+    content: str
+    metadata: dict[str, object]
+    position: int | None = None
+    kind: str = SourceKind.NOTE.value
+    author: str = ""
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class Remembering:
+    """A validated call that stores memories: what to store, and how.
+
+    ``remember`` stores it at once or ``enqueue_remember`` queues it (as
+    ``as_payload()``) for a worker to store later; seed 003's ``memory_add``
+    builds one too, so every write goes through ``store``.
+    """
+
+    items: tuple[Item, ...]
+    namespace: str
+    priority: str
+    expires_at: datetime | None
+    thread_id: str | None
+    # A hash of the arguments as given, to tell a retry from a different call.
+    fingerprint: str
+    conversation: bool = False
+    # A task shared between the user's agents (seed 003), or None.
+    task_id: str | None = None
+
+    def as_payload(self) -> dict[str, object]:
+        return {
+            "items": [
+                [item.content, item.metadata, item.position, item.kind, item.author, item.path]
+                for item in self.items
+            ],
+            "namespace": self.namespace,
+            "priority": self.priority,
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+            "thread_id": self.thread_id,
+            "task_id": self.task_id,
+            "fingerprint": self.fingerprint,
+            "conversation": self.conversation,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> Remembering:
+        expires = payload.get("expires_at")
+        return cls(
+            items=tuple(Item(*entry) for entry in payload["items"]),
+            namespace=payload["namespace"],
+            priority=payload["priority"],
+            expires_at=datetime.fromisoformat(expires) if expires else None,
+            thread_id=payload.get("thread_id"),
+            task_id=payload.get("task_id"),
+            fingerprint=payload["fingerprint"],
+            conversation=bool(payload.get("conversation")),
+        )
+
+    def shape(self, stored: list[Stored]) -> Remembered:
+        """Return what remember answers: one memory's ``{id, deduped}``, or the thread's."""
+        if not self.conversation:
+            [one] = stored
+            return {"id": one["id"], "deduped": one["deduped"]}
+        return {"thread_id": self.thread_id, "memories": stored, "count": len(stored)}
+
+
+def fingerprint(given: Mapping[str, object]) -> str:
+    canonical = json.dumps(given, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def turn_items(messages: object, metadata: dict[str, object]) -> tuple[Item, ...]:
+    """Return a conversation's messages as items: one turn each, in order, in one thread.
+
+    A message's role, position, name and timestamp go into its metadata, on
+    top of the call's; its author is its name, else its role.
+    """
+    return tuple(
+        Item(
+            text,
+            validation.metadata({**metadata, **extra}),
+            position,
+            kind=SourceKind.CONVERSATION.value,
+            author=extra.get("name") or extra["role"],
+        )
+        for position, (text, extra) in enumerate(validation.messages(messages))
+    )
+
+
+# Where a memory sits for deduplication, within its writer, namespace, thread
+# and task (memories_dedup's other columns).
+Place = tuple[int | None, str, str]  # position, path, content hash
+
+
+def store(
+    *,
+    user_id: uuid.UUID | str,
+    tier: str,
+    call: Remembering,
+    agent_id: uuid.UUID | str | None = None,
+    ids: list[uuid.UUID] | None = None,
+    finish: Callable[[list[Stored]], None] | None = None,
+) -> list[Stored]:
+    """Store a validated call's items in one transaction: all of them, or none.
+
+    Returns ``{id, deduped}`` per item, in order. ``ids`` are the ids to give
+    new memories (a queued job announced them); ``finish`` runs inside the
+    writing transaction with the results, so a job is settled atomically with
+    what it stored.
+    """
+    places: list[Place] = [
+        (item.position, item.path, validation.content_hash(item.content)) for item in call.items
+    ]
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        existing = _ids_by_place(user_id, agent_id, call, places)
+    fresh = sorted({i for i, place in enumerate(places) if place not in existing})
+    embedder = embeddings.get_embedder()
+    vectors = embed_texts(embedder, [call.items[i].content for i in fresh]) if fresh else []
+    vector_for = dict(zip(fresh, vectors, strict=True))
+
+    results: list[Stored] = []
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        check_quota(user_id, tier, adding=len(fresh))
+        stored: dict[Place, uuid.UUID] = {}
+        for i, item in enumerate(call.items):
+            place = places[i]
+            found = stored.get(place) or existing.get(place)
+            if found is None and i in vector_for:
+                new_id = ids[i] if ids else uuid.uuid4()
+                found, inserted = _insert_or_find(
+                    user_id, agent_id, call, item, place, new_id, vector_for[i]
+                )
+                if inserted:
+                    stored[place] = found
+                results.append({"id": str(found), "deduped": not inserted})
+                continue
+            results.append({"id": str(found), "deduped": True})
+        if finish is not None:
+            finish(results)
+    return results
+
+
+def _insert_or_find(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    call: Remembering,
+    item: Item,
+    place: Place,
+    memory_id: uuid.UUID,
+    vector: np.ndarray,
+) -> tuple[uuid.UUID, bool]:
+    """Insert one memory; return its id and True, or the id already in its place and False."""
+    row = _insert(user_id, agent_id, call, item, place, memory_id, vector)
+    if row is not None:
+        return row, True
+    # A concurrent call stored the same content first, or an expired copy
+    # still holds the place (live() skips it): that one is deleted, and this
+    # memory takes its place.
+    again = _ids_by_place(user_id, agent_id, call, [place]).get(place)
+    if again is None:
+        _drop_expired(user_id, agent_id, call, place)
+        row = _insert(user_id, agent_id, call, item, place, memory_id, vector)
+        if row is not None:
+            return row, True
+        again = _ids_by_place(user_id, agent_id, call, [place])[place]
+    return again, False
+
+
+def _insert(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    call: Remembering,
+    item: Item,
+    place: Place,
+    memory_id: uuid.UUID,
+    vector: np.ndarray,
+) -> uuid.UUID | None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO memories (id, user_id, agent_id, namespace, source_kind, author, path,"
+            " thread_id, position, task_id, content, content_hash, embedding, embedding_model,"
+            " metadata, priority, expires_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::vector, %s, %s::jsonb,"
+            " %s, %s)"
+            " ON CONFLICT ON CONSTRAINT memories_dedup DO NOTHING RETURNING id",
+            [
+                memory_id,
+                str(user_id),
+                str(agent_id) if agent_id else None,
+                call.namespace,
+                item.kind,
+                item.author,
+                item.path,
+                call.thread_id,
+                item.position,
+                call.task_id,
+                item.content,
+                place[2],
+                vector_literal(vector),
+                embeddings.get_embedder().model_id,
+                json.dumps(item.metadata),
+                call.priority,
+                call.expires_at,
+            ],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def _ids_by_place(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    call: Remembering,
+    places: list[Place],
+) -> dict[Place, uuid.UUID]:
+    """Return the live memories already holding these places (memories_dedup's columns).
+
+    A task-shared memory of another agent is visible to an agent, but it is
+    not this writer's copy: ``written_by`` leaves it out.
+    """
+    rows = (
+        Memory.objects.live()
+        .filter(
+            written_by(agent_id),
+            user_id=user_id,
+            namespace=call.namespace,
+            thread_id=call.thread_id,
+            task_id=call.task_id,
+            content_hash__in={digest for _, _, digest in places},
+        )
+        .values_list("position", "path", "content_hash", "id")
+    )
+    wanted = set(places)
+    return {
+        (pos, path, digest): id for pos, path, digest, id in rows if (pos, path, digest) in wanted
+    }
+
+
+def holder(current: Mapping[str, Any], digest: str) -> uuid.UUID | None:
+    """Return the live memory holding ``current``'s place with other content, if any."""
+    return (
+        Memory.objects.live()
+        .filter(
+            written_by(current["agent_id"]),
+            user_id=current["user_id"],
+            namespace=current["namespace"],
+            thread_id=current["thread_id"],
+            position=current["position"],
+            task_id=current["task_id"],
+            path=current["path"],
+            content_hash=digest,
+        )
+        .values_list("id", flat=True)
+        .first()
+    )
+
+
+def _drop_expired(
+    user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, call: Remembering, place: Place
+) -> None:
+    Memory.objects.filter(
+        written_by(agent_id),
+        user_id=user_id,
+        namespace=call.namespace,
+        thread_id=call.thread_id,
+        task_id=call.task_id,
+        position=place[0],
+        path=place[1],
+        content_hash=place[2],
+        expires_at__lte=Now(),
+    ).delete()
+
+
+def written_by(agent_id: uuid.UUID | str | None) -> Q:
+    """Match the memories ``agent_id`` wrote itself, or with None the user-wide ones."""
+    return Q(agent_id__isnull=True) if agent_id is None else Q(agent_id=agent_id)

@@ -1,0 +1,419 @@
+"""Export and import: a user's memories with their history, as records (memories/transfer.py
+writes them as JSON Lines)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from django.db import connection
+from django.db.models import Q
+from django.utils import timezone
+
+from core import context, tenancy
+from core.errors import (
+    ValidationFailed,
+)
+from core.timestamps import iso
+from memories import embeddings, validation
+from memories.embeddings.failures import embed_texts
+from memories.indexes import vector_literal
+from memories.models import (
+    Memory,
+    MemoryHistory,
+    SourceKind,
+)
+from memories.services.storing import holder
+
+logger = logging.getLogger("memories.services")
+
+
+EXPORT_BATCH = 500
+
+
+IMPORT_BATCH = 100
+
+
+def export_memories(
+    *,
+    user_id: uuid.UUID | str,
+    namespace: object = None,
+    with_embeddings: bool = False,
+) -> Iterator[dict[str, object]]:
+    """Yield the user's memories (one namespace, or all), oldest first, each with its history.
+
+    Expired memories are left out, as from every read. Embeddings come only
+    when asked for, with the model that made them, so that an import into a
+    server running the same model need not embed again.
+    """
+    ns = validation.namespace(namespace) if namespace is not None else None
+    columns = [
+        "id",
+        "agent__name",
+        "namespace",
+        "source_kind",
+        "author",
+        "path",
+        "thread_id",
+        "position",
+        "task_id",
+        "content",
+        "metadata",
+        "priority",
+        "version",
+        "embedding_model",
+        "created_at",
+        "updated_at",
+        "expires_at",
+    ]
+    if with_embeddings:
+        columns.append("embedding")
+    after: tuple[datetime, uuid.UUID] | None = None
+    while True:
+        with tenancy.tenant(user_id):
+            rows = Memory.objects.live().filter(user_id=user_id)
+            if ns is not None:
+                rows = rows.filter(namespace=ns)
+            if after is not None:
+                rows = rows.filter(
+                    Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1])
+                )
+            batch = list(rows.order_by("created_at", "id").values(*columns)[:EXPORT_BATCH])
+            versions: dict[uuid.UUID, list[dict[str, object]]] = {}
+            for row in (
+                MemoryHistory.objects.filter(
+                    user_id=user_id, memory_id__in=[m["id"] for m in batch]
+                )
+                .order_by("memory_id", "version")
+                .values("memory_id", *_HISTORY_FIELDS)
+            ):
+                versions.setdefault(row["memory_id"], []).append(_exported_version(row))
+        for row in batch:
+            record = {
+                "id": str(row["id"]),
+                "agent": row["agent__name"],
+                "namespace": row["namespace"],
+                "source_kind": row["source_kind"],
+                "author": row["author"],
+                "path": row["path"],
+                "thread_id": row["thread_id"],
+                "position": row["position"],
+                "task_id": row["task_id"],
+                "content": row["content"],
+                "metadata": row["metadata"],
+                "priority": row["priority"],
+                "version": row["version"],
+                "created_at": iso(row["created_at"]),
+                "updated_at": iso(row["updated_at"]),
+                "expires_at": iso(row["expires_at"]) if row["expires_at"] else None,
+                "history": versions.get(row["id"], []),
+            }
+            if with_embeddings:
+                record["embedding_model"] = row["embedding_model"]
+                record["embedding"] = [float(v) for v in row["embedding"]]
+            yield record
+        if len(batch) < EXPORT_BATCH:
+            return
+        after = (batch[-1]["created_at"], batch[-1]["id"])
+
+
+_HISTORY_FIELDS = (
+    "version",
+    "action",
+    "namespace",
+    "content",
+    "metadata",
+    "priority",
+    "expires_at",
+    "client",
+    "recorded_at",
+)
+
+
+def _exported_version(row: dict[str, Any]) -> dict[str, object]:
+    return {
+        "version": row["version"],
+        "action": row["action"],
+        "content": row["content"],
+        "metadata": row["metadata"],
+        "namespace": row["namespace"],
+        "priority": row["priority"],
+        "expires_at": iso(row["expires_at"]) if row["expires_at"] else None,
+        "client": row["client"],
+        "timestamp": iso(row["recorded_at"]),
+    }
+
+
+@dataclass
+class Imported:
+    read: int = 0
+    imported: int = 0
+    deduplicated: int = 0  # identical content was already in the namespace
+    embedded: int = 0  # re-embedded: no vector, or one from another model
+    expired: int = 0  # expired since the export: left out
+
+
+@dataclass(frozen=True)
+class _Incoming:
+    id: uuid.UUID
+    agent: str | None
+    namespace: str
+    source_kind: str
+    author: str
+    path: str
+    thread_id: str | None
+    position: int | None
+    task_id: str | None
+    content: str
+    content_hash: str
+    metadata: dict[str, object]
+    priority: str
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    history: list[dict[str, Any]]
+    vector: np.ndarray | None
+
+
+def import_memories(
+    *,
+    user_id: uuid.UUID | str,
+    records: Iterable[dict[str, object]],
+    progress: Callable[[Imported], None] | None = None,
+) -> Imported:
+    """Store exported memories for a user, with their history and timestamps.
+
+    Each record is validated like ``remember``'s input; a bad record stops
+    the import with its position, and the batch it is in is not stored (the
+    batches before it are). Identical content already in the namespace is
+    skipped, as ``remember`` would. A memory keeps its id unless that id is
+    taken on this server. A memory an agent wrote goes to the user's agent of
+    the same name, created if the user has none. Vectors are reused when
+    they come from the configured model, otherwise the content is embedded
+    again. The free tier's quota does not apply: this is an operator's
+    command.
+    """
+    embedder = embeddings.get_embedder()
+    report = Imported()
+    agents: dict[str, uuid.UUID] = {}
+    batch: list[_Incoming] = []
+    for record in records:
+        report.read += 1
+        try:
+            incoming = _incoming(record, embedder)
+        except ValidationFailed as error:
+            raise ValidationFailed(f"record {report.read}: {error.message}") from None
+        if incoming.expires_at is not None and incoming.expires_at <= timezone.now():
+            report.expired += 1
+            continue
+        batch.append(incoming)
+        if len(batch) >= IMPORT_BATCH:
+            _import_batch(user_id, batch, embedder, report, agents)
+            batch = []
+            if progress is not None:
+                progress(report)
+    if batch:
+        _import_batch(user_id, batch, embedder, report, agents)
+    if progress is not None:
+        progress(report)
+    return report
+
+
+def _incoming(record: Any, embedder: embeddings.Embedder) -> _Incoming:
+    if not isinstance(record, dict):
+        raise ValidationFailed("each line must be a JSON object.")
+    text = validation.content(record.get("content"))
+    history = record.get("history") or []
+    if not isinstance(history, list) or len(history) > 10_000:
+        raise ValidationFailed("history must be a list of versions.")
+    versions = [_incoming_version(entry) for entry in history]
+    vector = None
+    raw = record.get("embedding")
+    if raw is not None and record.get("embedding_model") == embedder.model_id:
+        candidate = np.asarray(raw, dtype=np.float32)
+        if candidate.shape == (embedder.dimensions,) and np.all(np.isfinite(candidate)):
+            vector = candidate
+    created = validation.timestamp(record.get("created_at"), field="created_at")
+    updated = (
+        validation.timestamp(record["updated_at"], field="updated_at")
+        if record.get("updated_at")
+        else created
+    )
+    expires = record.get("expires_at")
+    kind = record.get("source_kind") or SourceKind.NOTE.value
+    if kind not in SourceKind.values:
+        raise ValidationFailed("source_kind must be conversation, document or note.")
+    return _Incoming(
+        id=_record_id(record.get("id")),
+        agent=validation.label(record.get("agent"), field="agent"),
+        namespace=validation.namespace(record.get("namespace")),
+        source_kind=kind,
+        author=validation.label(record.get("author") or None, field="author") or "",
+        path=validation.label(record.get("path") or None, field="path", maximum=1024) or "",
+        thread_id=validation.label(record.get("thread_id"), field="thread_id"),
+        task_id=validation.label(record.get("task_id"), field="task_id"),
+        position=(
+            validation.integer(
+                record["position"], field="position", low=0, high=1_000_000, default=0
+            )
+            if record.get("position") is not None
+            else None
+        ),
+        content=text,
+        content_hash=validation.content_hash(text),
+        metadata=validation.metadata(record.get("metadata")),
+        priority=validation.priority(record.get("priority")),
+        version=max([v["version"] for v in versions] or [1]) if versions else 1,
+        created_at=created,
+        updated_at=updated,
+        expires_at=validation.timestamp(expires, field="expires_at") if expires else None,
+        history=versions,
+        vector=vector,
+    )
+
+
+def _record_id(value: Any) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return uuid.uuid4()
+
+
+def _incoming_version(entry: Any) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise ValidationFailed("each history entry must be an object.")
+    action = entry.get("action")
+    if action not in ("created", "updated", "deleted"):
+        raise ValidationFailed("a history entry's action must be created, updated or deleted.")
+    expires = entry.get("expires_at")
+    client = entry.get("client") or "import"
+    return {
+        "version": validation.integer(
+            entry.get("version"), field="version", low=1, high=1_000_000, default=1
+        ),
+        "action": action,
+        "content": validation.content(entry.get("content")),
+        "metadata": validation.metadata(entry.get("metadata")),
+        "namespace": validation.namespace(entry.get("namespace")),
+        "priority": validation.priority(entry.get("priority")),
+        "expires_at": validation.timestamp(expires, field="expires_at") if expires else None,
+        "client": validation.label(client, field="client", maximum=32),
+        "recorded_at": validation.timestamp(entry.get("timestamp"), field="timestamp"),
+    }
+
+
+def _import_agents(user_id: uuid.UUID | str, names: set[str], agents: dict[str, uuid.UUID]) -> None:
+    """Find (or create) the user's agents named in an import, into ``agents`` by name."""
+    from accounts import services as account_services
+
+    missing = {name for name in names if name.casefold() not in agents}
+    if not missing:
+        return
+    for agent in account_services.list_agents(user_id=user_id):
+        agents[agent.name.casefold()] = agent.id
+    for name in sorted(missing):
+        if name.casefold() not in agents:
+            created = account_services.create_agent(user_id=user_id, name=name)
+            agents[created.name.casefold()] = created.id
+
+
+def _import_batch(
+    user_id: uuid.UUID | str,
+    batch: list[_Incoming],
+    embedder: embeddings.Embedder,
+    report: Imported,
+    agents: dict[str, uuid.UUID],
+) -> None:
+    # Which ids are free on this server, whoever holds them (operator path).
+    ids = [item.id for item in batch]
+    with tenancy.operator():
+        taken = set(Memory.objects.filter(id__in=ids).values_list("id", flat=True))
+        taken |= set(
+            MemoryHistory.objects.filter(memory_id__in=ids).values_list("memory_id", flat=True)
+        )
+    _import_agents(user_id, {item.agent for item in batch if item.agent}, agents)
+    need = [item for item in batch if item.vector is None]
+    vectors = dict(
+        zip(
+            [item.id for item in need],
+            embed_texts(embedder, [item.content for item in need]) if need else [],
+            strict=True,
+        )
+    )
+    with context.acting_as("import"), tenancy.tenant(user_id):
+        for item in batch:
+            agent_id = agents[item.agent.casefold()] if item.agent else None
+            place = {
+                "user_id": user_id,
+                "agent_id": agent_id,
+                "namespace": item.namespace,
+                "thread_id": item.thread_id,
+                "position": item.position,
+                "task_id": item.task_id,
+                "path": item.path,
+            }
+            existing = holder(place, item.content_hash)
+            if existing:
+                report.deduplicated += 1
+                continue
+            memory_id = uuid.uuid4() if item.id in taken else item.id
+            taken.add(memory_id)
+            history = item.history or [
+                {
+                    "version": 1,
+                    "action": "created",
+                    "content": item.content,
+                    "metadata": item.metadata,
+                    "namespace": item.namespace,
+                    "priority": item.priority,
+                    "expires_at": item.expires_at,
+                    "client": "import",
+                    "recorded_at": item.created_at,
+                }
+            ]
+            MemoryHistory.objects.bulk_create(
+                MemoryHistory(memory_id=memory_id, user_id=user_id, agent_id=agent_id, **version)
+                for version in history
+            )
+            vector = item.vector if item.vector is not None else vectors[item.id]
+            with connection.cursor() as cursor:
+                # The history just written covers this version, so the
+                # history trigger adds no row of its own.
+                cursor.execute(
+                    "INSERT INTO memories (id, user_id, agent_id, namespace, source_kind, author,"
+                    " path, thread_id, position, task_id, content, content_hash, embedding,"
+                    " embedding_model, metadata, priority, expires_at, version, created_at,"
+                    " updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                    " %s::vector, %s, %s::jsonb, %s, %s, %s, %s, %s)",
+                    [
+                        memory_id,
+                        str(user_id),
+                        agent_id,
+                        item.namespace,
+                        item.source_kind,
+                        item.author,
+                        item.path,
+                        item.thread_id,
+                        item.position,
+                        item.task_id,
+                        item.content,
+                        item.content_hash,
+                        vector_literal(vector),
+                        embedder.model_id,
+                        json.dumps(item.metadata),
+                        item.priority,
+                        item.expires_at,
+                        max(item.version, max(v["version"] for v in history)),
+                        item.created_at,
+                        item.updated_at,
+                    ],
+                )
+            report.imported += 1
+            report.embedded += item.vector is None

@@ -1,0 +1,94 @@
+"""What a client may register as a redirect URI, and which schemes that lets through.
+
+Registration is open (RFC 7591), so a redirect URI is whatever a stranger
+typed. The authorization server sends codes to these addresses, so each must
+be one a real client of this kind could own:
+
+* ``https`` with a host, for web clients;
+* ``http`` only on this machine's loopback (``127.0.0.1``, ``[::1]``,
+  ``localhost``), for native clients that listen on a local port (RFC 8252
+  section 7.3);
+* a private-use scheme such as ``cursor://`` or ``com.example.app:/cb``, for
+  native clients the operating system wakes by scheme (RFC 8252 section 7.1),
+  except the schemes a browser runs or reads itself (``javascript:``,
+  ``data:``, ``file:``, ...), which would turn a redirect into a script or a
+  local read.
+
+No URI may carry a fragment (RFC 6749 section 3.1.2) or credentials.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+MAX_URIS = 10
+MAX_LENGTH = 2000
+LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
+# Schemes the browser handles itself, rather than handing to an application.
+REFUSED_SCHEMES = {
+    "about",
+    "blob",
+    "chrome",
+    "data",
+    "file",
+    "filesystem",
+    "ftp",
+    "javascript",
+    "jar",
+    "mailto",
+    "sms",
+    "tel",
+    "vbscript",
+    "view-source",
+    "ws",
+    "wss",
+}
+SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
+# Controls, spaces and the characters a URI never holds unencoded.
+UNSAFE = re.compile(r"[\x00-\x20\x7f<>\"{}|\\^`]")
+
+
+def problem(uri: object) -> str | None:
+    """Return why ``uri`` cannot be a redirect URI, or None when it can."""
+    if not isinstance(uri, str) or not uri:
+        return "each redirect URI must be a non-empty string"
+    shown = uri[:80] + ("…" if len(uri) > 80 else "")
+    if len(uri) > MAX_LENGTH:
+        return f"redirect URI {shown!r} is longer than {MAX_LENGTH} characters"
+    if UNSAFE.search(uri):
+        return f"redirect URI {shown!r} holds spaces or characters a URI cannot"
+    if "#" in uri:
+        return f"redirect URI {shown!r} has a fragment, which OAuth forbids"
+    try:
+        parts = urlsplit(uri)
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        return f"redirect URI {shown!r} is not a URI"
+    scheme = parts.scheme.lower()
+    if not SCHEME.match(scheme):
+        return f"redirect URI {shown!r} has no scheme"
+    if "@" in parts.netloc:
+        return f"redirect URI {shown!r} carries credentials"
+    if scheme == "https":
+        return None if parts.hostname else f"redirect URI {shown!r} names no host"
+    if scheme == "http":
+        if (parts.hostname or "").lower() in LOOPBACK_HOSTS:
+            return None
+        return (
+            f"redirect URI {shown!r} uses http on another machine; use https, or http on "
+            "127.0.0.1, [::1] or localhost"
+        )
+    if scheme in REFUSED_SCHEMES:
+        return f"redirect URI {shown!r} uses the {scheme}: scheme, which no client can receive"
+    return None
+
+
+def private_schemes(uris: list[str]) -> list[str]:
+    """Return the private-use schemes among ``uris`` that ``problem`` lets through."""
+    found = []
+    for uri in uris:
+        scheme = urlsplit(uri).scheme.lower()
+        if scheme not in ("http", "https") and problem(uri) is None and scheme not in found:
+            found.append(scheme)
+    return found

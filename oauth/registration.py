@@ -1,0 +1,202 @@
+"""Dynamic client registration (RFC 7591), open to anyone, and what keeps that safe.
+
+Most MCP clients (those without a Client ID Metadata Document) register
+themselves before their first authorization request, so registration is on
+by default (``OAUTH_DYNAMIC_REGISTRATION`` turns it off). Because anyone may
+call it, a registration is bounded before the toolkit stores it:
+
+* the metadata is checked here, in our words: redirect URIs a client could
+  really own (oauth/redirects.py), a printable ``client_name`` of at most
+  100 characters, informational URIs that are https, only the
+  authorization-code grant;
+* each client address (an IPv6 /64 counts as one) may register
+  ``OAUTH_REGISTRATIONS_PER_HOUR`` clients an hour (counted in the database,
+  under a per-address lock, so every worker and server shares the count);
+  more are refused with 429 and ``Retry-After``;
+* a registration no user approves within a day is refused from then on
+  (``Application.is_usable``) and deleted by the next registration.
+
+The consent page shows a registered client's name as what it is: a claim
+the client made about itself (oauth/views.py).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import unicodedata
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from oauth2_provider import views as toolkit
+
+from oauth import redirects, services
+
+NAME_MAX = 100
+WINDOW = timedelta(hours=1)
+# Informational URIs a client may send; the consent page never links them,
+# but they are checked like the rest so nothing odd is stored.
+INFO_URIS = ("client_uri", "logo_uri", "tos_uri", "policy_uri")
+GRANT_TYPES = {"authorization_code", "refresh_token"}
+# The first key of the two-key advisory locks taken here; the second is the address's hash.
+_LOCK_CLASS = 7591
+# Unicode categories a name shown to people must not hold: controls, invisible
+# formatting (bidirectional overrides can reverse how a name reads), private
+# use, lone surrogates, and line or paragraph separators.
+_HIDDEN = {"Cc", "Cf", "Co", "Cs", "Zl", "Zp"}
+
+
+def metadata_problem(data: dict[str, Any]) -> tuple[str, str] | None:
+    """Return (RFC 7591 error code, description) for metadata that cannot be registered."""
+    uris = data.get("redirect_uris")
+    if not isinstance(uris, list) or not uris or len(uris) > redirects.MAX_URIS:
+        return (
+            "invalid_redirect_uri",
+            f"redirect_uris must be a list of 1 to {redirects.MAX_URIS} URIs.",
+        )
+    for uri in uris:
+        problem = redirects.problem(uri)
+        if problem:
+            return "invalid_redirect_uri", problem[0].upper() + problem[1:] + "."
+    name = data.get("client_name")
+    if name is not None:
+        problem = name_problem(name)
+        if problem:
+            return "invalid_client_metadata", problem
+    for field in INFO_URIS:
+        value = data.get(field)
+        if value is not None and not _info_uri(value):
+            return (
+                "invalid_client_metadata",
+                f"{field} must be an https URL of at most {redirects.MAX_LENGTH} characters.",
+            )
+    grants = data.get("grant_types", ["authorization_code"])
+    if (
+        not isinstance(grants, list)
+        or "authorization_code" not in grants
+        or not set(grants) <= GRANT_TYPES
+    ):
+        return (
+            "invalid_client_metadata",
+            'grant_types may hold only "authorization_code" and "refresh_token", and must hold'
+            ' "authorization_code": this server issues tokens only through the consent page.',
+        )
+    if data.get("response_types", ["code"]) != ["code"]:
+        return "invalid_client_metadata", 'response_types must be ["code"].'
+    return None
+
+
+def name_problem(name: object) -> str | None:
+    if not isinstance(name, str):
+        return "client_name must be a string."
+    if len(name) > NAME_MAX:
+        return f"client_name must be at most {NAME_MAX} characters."
+    if any(unicodedata.category(char) in _HIDDEN for char in name):
+        return "client_name must hold only printable characters."
+    return None
+
+
+def _info_uri(value: object) -> bool:
+    if not isinstance(value, str) or len(value) > redirects.MAX_LENGTH:
+        return False
+    if redirects.UNSAFE.search(value):
+        return False
+    parts = urlsplit(value)
+    return parts.scheme == "https" and bool(parts.hostname) and "@" not in parts.netloc
+
+
+def admit(address: str | None) -> int:
+    """Return 0 if ``address`` may register a client now, else the seconds until it may.
+
+    Call inside a transaction that then stores the registration: the lock
+    taken here holds until it commits, so concurrent registrations from one
+    address are counted one after another. Expired registrations are
+    deleted on the way.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_LOCK_CLASS, address or ""]
+        )
+    now = timezone.now()
+    services.delete_expired_registrations(now=now)
+    recent = services.registration_times(address=address, since=now - WINDOW)
+    if len(recent) < settings.OAUTH_REGISTRATIONS_PER_HOUR:
+        return 0
+    oldest = recent[-settings.OAUTH_REGISTRATIONS_PER_HOUR]
+    return max(1, math.ceil((oldest + WINDOW - now).total_seconds()))
+
+
+def _address(request: HttpRequest) -> str | None:
+    """Return the address registrations are counted by, or None when there is none.
+
+    uvicorn puts a trusted proxy's X-Forwarded-For in REMOTE_ADDR. An IPv6
+    client commonly holds a whole /64, so that network counts as one address.
+    """
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False).network_address)
+    return str(address)
+
+
+def _refusal(error: str, description: str, status: int = 400) -> JsonResponse:
+    return JsonResponse({"error": error, "error_description": description}, status=status)
+
+
+def _checked(request: HttpRequest) -> JsonResponse | None:
+    """Refuse metadata we will not store; leave malformed JSON to the toolkit's own answer."""
+    try:
+        data = json.loads(request.body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    problem = metadata_problem(data)
+    return _refusal(*problem) if problem else None
+
+
+class RegistrationView(toolkit.DynamicClientRegistrationView):
+    """``POST /oauth/register/``: the toolkit's registration, checked and limited first."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        refused = _checked(request)
+        if refused is not None:
+            return refused
+        address = _address(request)
+        with transaction.atomic():
+            wait = admit(address)
+            if wait:
+                response: HttpResponse = _refusal(
+                    "temporarily_unavailable",
+                    f"Too many clients registered from this address in the last hour; "
+                    f"try again in {wait} seconds.",
+                    status=429,
+                )
+                response["Retry-After"] = str(wait)
+                return response
+            response = super().post(request, *args, **kwargs)
+            if response.status_code == 201:
+                client_id = json.loads(response.content)["client_id"]
+                services.note_registered_from(client_id=client_id, address=address)
+        return response
+
+
+class RegistrationManagementView(toolkit.DynamicClientRegistrationManagementView):
+    """RFC 7592: a client reads, updates or deletes its own registration; updates are checked."""
+
+    def put(self, request: HttpRequest, client_id: str, *args: Any, **kwargs: Any) -> HttpResponse:
+        refused = _checked(request)
+        if refused is not None:
+            return refused
+        response: HttpResponse = super().put(request, client_id, *args, **kwargs)
+        return response

@@ -1,0 +1,243 @@
+"""The consent page: whose account, which client (and how far to trust its name), which agent.
+
+Allow alone must work: the new agent's name defaults to the client's, or
+the existing agent of that name is chosen. A token request that names no
+resource gets the resource of its code, and every code names one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import re
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import pytest
+from django.test import Client
+
+from accounts.models import Agent
+from core import tenancy
+from oauth import tokens
+from oauth.models import Application, Grant
+
+CALLBACK = "http://127.0.0.1:33418/callback"
+VERIFIER = "a-long-enough-code-verifier-for-pkce-s256-0123456789"
+CHALLENGE = (
+    base64.urlsafe_b64encode(hashlib.sha256(VERIFIER.encode()).digest()).rstrip(b"=").decode()
+)
+PUBLIC = "http://localhost:8080"
+
+
+@pytest.fixture(autouse=True)
+def public_url(settings):
+    settings.RECALL_PUBLIC_URL = PUBLIC
+
+
+def register(client: Client, name: str = "Desk Helper") -> str:
+    registered = client.post(
+        "/oauth/register/",
+        data=json.dumps(
+            {"client_name": name, "redirect_uris": [CALLBACK], "token_endpoint_auth_method": "none"}
+        ),
+        content_type="application/json",
+    )
+    assert registered.status_code == 201, registered.content
+    return str(registered.json()["client_id"])
+
+
+def request_params(client_id: str, **extra: str) -> dict[str, str]:
+    params = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": CALLBACK,
+        "state": "s1",
+        "scope": "memory",
+        "code_challenge": CHALLENGE,
+        "code_challenge_method": "S256",
+        "resource": f"{PUBLIC}/agent/mcp",
+        **extra,
+    }
+    return {k: v for k, v in params.items() if v}
+
+
+def open_consent(client: Client, client_id: str, **extra: str):
+    page = client.get("/oauth/authorize/?" + urlencode(request_params(client_id, **extra)))
+    assert page.status_code == 200, page.content
+    return page
+
+
+def hidden_fields(page) -> dict[str, str]:
+    form = page.content.decode().split('id="authorizationForm"', 1)[1]
+    return {
+        name: html.unescape(value)
+        for name, value in re.findall(r'type="hidden" name="([^"]+)" value="([^"]*)"', form)
+    }
+
+
+def allow(client: Client, page, **choice: str):
+    return client.post("/oauth/authorize/", {**hidden_fields(page), "allow": "Authorize", **choice})
+
+
+def code_from(response) -> str:
+    assert response.status_code == 302, response.content
+    location = urlsplit(response.headers["Location"])
+    assert f"{location.scheme}://{location.netloc}{location.path}" == CALLBACK
+    return parse_qs(location.query)["code"][0]
+
+
+def exchange(client: Client, client_id: str, code: str, **extra: str) -> Any:
+    return client.post(
+        "/oauth/token/",
+        {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": CALLBACK,
+            "client_id": client_id,
+            "code_verifier": VERIFIER,
+            **extra,
+        },
+    )
+
+
+@pytest.fixture
+def alice_client(cast) -> Client:
+    browser = Client()
+    browser.force_login(cast.alice)
+    return browser
+
+
+def test_it_names_the_signed_in_account_and_offers_to_switch(cast, alice_client):
+    client_id = register(alice_client)
+    page = open_consent(alice_client, client_id)
+    content = page.content.decode()
+
+    assert re.search(r"data-account>alice@example\.com<", content)
+    [target] = re.findall(r'name="next" value="([^"]+)"', content)
+    switched = alice_client.post("/logout/", {"next": html.unescape(target)})
+
+    # Signed out, and back at the same request, which now asks for a sign-in.
+    assert switched.status_code == 302
+    again = alice_client.get(switched.headers["Location"])
+    assert again.status_code == 302
+    assert again.headers["Location"].startswith("/login/?next=")
+    back = parse_qs(urlsplit(again.headers["Location"]).query)["next"][0]
+    assert parse_qs(urlsplit(back).query)["client_id"] == [client_id]
+    assert parse_qs(urlsplit(back).query)["code_challenge"] == [CHALLENGE]
+
+
+def test_a_registered_clients_name_is_shown_as_its_own_untrusted_claim(cast, alice_client):
+    client_id = register(alice_client, name='<img src=x onerror="alert(1)"> Claude')
+    content = open_consent(alice_client, client_id).content.decode()
+
+    assert "<img" not in content
+    assert "&lt;img src=x" in content
+    assert "data-untrusted" in content
+    assert "nothing checks it" in content
+    assert "data-redirect-host>127.0.0.1:33418<" in content
+
+
+def test_allow_without_typing_creates_an_agent_named_after_the_client(cast, alice_client):
+    client_id = register(alice_client)
+    page = open_consent(alice_client, client_id)
+    content = page.content.decode()
+    assert re.search(r'value="new" id="agent-new" checked', content)
+    assert 'value="Desk Helper"' in content
+
+    # The form as the browser sends it when Allow is clicked at once.
+    code = code_from(allow(alice_client, page, agent="new", new_agent="Desk Helper"))
+
+    with tenancy.tenant(cast.alice.id):
+        agent = Agent.objects.get(user=cast.alice, name="Desk Helper")
+    assert Grant.objects.get(code=code).agent_id == agent.id
+    assert Application.objects.get(client_id=client_id).approved_at is not None
+
+
+def test_cancel_sends_the_client_access_denied(cast, alice_client):
+    client_id = register(alice_client)
+    page = open_consent(alice_client, client_id)
+
+    cancelled = alice_client.post("/oauth/authorize/", hidden_fields(page))
+
+    assert cancelled.status_code == 302
+    location = urlsplit(cancelled.headers["Location"])
+    assert f"{location.scheme}://{location.netloc}{location.path}" == CALLBACK
+    assert parse_qs(location.query)["error"] == ["access_denied"]
+    assert parse_qs(location.query)["state"] == ["s1"]
+    assert not Grant.objects.exists()
+    assert Application.objects.get(client_id=client_id).approved_at is None
+
+
+def test_an_emptied_name_box_still_names_the_agent_after_the_client(cast, alice_client):
+    client_id = register(alice_client)
+    page = open_consent(alice_client, client_id)
+
+    code_from(allow(alice_client, page, agent="new", new_agent=""))
+
+    with tenancy.tenant(cast.alice.id):
+        assert Agent.objects.filter(user=cast.alice, name="Desk Helper").exists()
+
+
+def test_the_agent_of_the_clients_name_is_chosen_when_it_exists(cast, agents, alice_client):
+    client_id = register(alice_client, name="Research")
+    content = open_consent(alice_client, client_id).content.decode()
+
+    assert re.search(rf'value="{agents.research.id}" checked', content)
+    assert not re.search(r'id="agent-new" checked', content)
+    assert 'placeholder="Research 2"' in content  # what an empty box would create
+
+    page = open_consent(alice_client, client_id)
+    code_from(allow(alice_client, page, agent="new", new_agent=""))
+    with tenancy.tenant(cast.alice.id):
+        assert Agent.objects.filter(user=cast.alice, name="Research 2").exists()
+
+
+def test_a_request_without_a_resource_is_bound_to_mcp_and_its_token_works(cast, alice_client):
+    client_id = register(alice_client)
+    page = open_consent(alice_client, client_id, resource="")
+    assert "through <code>/mcp</code>" in page.content.decode()
+
+    code = code_from(allow(alice_client, page, agent="new", new_agent="desk"))
+    issued = exchange(alice_client, client_id, code)  # no resource here either
+
+    assert issued.status_code == 200, issued.content
+    bearer = tokens.look_up(issued.json()["access_token"])
+    assert bearer is not None
+    assert bearer.resources == [f"{PUBLIC}/mcp"]
+
+
+def test_a_grant_that_names_no_resource_gets_invalid_target_not_a_useless_token(cast, alice_client):
+    client_id = register(alice_client)
+    page = open_consent(alice_client, client_id)
+    code = code_from(allow(alice_client, page, agent="new", new_agent="desk"))
+    # A code issued before every code named its resource.
+    Grant.objects.filter(code=code).update(resource=[])
+
+    refused = exchange(alice_client, client_id, code)
+
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "invalid_target"
+    assert "accepted nowhere" in refused.json()["error_description"]
+
+
+def test_a_native_client_gets_its_code_at_its_own_scheme(cast, alice_client):
+    native = "cursor://anysphere.cursor-mcp/oauth/callback"
+    registered = alice_client.post(
+        "/oauth/register/",
+        data=json.dumps(
+            {
+                "client_name": "Cursor",
+                "redirect_uris": [native],
+                "token_endpoint_auth_method": "none",
+            }
+        ),
+        content_type="application/json",
+    ).json()
+    page = open_consent(alice_client, registered["client_id"], redirect_uri=native)
+
+    approved = allow(alice_client, page, agent="new", new_agent="")
+
+    assert approved.status_code == 302
+    assert approved.headers["Location"].startswith(native + "?code=")
