@@ -88,10 +88,12 @@ def pool(user_id: str, namespace: str, text: str) -> list[dict[str, Any]]:
     """Return every candidate of the hybrid search with its similarity, coverage and score."""
     from django.db import connection
 
-    from memories import search
     from core import tenancy
+    from memories import search
+    from memories.embeddings import cache
 
-    prepared = search.prepare(query=text, namespace=namespace, mode="hybrid", threshold=0)
+    args = search.SearchArgs(text, search.Filters(namespace), threshold=0.0, mode="hybrid")
+    prepared = search.prepare(args, cache_scope=cache.scope(user_id, None))
     sql, params = search.statement(user_id, prepared, limit=1000)
     wider = sql.replace("r.similarity, r.score\n", "r.similarity, r.score, r.coverage\n", 1)
     assert wider != sql, "the hybrid statement changed: update bench/calibration.py"

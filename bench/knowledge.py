@@ -534,8 +534,8 @@ def nearest(
     """
     from django.db import connection
 
-    from memories.indexes import vector_literal, vector_type
     from core import tenancy
+    from memories.indexes import vector_literal, vector_type
 
     cast = vector_type(int(embedder.dimensions))
     # S608: the only interpolation is the vector type, built from an int.
@@ -564,9 +564,9 @@ def latency(size: int, calls: int, split: ks.Split) -> dict[str, Any]:
     """Time remember alone and with detection's work, in turns, at ``size`` memories."""
     harness.configure()
     from accounts.models import User
+    from core import tenancy
     from memories import embeddings, search, services
     from memories.supersession import Candidate, decide
-    from core import tenancy
 
     real = embeddings.get_embedder()
     rng = np.random.default_rng(22)

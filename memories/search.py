@@ -144,7 +144,8 @@ PRIORITY_ORDER = (
 # The columns a search returns: every column a tool shows, never the vector.
 COLUMNS = (
     "id, user_id, agent_id, namespace, source_kind, author, path, thread_id, position,"
-    " task_id, content, metadata, priority, expires_at, version, created_at, updated_at"
+    " task_id, content, metadata, priority, expires_at, version, created_at, updated_at,"
+    " superseded_by, superseded_at"
 )
 
 
@@ -159,6 +160,10 @@ class Filters:
     priorities: tuple[str, ...] = ()
     # memory_search's source filters, column -> value (SOURCE_FILTERS only).
     sources: dict[str, str] = field(default_factory=dict)
+    # Replaced memories (issue 22) are left out unless asked for; ``as_of``
+    # ranks what was held true at that moment, replaced since or not.
+    include_superseded: bool = False
+    as_of: datetime | None = None
 
     @property
     def narrowing(self) -> bool:
@@ -175,8 +180,8 @@ class Filters:
 
         Expired memories never qualify.
         """
-        clauses = ["namespace = %(namespace)s", LIVE]
-        params: dict[str, Any] = {"namespace": self.namespace}
+        clauses = ["namespace = %(namespace)s", LIVE, *self.held()]
+        params: dict[str, Any] = {"namespace": self.namespace, "as_of": self.as_of}
         if self.metadata:
             clauses.append("metadata @> %(metadata)s::jsonb")
         if self.created_after is not None:
@@ -198,6 +203,21 @@ class Filters:
             sources=json.dumps(self.sources) if self.sources else None,
         )
         return clauses, params
+
+    def held(self, alias: str = "") -> list[str]:
+        """Return the conditions on supersession: current memories, or those held at ``as_of``.
+
+        Applied where the definer functions cannot (they know nothing of
+        replacement): in the dense scan, and again where their rows are
+        joined back to ``memories``.
+        """
+        a = f"{alias}." if alias else ""
+        if self.as_of is not None:
+            return [
+                f"{a}created_at <= %(as_of)s",
+                f"({a}superseded_at IS NULL OR {a}superseded_at > %(as_of)s)",
+            ]
+        return [] if self.include_superseded else [f"{a}superseded_by IS NULL"]
 
 
 @dataclass(frozen=True)
@@ -243,6 +263,8 @@ class QueryArguments(TypedDict, total=False):
     created_after: str | datetime | None
     created_before: str | datetime | None
     use_cache: bool
+    include_superseded: bool
+    as_of: str | datetime | None
 
 
 class SearchArguments(QueryArguments, total=False):
@@ -295,7 +317,13 @@ class SearchArgs:
             given.get("created_after"), given.get("created_before")
         )
         levels = tuple(validation.priorities(given.get("priority")))
-        filters = Filters(namespace, where, after, before, levels, dict(sources or {}))
+        replaced = validation.flag(
+            given.get("include_superseded", False), field="include_superseded"
+        )
+        as_of = validation.moment(given.get("as_of"), field="as_of")
+        filters = Filters(
+            namespace, where, after, before, levels, dict(sources or {}), replaced, as_of
+        )
         return cls(text, filters, limit, threshold, mode, bool(given.get("use_cache", True)))
 
 
@@ -426,6 +454,12 @@ def statement(
     if search.mode == "semantic":
         return semantic_sql(user_id, search, agent=agent, limit=limit)
     return ranked_sql(user_id, search, agent=agent, limit=limit)
+
+
+def nearest_ctes(search: Search, count: int, *, agent: bool = False) -> tuple[str, dict[str, Any]]:
+    """The dense half alone: CTEs ending in ``nearest`` (columns and distance), for a write's
+    supersession candidates (memories/services/superseding.py)."""
+    return _nearest(search, count, agent=agent)
 
 
 def _nearest(
@@ -565,7 +599,7 @@ def _nearest(
                     FROM memories
                     -- recall_filtered_nearest applied every filter; the caller's
                     -- own policy applies here again, whatever it returned.
-                    WHERE memories.id = match.id AND user_id = %(user)s
+                    WHERE memories.id = match.id AND user_id = %(user)s{{held}}
                     LIMIT 1  -- one row per id; it also stops the planner flattening this
                 ) AS found
                 WHERE (SELECT yes FROM narrow)
@@ -576,6 +610,9 @@ def _nearest(
         else ""
     )
     not_narrow = " AND NOT (SELECT yes FROM narrow)" if filtered else ""
+    ranked_matches = ranked_matches.replace(
+        "{held}", "".join(f" AND {c}" for c in search.filters.held())
+    )
     # S608: interpolated are only the vector type (from an int width), the
     # constant column list and clauses built from constants; values are parameters.
     sql = f"""
@@ -675,9 +712,9 @@ def ranked_sql(
         )
         SELECT {columns}, r.similarity, r.score
         FROM (
-            SELECT * FROM ranked
-            WHERE similarity >= %(minimum)s OR coverage >= %(minimum)s
-            ORDER BY score DESC, similarity DESC, id
+            SELECT ranked.* FROM ranked{{held_join}}
+            WHERE (ranked.similarity >= %(minimum)s OR ranked.coverage >= %(minimum)s){{held}}
+            ORDER BY ranked.score DESC, ranked.similarity DESC, ranked.id
             LIMIT %(limit)s
         ) AS r
         JOIN memories AS m ON m.id = r.id
@@ -685,6 +722,12 @@ def ranked_sql(
         ORDER BY round(r.score::numeric, 2) DESC, {PRIORITY_ORDER} DESC,
                  r.score DESC, r.similarity DESC, m.id
     """  # noqa: S608
+    # The lexical side knows nothing of replacement: its rows are checked here.
+    held = search.filters.held("h")
+    sql = sql.replace(
+        "{held_join}",
+        " JOIN memories AS h ON h.id = ranked.id AND h.user_id = %(user)s" if held else "",
+    ).replace("{held}", "".join(f" AND {c}" for c in held))
     params.update(
         user=str(user_id),
         text=search.text,

@@ -13,6 +13,7 @@ One module per concept, layered so that none imports one above it:
   listing, namespaces;
 * ``changes``: update, forget (and its confirmations), history;
 * ``sources``: seed 003's add, search, filters and recall;
+* ``superseding``: knowledge updates: which memory a write replaces, and undo;
 * ``transfer``: export and import;
 * ``maintenance``: the periodic clean-up and re-embedding (operator path);
 * ``health``: stats, the query cache, health.
@@ -134,6 +135,7 @@ from memories.services.storing import (
     Remembering,
     store,
 )
+from memories.services.superseding import restore
 from memories.services.transfer import (
     EXPORT_BATCH,
     IMPORT_BATCH,
@@ -216,6 +218,7 @@ __all__ = [
     "reembed",
     "remember",
     "remembering",
+    "restore",
     "run_next_job",
     "search_memories",
     "search_sources",
