@@ -95,9 +95,9 @@ class Memory(models.Model):
     # Maintained by the memories_touch_updated_at trigger, not by Django.
     updated_at = models.DateTimeField(db_default=Now())
     # The later memory that replaced this one, and since when (issue 22). A
-    # composite key (superseded_by, user_id) in the database, ON DELETE SET
-    # NULL, and a trigger that keeps links inside one namespace and writer
-    # (migration 0014); no Django relation, so Django never emulates either.
+    # key in the database, ON DELETE SET NULL, and a trigger that keeps links
+    # inside one user, namespace and writer (migration 0014); no Django
+    # relation, so Django never emulates either.
     # What a memory replaced is ``WHERE superseded_by = its id``.
     superseded_by = models.UUIDField(null=True, blank=True)
     superseded_at = models.DateTimeField(null=True, blank=True)

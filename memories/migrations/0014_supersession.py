@@ -2,10 +2,12 @@ import django.contrib.postgres.fields
 from django.db import migrations, models
 
 # Guarantees (issue 22, docs/knowledge-updates.md):
-# * a memory is replaced by at most one other memory (superseded_by) of the
-#   same user: a composite key to (id, user_id); when the replacing memory is
-#   deleted, the older one is current again (ON DELETE SET NULL of that
-#   column alone, and the trigger below clears superseded_at with it);
+# * a memory is replaced by at most one other memory (superseded_by), of the
+#   same user (the trigger below; the key itself is on id alone: a composite
+#   one would need a second unique index on every memory, paid on each write
+#   and picked by the planner in place of the primary key); when the
+#   replacing memory is deleted, the older one is current again (ON DELETE
+#   SET NULL, and the trigger clears superseded_at with it);
 # * superseded_by and superseded_at are set together or not at all, and a
 #   memory never replaces itself;
 # * a link never crosses a boundary: the replacing memory is visible to the
@@ -18,10 +20,8 @@ from django.db import migrations, models
 # * setting or clearing a link is a change a user can see: the version goes
 #   up, and the history trigger records it (superseded or restored).
 LINKS = """
-ALTER TABLE memories ADD CONSTRAINT memories_id_user UNIQUE (id, user_id);
-ALTER TABLE memories ADD CONSTRAINT memories_superseded_same_user
-    FOREIGN KEY (superseded_by, user_id) REFERENCES memories (id, user_id)
-    ON DELETE SET NULL (superseded_by);
+ALTER TABLE memories ADD CONSTRAINT memories_superseded_by_fk
+    FOREIGN KEY (superseded_by) REFERENCES memories (id) ON DELETE SET NULL;
 ALTER TABLE memories ADD CONSTRAINT memories_superseded_pair
     CHECK ((superseded_by IS NULL) = (superseded_at IS NULL));
 ALTER TABLE memories ADD CONSTRAINT memories_superseded_not_self
@@ -99,8 +99,7 @@ DROP FUNCTION IF EXISTS memories_check_supersession();
 DROP INDEX IF EXISTS memories_replaces_idx;
 ALTER TABLE memories DROP CONSTRAINT IF EXISTS memories_superseded_not_self;
 ALTER TABLE memories DROP CONSTRAINT IF EXISTS memories_superseded_pair;
-ALTER TABLE memories DROP CONSTRAINT IF EXISTS memories_superseded_same_user;
-ALTER TABLE memories DROP CONSTRAINT IF EXISTS memories_id_user;
+ALTER TABLE memories DROP CONSTRAINT IF EXISTS memories_superseded_by_fk;
 """
 
 # Guarantees: as 0005's, and each history row also says what the memory was

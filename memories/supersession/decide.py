@@ -33,6 +33,7 @@ held-out part; BENCHMARKS.md ("Knowledge updates") has the figures.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -225,13 +226,50 @@ def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
     return None
 
 
+# Words a number labels rather than measures: "Note 3", "day 2", "cup 5",
+# "ticket #41". Two memories that differ only in such a number are two
+# items of a series (a log, a list), not one fact's old and new value.
+_LABELS = (
+    "note|day|memory|number|no|cup|item|step|entry|part|chapter|episode|session|week|round|"
+    "task|ticket|issue|page|line|test|case|example|sample|run|batch|phase|lesson|unit|module|"
+    "exercise|question|slide|figure|table|record|row|log|iteration|attempt|trial|draft|game|"
+    "match|level|post|message|comment|photo|image|file|document|video|song|track|card|bug|"
+    "story|scene|act|verse|turn|call|order|invoice|receipt|batch|lot|sprint|week|month|year"
+)
+_LABELLED = re.compile(
+    rf"(?:\b(?:{_LABELS})s?\.?\s*(?:#|no\.?\s*|number\s*)?|#)(\d+)\b|^\s*[A-Za-z]+\s+(\d+)\s*[:.)-]",
+    re.IGNORECASE,
+)
+
+
+def labelled_numbers(text: str) -> set[str]:
+    """Return the numbers ``text`` uses as labels ("Note 3:", "cup 5", "#41")."""
+    return {a or b for a, b in _LABELLED.findall(text)}
+
+
+def _numbered(old: str, new: str, evidence: Evidence) -> str | None:
+    """Return why two memories are two numbered items, when only labels changed; else None."""
+    if not evidence.changed:
+        return None
+    before, after = labelled_numbers(old), labelled_numbers(new)
+    for gone, came in evidence.changed.values():
+        if not (set(gone) <= before and set(came) <= after):
+            return None
+    pairs = [f"{'/'.join(g)} / {'/'.join(c)}" for g, c in evidence.changed.values()]
+    return f"numbered items of a series ({'; '.join(pairs)})"
+
+
 def judge(new: str, candidate: Candidate) -> Decision:
     """Decide one candidate against the new memory's text."""
     old_reading, new_reading = read(candidate.content), read(new)
     if " ".join(candidate.content.split()).lower() == " ".join(new.split()).lower():
         return Decision(candidate.id, "duplicate", "the same text", 0.0)
     evidence = compare(old_reading, new_reading, float(candidate.similarity))
-    reason = _hard_keep(old_reading, new_reading, evidence)
+    reason = _hard_keep(old_reading, new_reading, evidence) or _numbered(
+        candidate.content, new, evidence
+    )
+    if reason is None and max(old_reading.length, new_reading.length) <= 2:
+        reason = "too short to state a fact"  # "memory 2", "alice 1": labels, not facts
     if reason is not None:
         return Decision(candidate.id, "keep", reason, 0.0)
     flip = evidence.negation_flip

@@ -96,9 +96,7 @@ def test_a_wrong_replaces_writes_nothing(cast) -> None:
     with pytest.raises(ValidationFailed):
         remember(cast.alice.id, "The gym moved to Oak Street.", replaces="not-an-id")
     with pytest.raises(NotFound):  # async: refused before anything is queued
-        remember(
-            cast.alice.id, "The gym moved to Oak Street.", replaces=theirs, background=True
-        )
+        remember(cast.alice.id, "The gym moved to Oak Street.", replaces=theirs, background=True)
 
     with tenancy.operator():
         assert Memory.objects.count() == before

@@ -254,3 +254,27 @@ def test_it_decides_five_candidates_in_well_under_a_millisecond_each() -> None:
 
     # A bound far above the measured ~0.3 ms, only to catch a pathological regression.
     assert per_call < 0.05
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            "Note 3: the user builds web APIs in Python.",
+            "Note 4: the user builds web APIs in Python.",
+        ),
+        ("Day 1: Alice tasted a new Darjeeling tea.", "Day 2: Alice tasted a new Darjeeling tea."),
+        (
+            "Alice tasted Darjeeling tea, cup 4, and liked it.",
+            "Alice tasted Darjeeling tea, cup 5, and liked it.",
+        ),
+        ("memory number 22", "memory number 23"),
+        ("memory 2", "memory 3"),
+    ],
+)
+def test_numbered_items_of_a_series_are_two_memories(old: str, new: str) -> None:
+    assert verdict(old, new, 0.97) == "keep"
+
+
+def test_a_count_that_changes_is_still_an_update() -> None:
+    assert verdict("The team has 5 engineers.", "The team has 7 engineers now.", 0.9) == "supersede"
