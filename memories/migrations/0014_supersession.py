@@ -18,7 +18,8 @@ from django.db import migrations, models
 # * a memory that moves to another namespace leaves its links behind: what it
 #   replaced is current again, and it is current itself;
 # * setting or clearing a link is a change a user can see: the version goes
-#   up, and the history trigger records it (superseded or restored).
+#   up, and the history trigger records it (superseded or restored); an
+#   import, whose history came with its memories, restores links without.
 LINKS = """
 ALTER TABLE memories ADD CONSTRAINT memories_superseded_by_fk
     FOREIGN KEY (superseded_by) REFERENCES memories (id) ON DELETE SET NULL;
@@ -65,7 +66,10 @@ BEGIN
             NEW.superseded_at := coalesce(NEW.superseded_at, statement_timestamp());
         END IF;
     END IF;
-    IF TG_OP = 'UPDATE' AND NEW.superseded_by IS DISTINCT FROM OLD.superseded_by THEN
+    -- An import restores links whose history came with the memories
+    -- (app.importing): no version, so no history row, of their own.
+    IF TG_OP = 'UPDATE' AND NEW.superseded_by IS DISTINCT FROM OLD.superseded_by
+       AND coalesce(current_setting('app.importing', true), '') <> 'on' THEN
         NEW.version := OLD.version + 1;
     END IF;
     RETURN NEW;
