@@ -64,7 +64,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
 import numpy as np
@@ -181,7 +181,10 @@ class Filters:
         Expired memories never qualify.
         """
         clauses = ["namespace = %(namespace)s", LIVE, *self.held()]
-        params: dict[str, Any] = {"namespace": self.namespace, "as_of": self.as_of}
+        # as_of holds to the millisecond, as every timestamp is shown: a
+        # memory's own created_at, passed back, includes it.
+        as_of = self.as_of + timedelta(milliseconds=1) if self.as_of else None
+        params: dict[str, Any] = {"namespace": self.namespace, "as_of": as_of}
         if self.metadata:
             clauses.append("metadata @> %(metadata)s::jsonb")
         if self.created_after is not None:
@@ -214,8 +217,8 @@ class Filters:
         a = f"{alias}." if alias else ""
         if self.as_of is not None:
             return [
-                f"{a}created_at <= %(as_of)s",
-                f"({a}superseded_at IS NULL OR {a}superseded_at > %(as_of)s)",
+                f"{a}created_at < %(as_of)s",
+                f"({a}superseded_at IS NULL OR {a}superseded_at >= %(as_of)s)",
             ]
         return [] if self.include_superseded else [f"{a}superseded_by IS NULL"]
 
