@@ -514,59 +514,23 @@ def calibrate(split: ks.Split, vectors: dict[str, Any]) -> dict[str, Any]:
 
 # Latency -------------------------------------------------------------------------------
 
-# Calls in turn: remember alone, and remember plus detection with its
-# candidates from the hybrid search, from the semantic search (both through
-# memories/search.py, as recall runs them), or from one lean statement.
-KINDS = ("plain", "hybrid", "semantic", "lean")
-# The lean statement's HNSW breadth: 5 neighbours need far less than recall's 100.
-LEAN_EF_SEARCH = 40
-
-
-def nearest(
-    user_id: Any, namespace: str, vector: Any, embedder: Any, *, explain: bool = False
-) -> list[tuple[str, str, float]]:
-    """Return the 5 nearest memories of the namespace (user-wide ones), one statement.
-
-    What phase B can run inside the writing transaction: no ranking, no
-    lexical side, only the candidates' ids, texts and cosine similarities.
-    With ``explain``, return PostgreSQL's execution time of it instead, as
-    ``[("", "", ms)]``: its cost inside a transaction already open.
-    """
-    from django.db import connection
-
-    from core import tenancy
-    from memories.indexes import vector_literal, vector_type
-
-    cast = vector_type(int(embedder.dimensions))
-    # S608: the only interpolation is the vector type, built from an int.
-    sql = (
-        f"SELECT id, content, 1 - ((embedding::{cast}) <=> %(v)s::{cast}) FROM memories"  # noqa: S608
-        " WHERE user_id = %(user)s AND namespace = %(ns)s AND embedding_model = %(model)s"
-        " AND agent_id IS NULL AND (expires_at IS NULL OR expires_at > statement_timestamp())"
-        f" ORDER BY (embedding::{cast}) <=> %(v)s::{cast} LIMIT 5"
-    )
-    opening = {"enable_seqscan": "off", "enable_sort": "off", "hnsw.ef_search": str(LEAN_EF_SEARCH)}
-    params = {
-        "v": vector_literal(vector),
-        "user": str(user_id),
-        "ns": namespace,
-        "model": embedder.model_id,
-    }
-    with tenancy.tenant(user_id, local_settings=opening), connection.cursor() as cursor:
-        if explain:
-            cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
-            return [("", "", float(cursor.fetchone()[0][0]["Execution Time"]))]
-        cursor.execute(sql, params)
-        return [(str(i), c, float(s)) for i, c, s in cursor.fetchall()]
+# Calls in turn: remember with RECALL_SUPERSESSION off, and on (offline).
+KINDS = ("off", "offline")
 
 
 def latency(size: int, calls: int, split: ks.Split) -> dict[str, Any]:
-    """Time remember alone and with detection's work, in turns, at ``size`` memories."""
+    """Time ``remember`` with detection off and on (``RECALL_SUPERSESSION``), in turns.
+
+    At ``size`` memories in one namespace, embedding stubbed (excluded). The
+    calls store the knowledge set's sentences, so the detector reads real
+    facts; the filler is synthetic sentences.
+    """
     harness.configure()
+    from django.conf import settings
+
     from accounts.models import User
     from core import tenancy
-    from memories import embeddings, search, services
-    from memories.supersession import Candidate, decide
+    from memories import embeddings, services
 
     real = embeddings.get_embedder()
     rng = np.random.default_rng(22)
@@ -580,85 +544,44 @@ def latency(size: int, calls: int, split: ks.Split) -> dict[str, Any]:
     user = User.objects.create_user(f"bench-knowledge-{time.time_ns()}@example.com")
     namespace = "ku-latency"
     started = time.monotonic()
-    with harness.using_embedder(stub):
-        for n, text in enumerate(filler[: size - calls]):
-            services.remember(user_id=user.id, tier="pro", content=text, namespace=namespace)
-            if n and n % 2000 == 0:
-                print(f"  latency: stored {n:,}/{size:,}", flush=True)
-        # Three kinds of call in turn: remember alone, and remember plus
-        # detection with its candidates from the hybrid search or from the
-        # nearest by cosine alone (semantic mode), each limit 5 with the
-        # vector the write already has, then the decision. Phase B runs
-        # the search and the decision in the writing transaction; here they
-        # take a transaction of their own, so this errs on the high side.
-        timings: dict[str, list[float]] = defaultdict(list)
-        for n in range(calls):
-            text = f"{texts[n % len(texts)]} (call {n})"
-            kind = KINDS[n % len(KINDS)]
-            detection = 0.0
-            if kind == "lean":
+    chosen = settings.RECALL_SUPERSESSION
+    timings: dict[str, list[float]] = defaultdict(list)
+    linked = 0
+    try:
+        with harness.using_embedder(stub):
+            settings.RECALL_SUPERSESSION = "off"
+            for n, text in enumerate(filler[: size - calls]):
+                services.remember(user_id=user.id, tier="pro", content=text, namespace=namespace)
+                if n and n % 2000 == 0:
+                    print(f"  latency: stored {n:,}/{size:,}", flush=True)
+            for n in range(calls):
+                kind = KINDS[n % len(KINDS)]
+                settings.RECALL_SUPERSESSION = kind
+                text = f"{texts[n % len(texts)]} (call {n})"
                 t0 = time.perf_counter()
-                found_rows = nearest(user.id, namespace, stub.embed([text])[0], stub)
-                t1 = time.perf_counter()
-                decide(text, [Candidate(str(i), c, s) for i, c, s in found_rows])
-                t2 = time.perf_counter()
-                timings["lean_search"].append((t1 - t0) * 1000.0)
-                timings["decide"].append((t2 - t1) * 1000.0)
-                detection = (t2 - t0) * 1000.0
-                [(_, _, executed)] = nearest(
-                    user.id, namespace, stub.embed([text])[0], stub, explain=True
+                done = services.remember(
+                    user_id=user.id, tier="pro", content=text, namespace=namespace
                 )
-                timings["lean_execution"].append(executed)
-            elif kind != "plain":
-                prepared = search.Search(
-                    text=text,
-                    vector=stub.embed([text])[0],
-                    embedder=stub,
-                    mode=kind,
-                    limit=TOP,
-                    minimum=0.0,
-                    filters=search.Filters(namespace),
-                )
-                t0 = time.perf_counter()
-                with tenancy.tenant(user.id, local_settings=search.SEARCH_SETTINGS):
-                    found = search.run(user.id, prepared)
-                t1 = time.perf_counter()
-                candidates = [
-                    Candidate(str(f.memory.id), f.memory.content, f.similarity) for f in found
-                ]
-                decide(text, candidates)
-                t2 = time.perf_counter()
-                timings[f"{kind}_search"].append((t1 - t0) * 1000.0)
-                timings["decide"].append((t2 - t1) * 1000.0)
-                detection = (t2 - t0) * 1000.0
-            t3 = time.perf_counter()
-            services.remember(user_id=user.id, tier="pro", content=text, namespace=namespace)
-            timings[kind].append((time.perf_counter() - t3) * 1000.0 + detection)
-    from django.db import connection
+                timings[kind].append((time.perf_counter() - t0) * 1000.0)
+                linked += len(done.get("replaces", []))
+    finally:
+        settings.RECALL_SUPERSESSION = chosen
+        from django.db import connection
 
-    with tenancy.operator():
-        User.objects.filter(id=user.id).delete()
-    connection.close()
-    plain = statistics.median(timings["plain"])
+        with tenancy.operator():
+            User.objects.filter(id=user.id).delete()
+        connection.close()
     return {
         "memories": size,
         "calls": calls,
-        "remember_ms": harness.percentiles(timings["plain"]),
-        "with_hybrid_candidates_ms": harness.percentiles(timings["hybrid"]),
-        "with_semantic_candidates_ms": harness.percentiles(timings["semantic"]),
-        "with_lean_candidates_ms": harness.percentiles(timings["lean"]),
-        "lean_search_ms": harness.percentiles(timings["lean_search"]),
-        "lean_statement_execution_ms": harness.percentiles(timings["lean_execution"]),
-        "hybrid_search_ms": harness.percentiles(timings["hybrid_search"]),
-        "semantic_search_ms": harness.percentiles(timings["semantic_search"]),
-        "decide_ms": harness.percentiles(timings["decide"]),
-        "added_p50_ms": {
-            "hybrid": round(statistics.median(timings["hybrid"]) - plain, 3),
-            "semantic": round(statistics.median(timings["semantic"]) - plain, 3),
-            "lean": round(statistics.median(timings["lean"]) - plain, 3),
-        },
+        "remember_ms": harness.percentiles(timings["off"]),
+        "with_detection_ms": harness.percentiles(timings["offline"]),
+        "added_p50_ms": round(
+            statistics.median(timings["offline"]) - statistics.median(timings["off"]), 3
+        ),
+        "linked": linked,
         "fill_seconds": round(time.monotonic() - started, 1),
-        "note": "embedding stubbed (excluded); detection emulated as phase B will run it",
+        "note": "embedding stubbed (excluded); RECALL_SUPERSESSION off and offline in turns",
     }
 
 
@@ -711,11 +634,9 @@ def print_report(report: dict[str, Any]) -> None:
     if lat:
         print(
             f"\nremember at {lat['memories']:,} memories (embedding excluded): p50 "
-            f"{lat['remember_ms']['p50']} ms alone; with detection "
-            f"+{lat['added_p50_ms']['hybrid']} ms (hybrid candidates, search p50 "
-            f"{lat['hybrid_search_ms']['p50']}), +{lat['added_p50_ms']['semantic']} ms "
-            f"(semantic candidates, search p50 {lat['semantic_search_ms']['p50']}); "
-            f"decide p50 {lat['decide_ms']['p50']} ms"
+            f"{lat['remember_ms']['p50']} ms with detection off, "
+            f"{lat['with_detection_ms']['p50']} ms on (+{lat['added_p50_ms']} ms); "
+            f"{lat['linked']} replacements linked"
         )
     quiet = report.get("locomo")
     if quiet:

@@ -39,8 +39,8 @@ def test_knowledge_smoke_reports_every_figure(smoke: tuple[dict[str, Any], str, 
         assert "raw" not in rows  # it goes beside the report
     latency = report["latency"]
     assert latency["remember_ms"]["p50"] > 0
-    assert set(latency["added_p50_ms"]) == {"hybrid", "semantic", "lean"}
-    assert latency["lean_statement_execution_ms"]["p50"] > 0
+    assert latency["with_detection_ms"]["p50"] > 0
+    assert isinstance(latency["added_p50_ms"], float)
     assert report["calibration"]["pairs"] > 0
     assert "Over MCP" in stdout
 

@@ -135,7 +135,7 @@ from memories.services.storing import (
     Remembering,
     store,
 )
-from memories.services.superseding import restore
+from memories.services.superseding import replaced_by_each, restore
 from memories.services.transfer import (
     EXPORT_BATCH,
     IMPORT_BATCH,
@@ -218,6 +218,7 @@ __all__ = [
     "reembed",
     "remember",
     "remembering",
+    "replaced_by_each",
     "restore",
     "run_next_job",
     "search_memories",

@@ -293,12 +293,16 @@ def restore(
     }
 
 
-def replaced_by_each(user_id: uuid.UUID | str, ids: Sequence[str]) -> dict[str, list[str]]:
-    """Return, for each of ``ids``, the memories it replaced (in the caller's transaction)."""
-    rows = Memory.objects.filter(user_id=user_id, superseded_by__in=list(ids)).values_list(
-        "superseded_by", "id"
-    )
-    out: dict[str, list[str]] = {}
-    for new, old in rows:
-        out.setdefault(str(new), []).append(str(old))
+def replaced_by_each(
+    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, ids: Sequence[str]
+) -> dict[str, list[str]]:
+    """Return, for each of ``ids``, the memories it replaced."""
+    wanted = [uuid.UUID(str(i)) for i in ids]
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        rows = Memory.objects.filter(user_id=user_id, superseded_by__in=wanted).values_list(
+            "superseded_by", "id"
+        )
+        out: dict[str, list[str]] = {}
+        for new, old in rows:
+            out.setdefault(str(new), []).append(str(old))
     return out

@@ -19,6 +19,7 @@ from core import tenancy
 from core.errors import Conflict, NotFound, ValidationFailed
 from memories import services
 from memories.models import Memory, MemoryHistory
+from memories.services.shapes import Recalled
 from memories.tests.test_supersession_llm import ChatStub
 
 OLD = "Staging Postgres runs on pg-staging-3."
@@ -30,7 +31,7 @@ def remember(user_id, content, **kwargs):
     return services.remember(user_id=user_id, tier=Tier.PRO, content=content, **kwargs)
 
 
-def recalled(user_id, query=QUESTION, **kwargs) -> list[dict]:
+def recalled(user_id, query=QUESTION, **kwargs) -> list[Recalled]:
     return services.recall(user_id=user_id, query=query, threshold=0.0, **kwargs)
 
 
@@ -46,6 +47,11 @@ def row(memory_id) -> Memory:
 def history(memory_id) -> list[MemoryHistory]:
     with tenancy.operator():
         return list(MemoryHistory.objects.filter(memory_id=memory_id).order_by("version"))
+
+
+def decided(version: MemoryHistory) -> dict:
+    """A history row's decision (who linked or unlinked, and why); {} when none."""
+    return dict(version.decision or {})
 
 
 def test_a_named_replacement_hides_the_old_memory_and_marks_it_when_asked(cast) -> None:
@@ -120,8 +126,8 @@ def test_a_changed_fact_is_found_without_being_named(cast) -> None:
     assert ids(recalled(cast.alice.id))[0] == new["id"]
     assert old not in ids(recalled(cast.alice.id))
     [superseded] = [v for v in history(old) if v.action == "superseded"]
-    assert superseded.decision["decided_by"] == "offline"
-    assert superseded.decision["reason"]
+    assert decided(superseded)["decided_by"] == "offline"
+    assert decided(superseded)["reason"]
 
 
 @pytest.mark.parametrize(
@@ -174,7 +180,7 @@ def test_an_undo_restores_the_older_memory(cast) -> None:
     assert row(old).superseded_at is None
     assert {old, new} <= set(ids(recalled(cast.alice.id)))
     last = history(old)[-1]
-    assert (last.action, last.decision["decided_by"], last.superseded_by) == (
+    assert (last.action, decided(last)["decided_by"], last.superseded_by) == (
         "restored",
         "undo",
         None,
@@ -343,8 +349,8 @@ def test_a_configured_model_settles_an_ambiguous_pair_and_says_so(cast, chat) ->
     assert chat.requests, "the model was asked"
     assert new["replaces"] == [old]
     [superseded] = [v for v in history(old) if v.action == "superseded"]
-    assert superseded.decision["decided_by"] == "llm"
-    assert superseded.decision["model"] == "stub-model"
+    assert decided(superseded)["decided_by"] == "llm"
+    assert decided(superseded)["model"] == "stub-model"
 
 
 def test_a_slow_model_times_out_and_both_memories_stay(cast, chat) -> None:
