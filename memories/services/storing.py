@@ -182,7 +182,9 @@ def store(
 
     results: list[Stored] = []
     pending: tuple[uuid.UUID, superseding.Pending] | None = None
-    with tenancy.tenant(user_id, agent_id=agent_id):
+    detecting = superseding.detects(call.note and bool(fresh), call.replaces is not None)
+    opening = dict(superseding.SETTINGS) if detecting else None
+    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
         check_quota(user_id, tier, adding=len(fresh))
         links: list[superseding.Link] = []
         if call.replaces is not None:
@@ -195,7 +197,7 @@ def store(
             if found is None and i in vector_for:
                 new_id = ids[i] if ids else uuid.uuid4()
                 waiting = None
-                if call.note and not links:
+                if detecting:
                     links, waiting = superseding.detect(
                         user_id, agent_id, call.namespace, item.content, vector_for[i]
                     )

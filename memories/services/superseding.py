@@ -47,6 +47,18 @@ CANDIDATES = 5
 # Read a few more than that: the nearest may include other writers' memories
 # (user-wide, every agent's) or conversation turns, which are never replaced.
 NEAREST = 8
+# What a write that looks for candidates opens its transaction with, as a
+# search's does (search.transaction_settings): the nearest through the index,
+# never by reading and sorting the namespace, at a breadth enough for a
+# handful of neighbours (recall reads 50 deep). Set with the tenant, in the
+# transaction's first round trip; the write's other statements are lookups
+# by key, which these settings leave as they are.
+SETTINGS = {"enable_sort": "off", "enable_seqscan": "off", "hnsw.ef_search": "40"}
+
+
+def detects(call_is_note: bool, named: bool) -> bool:
+    """Whether a write looks for what it replaces: a note, not named, detection on."""
+    return call_is_note and not named and mode() != "off"
 
 
 @dataclass(frozen=True)
@@ -165,6 +177,7 @@ def detect(
     """
     if mode() == "off":
         return [], None
+    # The transaction opened with SETTINGS (store() does).
     candidates = nearest(user_id, agent_id, namespace, vector)
     if not candidates:
         return [], None
