@@ -549,7 +549,7 @@ def latency(size: int, calls: int, split: ks.Split) -> dict[str, Any]:
     timings: dict[str, list[float]] = defaultdict(list)
     linked = 0
     # Where detection's time goes: its candidate statement and its decision.
-    originals = (superseding.nearest, superseding.decide)
+    originals = (superseding.nearest, superseding.decide, superseding.detect)
 
     def timed(name: str, function: Any) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -563,6 +563,7 @@ def latency(size: int, calls: int, split: ks.Split) -> dict[str, Any]:
 
     superseding.nearest = timed("candidates", superseding.nearest)
     superseding.decide = timed("decide", superseding.decide)
+    superseding.detect = timed("detect", superseding.detect)
     try:
         with harness.using_embedder(stub):
             settings.RECALL_SUPERSESSION = "off"
@@ -581,7 +582,7 @@ def latency(size: int, calls: int, split: ks.Split) -> dict[str, Any]:
                 timings[kind].append((time.perf_counter() - t0) * 1000.0)
                 linked += len(done.get("replaces", []))
     finally:
-        superseding.nearest, superseding.decide = originals
+        superseding.nearest, superseding.decide, superseding.detect = originals
         settings.RECALL_SUPERSESSION = chosen
         from django.db import connection
 
@@ -598,6 +599,7 @@ def latency(size: int, calls: int, split: ks.Split) -> dict[str, Any]:
         ),
         "candidates_ms": harness.percentiles(timings["candidates"]),
         "decide_ms": harness.percentiles(timings["decide"]),
+        "detect_ms": harness.percentiles(timings["detect"]),
         "linked": linked,
         "fill_seconds": round(time.monotonic() - started, 1),
         "note": "embedding stubbed (excluded); RECALL_SUPERSESSION off and offline in turns",
@@ -655,7 +657,8 @@ def print_report(report: dict[str, Any]) -> None:
             f"\nremember at {lat['memories']:,} memories (embedding excluded): p50 "
             f"{lat['remember_ms']['p50']} ms with detection off, "
             f"{lat['with_detection_ms']['p50']} ms on (+{lat['added_p50_ms']} ms: candidates "
-            f"p50 {lat['candidates_ms']['p50']} ms, decision {lat['decide_ms']['p50']} ms); "
+            f"p50 {lat['candidates_ms']['p50']} ms, decision {lat['decide_ms']['p50']} ms, "
+            f"detection in all {lat['detect_ms']['p50']} ms); "
             f"{lat['linked']} replacements linked"
         )
     quiet = report.get("locomo")
