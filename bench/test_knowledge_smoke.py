@@ -29,14 +29,15 @@ def test_knowledge_smoke_reports_every_figure(smoke: tuple[dict[str, Any], str, 
                 assert 0.0 <= figures[key] <= 1.0
             assert figures["chain_questions"] == 6
             assert figures["lookalike_questions"] == 8
-        # Today's server marks nothing: the baseline shows every stale version.
+        # The server hides what it found replaced (it marks nothing it returns).
         assert rows["server"]["lookalike_marked"] == 0.0
-        assert rows["server"]["stale_unmarked@5"] > 0.5
-        # The detector, run client-side, hides some of them.
+        assert rows["server"]["stale_unmarked@5"] < 1.0
+        # Named with replaces, no outdated version shows.
+        assert rows["explicit"]["stale_unmarked@5"] == 0.0
         assert rows["server+detector"]["replaced"] > 0
-        assert rows["server+detector"]["stale_unmarked@5"] < rows["server"]["stale_unmarked@5"]
         assert report["offline"][split]["updates"] == 6
         assert "raw" not in rows  # it goes beside the report
+    assert report["mcp"]["server_takes_replaces"] is True
     latency = report["latency"]
     assert latency["remember_ms"]["p50"] > 0
     assert latency["with_detection_ms"]["p50"] > 0
