@@ -210,11 +210,11 @@ def store(
                     stored[place] = found
                     if waiting is not None:
                         pending = (found, waiting)
-                results.append(_linked(found, not inserted, links))
+                results.append(_linked(user_id, found, not inserted, links))
                 continue
             # Stored already: named as a replacement, it becomes one.
             assert found is not None, "every item is stored or found"
-            results.append(_linked(found, True, links if call.replaces else []))
+            results.append(_linked(user_id, found, True, links if call.replaces else []))
         if finish is not None:
             finish(results)
     if pending is not None:
@@ -227,10 +227,13 @@ def store(
     return results
 
 
-def _linked(found: uuid.UUID, deduped: bool, links: list[superseding.Link]) -> Stored:
+def _linked(
+    user_id: uuid.UUID | str, found: uuid.UUID, deduped: bool, links: list[superseding.Link]
+) -> Stored:
     """Link what ``found`` replaces (in the writing transaction) and say so in its result."""
     result: Stored = {"id": str(found), "deduped": deduped}
-    replaced = superseding.apply(found, [x for x in links if x.old != found]) if links else []
+    others = [x for x in links if x.old != found]
+    replaced = superseding.apply(user_id, found, others) if others else []
     if replaced:
         result["replaces"] = replaced
     return result

@@ -211,7 +211,7 @@ def announce(links: Sequence[Link]) -> None:
         )
 
 
-def apply(new: uuid.UUID, links: Sequence[Link]) -> list[str]:
+def apply(user_id: uuid.UUID | str, new: uuid.UUID, links: Sequence[Link]) -> list[str]:
     """Link each older memory to ``new``, in the caller's transaction; return those linked.
 
     A memory another write replaced first stays with that one (no error).
@@ -224,8 +224,9 @@ def apply(new: uuid.UUID, links: Sequence[Link]) -> list[str]:
             )
             cursor.execute(
                 "UPDATE memories SET superseded_by = %s, superseded_at = statement_timestamp()"
-                " WHERE id = %s AND superseded_by IS NULL AND id <> %s RETURNING id",
-                [new, link.old, new],
+                " WHERE id = %s AND user_id = %s AND superseded_by IS NULL AND id <> %s"
+                " RETURNING id",
+                [new, link.old, str(user_id), new],
             )
             if cursor.fetchone():
                 done.append(str(link.old))
@@ -263,7 +264,7 @@ def settle_with_model(
     with tenancy.tenant(user_id, agent_id=agent_id):
         if not Memory.objects.filter(user_id=user_id, id=new, superseded_by__isnull=True).exists():
             return []
-        return apply(new, links)
+        return apply(user_id, new, links)
 
 
 def restore(
