@@ -267,6 +267,8 @@ def _memories_page(
         offset = max(0, int(request.GET.get("offset", 0)))
     except ValueError:
         offset = 0
+    # Memories a later one replaced are hidden unless asked for (issue 22).
+    replaced = request.GET.get("replaced") == "1"
 
     error = None
     found: Sequence[Mapping[str, Any]] = []
@@ -279,6 +281,7 @@ def _memories_page(
                 query=query,
                 namespace=namespace,
                 limit=PAGE_SIZE,
+                include_superseded=replaced,
             )
         else:
             found = memory_services.list_memories(
@@ -287,16 +290,24 @@ def _memories_page(
                 namespace=namespace,
                 limit=PAGE_SIZE + 1,
                 offset=offset,
+                superseded="include" if replaced else "exclude",
             )
             more = len(found) > PAGE_SIZE
             found = found[:PAGE_SIZE]
     except RecallError as exc:
         error = exc.message
     writers = memory_services.memory_agents(user_id=user.id, ids=[m["id"] for m in found])
+    replaces = memory_services.replaced_by_each(user_id=user.id, ids=[m["id"] for m in found])
     results: list[dict[str, object]] = []
     for memory in found:
         writer = agents.get(writers.get(memory["id"]) or "")
-        results.append({**memory, "agent_name": writer.name if writer else ""})
+        results.append(
+            {
+                **memory,
+                "agent_name": writer.name if writer else "",
+                "replaces": replaces.get(memory["id"], []),
+            }
+        )
     return render(
         request,
         "dashboard/memories.html",
@@ -307,7 +318,14 @@ def _memories_page(
             "agents": list(agents.values()),
             "agent": agent,
             # What the pager keeps when it moves: the namespace and the agent.
-            "filters": urlencode({"namespace": namespace, **({"agent": agent} if agent else {})}),
+            "filters": urlencode(
+                {
+                    "namespace": namespace,
+                    **({"agent": agent} if agent else {}),
+                    **({"replaced": "1"} if replaced else {}),
+                }
+            ),
+            "replaced": replaced,
             "query": query,
             "results": results,
             "error": error,
@@ -380,6 +398,25 @@ def upload_import(request: AuthenticatedRequest) -> HttpResponse:
         return _memories_page(request, form, status=400)
     messages.success(request, f"Importing {filename} in the background: its progress is below.")
     return redirect(reverse("dashboard:memories") + "#imports")
+
+
+@login_required
+@require_POST
+def restore_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
+    """Undo a replacement: the memory is current again (issue 22)."""
+    try:
+        with context.acting_as("dashboard"):
+            memory_services.restore(user_id=request.user.id, id=str(memory_id))
+    except NotFound:
+        raise Http404("No such memory.") from None
+    except RecallError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, "Memory restored: it is current again.")
+    back = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
+        return redirect(back)
+    return redirect("dashboard:memories")
 
 
 @login_required

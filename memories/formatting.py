@@ -20,6 +20,10 @@ def memory_tag(result: Mapping[str, Any]) -> str:
     attributes["namespace"] = result.get("namespace", "")
     if result.get("created_at"):
         attributes["created_at"] = result["created_at"]
+    # A replaced memory (returned only when asked for) says so in its tag.
+    if result.get("superseded_by"):
+        attributes["superseded_by"] = result["superseded_by"]
+        attributes["superseded_at"] = result.get("superseded_at") or ""
     rendered = " ".join(
         f'{name}="{escape(str(value), quote=True)}"' for name, value in attributes.items()
     )

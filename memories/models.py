@@ -94,6 +94,13 @@ class Memory(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     # Maintained by the memories_touch_updated_at trigger, not by Django.
     updated_at = models.DateTimeField(db_default=Now())
+    # The later memory that replaced this one, and since when (issue 22). A
+    # key in the database, ON DELETE SET NULL, and a trigger that keeps links
+    # inside one user, namespace and writer (migration 0014); no Django
+    # relation, so Django never emulates either.
+    # What a memory replaced is ``WHERE superseded_by = its id``.
+    superseded_by = models.UUIDField(null=True, blank=True)
+    superseded_at = models.DateTimeField(null=True, blank=True)
 
     objects = MemoryQuerySet.as_manager()
 
@@ -218,6 +225,9 @@ class Action(models.TextChoices):
     CREATED = "created", "Created"
     UPDATED = "updated", "Updated"
     DELETED = "deleted", "Deleted"
+    # A later memory replaced this one, or the link was undone (issue 22).
+    SUPERSEDED = "superseded", "Superseded"
+    RESTORED = "restored", "Restored"
 
 
 class MemoryHistory(models.Model):
@@ -257,7 +267,7 @@ class MemoryHistory(models.Model):
         db_index=False,
     )
     version = models.PositiveIntegerField()
-    action = models.CharField(max_length=8, choices=Action.choices)
+    action = models.CharField(max_length=10, choices=Action.choices)
     namespace = models.CharField(max_length=64)
     content = models.TextField()
     metadata = models.JSONField(default=dict)
@@ -268,6 +278,13 @@ class MemoryHistory(models.Model):
     client = models.CharField(max_length=32)
     api_key_id = models.UUIDField(null=True, blank=True)
     recorded_at = models.DateTimeField()
+    # What replaced the memory at this version; on a memory's ``created`` row,
+    # what it replaced; on a ``superseded``, ``restored`` or such ``created``
+    # row, who decided and why ({"decided_by": "explicit" | "offline" | "llm"
+    # | "undo", "reason", "score", "model"}).
+    superseded_by = models.UUIDField(null=True, blank=True)
+    replaces = ArrayField(models.UUIDField(), null=True, blank=True)
+    decision = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "memory_history"

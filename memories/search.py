@@ -69,11 +69,10 @@ rows, best first; shape them in the service.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, Unpack
 
@@ -83,8 +82,10 @@ from django.conf import settings
 from core import pooling, tenancy
 from memories import embeddings, scoring, validation
 from memories.embeddings import cache, failures
+from memories.filters import COLUMNS, LIVE, PRIORITY_ORDER, Filters
+from memories.filters import SOURCE_FILTERS as SOURCE_FILTERS
 from memories.indexes import index_name, vector_literal, vector_type
-from memories.models import PRIORITY_RANK, Memory
+from memories.models import Memory
 
 logger = logging.getLogger(__name__)
 
@@ -145,74 +146,6 @@ def cutoff_params(model_id: str, neighbours: int) -> dict[str, Any]:
 
 
 # The columns memory_search may filter on, all indexed (see Memory.Meta).
-SOURCE_FILTERS = ("source_kind", "author", "path", "thread_id", "task_id")
-# No tool returns an expired memory, even before maintenance purges it.
-LIVE = "(expires_at IS NULL OR expires_at > statement_timestamp())"
-# Priority breaks ties among results equally relevant to two decimals.
-PRIORITY_ORDER = (
-    "CASE priority "
-    + " ".join(f"WHEN '{name}' THEN {rank}" for name, rank in PRIORITY_RANK.items())
-    + " ELSE 0 END"
-)
-# The columns a search returns: every column a tool shows, never the vector.
-COLUMNS = (
-    "id, user_id, agent_id, namespace, source_kind, author, path, thread_id, position,"
-    " task_id, content, metadata, priority, expires_at, version, created_at, updated_at"
-)
-
-
-@dataclass(frozen=True)
-class Filters:
-    """What a memory must be to be ranked at all, in every mode."""
-
-    namespace: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-    created_after: datetime | None = None  # inclusive
-    created_before: datetime | None = None  # exclusive
-    priorities: tuple[str, ...] = ()
-    # memory_search's source filters, column -> value (SOURCE_FILTERS only).
-    sources: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def narrowing(self) -> bool:
-        """Whether anything besides the namespace limits which memories are ranked."""
-        return bool(self.metadata or self.others)
-
-    @property
-    def others(self) -> bool:
-        """Whether anything besides the namespace and the metadata limits them."""
-        return bool(self.created_after or self.created_before or self.priorities or self.sources)
-
-    def clauses(self) -> tuple[list[str], dict[str, Any]]:
-        """Return SQL conditions on ``memories`` (besides the user) and their parameters.
-
-        Expired memories never qualify.
-        """
-        clauses = ["namespace = %(namespace)s", LIVE]
-        params: dict[str, Any] = {"namespace": self.namespace}
-        if self.metadata:
-            clauses.append("metadata @> %(metadata)s::jsonb")
-        if self.created_after is not None:
-            clauses.append("created_at >= %(created_after)s")
-        if self.created_before is not None:
-            clauses.append("created_at < %(created_before)s")
-        if self.priorities:
-            clauses.append("priority = ANY(%(priorities)s)")
-        for column, value in self.sources.items():
-            if column not in SOURCE_FILTERS:
-                raise ValueError(f"not a source filter: {column}")
-            clauses.append(f"{column} = %(source_{column})s")
-            params[f"source_{column}"] = value
-        params.update(
-            metadata=json.dumps(self.metadata) if self.metadata else None,
-            created_after=self.created_after,
-            created_before=self.created_before,
-            priorities=list(self.priorities) or None,
-            sources=json.dumps(self.sources) if self.sources else None,
-        )
-        return clauses, params
-
-
 @dataclass(frozen=True)
 class Search:
     """One search's validated arguments and the query's vector."""
@@ -258,6 +191,8 @@ class QueryArguments(TypedDict, total=False):
     created_after: str | datetime | None
     created_before: str | datetime | None
     use_cache: bool
+    include_superseded: bool
+    as_of: str | datetime | None
 
 
 class SearchArguments(QueryArguments, total=False):
@@ -310,7 +245,13 @@ class SearchArgs:
             given.get("created_after"), given.get("created_before")
         )
         levels = tuple(validation.priorities(given.get("priority")))
-        filters = Filters(namespace, where, after, before, levels, dict(sources or {}))
+        replaced = validation.flag(
+            given.get("include_superseded", False), field="include_superseded"
+        )
+        as_of = validation.moment(given.get("as_of"), field="as_of")
+        filters = Filters(
+            namespace, where, after, before, levels, dict(sources or {}), replaced, as_of
+        )
         return cls(text, filters, limit, threshold, mode, bool(given.get("use_cache", True)))
 
 
@@ -509,6 +450,12 @@ def statement(
     return ranked_sql(user_id, search, agent=agent, limit=limit)
 
 
+def nearest_ctes(search: Search, count: int, *, agent: bool = False) -> tuple[str, dict[str, Any]]:
+    """The dense half alone: CTEs ending in ``nearest`` (columns and distance), for a write's
+    supersession candidates (memories/services/superseding.py)."""
+    return _nearest(search, count, agent=agent)
+
+
 def _nearest(
     search: Search, count: int, *, agent: bool = False, rows: bool = True
 ) -> tuple[str, dict[str, Any]]:
@@ -646,7 +593,7 @@ def _nearest(
                     FROM memories
                     -- recall_filtered_nearest applied every filter; the caller's
                     -- own policy applies here again, whatever it returned.
-                    WHERE memories.id = match.id AND user_id = %(user)s
+                    WHERE memories.id = match.id AND user_id = %(user)s{{held}}
                     LIMIT 1  -- one row per id; it also stops the planner flattening this
                 ) AS found
                 WHERE (SELECT yes FROM narrow)
@@ -657,6 +604,9 @@ def _nearest(
         else ""
     )
     not_narrow = " AND NOT (SELECT yes FROM narrow)" if filtered else ""
+    ranked_matches = ranked_matches.replace(
+        "{held}", "".join(f" AND {c}" for c in search.filters.held())
+    )
     # S608: interpolated are only the vector type (from an int width), the
     # constant column list and clauses built from constants; values are parameters.
     sql = f"""
@@ -768,9 +718,9 @@ def ranked_sql(
         )
         SELECT {columns}, r.similarity, r.score, r.rank
         FROM (
-            SELECT * FROM ranked
-            WHERE score >= %(minimum)s
-            ORDER BY rank DESC, similarity DESC, id
+            SELECT ranked.* FROM ranked{{held_join}}
+            WHERE ranked.score >= %(minimum)s{{held}}
+            ORDER BY ranked.rank DESC, ranked.similarity DESC, ranked.id
             LIMIT %(limit)s
         ) AS r
         JOIN memories AS m ON m.id = r.id
@@ -779,6 +729,12 @@ def ranked_sql(
                  r.rank DESC, r.similarity DESC, m.id
     """  # noqa: S608
     line = scoring.line(search.mode, search.embedder.default_threshold)
+    # The lexical side knows nothing of replacement: its rows are checked here.
+    held = search.filters.held("h")
+    sql = sql.replace(
+        "{held_join}",
+        " JOIN memories AS h ON h.id = ranked.id AND h.user_id = %(user)s" if held else "",
+    ).replace("{held}", "".join(f" AND {c}" for c in held))
     params.update(
         user=str(user_id),
         text=search.text,

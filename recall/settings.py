@@ -221,6 +221,15 @@ RECALL_DEFAULT_THRESHOLD = env.optional_number("RECALL_DEFAULT_THRESHOLD", low=0
 # OPENAI_BASE_URL. Unset, memory_recall answers extractively.
 RECALL_CHAT_MODEL = env.string("RECALL_CHAT_MODEL") or None
 
+# Knowledge updates (issue 22): whether a new note is compared with the
+# nearest current notes and marks those it replaces. "offline" (the default)
+# decides by rules; "llm" also asks the chat model (RECALL_SUPERSESSION_MODEL,
+# else RECALL_CHAT_MODEL) about ambiguous pairs, with a timeout; "off" links
+# only what a write names with `replaces`.
+RECALL_SUPERSESSION = env.choice("RECALL_SUPERSESSION", "offline", ["off", "offline", "llm"])
+RECALL_SUPERSESSION_MODEL = env.string("RECALL_SUPERSESSION_MODEL") or None
+RECALL_SUPERSESSION_TIMEOUT = env.number("RECALL_SUPERSESSION_TIMEOUT", 3.0, low=0.1, high=60.0)
+
 if EMBEDDING_PROVIDER == "openai" and not OPENAI_API_KEY and not DEBUG:
     raise ImproperlyConfigured(
         "OPENAI_API_KEY must be set when EMBEDDING_PROVIDER is openai; "

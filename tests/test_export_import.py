@@ -25,7 +25,7 @@ from memories import services
 
 pytestmark = pytest.mark.slow
 
-QUERIES = ["What does the user drink?", "Where is the trip?", "deadline"]
+QUERIES = ["What does the user drink?", "Where is the trip?", "deadline", "Who is the dentist?"]
 
 # Run in the fresh database: export the user again, and answer QUERIES.
 PROBE = """
@@ -72,6 +72,16 @@ def alices_memories(cast, agent=None) -> None:
             metadata={"source": "chat"},
         )["id"]
         services.update_memory(user_id=alice, id=tea, content="The user drinks green tea daily.")
+        # A chain (issue 22): the older memory is kept, replaced by the later one.
+        dentist = services.remember(
+            user_id=alice, tier=Tier.PRO, content="The user's dentist is Dr Okafor."
+        )["id"]
+        services.remember(
+            user_id=alice,
+            tier=Tier.PRO,
+            content="The user switched dentist to Dr Lindqvist.",
+            replaces=dentist,
+        )
         services.remember(
             user_id=alice,
             tier=Tier.PRO,
@@ -115,7 +125,12 @@ def test_a_round_trip_into_a_fresh_database_keeps_memories_history_and_recall(
     alices_memories(cast, agent=agents.research)
     exported = export("alice@example.com")
     records = [json.loads(line) for line in exported.splitlines()]
-    assert len(records) == 5
+    assert len(records) == 7
+    old = next(r for r in records if "Okafor" in r["content"])
+    new = next(r for r in records if "Lindqvist" in r["content"])
+    assert old["superseded_by"] == new["id"]
+    assert [v["action"] for v in old["history"]] == ["created", "superseded"]
+    assert new["history"][0]["replaces"] == [old["id"]]
     assert "Charlie" not in exported
     note = next(r for r in records if r["agent"] == "research")
     assert (note["source_kind"], note["author"], note["task_id"]) == (
@@ -141,7 +156,8 @@ def test_a_round_trip_into_a_fresh_database_keeps_memories_history_and_recall(
     )
     probe = recall_command("-c", PROBE, "alice@example.com", json.dumps(QUERIES), data_dir=fresh)
 
-    assert "Imported 5 of 5 memories" in imported.stdout
+    assert "Imported 7 of 7 memories" in imported.stdout
+    assert "1 replacements linked (0 to memories not imported" in imported.stdout
     after = json.loads(probe.stdout)
     assert sorted(after["export"], key=lambda r: r["id"]) == sorted(records, key=lambda r: r["id"])
     assert after["recall"] == before

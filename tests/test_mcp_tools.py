@@ -31,6 +31,7 @@ def test_both_protocol_generations_list_the_tools(live, cast, mode):
         "update_memory",
         "forget",
         "memory_history",
+        "restore_memory",
         "job_status",
         "memory_stats",
         "health_check",

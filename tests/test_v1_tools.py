@@ -50,6 +50,7 @@ def test_it_lists_the_seeds_ten_tools_with_its_parameter_names(live, cast, mode)
         "priority",
         "metadata",
         "async",
+        "replaces",
     }
     assert by_name["add_memory"].input_schema["properties"]["async"]["default"] is True
     assert set(by_name["search_memory"].input_schema["properties"]) == {
@@ -58,6 +59,8 @@ def test_it_lists_the_seeds_ten_tools_with_its_parameter_names(live, cast, mode)
         "limit",
         "prefer_cache",
         "metadata_filter",
+        "include_superseded",
+        "as_of",
     }
     assert by_name["search_memory"].input_schema["required"] == ["query"]
     assert by_name["update_memory"].input_schema["required"] == ["memory_id", "content"]

@@ -206,3 +206,44 @@ def test_search_is_described_as_words_and_meaning(cast, alice_client):
     assert "words and meaning together" in text
     assert "by meaning, not exact words" not in text
     assert "Search by meaning" not in text
+
+
+def test_replaced_memories_are_hidden_unless_asked_and_link_both_ways(cast, alice_client):
+    old = services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="The office wifi password is tulip-42."
+    )["id"]
+    new = services.remember(
+        user_id=cast.alice.id,
+        tier=Tier.PRO,
+        content="New office wifi password: orchid-77.",
+        replaces=old,
+    )["id"]
+
+    assert listed(alice_client.get(URL)) == [new]
+    assert listed(alice_client.get(URL, {"q": "wifi password"})) == [new]
+    shown = alice_client.get(URL, {"replaced": "1"})
+    assert listed(shown) == [new, old]
+    text = shown.content.decode()
+    assert f'data-superseded-by="{new}"' in text
+    assert f'data-replaces="{old}"' in text
+    assert f"/memories/{old}/restore/" in text
+    assert f"/memories/{new}/restore/" not in text  # only a replaced memory has the button
+    assert old in listed(alice_client.get(URL, {"q": "wifi password", "replaced": "1"}))
+
+
+def test_the_restore_button_makes_a_replaced_memory_current(cast, alice_client):
+    old = services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="Gym is on Elm St.")["id"]
+    services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="Gym moved to Oak St.", replaces=old
+    )
+
+    response = alice_client.post(f"/memories/{old}/restore/", {"next": URL})
+
+    assert response.status_code == 302
+    assert old in listed(alice_client.get(URL))
+    with tenancy.operator():
+        assert Memory.objects.get(id=old).superseded_by is None
+    # Charlie cannot restore Alice's memory: it does not exist for him.
+    charlie = Client()
+    charlie.force_login(cast.charlie)
+    assert charlie.post(f"/memories/{old}/restore/").status_code == 404

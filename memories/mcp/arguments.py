@@ -169,3 +169,34 @@ Purge = Annotated[
         "kept for the retention period (30 days by default) so deletions can be reviewed."
     ),
 ]
+# Knowledge updates (issue 22).
+Replaces = Annotated[
+    str | None,
+    Field(
+        max_length=64,
+        description="The id of an older memory this one replaces (the fact changed). The "
+        "older memory is kept, marked as replaced, and left out of searches from now on.",
+    ),
+]
+IncludeSuperseded = Annotated[
+    bool,
+    Field(
+        description="Also return memories a later memory replaced, each marked with "
+        "superseded_by and superseded_at. Off by default: only current memories."
+    ),
+]
+AsOf = Annotated[
+    str | None,
+    Field(
+        max_length=64,
+        description="Answer from what was held true at this moment (ISO 8601): memories "
+        "created by then and not yet replaced then, marked if replaced since.",
+    ),
+]
+SupersededListing = Annotated[
+    Literal["exclude", "include", "only"],
+    Field(
+        description="Replaced memories: left out (exclude, the default), listed too "
+        "(include) or listed alone (only)."
+    ),
+]

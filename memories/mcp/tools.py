@@ -26,11 +26,13 @@ from memories.formatting import memory_tags
 from memories.mcp import runtime
 from memories.mcp.arguments import (
     SCORE,
+    AsOf,
     Background,
     CreatedAfter,
     CreatedBefore,
     ExpiresAt,
     IdempotencyKey,
+    IncludeSuperseded,
     MemoryId,
     Message,
     Metadata,
@@ -39,7 +41,9 @@ from memories.mcp.arguments import (
     Priority,
     PriorityFilter,
     Purge,
+    Replaces,
     SearchMode,
+    SupersededListing,
     ThreadId,
     Threshold,
     TtlSeconds,
@@ -73,6 +77,11 @@ class RememberOutput(BaseModel):
         None, description="messages: one per message, in order."
     )
     count: int | None = None
+    replaces: list[str] | None = Field(
+        None,
+        description="The older memories this one replaced (named by replaces, or found to "
+        "state an earlier value of the same fact); absent when none.",
+    )
 
 
 class RecalledMemory(BaseModel):
@@ -85,6 +94,10 @@ class RecalledMemory(BaseModel):
     priority: str
     created_at: str
     expires_at: str | None
+    superseded_by: str | None = Field(
+        None, description="Only on a replaced memory (include_superseded, as_of): what replaced it."
+    )
+    superseded_at: str | None = Field(None, description="Only on a replaced memory: since when.")
 
 
 class RecallOutput(BaseModel):
@@ -105,6 +118,8 @@ class ListedMemory(BaseModel):
     created_at: str
     updated_at: str
     expires_at: str | None
+    superseded_by: str | None = Field(description="The later memory that replaced this one.")
+    superseded_at: str | None
 
 
 class ListOutput(BaseModel):
@@ -140,7 +155,7 @@ class ForgetOutput(BaseModel):
 
 class Version(BaseModel):
     version: int
-    action: Literal["created", "updated", "deleted"]
+    action: Literal["created", "updated", "deleted", "superseded", "restored"]
     content: str
     metadata: dict[str, Any]
     namespace: str
@@ -149,6 +164,22 @@ class Version(BaseModel):
     timestamp: str
     client: str = Field(description="The interface that made the change: mcp, v1, stdio, ...")
     api_key_id: str | None = Field(description="The API key that made the change, if any.")
+    superseded_by: str | None = Field(description="What had replaced the memory at this version.")
+    replaces: list[str] | None = Field(
+        description="On a created version: the older memories this one replaced."
+    )
+    decision: dict[str, Any] | None = Field(
+        description="Who linked or unlinked a replacement (decided_by: explicit, offline, llm, "
+        "undo) and why."
+    )
+
+
+class RestoreOutput(BaseModel):
+    id: str
+    restored: bool
+    was_superseded_by: str
+    was_superseded_at: str
+    version: int
 
 
 class HistoryOutput(BaseModel):
@@ -179,6 +210,7 @@ class JobOutput(BaseModel):
 class NamespaceStats(BaseModel):
     namespace: str
     count: int
+    superseded: int = Field(description="Of count, how many a later memory replaced.")
     oldest: str
     newest: str
 
@@ -209,6 +241,7 @@ class LatencyStats(BaseModel):
 
 class StatsOutput(BaseModel):
     memories: int
+    superseded: int = Field(description="Of memories, how many a later memory replaced.")
     namespaces: list[NamespaceStats]
     history_rows: int
     jobs: dict[str, int] = Field(description="Your background adds by status.")
@@ -260,6 +293,7 @@ def remember(
     ttl_seconds: TtlSeconds = None,
     async_: Background = False,
     idempotency_key: IdempotencyKey = None,
+    replaces: Replaces = None,
 ) -> Annotated[CallToolResult, RememberOutput]:
     """Store a memory so it can be recalled by meaning later, across sessions.
 
@@ -273,6 +307,13 @@ def remember(
     Pass messages instead of content to keep a conversation: each message
     becomes a memory with its role and position, all in one thread; read it
     back in order with list_memories(thread_id=...).
+
+    When a fact changes, store the new one; pass replaces with the old
+    memory's id if you know it. Without it, a new note that states a new
+    value of the same fact as a recent one (a host migrated, a number
+    changed) replaces it too, conservatively; "replaces" in the result lists
+    what was replaced. Replaced memories are kept, leave searches, and come
+    back with restore_memory.
 
     Returns {"id": "<uuid>", "deduped": false|true}; for messages
     {"thread_id", "memories": [{id, deduped}], "count"}. With async: true it
@@ -294,6 +335,7 @@ def remember(
             ttl_seconds=ttl_seconds,
             background=async_,
             idempotency_key=idempotency_key,
+            replaces=replaces,
         )
     )
 
@@ -319,6 +361,8 @@ def recall(
     priority: PriorityFilter = None,
     created_after: CreatedAfter = None,
     created_before: CreatedBefore = None,
+    include_superseded: IncludeSuperseded = False,
+    as_of: AsOf = None,
 ) -> Annotated[CallToolResult, RecallOutput]:
     """Find stored memories by their words and meaning, best match first.
 
@@ -335,7 +379,9 @@ def recall(
     similarity, score, metadata, namespace, created_at}], "count": n}, best
     first. score is an absolute relevance, 0-1 (0.5: as likely relevant as
     not). An empty result means nothing matched well enough: try a broader
-    query or a lower threshold.
+    query or a lower threshold. Memories a later one replaced are left out;
+    include_superseded brings them back marked with superseded_by, and as_of
+    answers from what was held true at that moment.
     """
     caller = runtime.caller()
     found = services.recall(
@@ -350,6 +396,8 @@ def recall(
         priority=priority,
         created_after=created_after,
         created_before=created_before,
+        include_superseded=include_superseded,
+        as_of=as_of,
     )
     text = memory_tags(found) if found else "No memories matched this query."
     return success({"memories": found, "count": len(found)}, text)
@@ -377,6 +425,7 @@ def list_memories(
             description="Only this conversation's messages, in the order they were said.",
         ),
     ] = None,
+    superseded: SupersededListing = "exclude",
 ) -> Annotated[CallToolResult, ListOutput]:
     """List the memories in one namespace, newest first, a page at a time.
 
@@ -385,7 +434,8 @@ def list_memories(
     or audit what is stored, or to find an id to update or forget; use recall
     to search by meaning instead. Returns {"memories":
     [{id, content, namespace, metadata, created_at, updated_at}], "count": n,
-    "offset": n}. A page shorter than limit is the last one.
+    "offset": n}. A page shorter than limit is the last one. Memories a later
+    one replaced are left out unless superseded is include or only.
     """
     caller = runtime.caller()
     page = services.list_memories(
@@ -397,6 +447,7 @@ def list_memories(
         order=order,
         priority=priority,
         thread_id=thread_id,
+        superseded=superseded,
     )
     return success({"memories": page, "count": len(page), "offset": offset})
 
@@ -478,6 +529,7 @@ def forget(
     created_after: CreatedAfter = None,
     created_before: CreatedBefore = None,
     purge: Purge = False,
+    include_superseded: IncludeSuperseded = False,
 ) -> Annotated[CallToolResult, ForgetOutput]:
     """Delete memories: one by id, some by meaning, or a whole namespace.
 
@@ -495,7 +547,10 @@ def forget(
     mode "all" with a namespace previews emptying it: {"preview": true,
     "namespace", "total_matches": n, "confirmation_token"}. Confirm the same
     way; memories stored after the preview are kept, and nothing outside the
-    namespace is touched.
+    namespace is touched. A by_query preview, like recall, leaves out
+    memories a later one replaced unless include_superseded; all empties the
+    namespace, replaced memories too. Forgetting a memory that replaced
+    another makes the older one current again.
 
     Tokens work once and expire after 5 minutes; with nothing to delete there
     is no token. A deleted memory's history is kept for 30 days, unless purge
@@ -517,6 +572,7 @@ def forget(
             metadata_filter=metadata_filter,
             created_after=created_after,
             created_before=created_before,
+            include_superseded=include_superseded,
         )
     )
 
@@ -526,13 +582,27 @@ def memory_history(id: MemoryId) -> Annotated[CallToolResult, HistoryOutput]:
     """Show how a memory changed: every version, oldest first, with who made it.
 
     Each entry has the version number, the action (created, updated,
-    deleted), the content and metadata as they were, the time, and the
+    deleted, superseded, restored), what replaced it or what it replaced,
+    who decided that and why, the content and metadata as they were, the time, and the
     client and API key that made the change. A deleted memory's history
     stays readable for 30 days after the deletion.
     """
     caller = runtime.caller()
     versions = services.memory_history(user_id=caller.user_id, agent_id=caller.agent_id, id=id)
     return success({"id": id, "history": versions, "count": len(versions)})
+
+
+@tool
+def restore_memory(id: MemoryId) -> Annotated[CallToolResult, RestoreOutput]:
+    """Undo a replacement: the memory id is current again, in searches and lists.
+
+    Use it when a memory was marked as replaced by mistake (two facts that
+    are both true). The memory that replaced it stays as it is. Recorded in
+    the memory's history as "restored". Fails with conflict if the memory is
+    not replaced.
+    """
+    caller = runtime.caller()
+    return success(services.restore(user_id=caller.user_id, agent_id=caller.agent_id, id=id))
 
 
 @tool
@@ -581,6 +651,10 @@ TOOLS: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
     ),
     (forget, ToolAnnotations(title="Forget", read_only_hint=False, destructive_hint=True)),
     (memory_history, ToolAnnotations(title="Memory history", read_only_hint=True)),
+    (
+        restore_memory,
+        ToolAnnotations(title="Restore memory", read_only_hint=False, idempotent_hint=False),
+    ),
     (job_status, ToolAnnotations(title="Job status", read_only_hint=True)),
     (memory_stats, ToolAnnotations(title="Memory stats", read_only_hint=True)),
     (health_check, ToolAnnotations(title="Health check", read_only_hint=True)),

@@ -39,7 +39,16 @@ from pydantic import BaseModel, Field
 from core.errors import RecallError
 from memories import services, validation
 from memories.mcp import runtime
-from memories.mcp.arguments import NAMESPACE_PATTERN, SCORE, MetadataFilter, PriorityName
+from memories.mcp.arguments import (
+    NAMESPACE_PATTERN,
+    SCORE,
+    AsOf,
+    IncludeSuperseded,
+    MetadataFilter,
+    PriorityName,
+    Replaces,
+    SupersededListing,
+)
 from memories.mcp.runtime import success
 
 INSTRUCTIONS = """\
@@ -93,6 +102,9 @@ class AddOutput(BaseModel):
     )
     job_id: str | None = Field(None, description="async: the background job.")
     status: str | None = Field(None, description='async: "queued".')
+    replaces: list[str] | None = Field(
+        None, description="The older memories this one replaced; absent when none."
+    )
 
 
 class Result(BaseModel):
@@ -103,6 +115,10 @@ class Result(BaseModel):
     created_at: str
     user_id: str
     priority: str
+    superseded_by: str | None = Field(
+        None, description="Only on a replaced memory (include_superseded, as_of)."
+    )
+    superseded_at: str | None = None
 
 
 class SearchOutput(BaseModel):
@@ -121,6 +137,8 @@ class Listed(BaseModel):
     updated_at: str
     user_id: str
     priority: str
+    superseded_by: str | None = Field(None, description="The later memory that replaced it.")
+    superseded_at: str | None = None
 
 
 class AllOutput(BaseModel):
@@ -144,10 +162,12 @@ class Entry(BaseModel):
     version: int
     content: str
     timestamp: str
-    action: Literal["created", "updated", "deleted"]
+    action: Literal["created", "updated", "deleted", "superseded", "restored"]
     metadata: dict[str, Any] | None
     client: str
     api_key_id: str | None
+    superseded_by: str | None = None
+    replaces: list[str] | None = None
 
 
 class HistoryOutput(BaseModel):
@@ -255,6 +275,7 @@ def add_memory(
     async_: Annotated[
         bool, Field(alias="async", description="Process in the background (default: true).")
     ] = True,
+    replaces: Replaces = None,
 ) -> Annotated[CallToolResult, AddOutput]:
     """Store new information in the memory system.
 
@@ -273,6 +294,7 @@ def add_memory(
         metadata=metadata,
         priority=priority,
         background=async_,
+        replaces=replaces,
     )
     if "job_id" in stored:
         ids = stored["memory_ids"]
@@ -288,14 +310,15 @@ def add_memory(
         )
     items = stored.get("memories") or [{"id": stored["id"], "deduped": stored["deduped"]}]
     cached = all(item["deduped"] for item in items)
-    return success(
-        {
-            "memory_id": items[0]["id"],
-            "memory_ids": [item["id"] for item in items],
-            "message": "Memory already stored" if cached else "Memory added successfully",
-            "cached": cached,
-        }
-    )
+    added: dict[str, object] = {
+        "memory_id": items[0]["id"],
+        "memory_ids": [item["id"] for item in items],
+        "message": "Memory already stored" if cached else "Memory added successfully",
+        "cached": cached,
+    }
+    if stored.get("replaces"):
+        added["replaces"] = stored["replaces"]
+    return success(added)
 
 
 @v1_tool
@@ -311,8 +334,13 @@ def search_memory(
         bool, Field(description="Use the cached query vector when there is one (default: true).")
     ] = True,
     metadata_filter: MetadataFilter = None,
+    include_superseded: IncludeSuperseded = False,
+    as_of: AsOf = None,
 ) -> Annotated[CallToolResult, SearchOutput]:
-    """Find memories using semantic search: the best matches, most relevant first, with scores."""
+    """Find memories using semantic search: the best matches, most relevant first, with scores.
+
+    Memories a later one replaced are left out unless include_superseded.
+    """
     caller = runtime.caller()
     found, source = services.search_memories(
         user_id=caller.user_id,
@@ -323,6 +351,8 @@ def search_memory(
         threshold=0.0,
         metadata_filter=metadata_filter,
         use_cache=prefer_cache,
+        include_superseded=include_superseded,
+        as_of=as_of,
     )
     results = [
         {
@@ -333,6 +363,7 @@ def search_memory(
             "created_at": item["created_at"],
             "user_id": item["namespace"],
             "priority": item["priority"],
+            **_mark(item.get("superseded_by"), item.get("superseded_at")),
         }
         for item in found
     ]
@@ -348,8 +379,12 @@ def get_all_memories(
     offset: Annotated[
         int, Field(ge=0, le=validation.OFFSET_MAX, description="How many to skip, for paging.")
     ] = 0,
+    superseded: SupersededListing = "exclude",
 ) -> Annotated[CallToolResult, AllOutput]:
-    """Retrieve all memories for a user, newest first (100 at a time; page with offset)."""
+    """Retrieve all memories for a user, newest first (100 at a time; page with offset).
+
+    Memories a later one replaced are left out unless superseded is include or only.
+    """
     caller = runtime.caller()
     page = services.list_memories(
         user_id=caller.user_id,
@@ -357,9 +392,10 @@ def get_all_memories(
         namespace=user_id,
         limit=limit,
         offset=offset,
+        superseded=superseded,
     )
     total = services.count_namespace(
-        user_id=caller.user_id, agent_id=caller.agent_id, namespace=user_id
+        user_id=caller.user_id, agent_id=caller.agent_id, namespace=user_id, superseded=superseded
     )
     memories = [
         {
@@ -371,6 +407,7 @@ def get_all_memories(
             "updated_at": item["updated_at"],
             "user_id": item["namespace"],
             "priority": item["priority"],
+            **_mark(item["superseded_by"], item["superseded_at"]),
         }
         for item in page
     ]
@@ -440,6 +477,8 @@ def get_memory_history(memory_id: MemoryId) -> Annotated[CallToolResult, History
             "metadata": v["metadata"] or None,
             "client": v["client"],
             "api_key_id": v["api_key_id"],
+            "superseded_by": v["superseded_by"],
+            "replaces": v["replaces"],
         }
         for v in versions
     ]
@@ -527,6 +566,11 @@ def health_check() -> Annotated[CallToolResult, HealthOutput]:
 def _memory_id(value: str) -> str:
     # The services name the id "id", as /mcp's tools do; here the argument is memory_id.
     return str(validation.memory_id(value, field="memory_id"))
+
+
+def _mark(by: str | None, at: str | None) -> dict[str, str]:
+    """A replaced memory's mark; nothing on a current one."""
+    return {"superseded_by": by, "superseded_at": at or ""} if by else {}
 
 
 def _percent(rate: float | None) -> str:

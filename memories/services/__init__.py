@@ -13,6 +13,7 @@ One module per concept, layered so that none imports one above it:
   listing, namespaces;
 * ``changes``: update, forget (and its confirmations), history;
 * ``sources``: seed 003's add, search, filters and recall;
+* ``superseding``: knowledge updates: which memory a write replaces, and undo;
 * ``transfer``: export and import;
 * ``importing``: imports from other memory servers (memories/importers);
 * ``maintenance``: the periodic clean-up and re-embedding (operator path);
@@ -149,6 +150,7 @@ from memories.services.storing import (
     Remembering,
     store,
 )
+from memories.services.superseding import replaced_by_each, restore
 from memories.services.transfer import (
     EXPORT_BATCH,
     IMPORT_BATCH,
@@ -239,7 +241,9 @@ __all__ = [
     "reembed",
     "remember",
     "remembering",
+    "replaced_by_each",
     "requeue_job",
+    "restore",
     "run_next_job",
     "runs",
     "save_import_progress",

@@ -415,6 +415,9 @@ def memory_history(
                 "client",
                 "api_key_id",
                 "recorded_at",
+                "superseded_by",
+                "replaces",
+                "decision",
             )
         )
     if not rows:
@@ -434,6 +437,9 @@ def _version(row: Mapping[str, Any]) -> Version:
         "timestamp": iso(row["recorded_at"]),
         "client": row["client"],
         "api_key_id": str(row["api_key_id"]) if row["api_key_id"] else None,
+        "superseded_by": str(row["superseded_by"]) if row.get("superseded_by") else None,
+        "replaces": [str(x) for x in row["replaces"]] if row.get("replaces") else None,
+        "decision": row.get("decision"),
     }
 
 

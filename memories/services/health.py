@@ -8,7 +8,7 @@ import uuid
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Max, Min, Q
 
 from core import process, tenancy
 from core.logging import describe_exception
@@ -47,7 +47,12 @@ def memory_stats(
             Memory.objects.live()
             .filter(user_id=user_id)
             .values("namespace")
-            .annotate(count=Count("id"), oldest=Min("created_at"), newest=Max("created_at"))
+            .annotate(
+                count=Count("id"),
+                replaced=Count("id", filter=Q(superseded_by__isnull=False)),
+                oldest=Min("created_at"),
+                newest=Max("created_at"),
+            )
             .order_by("namespace")
         )
         history_rows = MemoryHistory.objects.filter(user_id=user_id).count()
@@ -62,10 +67,13 @@ def memory_stats(
     )
     return {
         "memories": sum(row["count"] for row in namespaces),
+        # Replaced by a later memory (issue 22): kept, counted in memories too.
+        "superseded": sum(row["replaced"] for row in namespaces),
         "namespaces": [
             {
                 "namespace": row["namespace"],
                 "count": row["count"],
+                "superseded": row["replaced"],
                 "oldest": iso(row["oldest"]),
                 "newest": iso(row["newest"]),
             }

@@ -10,6 +10,7 @@ from typing import Any, Unpack
 from django.db.models import Count
 
 from core import tenancy
+from core.errors import ValidationFailed
 from core.timestamps import iso
 from memories import search, validation
 from memories.models import (
@@ -52,7 +53,7 @@ def search_memories(
 
 def _found(hit: search.Found) -> Recalled:
     memory = hit.memory
-    return {
+    found: Recalled = {
         "id": str(memory.id),
         "content": memory.content,
         "similarity": hit.similarity,
@@ -63,6 +64,11 @@ def _found(hit: search.Found) -> Recalled:
         "created_at": iso(memory.created_at),
         "expires_at": iso(memory.expires_at) if memory.expires_at else None,
     }
+    if memory.superseded_by is not None and memory.superseded_at is not None:
+        # Only when asked for (include_superseded, as_of): marked as replaced.
+        found["superseded_by"] = str(memory.superseded_by)
+        found["superseded_at"] = iso(memory.superseded_at)
+    return found
 
 
 default_threshold = search.default_threshold
@@ -81,12 +87,14 @@ def list_memories(
     order: object = "created_at",
     priority: object = None,
     thread_id: object = None,
+    superseded: object = "exclude",
 ) -> list[Listed]:
     """Return a page of the namespace's memories, newest first by ``order``.
 
     With ``thread_id``, only that conversation's messages, in the order they
     were said (``order`` does not apply): read back in full, they are the
-    conversation.
+    conversation. ``superseded``: replaced memories are left out
+    (``exclude``, the default), listed too (``include``) or alone (``only``).
     """
     ns = validation.namespace(namespace)
     count = validation.integer(
@@ -96,8 +104,11 @@ def list_memories(
     column = validation.order(order)
     levels = validation.priorities(priority)
     thread = validation.label(thread_id, field="thread_id")
+    which = superseded_choice(superseded)
     with tenancy.tenant(user_id, agent_id=agent_id):
         rows = Memory.objects.live().filter(user_id=user_id, namespace=ns)
+        if which != "include":
+            rows = rows.filter(superseded_by__isnull=which == "exclude")
         if levels:
             rows = rows.filter(priority__in=levels)
         if thread is not None:
@@ -121,7 +132,20 @@ _LISTED = (
     "created_at",
     "updated_at",
     "expires_at",
+    "superseded_by",
+    "superseded_at",
 )
+
+
+SUPERSEDED = ("exclude", "include", "only")
+
+
+def superseded_choice(value: object) -> str:
+    if value is None:
+        return "exclude"
+    if value not in SUPERSEDED:
+        raise ValidationFailed("superseded must be exclude (the default), include or only.")
+    return str(value)
 
 
 def _listed(row: dict[str, Any]) -> Listed:
@@ -138,6 +162,8 @@ def _listed(row: dict[str, Any]) -> Listed:
         "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),
         "expires_at": iso(row["expires_at"]) if row["expires_at"] else None,
+        "superseded_by": str(row["superseded_by"]) if row["superseded_by"] else None,
+        "superseded_at": iso(row["superseded_at"]) if row["superseded_at"] else None,
     }
 
 
@@ -166,8 +192,16 @@ def count_namespace(
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
     namespace: object = "default",
+    superseded: object = "include",
 ) -> int:
-    """Return how many live memories one namespace of the user's (or agent's) holds."""
+    """Return how many live memories one namespace of the user's (or agent's) holds.
+
+    ``superseded`` as list_memories' (all of them by default).
+    """
     ns = validation.namespace(namespace)
+    which = superseded_choice(superseded)
     with tenancy.tenant(user_id, agent_id=agent_id):
-        return Memory.objects.live().filter(user_id=user_id, namespace=ns).count()
+        rows = Memory.objects.live().filter(user_id=user_id, namespace=ns)
+        if which != "include":
+            rows = rows.filter(superseded_by__isnull=which == "exclude")
+        return rows.count()

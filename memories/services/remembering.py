@@ -6,10 +6,12 @@ import logging
 import uuid
 from typing import TypedDict, Unpack
 
+from core import tenancy
 from core.errors import (
     ValidationFailed,
 )
 from memories import validation
+from memories.services import superseding
 from memories.services.queue import enqueue_remember
 from memories.services.shapes import Remembered
 from memories.services.storing import Item, Remembering, fingerprint, store, turn_items
@@ -28,6 +30,7 @@ class RememberArguments(TypedDict, total=False):
     expires_at: object
     ttl_seconds: object
     thread_id: object
+    replaces: object
 
 
 def remembering(**given: Unpack[RememberArguments]) -> Remembering:
@@ -47,6 +50,9 @@ def remembering(**given: Unpack[RememberArguments]) -> Remembering:
     expiry = validation.expiry(expires_at, ttl_seconds)
     thread = validation.label(thread_id, field="thread_id")
     meta = validation.metadata(metadata)
+    replaces = superseding.parse_replaces(given.get("replaces"))
+    if replaces is not None and content is None:
+        raise ValidationFailed("replaces applies to one memory (content), not to messages.")
     if content is not None:
         items: tuple[Item, ...] = (Item(validation.content(content), meta),)
     else:
@@ -58,6 +64,7 @@ def remembering(**given: Unpack[RememberArguments]) -> Remembering:
         "expires_at": expires_at,
         "ttl_seconds": ttl_seconds,
         "thread_id": thread,
+        "replaces": str(replaces) if replaces else None,
     }
     return Remembering(
         items=items,
@@ -68,6 +75,7 @@ def remembering(**given: Unpack[RememberArguments]) -> Remembering:
         thread_id=thread or (uuid.uuid4().hex if messages is not None else None),
         fingerprint=fingerprint(called),
         conversation=messages is not None,
+        replaces=replaces,
     )
 
 
@@ -94,6 +102,11 @@ def remember(
     """
     call = remembering(**arguments)
     if validation.flag(background, field="async"):
+        if call.replaces is not None:
+            # Checked now, so a wrong id is refused before anything is queued;
+            # the job checks again when it stores the memory.
+            with tenancy.tenant(user_id, agent_id=agent_id):
+                superseding.check_replaces(user_id, agent_id, call.namespace, call.replaces)
         queued = enqueue_remember(
             user_id=user_id,
             agent_id=agent_id,

@@ -6,7 +6,7 @@ numbers, lists), as a ``TypedDict`` the adapters index by name.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 # A memory's metadata: any JSON object, as stored.
 Metadata = dict[str, object]
@@ -23,11 +23,14 @@ class Remembered(TypedDict, total=False):
     job_id: str
     status: str
     memory_ids: list[str]
+    replaces: list[str]
 
 
 class Stored(TypedDict):
     id: str
     deduped: bool
+    # The older memories this one replaced (issue 22), when any.
+    replaces: NotRequired[list[str]]
 
 
 class Thread(TypedDict):
@@ -52,6 +55,10 @@ class Recalled(TypedDict):
     priority: str
     created_at: str
     expires_at: str | None
+    # Only on a replaced memory, which a search returns only when asked
+    # (include_superseded, as_of).
+    superseded_by: NotRequired[str]
+    superseded_at: NotRequired[str]
 
 
 class Listed(TypedDict):
@@ -67,6 +74,8 @@ class Listed(TypedDict):
     created_at: str
     updated_at: str
     expires_at: str | None
+    superseded_by: str | None
+    superseded_at: str | None
 
 
 class Version(TypedDict):
@@ -80,6 +89,11 @@ class Version(TypedDict):
     timestamp: str
     client: str
     api_key_id: str | None
+    # Issue 22: what replaced the memory at this version; what a created
+    # memory replaced; who decided a link and why.
+    superseded_by: str | None
+    replaces: list[str] | None
+    decision: Metadata | None
 
 
 class Change(Version):
@@ -98,6 +112,8 @@ class Sourced(TypedDict):
     task_id: str | None
     metadata: Metadata
     created_at: str
+    superseded_by: NotRequired[str]
+    superseded_at: NotRequired[str]
 
 
 class Match(TypedDict):

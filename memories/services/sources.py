@@ -20,6 +20,7 @@ from memories.models import (
     Priority,
     SourceKind,
 )
+from memories.services import superseding
 from memories.services.shapes import Answer, Sourced, Stored
 from memories.services.storing import Item, Remembering, fingerprint, store, turn_items, written_by
 
@@ -44,7 +45,12 @@ def _label(value: object, field: str, maximum: int = LABEL_MAX) -> str | None:
 
 
 def _sourced(
-    items: tuple[Item, ...], *, thread_id: str | None, task_id: str | None, conversation: bool
+    items: tuple[Item, ...],
+    *,
+    thread_id: str | None,
+    task_id: str | None,
+    conversation: bool,
+    replaces: uuid.UUID | None = None,
 ) -> Remembering:
     """A seed 003 add as a call ``store`` writes: default namespace and priority, no expiry."""
     given = {
@@ -53,6 +59,7 @@ def _sourced(
         ],
         "thread_id": thread_id,
         "task_id": task_id,
+        "replaces": str(replaces) if replaces else None,
     }
     return Remembering(
         items=items,
@@ -63,6 +70,7 @@ def _sourced(
         task_id=task_id,
         fingerprint=fingerprint(given),
         conversation=conversation,
+        replaces=replaces,
     )
 
 
@@ -77,6 +85,7 @@ def add(
     author: object = None,
     thread_id: object = None,
     task_id: object = None,
+    replaces: object = None,
 ) -> list[Stored]:
     """Store exactly one of: conversation ``messages``, a ``document`` (content, path), a note.
 
@@ -87,6 +96,8 @@ def add(
     given = [x is not None for x in (messages, document, content)]
     if sum(given) != 1:
         raise ValidationFailed("Pass exactly one of messages, document or content.")
+    if replaces is not None and content is None:
+        raise ValidationFailed("replaces applies to a note (content), not to turns or documents.")
     if messages is not None:
         return add_turns(
             user_id=user_id,
@@ -116,6 +127,7 @@ def add(
         author=author,
         thread_id=thread_id,
         task_id=task_id,
+        replaces=replaces,
     )
 
 
@@ -186,7 +198,9 @@ def add_note(
     author: object = None,
     thread_id: object = None,
     task_id: object = None,
+    replaces: object = None,
 ) -> list[Stored]:
+    """Store one note; ``replaces`` names an older memory it replaces (issue 22)."""
     item = Item(
         validation.content(content),
         {},
@@ -198,6 +212,7 @@ def add_note(
         thread_id=_label(thread_id, "thread_id"),
         task_id=_label(task_id, "task_id"),
         conversation=False,
+        replaces=superseding.parse_replaces(replaces),
     )
     return store(user_id=user_id, tier=tier, agent_id=agent_id, call=call)
 
@@ -240,6 +255,7 @@ def search_sources(
 def _source_search(
     query: object, limit: object, threshold: object, filters: dict[str, object]
 ) -> search.SearchArgs:
+    replaced = filters.pop("include_superseded", False)
     sources = source_filters(**filters)
     return search.SearchArgs.parse(
         query=query,  # type: ignore[arg-type]  # validated here
@@ -247,6 +263,7 @@ def _source_search(
         limit=limit,  # type: ignore[arg-type]
         threshold=threshold,  # type: ignore[arg-type]
         sources=sources,
+        include_superseded=replaced,  # type: ignore[arg-type]  # validated by parse
     )
 
 
@@ -270,7 +287,16 @@ def _sourced_hit(hit: search.Found) -> Sourced:
         "task_id": hit.memory.task_id,
         "metadata": hit.memory.metadata,
         "created_at": iso(hit.memory.created_at),
+        **_marked(hit),  # type: ignore[typeddict-item]
     }
+
+
+def _marked(hit: search.Found) -> dict[str, str]:
+    """A replaced memory's mark (returned only when asked for: include_superseded)."""
+    memory = hit.memory
+    if memory.superseded_by is None or memory.superseded_at is None:
+        return {}
+    return {"superseded_by": str(memory.superseded_by), "superseded_at": iso(memory.superseded_at)}
 
 
 FILTER_VALUES_MAX = 200

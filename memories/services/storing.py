@@ -28,6 +28,7 @@ from memories.models import (
     Memory,
     SourceKind,
 )
+from memories.services import superseding
 from memories.services.quota import check_quota
 from memories.services.shapes import Remembered, Stored
 
@@ -71,6 +72,17 @@ class Remembering:
     conversation: bool = False
     # A task shared between the user's agents (seed 003), or None.
     task_id: str | None = None
+    # The memory this one replaces (issue 22), named by the caller.
+    replaces: uuid.UUID | None = None
+
+    @property
+    def note(self) -> bool:
+        """One note: what supersession compares (turns and chunks record, they do not state)."""
+        return (
+            not self.conversation
+            and len(self.items) == 1
+            and self.items[0].kind == SourceKind.NOTE.value
+        )
 
     def as_payload(self) -> dict[str, object]:
         return {
@@ -85,6 +97,7 @@ class Remembering:
             "task_id": self.task_id,
             "fingerprint": self.fingerprint,
             "conversation": self.conversation,
+            "replaces": str(self.replaces) if self.replaces else None,
         }
 
     @classmethod
@@ -99,13 +112,17 @@ class Remembering:
             task_id=payload.get("task_id"),
             fingerprint=payload["fingerprint"],
             conversation=bool(payload.get("conversation")),
+            replaces=uuid.UUID(payload["replaces"]) if payload.get("replaces") else None,
         )
 
     def shape(self, stored: list[Stored]) -> Remembered:
         """Return what remember answers: one memory's ``{id, deduped}``, or the thread's."""
         if not self.conversation:
             [one] = stored
-            return {"id": one["id"], "deduped": one["deduped"]}
+            shaped: Remembered = {"id": one["id"], "deduped": one["deduped"]}
+            if one.get("replaces"):
+                shaped["replaces"] = one["replaces"]
+            return shaped
         return {"thread_id": self.thread_id, "memories": stored, "count": len(stored)}
 
 
@@ -164,25 +181,62 @@ def store(
     vector_for = dict(zip(fresh, vectors, strict=True))
 
     results: list[Stored] = []
-    with tenancy.tenant(user_id, agent_id=agent_id):
+    pending: tuple[uuid.UUID, superseding.Pending] | None = None
+    detecting = superseding.detects(call.note and bool(fresh), call.replaces is not None)
+    opening = dict(superseding.SETTINGS) if detecting else None
+    with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
         check_quota(user_id, tier, adding=len(fresh))
+        links: list[superseding.Link] = []
+        if call.replaces is not None:
+            superseding.check_replaces(user_id, agent_id, call.namespace, call.replaces)
+            links = [superseding.Link(call.replaces, {"decided_by": "explicit"})]
         stored: dict[Place, uuid.UUID] = {}
         for i, item in enumerate(call.items):
             place = places[i]
             found = stored.get(place) or existing.get(place)
             if found is None and i in vector_for:
                 new_id = ids[i] if ids else uuid.uuid4()
+                waiting = None
+                if detecting:
+                    links, waiting = superseding.detect(
+                        user_id, agent_id, call.namespace, item.content, vector_for[i]
+                    )
+                if links:
+                    superseding.announce(links)
                 found, inserted = _insert_or_find(
                     user_id, agent_id, call, item, place, new_id, vector_for[i]
                 )
                 if inserted:
                     stored[place] = found
-                results.append({"id": str(found), "deduped": not inserted})
+                    if waiting is not None:
+                        pending = (found, waiting)
+                results.append(_linked(user_id, found, not inserted, links))
                 continue
-            results.append({"id": str(found), "deduped": True})
+            # Stored already: named as a replacement, it becomes one.
+            assert found is not None, "every item is stored or found"
+            results.append(_linked(user_id, found, True, links if call.replaces else []))
         if finish is not None:
             finish(results)
+    if pending is not None:
+        replaced = superseding.settle_with_model(
+            user_id=user_id, agent_id=agent_id, new=pending[0], pending=pending[1]
+        )
+        if replaced:
+            [only] = results
+            only["replaces"] = [*only.get("replaces", []), *replaced]
     return results
+
+
+def _linked(
+    user_id: uuid.UUID | str, found: uuid.UUID, deduped: bool, links: list[superseding.Link]
+) -> Stored:
+    """Link what ``found`` replaces (in the writing transaction) and say so in its result."""
+    result: Stored = {"id": str(found), "deduped": deduped}
+    others = [x for x in links if x.old != found]
+    replaced = superseding.apply(user_id, found, others) if others else []
+    if replaced:
+        result["replaces"] = replaced
+    return result
 
 
 def _insert_or_find(

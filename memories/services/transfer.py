@@ -71,6 +71,8 @@ def export_memories(
         "created_at",
         "updated_at",
         "expires_at",
+        "superseded_by",
+        "superseded_at",
     ]
     if with_embeddings:
         columns.append("embedding")
@@ -114,6 +116,10 @@ def export_memories(
                 "expires_at": iso(row["expires_at"]) if row["expires_at"] else None,
                 "history": versions.get(row["id"], []),
             }
+            if row["superseded_by"] is not None:
+                # Issue 22: the later memory that replaced this one.
+                record["superseded_by"] = str(row["superseded_by"])
+                record["superseded_at"] = iso(row["superseded_at"])
             if with_embeddings:
                 record["embedding_model"] = row["embedding_model"]
                 record["embedding"] = [float(v) for v in row["embedding"]]
@@ -133,6 +139,9 @@ _HISTORY_FIELDS = (
     "expires_at",
     "client",
     "recorded_at",
+    "superseded_by",
+    "replaces",
+    "decision",
 )
 
 
@@ -147,7 +156,20 @@ def _exported_version(row: dict[str, Any]) -> dict[str, object]:
         "expires_at": iso(row["expires_at"]) if row["expires_at"] else None,
         "client": row["client"],
         "timestamp": iso(row["recorded_at"]),
+        **_link_fields(row),
     }
+
+
+def _link_fields(row: dict[str, Any]) -> dict[str, object]:
+    """A version's supersession fields, when it has any."""
+    out: dict[str, object] = {}
+    if row.get("superseded_by"):
+        out["superseded_by"] = str(row["superseded_by"])
+    if row.get("replaces"):
+        out["replaces"] = [str(x) for x in row["replaces"]]
+    if row.get("decision"):
+        out["decision"] = row["decision"]
+    return out
 
 
 @dataclass
@@ -157,6 +179,8 @@ class Imported:
     deduplicated: int = 0  # identical content was already in the namespace
     embedded: int = 0  # re-embedded: no vector, or one from another model
     expired: int = 0  # expired since the export: left out
+    linked: int = 0  # replaced by another imported memory, as in the export
+    unlinked: int = 0  # replaced by a memory not in the import: current here
 
 
 @dataclass(frozen=True)
@@ -180,6 +204,8 @@ class _Incoming:
     expires_at: datetime | None
     history: list[dict[str, Any]]
     vector: np.ndarray | None
+    superseded_by: uuid.UUID | None = None
+    superseded_at: datetime | None = None
 
 
 def import_memories(
@@ -204,6 +230,10 @@ def import_memories(
     report = Imported()
     agents: dict[str, uuid.UUID] = {}
     batch: list[_Incoming] = []
+    # Each record's id to the memory that holds it here, and the links to
+    # restore once every memory is in (a link may name a later record).
+    stored: dict[uuid.UUID, uuid.UUID] = {}
+    links: list[_Incoming] = []
     for record in records:
         report.read += 1
         try:
@@ -214,13 +244,17 @@ def import_memories(
             report.expired += 1
             continue
         batch.append(incoming)
+        if incoming.superseded_by is not None:
+            links.append(incoming)
         if len(batch) >= IMPORT_BATCH:
-            _import_batch(user_id, batch, embedder, report, agents)
+            _import_batch(user_id, batch, embedder, report, agents, stored)
             batch = []
             if progress is not None:
                 progress(report)
     if batch:
-        _import_batch(user_id, batch, embedder, report, agents)
+        _import_batch(user_id, batch, embedder, report, agents, stored)
+    if links:
+        _import_links(user_id, links, stored, report)
     if progress is not None:
         progress(report)
     return report
@@ -276,6 +310,12 @@ def _incoming(record: Any, embedder: embeddings.Embedder) -> _Incoming:
         expires_at=validation.timestamp(expires, field="expires_at") if expires else None,
         history=versions,
         vector=vector,
+        superseded_by=_record_id(record["superseded_by"]) if record.get("superseded_by") else None,
+        superseded_at=(
+            validation.timestamp(record["superseded_at"], field="superseded_at")
+            if record.get("superseded_at")
+            else None
+        ),
     )
 
 
@@ -290,8 +330,10 @@ def _incoming_version(entry: Any) -> dict[str, Any]:
     if not isinstance(entry, dict):
         raise ValidationFailed("each history entry must be an object.")
     action = entry.get("action")
-    if action not in ("created", "updated", "deleted"):
-        raise ValidationFailed("a history entry's action must be created, updated or deleted.")
+    if action not in ACTIONS:
+        raise ValidationFailed(
+            "a history entry's action must be created, updated, deleted, superseded or restored."
+        )
     expires = entry.get("expires_at")
     client = entry.get("client") or "import"
     return {
@@ -306,7 +348,50 @@ def _incoming_version(entry: Any) -> dict[str, Any]:
         "expires_at": validation.timestamp(expires, field="expires_at") if expires else None,
         "client": validation.label(client, field="client", maximum=32),
         "recorded_at": validation.timestamp(entry.get("timestamp"), field="timestamp"),
+        "superseded_by": _optional_id(entry.get("superseded_by")),
+        "replaces": [r for r in map(_optional_id, entry.get("replaces") or []) if r] or None,
+        "decision": entry["decision"] if isinstance(entry.get("decision"), dict) else None,
     }
+
+
+ACTIONS = ("created", "updated", "deleted", "superseded", "restored")
+
+
+def _optional_id(value: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value)) if value else None
+    except ValueError:
+        return None
+
+
+def _import_links(
+    user_id: uuid.UUID | str,
+    links: list[_Incoming],
+    stored: dict[uuid.UUID, uuid.UUID],
+    report: Imported,
+) -> None:
+    """Link each imported memory to the imported memory that replaced it, as exported.
+
+    In one transaction, after every memory is in. The history came with the
+    memories, so the links are restored without a version or history row of
+    their own (app.importing, migration 0014). A link to a memory outside
+    the import is dropped: that memory is current here.
+    """
+    with context.acting_as("import"), tenancy.tenant(user_id), connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('app.importing', 'on', true)")
+        for item in links:
+            old, new = stored.get(item.id), stored.get(item.superseded_by)  # type: ignore[arg-type]
+            if old is None or new is None or old == new:
+                report.unlinked += 1
+                continue
+            cursor.execute(
+                "UPDATE memories SET superseded_by = %s,"
+                " superseded_at = coalesce(%s, statement_timestamp())"
+                " WHERE id = %s AND user_id = %s AND superseded_by IS NULL",
+                [new, item.superseded_at, old, str(user_id)],
+            )
+            report.linked += cursor.rowcount
+        cursor.execute("SELECT set_config('app.importing', '', true)")
 
 
 def _import_agents(user_id: uuid.UUID | str, names: set[str], agents: dict[str, uuid.UUID]) -> None:
@@ -330,6 +415,7 @@ def _import_batch(
     embedder: embeddings.Embedder,
     report: Imported,
     agents: dict[str, uuid.UUID],
+    stored: dict[uuid.UUID, uuid.UUID],
 ) -> None:
     # Which ids are free on this server, whoever holds them (operator path).
     ids = [item.id for item in batch]
@@ -362,9 +448,11 @@ def _import_batch(
             existing = holder(place, item.content_hash)
             if existing:
                 report.deduplicated += 1
+                stored[item.id] = existing
                 continue
             memory_id = uuid.uuid4() if item.id in taken else item.id
             taken.add(memory_id)
+            stored[item.id] = memory_id
             history = item.history or [
                 {
                     "version": 1,

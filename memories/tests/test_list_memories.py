@@ -33,6 +33,8 @@ def test_it_lists_newest_first(cast):
         "created_at",
         "updated_at",
         "expires_at",
+        "superseded_by",
+        "superseded_at",
     }
 
 

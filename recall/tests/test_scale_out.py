@@ -137,6 +137,13 @@ def stored(cast: Any, content: str) -> str:
     return result.structured_content["id"]
 
 
+def replaced(cast: Any) -> str:
+    """Store a memory and its replacement; return the replaced one's id."""
+    old = stored(cast, "The gym is on Elm Street.")
+    as_caller(cast, lambda: tools.remember(content="The gym moved to Oak Street.", replaces=old))()
+    return old
+
+
 def preview_token(cast: Any) -> str:
     result = as_caller(cast, lambda: tools.forget(mode="by_query", query="lunch", threshold=0))()
     return result.structured_content["confirmation_token"]
@@ -200,6 +207,12 @@ FLOWS.update(
             (
                 "status",
                 lambda cast: (lambda job: lambda: tools.job_status(job_id=job))(job_id(cast)),
+            )
+        ],
+        "restore_memory": [
+            (
+                "undo",
+                lambda cast: (lambda id: lambda: tools.restore_memory(id=id))(replaced(cast)),
             )
         ],
         "memory_stats": [("stats", lambda cast: lambda: tools.memory_stats())],

@@ -53,6 +53,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Imported {report.imported:,} of {report.read:,} memories into {user.email}: "
             f"{report.deduplicated:,} already there, {report.expired:,} expired, "
+            f"{report.linked:,} replacements linked ({report.unlinked:,} to memories not "
+            "imported, left current), "
             f"{report.embedded:,} embedded again."
         )
 

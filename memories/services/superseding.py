@@ -1,0 +1,322 @@
+"""Knowledge updates (issue 22): a later memory replaces an older one, marked, never deleted.
+
+A link is ``memories.superseded_by`` (and ``superseded_at``) on the older
+memory; what a memory replaced is ``WHERE superseded_by = its id``. The
+database keeps links inside one user, namespace and writer and records them
+in ``memory_history`` (migration 0014); this module decides when to link:
+
+* explicitly: ``remember(replaces=id)`` and its siblings name the memory;
+  ``check_replaces`` validates it inside the writing transaction, so a wrong
+  id writes nothing;
+* on write: a single note is compared with the few nearest current notes of
+  its namespace and writer (``nearest``, one statement inside the writing
+  transaction) by the offline detector (``memories/supersession``); a
+  confident ``supersede`` links, anything else keeps both;
+* by a chat model, only when one is configured (``RECALL_SUPERSESSION=llm``)
+  and the detector left a candidate ambiguous: after the write commits, with
+  a timeout, falling back to keeping both (``settle_with_model``).
+
+``restore`` undoes a link. ``RECALL_SUPERSESSION=off`` turns detection off;
+explicit links still work.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import connection
+
+from core import tenancy
+from core.errors import Conflict, NotFound, ValidationFailed
+from core.timestamps import iso
+from memories import embeddings, search, validation
+from memories.models import Memory, SourceKind
+from memories.supersession import Candidate, Decision, decide
+
+logger = logging.getLogger("memories.services")
+
+# How many of the nearest current notes a write compares itself with.
+CANDIDATES = 5
+# Read a few more than that: the nearest may include other writers' memories
+# (user-wide, every agent's) or conversation turns, which are never replaced.
+NEAREST = 8
+# What a write that looks for candidates opens its transaction with, as a
+# search's does (search.transaction_settings): the nearest through the index,
+# never by reading and sorting the namespace, at a breadth enough for a
+# handful of neighbours (recall reads 50 deep). Set with the tenant, in the
+# transaction's first round trip; the write's other statements are lookups
+# by key, which these settings leave as they are.
+SETTINGS = {"enable_sort": "off", "enable_seqscan": "off", "hnsw.ef_search": "40"}
+
+
+def detects(call_is_note: bool, named: bool) -> bool:
+    """Whether a write looks for what it replaces: a note, not named, detection on."""
+    return call_is_note and not named and mode() != "off"
+
+
+@dataclass(frozen=True)
+class Link:
+    """An older memory a new one replaces, and why (recorded in both histories)."""
+
+    old: uuid.UUID
+    decision: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What the offline rules left open for a chat model: the new text and the candidates."""
+
+    content: str
+    candidates: tuple[Candidate, ...]
+    decisions: tuple[Decision, ...]
+
+
+def mode() -> str:
+    """``off``, ``offline`` (the default) or ``llm``."""
+    return str(getattr(settings, "RECALL_SUPERSESSION", "offline"))
+
+
+def parse_replaces(value: object) -> uuid.UUID | None:
+    if value is None:
+        return None
+    try:
+        return validation.memory_id(value)
+    except ValidationFailed:
+        raise ValidationFailed("replaces must be a memory id (a UUID string).") from None
+
+
+def check_replaces(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    namespace: str,
+    old: uuid.UUID,
+) -> None:
+    """Check, inside the caller's tenant transaction, that a write may replace ``old``.
+
+    It must be a memory the caller can see (else NotFound: another tenant's
+    or agent's id is indistinguishable from none), of the same namespace and
+    writer, and current.
+    """
+    row = (
+        Memory.objects.live()
+        .filter(user_id=user_id, id=old)
+        .values("namespace", "agent_id", "superseded_by")
+        .first()
+    )
+    if row is None:
+        raise NotFound(f"No memory with id {old} to replace.")
+    writer = str(agent_id) if agent_id else None
+    owner = str(row["agent_id"]) if row["agent_id"] else None
+    if row["namespace"] != namespace or owner != writer:
+        raise ValidationFailed(
+            "replaces must name a memory of the same namespace, written by the same writer."
+        )
+    if row["superseded_by"] is not None:
+        raise Conflict(
+            f"Memory {old} is already replaced by {row['superseded_by']}; replace that one."
+        )
+
+
+def nearest(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    namespace: str,
+    vector: np.ndarray,
+) -> list[Candidate]:
+    """Return the nearest current notes of the namespace and writer, with their cosine.
+
+    The dense half of the search (exact under the cut-off, HNSW above it),
+    ids, texts and similarities only, in the caller's open transaction.
+    """
+    embedder = embeddings.get_embedder()
+    probe = search.Search(
+        text="",
+        vector=vector,
+        embedder=embedder,
+        mode="semantic",
+        limit=NEAREST,
+        minimum=0.0,
+        filters=search.Filters(namespace),
+    )
+    ctes, params = search.nearest_ctes(probe, NEAREST, agent=agent_id is not None)
+    writer = "agent_id = %(writer)s" if agent_id else "agent_id IS NULL"
+    # S608: the CTEs are built from constants; values are parameters.
+    sql = (
+        f"WITH {ctes} SELECT id, content, 1 - distance FROM nearest"  # noqa: S608
+        f" WHERE {writer} AND source_kind = %(note)s ORDER BY distance LIMIT %(top)s"
+    )
+    params.update(
+        user=str(user_id),
+        writer=str(agent_id) if agent_id else None,
+        note=SourceKind.NOTE.value,
+        top=CANDIDATES,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [Candidate(str(i), c, float(s)) for i, c, s in cursor.fetchall()]
+
+
+def detect(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    namespace: str,
+    content: str,
+    vector: np.ndarray,
+) -> tuple[list[Link], Pending | None]:
+    """Decide, in the writing transaction, which current notes a new note replaces.
+
+    Returns the confident links, and what a chat model may settle (only in
+    ``llm`` mode, only candidates the rules left ambiguous).
+    """
+    if mode() == "off":
+        return [], None
+    # The transaction opened with SETTINGS (store() does).
+    candidates = nearest(user_id, agent_id, namespace, vector)
+    if not candidates:
+        return [], None
+    decisions = decide(content, candidates)
+    links = [
+        Link(uuid.UUID(d.id), _decision("offline", d))
+        for d in decisions
+        if d.verdict == "supersede"
+    ]
+    pending = None
+    if mode() == "llm" and any(d.ambiguous and d.verdict == "keep" for d in decisions):
+        pending = Pending(content, tuple(candidates), tuple(decisions))
+    return links, pending
+
+
+def _decision(by: str, d: Decision, model: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"decided_by": by, "reason": d.reason, "score": round(d.score, 3)}
+    if model:
+        out["model"] = model
+    return out
+
+
+def announce(links: Sequence[Link]) -> None:
+    """Name, for the insert that follows, what it replaces: its ``created`` history row says so."""
+    replaced = "{" + ",".join(str(link.old) for link in links) + "}" if links else ""
+    why = json.dumps(links[0].decision) if links else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('app.replaces', %s, true), set_config('app.supersession', %s, true)",
+            [replaced, why],
+        )
+
+
+def apply(user_id: uuid.UUID | str, new: uuid.UUID, links: Sequence[Link]) -> list[str]:
+    """Link each older memory to ``new``, in the caller's transaction; return those linked.
+
+    A memory another write replaced first stays with that one (no error).
+    """
+    done: list[str] = []
+    with connection.cursor() as cursor:
+        for link in links:
+            cursor.execute(
+                "SELECT set_config('app.supersession', %s, true)", [json.dumps(link.decision)]
+            )
+            cursor.execute(
+                "UPDATE memories SET superseded_by = %s, superseded_at = statement_timestamp()"
+                " WHERE id = %s AND user_id = %s AND superseded_by IS NULL AND id <> %s"
+                " RETURNING id",
+                [new, link.old, str(user_id), new],
+            )
+            if cursor.fetchone():
+                done.append(str(link.old))
+        cursor.execute(
+            "SELECT set_config('app.replaces', '', true), set_config('app.supersession', '', true)"
+        )
+    return done
+
+
+def settle_with_model(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    new: uuid.UUID,
+    pending: Pending,
+) -> list[str]:
+    """Ask the configured chat model about the ambiguous candidates; link those it replaces.
+
+    Runs after the write committed, outside any transaction while the model
+    thinks (``RECALL_SUPERSESSION_TIMEOUT``); on a timeout, an error or a reply
+    out of format, both memories stay current.
+    """
+    from memories.supersession import llm
+
+    settled = llm.settle(pending.content, pending.candidates, pending.decisions)
+    if not settled.model:
+        return []
+    links = [
+        Link(uuid.UUID(d.id), _decision("llm", d, settled.model))
+        for d, before in zip(settled.decisions, pending.decisions, strict=True)
+        if d.verdict == "supersede" and before.verdict != "supersede"
+    ]
+    if not links:
+        return []
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        if not Memory.objects.filter(user_id=user_id, id=new, superseded_by__isnull=True).exists():
+            return []
+        return apply(user_id, new, links)
+
+
+def restore(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    id: object,
+) -> dict[str, object]:
+    """Undo a supersession: the memory ``id`` is current again; what replaced it stays.
+
+    Recorded in the memory's history as ``restored`` (decided_by ``undo``).
+    """
+    memory_id = validation.memory_id(id)
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        row = (
+            Memory.objects.filter(user_id=user_id, id=memory_id)
+            .values("superseded_by", "superseded_at")
+            .first()
+        )
+        if row is None:
+            raise NotFound(f"No memory with id {memory_id}.")
+        if row["superseded_by"] is None:
+            raise Conflict(f"Memory {memory_id} is not replaced; there is nothing to undo.")
+        undo = {"decided_by": "undo", "reason": f"undid the replacement by {row['superseded_by']}"}
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('app.supersession', %s, true)", [json.dumps(undo)])
+            cursor.execute(
+                "UPDATE memories SET superseded_by = NULL WHERE id = %s AND user_id = %s"
+                " RETURNING version",
+                [memory_id, str(user_id)],
+            )
+            (version,) = cursor.fetchone()
+            cursor.execute("SELECT set_config('app.supersession', '', true)")
+    return {
+        "id": str(memory_id),
+        "restored": True,
+        "was_superseded_by": str(row["superseded_by"]),
+        "was_superseded_at": iso(row["superseded_at"]) if row["superseded_at"] else "",
+        "version": version,
+    }
+
+
+def replaced_by_each(
+    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, ids: Sequence[str]
+) -> dict[str, list[str]]:
+    """Return, for each of ``ids``, the memories it replaced."""
+    wanted = [uuid.UUID(str(i)) for i in ids]
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        rows = Memory.objects.filter(user_id=user_id, superseded_by__in=wanted).values_list(
+            "superseded_by", "id"
+        )
+        out: dict[str, list[str]] = {}
+        for new, old in rows:
+            out.setdefault(str(new), []).append(str(old))
+    return out

@@ -1,0 +1,320 @@
+"""The offline decision: does a new memory replace an older one, repeat it, or sit beside it?
+
+``decide(new, candidates)`` takes the new memory's text and a few older
+memories of the same scope (found by the search the write can run), each
+with its cosine similarity to the new one, and returns one ``Decision`` per
+candidate: ``supersede``, ``keep`` (both stay current) or ``duplicate``,
+with a reason and a score. It is a pure function of its arguments: no
+network, no database, no model, well under a millisecond a candidate.
+
+It is built to be conservative. A false supersession hides a true fact,
+which is worse than showing two, so a candidate is superseded only when
+every rule that tells two subjects apart lets it through and the evidence
+of a new value for the same slot scores above ``THRESHOLD``:
+
+1. Hard rules that keep both (the look-alikes): a contrast between the
+   subjects ("sister"/"brother", "staging"/"production", "morning"/"dinner",
+   "mobile"/"web"); different names up front ("Priya's car", "Marcus
+   drives"); an addition ("also", "another", "as well"); values of different
+   kinds and nothing else ("Ben's phone is ..." / "Ben's email is ...");
+   different speakers; no shared subject word; a long text (not one fact);
+   a cosine below ``FLOOR``.
+2. Evidence, scored: cosine, the share of subject words held in common, a
+   value of the same kind that differs (host, email, phone, money, version,
+   date, time, count, name), change words ("now", "moved", "switched",
+   "instead", "actually", "no longer"), a negation that flips, minus the
+   words only one side holds besides its values.
+
+The weights and the threshold were fitted on the development part of the
+knowledge-update set (``bench/knowledge.py --calibrate``) and checked on the
+held-out part; BENCHMARKS.md ("Knowledge updates") has the figures.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from memories.supersession.text import Reading, Value, contrast_conflict, read
+
+Verdict = Literal["supersede", "keep", "duplicate"]
+
+# Below this cosine, two memories are never the same slot.
+FLOOR = 0.35
+# Near-identical restatements with no value of their own are duplicates.
+DUPLICATE_SIMILARITY = 0.93
+# Longer texts hold more than one fact: never superseded automatically.
+MAX_WORDS = 45
+# Value kinds compared with each other: a phone number replaces a phone
+# number, a count a count; a phone number does not replace an e-mail.
+FAMILIES: dict[str, str] = {
+    "number": "quantity",
+    "money": "quantity",
+    "share": "quantity",
+    "version": "quantity",
+    "identifier": "address",
+    "host": "address",
+    "email": "email",
+    "phone": "phone",
+    "date": "when",
+    "time": "when",
+    "weekday": "when",
+    "name": "name",
+    "relationship": "relationship",
+    "diet": "diet",
+    "transport": "transport",
+}
+# The score's weights (logistic: above THRESHOLD, the candidate is replaced).
+WEIGHTS: dict[str, float] = {
+    "bias": -4.75,
+    "similarity": 5.25,
+    "overlap": 2.9,
+    "value_change": -0.9,
+    "change_word": 2.35,
+    "negation_flip": 0.55,
+    "extras": -0.75,
+    "several_changes": -0.35,
+    "clean_swap": 1.5,
+}
+THRESHOLD = 0.6
+# Between AMBIGUOUS and THRESHOLD a configured chat model may settle it.
+AMBIGUOUS = 0.3
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An older memory the new one may replace."""
+
+    id: str
+    content: str
+    similarity: float  # cosine to the new memory, 0-1
+    lexical: float | None = None  # BM25 coverage, when the search had it (unused by the rules)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    age_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    id: str
+    verdict: Verdict
+    reason: str
+    score: float  # the evidence for replacement, 0-1 (0 when a hard rule decided)
+    ambiguous: bool = False  # a configured chat model may settle it
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "score": round(self.score, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the comparison of two memories found, before any verdict."""
+
+    similarity: float
+    shared: frozenset[str]
+    overlap: float
+    changed: dict[str, tuple[list[str], list[str]]]  # family -> (old values, new values)
+    added_kinds: frozenset[str]  # families only the new memory has values of
+    dropped_kinds: frozenset[str]  # families only the old memory has values of
+    change_words: tuple[str, ...]
+    negation_flip: bool
+    extras: int
+
+    def features(self) -> dict[str, float]:
+        return {
+            "bias": 1.0,
+            "similarity": self.similarity,
+            "overlap": self.overlap,
+            "value_change": 1.0 if self.changed else 0.0,
+            "change_word": 1.0 if self.change_words else 0.0,
+            "negation_flip": 1.0 if self.negation_flip else 0.0,
+            "extras": float(min(self.extras, 4)),
+            "several_changes": 1.0 if len(self.changed) > 1 else 0.0,
+            # One value swapped for another of its kind, nothing else added or lost.
+            "clean_swap": 1.0
+            if len(self.changed) == 1 and not self.added_kinds and not self.dropped_kinds
+            else 0.0,
+        }
+
+
+def score(features: Mapping[str, float], weights: Mapping[str, float] = WEIGHTS) -> float:
+    total = sum(weights[name] * value for name, value in features.items())
+    return 1.0 / (1.0 + math.exp(-total))
+
+
+def _families(values: frozenset[Value]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for value in values:
+        out.setdefault(FAMILIES.get(value.kind, value.kind), set()).add(value.text)
+    return out
+
+
+def _same_name(a: str, b: str) -> bool:
+    return min(len(a), len(b)) >= 4 and (a.startswith(b) or b.startswith(a))
+
+
+def compare(old: Reading, new: Reading, similarity: float) -> Evidence:
+    # Values both hold count as common ground too ("30 was a typo" against
+    # "shortened to 30 days"); names are among the words already.
+    shared = old.words | {v.text for v in old.values if v.kind != "name"}
+    shared &= new.words | {v.text for v in new.values if v.kind != "name"}
+    smaller = min(len(old.words), len(new.words))
+    overlap = len(shared) / smaller if smaller else 0.0
+    before, after = _families(old.values), _families(new.values)
+    changed: dict[str, tuple[list[str], list[str]]] = {}
+    for family in before.keys() & after.keys():
+        gone, came = before[family] - after[family], after[family] - before[family]
+        if family == "name":
+            # "Postgres" and "PostgreSQL" are one name.
+            gone = {a for a in gone if not any(_same_name(a, b) for b in after[family])}
+            came = {b for b in came if not any(_same_name(a, b) for a in before[family])}
+        if gone and came:
+            changed[family] = (sorted(gone), sorted(came))
+    names = {v.text for v in old.values | new.values if v.kind == "name"}
+    only_old = old.words - new.words - names
+    only_new = new.words - old.words - names
+    new_change = tuple(w for w in new.change if w not in old.change)
+    return Evidence(
+        similarity=similarity,
+        shared=frozenset(shared),
+        overlap=overlap,
+        changed=changed,
+        added_kinds=frozenset(after.keys() - before.keys()),
+        dropped_kinds=frozenset(before.keys() - after.keys()),
+        change_words=new_change,
+        negation_flip=new.negated and not old.negated,
+        extras=min(len(only_old), len(only_new)),
+    )
+
+
+def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
+    """Return why two memories are surely two facts, or None."""
+    if evidence.similarity < FLOOR:
+        return f"similarity {evidence.similarity:.2f} is below {FLOOR}"
+    if max(old.length, new.length) > MAX_WORDS or max(old.sentences, new.sentences) > 2:
+        return "one of them is longer than a single fact"
+    if old.question or new.question:
+        return "a question states no fact"
+    if old.exclaims or new.exclaims:
+        return "an exclamation is conversation, not a record of a fact"
+    if old.label and new.label and old.label != new.label:
+        return "different speakers"
+    pair = contrast_conflict(old, new)
+    if pair is not None:
+        return f"different subjects ({pair[0]} / {pair[1]})"
+    old_names = {v.text for v in old.values if v.kind == "name"}
+    new_names = {v.text for v in new.values if v.kind == "name"}
+    if old.names_up_front - new_names and new.names_up_front - old_names:
+        a, b = sorted(old.names_up_front - new_names)[0], sorted(new.names_up_front - old_names)[0]
+        return f"different subjects ({a} / {b})"
+    if new.additive and not evidence.change_words:
+        return "the new memory adds to the old one"
+    if not evidence.shared:
+        return "no subject word in common"
+    if not evidence.changed and evidence.added_kinds and evidence.dropped_kinds:
+        # "Ben's phone number is ..." and "Ben's email is ...", with or
+        # without a change word ("Prod was upgraded to PostgreSQL 16" is not
+        # the host it runs on).
+        return "values of different kinds: different attributes"
+    return None
+
+
+# Words a number labels rather than measures: "Note 3", "day 2", "cup 5",
+# "ticket #41". Two memories that differ only in such a number are two
+# items of a series (a log, a list), not one fact's old and new value.
+_LABELS = (
+    "note|day|memory|number|no|cup|item|step|entry|part|chapter|episode|session|week|round|"
+    "task|ticket|issue|page|line|test|case|example|sample|run|batch|phase|lesson|unit|module|"
+    "exercise|question|slide|figure|table|record|row|log|iteration|attempt|trial|draft|game|"
+    "match|level|post|message|comment|photo|image|file|document|video|song|track|card|bug|"
+    "story|scene|act|verse|turn|call|order|invoice|receipt|batch|lot|sprint|week|month|year"
+)
+_LABELLED = re.compile(
+    rf"(?:\b(?:{_LABELS})s?\.?\s*(?:#|no\.?\s*|number\s*)?|#)(\d+)\b|^\s*[A-Za-z]+\s+(\d+)\s*[:.)-]",
+    re.IGNORECASE,
+)
+
+
+def labelled_numbers(text: str) -> set[str]:
+    """Return the numbers ``text`` uses as labels ("Note 3:", "cup 5", "#41")."""
+    return {a or b for a, b in _LABELLED.findall(text)}
+
+
+def _numbered(old: str, new: str, evidence: Evidence) -> str | None:
+    """Return why two memories are two numbered items, when only labels changed; else None."""
+    if not evidence.changed:
+        return None
+    before, after = labelled_numbers(old), labelled_numbers(new)
+    for gone, came in evidence.changed.values():
+        if not (set(gone) <= before and set(came) <= after):
+            return None
+    pairs = [f"{'/'.join(g)} / {'/'.join(c)}" for g, c in evidence.changed.values()]
+    return f"numbered items of a series ({'; '.join(pairs)})"
+
+
+def judge(new: str, candidate: Candidate) -> Decision:
+    """Decide one candidate against the new memory's text."""
+    old_reading, new_reading = read(candidate.content), read(new)
+    if " ".join(candidate.content.split()).lower() == " ".join(new.split()).lower():
+        return Decision(candidate.id, "duplicate", "the same text", 0.0)
+    evidence = compare(old_reading, new_reading, float(candidate.similarity))
+    reason = _hard_keep(old_reading, new_reading, evidence) or _numbered(
+        candidate.content, new, evidence
+    )
+    if reason is None and max(old_reading.length, new_reading.length) <= 2:
+        reason = "too short to state a fact"  # "memory 2", "alice 1": labels, not facts
+    if reason is not None:
+        return Decision(candidate.id, "keep", reason, 0.0)
+    flip = evidence.negation_flip
+    if (
+        not evidence.changed
+        and not flip
+        and not evidence.added_kinds
+        and not evidence.change_words
+        and evidence.similarity >= DUPLICATE_SIMILARITY
+    ):
+        return Decision(candidate.id, "duplicate", "says the same with no new value", 0.0)
+    if (
+        old_reading.values
+        and old_reading.values == new_reading.values
+        and old_reading.negated == new_reading.negated
+    ):
+        # "Maya lives in Bristol now" and "Maya moved to Bristol": one value, said twice.
+        return Decision(candidate.id, "duplicate", "the same values, said again", 0.0)
+    if not evidence.changed and not flip and not evidence.change_words:
+        return Decision(candidate.id, "keep", "no new value and no change word", 0.0)
+    value = score(evidence.features())
+    why = _because(evidence)
+    if value >= THRESHOLD:
+        return Decision(candidate.id, "supersede", f"same subject, {why}", value)
+    return Decision(
+        candidate.id,
+        "keep",
+        f"not enough evidence ({why}; score {value:.2f})",
+        value,
+        ambiguous=value >= AMBIGUOUS,
+    )
+
+
+def _because(evidence: Evidence) -> str:
+    parts = [f"shares {', '.join(sorted(evidence.shared)[:4])}"]
+    for family, (gone, came) in sorted(evidence.changed.items()):
+        parts.append(f"{family} {'/'.join(gone)} -> {'/'.join(came)}")
+    if evidence.change_words:
+        parts.append(f"says {', '.join(repr(w) for w in evidence.change_words[:3])}")
+    if evidence.negation_flip:
+        parts.append("negates it")
+    parts.append(f"similarity {evidence.similarity:.2f}")
+    return "; ".join(parts)
+
+
+def decide(new: str, candidates: Sequence[Candidate]) -> list[Decision]:
+    """Return one decision per candidate, in the candidates' order."""
+    return [judge(new, candidate) for candidate in candidates]

@@ -1,0 +1,389 @@
+"""What a short fact says, read with simple rules: its words, its values, its signals.
+
+No model and no parser: a fact such as "Staging Postgres was migrated to
+pg-staging-7 last week" is read as content words (lower-cased, crudely
+stemmed), typed values (hosts, emails, phone numbers, money, versions,
+dates, times, counts, names), and the signals a change or an addition
+leaves in wording ("now", "moved", "no longer", "actually"; "also",
+"another"). ``memories.supersession.decide`` compares two readings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+QUOTE = "\u2019"  # the typographic apostrophe, as in "Priya\u2019s"
+
+
+def _set(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+# Words that carry no subject: articles, pronouns, auxiliaries, prepositions.
+STOP = _set(
+    """
+    a an the this that these those it its it's is are was were be been being am has have had
+    having do does did doing done of in on at to for from by with about as into onto over under
+    than then there here and or but if so because while until after before during per via up
+    down out off i me my mine we us our ours you your yours he him his she her hers they them
+    their theirs who whom whose which what when where why how all any some each every both few
+    more most other such only own same too very can could will would shall should may might
+    must just also still yet again ever even not no nor s t d ll re ve m o y let lets get gets
+    got getting go goes going went gone make makes made one ones thing things way week weeks day
+    days month months year years time times last next ago lot bit
+    """
+)
+
+# Change words: the new memory says it replaces something.
+CHANGE = _set(
+    """
+    now new newly moved move moving switched switch switching changed change changing
+    instead anymore updated update migrated migrate replaced replace replacing renamed
+    rename upgraded upgrade downgraded bumped raised lowered reduced cut increased dropped
+    rescheduled postponed delayed slipped pushed promoted relocated transferred
+    became become left quit stopped stop ended renewed extended shortened tightened
+    actually correction corrected wrong mistake typo rather latest current currently
+    nowadays again scaled reinstalled retired rotated hired appointed started joined sold
+    bought adopted gone rolled old former previous previously
+    """
+)
+CHANGE_PHRASES = (
+    ("no", "longer"),
+    ("not", "any", "more"),
+    ("any", "more"),
+    ("these", "days"),
+    ("from", "now", "on"),
+    ("going", "forward"),
+    ("as", "of"),
+    ("after", "all"),
+)
+# Negations: the new memory may reverse the old one ("quit", "no longer").
+NEGATION = _set(
+    "not no never none nobody don't doesn't didn't isn't aren't wasn't weren't won't can't "
+    "cannot quit stopped without"
+)
+# An addition, not a replacement: "Ollie also enjoys hip hop".
+ADDITIVE = _set("also too another additionally besides")
+ADDITIVE_PHRASES = (("as", "well"), ("in", "addition"), ("as", "well", "as"))
+
+# Words of one set that tell two subjects apart ("the staging host" is not
+# "the production host"); a word from one set in each memory, and neither
+# memory holding the other's, means two subjects, whatever else they share.
+# Words joined by "/" are one word ("prod" is "production").
+CONTRASTS: tuple[frozenset[str], ...] = (
+    _set(
+        "staging/stage/stg production/prod/prd development/dev test/testing qa sandbox "
+        "preview replica reporting primary secondary canary local demo"
+    ),
+    _set(
+        "mother/mum/mom/mummy father/dad/daddy sister brother son daughter aunt uncle cousin "
+        "niece nephew grandmother/grandma/gran/granny/nan grandfather/grandpa/grandad/granddad "
+        "wife husband partner boyfriend girlfriend fiance/fiancee"
+    ),
+    _set("morning afternoon evening night breakfast lunch dinner/supper bed/bedtime"),
+    # A habit of weekdays, of weekends or of one day each week ("on Saturdays").
+    _set(
+        "weekday/weekdays weekend/weekends mondays tuesdays wednesdays thursdays fridays "
+        "saturdays sundays"
+    ),
+    _set("mobile web ios android desktop backend frontend admin public internal private"),
+    _set("work personal"),
+    _set("starter basic pro team enterprise business free premium"),
+    _set("london york paris berlin tokyo uk us eu"),
+    _set("dog cat rabbit hamster horse fish bird"),
+    _set("water electricity gas phone internet council"),
+    _set("warehouse registered"),
+)
+# Each word's set, and the word it stands for.
+_CONTRAST_CLASS = {
+    form: n for n, words in enumerate(CONTRASTS) for word in words for form in word.split("/")
+}
+_CANONICAL = {
+    form: word.split("/")[0] for words in CONTRASTS for word in words for form in word.split("/")
+}
+assert len(_CONTRAST_CLASS) == sum(len(word.split("/")) for words in CONTRASTS for word in words), (
+    "a word in two sets"
+)
+_KIN = _CONTRAST_CLASS["sister"]
+_PLACES = _CONTRAST_CLASS["london"]  # capitalised by nature
+
+
+def contrast_word(lower: str) -> str | None:
+    """Return the CONTRASTS word ``lower`` stands for (plural or not), else None."""
+    singular = lower[:-1] if lower.endswith("s") and lower[:-1] not in WEEKDAYS else lower
+    for form in (lower, singular):
+        if form in _CANONICAL:
+            return _CANONICAL[form]
+    return None
+
+
+# Kin terms that are used as names, capitalised anywhere: "I called Mum".
+KIN_NAMES = _set("mother father grandmother grandfather")  # as contrast_word gives them
+# States a subject is in, one at a time: a new one replaces the old.
+STATES: dict[str, str] = {
+    **dict.fromkeys(
+        _set("single dating engaged married divorced separated widowed seeing"), "relationship"
+    ),
+    **dict.fromkeys(_set("vegetarian vegan pescatarian carnivore"), "diet"),
+    **dict.fromkeys(
+        _set(
+            "cycle cycles cycling bike bikes drive drives driving bus train tube walk walks "
+            "walking carpool"
+        ),
+        "transport",
+    ),
+}
+STATE_PHRASES = (("broke", "up"), ("split", "up"), ("got", "married"), ("got", "divorced"))
+
+MONTHS = _set(
+    "january february march april may june july august september october november december "
+    "jan feb mar apr jun jul aug sep sept oct nov dec"
+)
+WEEKDAYS = _set(
+    "monday tuesday wednesday thursday friday saturday sunday mondays tuesdays wednesdays "
+    "thursdays fridays saturdays sundays"
+)
+NUMBER_WORDS = _set(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy "
+    "eighty ninety hundred thousand million billion half twice single double triple first "
+    "third fourth fifth sixth seventh eighth ninth tenth dozen"
+)
+# Capitalised words that are not names.
+NOT_NAMES = _set(
+    """
+    i the a an my our your his her their its this that these those we you he she they it
+    there here what when where who how why which mr mrs ms dr st i'm i've i'd i'll
+    """
+)
+
+_TOKEN = re.compile(
+    r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # e-mail
+    r"|[£$€]\s?\d[\d,]*(?:\.\d+)?k?"  # money
+    r"|\d[\d,]*(?:\.\d+)*%?(?::\d+)?(?:am|pm|k|st|nd|rd|th|s)?"  # numbers, times, versions
+    r"|[A-Za-z][\w']*(?:[.\-/:=][\w']+)*"  # words, hosts, identifiers
+)
+_PHONE = re.compile(r"(?<![\w.])(?:\+?\d[\d ()-]{5,}\d)(?!\w|\.\d)")
+
+
+@dataclass(frozen=True)
+class Value:
+    kind: str  # email, host, phone, money, version, date, time, number, name, ...
+    text: str  # normalised
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One memory's text, read for comparison."""
+
+    words: frozenset[str]  # content words, stemmed, no stop, change or value words
+    values: frozenset[Value]
+    names_up_front: frozenset[str]  # names among the first words: the likely subject
+    contrasts: frozenset[str]  # words of the CONTRASTS sets it holds
+    change: tuple[str, ...]  # change words and phrases it holds
+    negated: bool
+    additive: bool
+    length: int  # words
+    sentences: int
+    question: bool  # asks rather than states
+    exclaims: bool  # chatter ("Wow, great news!") rather than a record
+    label: str  # a leading "Name:" label (a speaker), lower-cased, else ""
+
+
+def stem(word: str) -> str:
+    """Return a crude stem: enough to match "seats" with "seat", "parking" with "park"."""
+    word = word.lower().replace(QUOTE, "'").strip("'")
+    if word.endswith("'s"):
+        word = word[:-2]
+    if "'" in word:
+        return word
+    if len(word) > 4 and word.endswith("ies"):
+        word = word[:-3] + "y"
+    elif len(word) > 4 and word.endswith(("ches", "shes", "sses", "xes")):
+        word = word[:-2]
+    elif len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ion", "ed"):
+        if len(word) - len(suffix) >= 3 and word.endswith(suffix):
+            word = word[: -len(suffix)]
+            if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiouls":
+                word = word[:-1]  # running -> run, planned -> plan
+            break
+    if len(word) > 3 and word.endswith("e"):
+        word = word[:-1]
+    return word
+
+
+_TIME = re.compile(r"\d{1,2}(:\d\d)?(am|pm)|\d{1,2}:\d\d")
+_YEAR = re.compile(r"(19|20)\d\d")
+_DOTTED = re.compile(r"\d+(\.\d+){1,3}")
+_HOST = re.compile(r"[a-z][.\-_/:=][a-z0-9]")
+_DIGIT_OR_DOT = re.compile(r"[\d.]")
+_DIGIT = re.compile(r"\d")
+_VERSION = re.compile(r"v\d+(\.\d+)*")
+
+
+def _number(lower: str) -> Value:
+    if _TIME.fullmatch(lower):
+        return Value("time", lower)
+    if _YEAR.fullmatch(lower):
+        return Value("date", lower)
+    if _DOTTED.fullmatch(lower):
+        return Value("version", lower)
+    if lower.endswith("%"):
+        return Value("share", lower)
+    return Value("number", lower.replace(",", ""))
+
+
+def _value(token: str, *, capitalised_name: bool) -> Value | None:
+    lower = token.lower().rstrip(".,;:")
+    if "@" in lower:
+        return Value("email", lower)
+    if lower[:1] in "£$€":
+        return Value("money", lower.replace(" ", "").replace(",", ""))
+    if lower[:1].isdigit():
+        return _number(lower)
+    if _HOST.search(lower) and _DIGIT_OR_DOT.search(lower):
+        # pg-staging-7, api.orchard.app, checkout_v2, django==5.1
+        return Value("host", lower)
+    if _VERSION.fullmatch(lower):
+        return Value("version", lower)
+    if _DIGIT.search(lower):
+        return Value("identifier", lower)
+    if lower in MONTHS and (lower != "may" or token[:1] == "M"):  # "may" is mostly a verb
+        return Value("date", lower)
+    if lower in WEEKDAYS:
+        return Value("weekday", stem(lower))
+    if lower in STATES:
+        return Value(STATES[lower], stem(lower))
+    if lower in NUMBER_WORDS or lower.split("-")[0] in NUMBER_WORDS:
+        return Value("number", lower.split("-")[0])
+    if capitalised_name:
+        return Value("name", stem(lower))
+    return None
+
+
+def _phrases(tokens: list[str], phrases: tuple[tuple[str, ...], ...]) -> list[str]:
+    joined = f" {' '.join(tokens)} "
+    return [" ".join(p) for p in phrases if f" {' '.join(p)} " in joined]
+
+
+def _contrast(token: str, lower: str, *, inside: bool) -> str | None:
+    """Return the CONTRASTS word a token stands for; ``inside``: capitalised mid-sentence."""
+    word = contrast_word(lower.removesuffix("'s"))
+    if word == "us" and not token.startswith("US"):
+        return None  # the pronoun, not the country
+    if word and inside and word not in KIN_NAMES and _CONTRAST_CLASS[word] != _PLACES:
+        return None  # part of a name: "Lind & Partners", "Team Falcon"
+    return word
+
+
+def _starts_sentence(body: str, start: int) -> bool:
+    before = body[max(0, start - 8) : start].rstrip(" \t\n\"'([")
+    return start == 0 or (not before.strip() and start < 8) or before[-1:] in ".!?\n"
+
+
+@lru_cache(maxsize=4096)
+def read(text: str) -> Reading:
+    """Return what ``text`` says, for comparing it with another memory."""
+    label = ""
+    text = text.replace(QUOTE, "'")
+    found = re.match(r"\s*([A-Z][\w']{0,30}):\s+(?=\S)", text)
+    if found and found.group(1).lower() not in CHANGE:
+        # "Caroline: I went ..." is a turn of a conversation: the speaker is
+        # no subject the two memories share.
+        label = found.group(1).lower()
+        text = text[found.end() :]
+    phones = {re.sub(r"\D", "", m.group(0)) for m in _PHONE.finditer(text)}
+    phones = {p for p in phones if len(p) >= 7}
+    body = _PHONE.sub(" ", text)
+    matches = list(_TOKEN.finditer(body))
+    raw = [m.group(0) for m in matches]
+    # A token starts a sentence when only spaces, quotes or brackets stand
+    # between it and the text's start or a full stop, "!" or "?".
+    starts = [_starts_sentence(body, m.start()) for m in matches]
+    lowered = [t.lower().rstrip(".,;:") for t in raw]
+    values: set[Value] = {Value("phone", p) for p in phones}
+    values |= {Value("relationship", p) for p in _phrases(lowered, STATE_PHRASES)}
+    words: set[str] = set()
+    up_front: set[str] = set()
+    contrasts: set[str] = set()
+    change = [w for w in lowered if w in CHANGE]
+    change += _phrases(lowered, CHANGE_PHRASES)
+    negated = any(w in NEGATION or w.endswith("n't") for w in lowered)
+    negated = negated or bool(_phrases(lowered, (("no", "longer"), ("any", "more"))))
+    additive = any(w in ADDITIVE for w in lowered) or bool(_phrases(lowered, ADDITIVE_PHRASES))
+    subject = True  # still among the first words, before the first plain content word
+    for position, (token, lower) in enumerate(zip(raw, lowered, strict=True)):
+        bare = stem(lower)
+        capital = token[:1].isupper() and bare not in NOT_NAMES and lower not in CHANGE
+        # A capitalised word inside a sentence is a name; so is a first word
+        # in the possessive ("Priya's car"). Other first words may be plain
+        # words ("Application logs ...") and are read as such.
+        possessive = lower.endswith("'s")
+        contrast = _contrast(token, lower, inside=capital and not starts[position])
+        name = capital and (not starts[position] or possessive) and contrast is None
+        value = _value(token, capitalised_name=name)
+        if (
+            value is not None
+            and value.kind == "number"
+            and position
+            and lowered[position - 1] == "at"
+            and value.text.isdigit()
+            and int(value.text) <= 24
+        ):
+            value = Value("time", value.text)  # "at 5"
+        if contrast is not None:
+            contrasts.add(contrast)
+        if value is not None:
+            values.add(value)
+            if value.kind == "name":
+                if subject and position < 3:
+                    up_front.add(value.text)
+                # A name is also a subject word ("Priya leads ...", "Priya's car").
+                words.add(value.text)
+            continue
+        if bare in STOP or lower in CHANGE or lower in NEGATION or lower in ADDITIVE:
+            continue
+        if len(bare) < 2:
+            continue
+        if position > 0:
+            subject = False
+        words.add(bare)
+    return Reading(
+        words=frozenset(words),
+        values=frozenset(values),
+        names_up_front=frozenset(up_front),
+        contrasts=frozenset(contrasts),
+        change=tuple(dict.fromkeys(change)),
+        negated=negated,
+        additive=additive,
+        length=len(raw),
+        sentences=max(1, sum(starts)),
+        question="?" in body,
+        exclaims="!" in body,
+        label=label,
+    )
+
+
+def contrast_conflict(old: Reading, new: Reading) -> tuple[str, str] | None:
+    """Return a pair of contrasting words, one held only by each memory, if any.
+
+    "My sister lives in Porto" and "My brother lives in Ghent" hold sister
+    and brother; "no longer wants morning meetings; afternoons only" holds
+    morning too, so against "likes meetings in the morning" it is no conflict.
+    """
+    only_old = old.contrasts - new.contrasts
+    only_new = new.contrasts - old.contrasts
+    for a in sorted(only_old):
+        for b in sorted(only_new):
+            if _CONTRAST_CLASS[a] == _CONTRAST_CLASS[b]:
+                return a, b
+    # A relative shifts the subject on its own: "Maya's sister lives in
+    # Leeds" is not about Maya.
+    for word in sorted(only_old | only_new):
+        if _CONTRAST_CLASS[word] == _KIN:
+            return (word, "-") if word in only_old else ("-", word)
+    return None

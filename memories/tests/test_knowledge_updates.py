@@ -1,0 +1,375 @@
+"""Knowledge updates (issue 22) on the real database: links, reads, undo, isolation, the model.
+
+A later memory replaces an older one: the older keeps its row, leaves
+searches and lists by default, comes back marked when asked, and is current
+again after an undo or when what replaced it is forgotten.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from django.db import DatabaseError, connection
+
+from accounts.tiers import Tier
+from core import tenancy
+from core.errors import Conflict, NotFound, ValidationFailed
+from memories import services
+from memories.models import Memory, MemoryHistory
+from memories.services.shapes import Recalled
+from memories.tests.test_supersession_llm import ChatStub
+
+OLD = "Staging Postgres runs on pg-staging-3."
+NEW = "Staging Postgres was migrated to pg-staging-7 last week."
+QUESTION = "Which host does staging Postgres run on?"
+
+
+def remember(user_id, content, **kwargs):
+    return services.remember(user_id=user_id, tier=Tier.PRO, content=content, **kwargs)
+
+
+def recalled(user_id, query=QUESTION, **kwargs) -> list[Recalled]:
+    return services.recall(user_id=user_id, query=query, threshold=0.0, **kwargs)
+
+
+def ids(found) -> list[str]:
+    return [m["id"] for m in found]
+
+
+def row(memory_id) -> Memory:
+    with tenancy.operator():
+        return Memory.objects.get(id=memory_id)
+
+
+def history(memory_id) -> list[MemoryHistory]:
+    with tenancy.operator():
+        return list(MemoryHistory.objects.filter(memory_id=memory_id).order_by("version"))
+
+
+def decided(version: MemoryHistory) -> dict:
+    """A history row's decision (who linked or unlinked, and why); {} when none."""
+    return dict(version.decision or {})
+
+
+def test_a_named_replacement_hides_the_old_memory_and_marks_it_when_asked(cast) -> None:
+    old = remember(cast.alice.id, "The office wifi password is tulip-42.")["id"]
+    new = remember(
+        cast.alice.id, "New office wifi password: orchid-77.", replaces=old, namespace="default"
+    )
+
+    assert new["replaces"] == [old]
+    plain = recalled(cast.alice.id, "office wifi password")
+    assert ids(plain) == [new["id"]]
+    assert "superseded_by" not in plain[0]
+    marked = recalled(cast.alice.id, "office wifi password", include_superseded=True)
+    assert set(ids(marked)) == {old, new["id"]}
+    [older] = [m for m in marked if m["id"] == old]
+    assert older["superseded_by"] == new["id"]
+    assert older["superseded_at"].endswith("Z")
+    # The row, its history and its vector stay.
+    assert row(old).content == "The office wifi password is tulip-42."
+
+
+def test_both_sides_of_a_link_are_in_the_history(cast) -> None:
+    old = remember(cast.alice.id, "Our dentist is Dr Okafor.")["id"]
+    new = remember(cast.alice.id, "We switched dentist to Dr Lindqvist.", replaces=old)["id"]
+
+    older = services.memory_history(user_id=cast.alice.id, id=old)
+    newer = services.memory_history(user_id=cast.alice.id, id=new)
+
+    assert [(v["version"], v["action"]) for v in older] == [(1, "created"), (2, "superseded")]
+    assert older[1]["superseded_by"] == new
+    assert older[1]["decision"] == {"decided_by": "explicit"}
+    assert newer[0]["action"] == "created"
+    assert newer[0]["replaces"] == [old]
+
+
+def test_a_wrong_replaces_writes_nothing(cast) -> None:
+    theirs = remember(cast.charlie.id, "Charlie's gym is on Elm Street.")["id"]
+    elsewhere = remember(cast.alice.id, "The bakery opens at 7.", namespace="errands")["id"]
+    with tenancy.operator():
+        before = Memory.objects.count()
+
+    with pytest.raises(NotFound):
+        remember(cast.alice.id, "The gym moved to Oak Street.", replaces=str(uuid.uuid4()))
+    with pytest.raises(NotFound):  # another tenant's id is no id at all
+        remember(cast.alice.id, "The gym moved to Oak Street.", replaces=theirs)
+    with pytest.raises(ValidationFailed):
+        remember(cast.alice.id, "The bakery opens at 8.", replaces=elsewhere)
+    with pytest.raises(ValidationFailed):
+        remember(cast.alice.id, "The gym moved to Oak Street.", replaces="not-an-id")
+    with pytest.raises(NotFound):  # async: refused before anything is queued
+        remember(cast.alice.id, "The gym moved to Oak Street.", replaces=theirs, background=True)
+
+    with tenancy.operator():
+        assert Memory.objects.count() == before
+    assert row(theirs).superseded_by is None
+
+
+def test_an_already_replaced_memory_is_a_conflict(cast) -> None:
+    old = remember(cast.alice.id, "The team standup is at 9:30.")["id"]
+    remember(cast.alice.id, "The team standup moved to 10:00.", replaces=old)
+
+    with pytest.raises(Conflict):
+        remember(cast.alice.id, "The team standup is at 10:15 now.", replaces=old)
+
+
+def test_a_changed_fact_is_found_without_being_named(cast) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    remember(cast.alice.id, "The production database runs on pg-prod-1.")
+    new = remember(cast.alice.id, NEW)
+
+    assert new["replaces"] == [old]
+    assert ids(recalled(cast.alice.id))[0] == new["id"]
+    assert old not in ids(recalled(cast.alice.id))
+    [superseded] = [v for v in history(old) if v.action == "superseded"]
+    assert decided(superseded)["decided_by"] == "offline"
+    assert decided(superseded)["reason"]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("Maya's sister lives in Lisbon.", "Maya's brother lives in Porto."),
+        ("Staging Postgres runs on pg-staging-3.", "Production Postgres runs on pg-prod-9."),
+        ("Sam drinks green tea in the morning.", "Sam drinks red wine at dinner."),
+    ],
+)
+def test_look_alike_facts_stay_apart(cast, first, second) -> None:
+    a = remember(cast.alice.id, first)["id"]
+    b = remember(cast.alice.id, second)
+
+    assert "replaces" not in b
+    assert row(a).superseded_by is None
+    assert {a, b["id"]} <= set(ids(recalled(cast.alice.id, first)))
+
+
+def test_detection_can_be_turned_off(cast, settings) -> None:
+    settings.RECALL_SUPERSESSION = "off"
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW)
+
+    assert "replaces" not in new
+    assert row(old).superseded_by is None
+
+
+def test_conversation_turns_are_never_replaced(cast) -> None:
+    said = services.remember(
+        user_id=cast.alice.id,
+        tier=Tier.PRO,
+        messages=[{"role": "user", "content": OLD}],
+    )
+    new = remember(cast.alice.id, NEW)
+
+    assert "replaces" not in new
+    assert row(said["memories"][0]["id"]).superseded_by is None
+
+
+def test_an_undo_restores_the_older_memory(cast) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW, replaces=old)["id"]
+
+    undone = services.restore(user_id=cast.alice.id, id=old)
+
+    assert undone["restored"] is True
+    assert undone["was_superseded_by"] == new
+    assert row(old).superseded_by is None
+    assert row(old).superseded_at is None
+    assert {old, new} <= set(ids(recalled(cast.alice.id)))
+    last = history(old)[-1]
+    assert (last.action, decided(last)["decided_by"], last.superseded_by) == (
+        "restored",
+        "undo",
+        None,
+    )
+    with pytest.raises(Conflict):
+        services.restore(user_id=cast.alice.id, id=old)
+    with pytest.raises(NotFound):
+        services.restore(user_id=cast.charlie.id, id=old)
+
+
+def test_as_of_answers_from_what_was_held_true_then(cast) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    time.sleep(0.05)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        (between,) = cursor.fetchone()
+    time.sleep(0.05)
+    new = remember(cast.alice.id, NEW, replaces=old)["id"]
+
+    then = recalled(cast.alice.id, as_of=between.isoformat())
+    now = recalled(cast.alice.id)
+
+    assert ids(then) == [old]
+    assert then[0]["superseded_by"] == new  # held then, replaced since: marked
+    assert ids(now) == [new]
+    with pytest.raises(ValidationFailed):
+        recalled(cast.alice.id, as_of="last tuesday")
+
+
+def test_forgetting_the_replacement_makes_the_older_memory_current(cast) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW, replaces=old)["id"]
+
+    services.forget_by_id(user_id=cast.alice.id, id=new)
+
+    assert row(old).superseded_by is None
+    assert row(old).superseded_at is None
+    assert ids(recalled(cast.alice.id)) == [old]
+    assert history(old)[-1].action == "restored"
+
+
+def test_forget_previews_follow_the_same_rule(cast) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW, replaces=old)["id"]
+
+    preview = services.forget(user_id=cast.alice.id, mode="by_query", query=QUESTION, threshold=0)
+    wider = services.forget(
+        user_id=cast.alice.id,
+        mode="by_query",
+        query=QUESTION,
+        threshold=0,
+        include_superseded=True,
+    )
+
+    assert [m["id"] for m in preview["matches"]] == [new]
+    assert {m["id"] for m in wider["matches"]} == {old, new}
+
+
+def test_lists_and_stats_show_or_hide_replaced_memories(cast) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW, replaces=old)["id"]
+
+    def listed(**kwargs) -> list[str]:
+        return [m["id"] for m in services.list_memories(user_id=cast.alice.id, **kwargs)]
+
+    assert listed() == [new]
+    assert set(listed(superseded="include")) == {old, new}
+    assert listed(superseded="only") == [old]
+    [entry] = services.list_memories(user_id=cast.alice.id, superseded="only")
+    assert entry["superseded_by"] == new
+    with pytest.raises(ValidationFailed):
+        listed(superseded="sometimes")
+    stats = services.memory_stats(user_id=cast.alice.id)
+    assert (stats["memories"], stats["superseded"]) == (2, 1)
+    assert stats["namespaces"][0]["superseded"] == 1  # type: ignore[index]
+
+
+def test_links_stay_inside_an_agent(cast, agents) -> None:
+    def as_agent(agent, content, **kwargs):
+        return services.remember(
+            user_id=cast.alice.id, agent_id=agent.id, tier=Tier.PRO, content=content, **kwargs
+        )
+
+    theirs = as_agent(agents.writer, OLD)["id"]
+    user_wide = remember(cast.alice.id, OLD)["id"]
+
+    # An agent cannot name another agent's memory, nor the user-wide one.
+    with pytest.raises(NotFound):
+        as_agent(agents.research, NEW, replaces=theirs)
+    with pytest.raises(NotFound):
+        as_agent(agents.research, NEW, replaces=user_wide)
+    # The user-wide path sees the agent's memory, but a link never crosses writers.
+    with pytest.raises(ValidationFailed):
+        remember(cast.alice.id, NEW, replaces=theirs)
+    # Detection compares a writer's own memories only.
+    mine = as_agent(agents.research, NEW)
+    assert "replaces" not in mine
+    assert row(theirs).superseded_by is None
+    assert row(user_wide).superseded_by is None
+
+
+def test_the_database_refuses_a_link_across_a_boundary(cast, agents) -> None:
+    writer = services.remember(
+        user_id=cast.alice.id, agent_id=agents.writer.id, tier=Tier.PRO, content=OLD
+    )["id"]
+    research = services.remember(
+        user_id=cast.alice.id, agent_id=agents.research.id, tier=Tier.PRO, content=NEW
+    )["id"]
+    other_ns = remember(cast.alice.id, NEW, namespace="elsewhere")["id"]
+    mine = remember(cast.alice.id, OLD)["id"]
+    charlies = remember(cast.charlie.id, NEW)["id"]
+
+    def link(user_id, agent_id, old, new) -> None:
+        with tenancy.tenant(user_id, agent_id=agent_id), connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE memories SET superseded_by = %s, superseded_at = now() WHERE id = %s",
+                [new, old],
+            )
+
+    # Another agent's memory is invisible to the trigger's lookup under RLS.
+    with pytest.raises(DatabaseError):
+        link(cast.alice.id, agents.writer.id, writer, research)
+    # Across agents on the user-wide path, across namespaces, across tenants.
+    with pytest.raises(DatabaseError):
+        link(cast.alice.id, None, writer, research)
+    with pytest.raises(DatabaseError):
+        link(cast.alice.id, None, mine, other_ns)
+    with pytest.raises(DatabaseError):
+        link(cast.alice.id, None, mine, charlies)
+    with pytest.raises(DatabaseError):
+        link(cast.alice.id, None, mine, mine)
+    assert all(row(m).superseded_by is None for m in (writer, mine))
+
+
+def test_charlie_cannot_see_alices_links(cast) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    remember(cast.alice.id, NEW, replaces=old)
+
+    assert recalled(cast.charlie.id, include_superseded=True) == []
+    assert services.list_memories(user_id=cast.charlie.id, superseded="include") == []
+    with pytest.raises(NotFound):
+        services.memory_history(user_id=cast.charlie.id, id=old)
+
+
+@pytest.fixture
+def chat(settings) -> Iterator[ChatStub]:
+    stub = ChatStub()
+    settings.OPENAI_BASE_URL = stub.url
+    settings.OPENAI_API_KEY = "sk-test"
+    settings.RECALL_CHAT_MODEL = "stub-model"
+    settings.RECALL_SUPERSESSION = "llm"
+    settings.RECALL_SUPERSESSION_TIMEOUT = 0.5
+    yield stub
+    stub.close()
+
+
+AMBIGUOUS_OLD = "Jess prefers beach holidays."
+AMBIGUOUS_NEW = "Jess is all about mountain hiking trips now."
+
+
+def test_a_configured_model_settles_an_ambiguous_pair_and_says_so(cast, chat) -> None:
+    chat.reply = '{"decisions": [{"n": 1, "verdict": "replace", "reason": "new preference"}]}'
+    old = remember(cast.alice.id, AMBIGUOUS_OLD)["id"]
+    new = remember(cast.alice.id, AMBIGUOUS_NEW)
+
+    assert chat.requests, "the model was asked"
+    assert new["replaces"] == [old]
+    [superseded] = [v for v in history(old) if v.action == "superseded"]
+    assert decided(superseded)["decided_by"] == "llm"
+    assert decided(superseded)["model"] == "stub-model"
+
+
+def test_a_slow_model_times_out_and_both_memories_stay(cast, chat) -> None:
+    chat.reply = '{"decisions": [{"n": 1, "verdict": "replace", "reason": "late"}]}'
+    chat.delay = 2.0
+    old = remember(cast.alice.id, AMBIGUOUS_OLD)["id"]
+    new = remember(cast.alice.id, AMBIGUOUS_NEW)
+
+    # The model would have said "replace", too late: the write gave up on it.
+    assert chat.requests
+    assert "replaces" not in new
+    assert row(old).superseded_by is None
+
+
+def test_without_llm_mode_the_model_is_never_asked(cast, chat, settings) -> None:
+    settings.RECALL_SUPERSESSION = "offline"
+    chat.reply = '{"decisions": [{"n": 1, "verdict": "replace", "reason": "x"}]}'
+    old = remember(cast.alice.id, AMBIGUOUS_OLD)["id"]
+    remember(cast.alice.id, AMBIGUOUS_NEW)
+
+    assert chat.requests == []
+    assert row(old).superseded_by is None

@@ -1,0 +1,280 @@
+"""The offline supersession decision: a new value for the same slot replaces; look-alikes stay.
+
+The similarities are those the bundled model gives each pair (rounded), so
+each case is what the write path would hand the function.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from memories.supersession import Candidate, decide, judge, read
+from memories.supersession.decide import FLOOR, MAX_WORDS
+from memories.supersession.text import contrast_conflict
+
+
+def verdict(old: str, new: str, similarity: float) -> str:
+    return judge(new, Candidate("old", old, similarity)).verdict
+
+
+# Replacements -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "similarity"),
+    [
+        # A host migrated, the old one unnamed.
+        (
+            "The staging Postgres database runs on pg-staging-3.",
+            "Staging Postgres was migrated to pg-staging-7 last week.",
+            0.72,
+        ),
+        # A leader replaced, with a change word.
+        ("Priya leads the payments team.", "The payments team is now led by Marcus.", 0.58),
+        # A version, with no change word at all.
+        (
+            "The analytics service runs on Python 3.9.",
+            "Analytics service upgraded to Python 3.12.",
+            0.83,
+        ),
+        # A phone number.
+        (
+            "Gary the plumber can be reached on 555-0142.",
+            "Gary's number changed to 555-0199.",
+            0.66,
+        ),
+        # A schedule moved.
+        ("Daily standup is at 9:30.", "Standup moved to 10:15 to suit the Toronto folks.", 0.62),
+        # A correction.
+        (
+            "The product owner for the mobile app is Sven.",
+            "Actually, the mobile app's product owner is Chloe.",
+            0.86,
+        ),
+        # A count, implicitly.
+        ("The platform team has 6 engineers.", "Platform team is 9 people after the hires.", 0.81),
+    ],
+)
+def test_it_replaces_a_new_value_for_the_same_slot(old: str, new: str, similarity: float) -> None:
+    decision = judge(new, Candidate("old", old, similarity))
+
+    assert decision.verdict == "supersede", decision.reason
+    assert decision.score >= 0.6
+    assert decision.reason.startswith("same subject")
+
+
+def test_it_says_which_values_changed_in_its_reason() -> None:
+    decision = judge(
+        "Staging Postgres was migrated to pg-staging-7 last week.",
+        Candidate("old", "The staging Postgres database runs on pg-staging-3.", 0.72),
+    )
+
+    assert "pg-staging-3 -> pg-staging-7" in decision.reason
+    assert "'migrated'" in decision.reason
+
+
+# Look-alikes that are both true -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "similarity", "why"),
+    [
+        (
+            "My sister Clara lives in Porto.",
+            "My brother Ethan lives in Ghent.",
+            0.80,
+            "different subjects (sister / brother)",
+        ),
+        (
+            "The production Postgres database runs on pg-prod-1.",
+            "Staging Postgres was migrated to pg-staging-7 last week.",
+            0.53,
+            "different subjects (production / staging)",
+        ),
+        (
+            "I drink green tea in the morning.",
+            "At dinner I like a glass of red wine.",
+            0.45,
+            "different subjects (morning / dinner)",
+        ),
+        (
+            "The staging API is at api.staging.orchard.app.",
+            "The production API is at api.orchard.app.",
+            0.90,
+            "different subjects (staging / production)",
+        ),
+        (
+            "Ines's birthday is on 4 April.",
+            "Oskar's birthday is 22 November.",
+            0.70,
+            "different subjects (ine / oskar)",
+        ),
+        (
+            "Ben's phone number is 555-0110.",
+            "Ben's email is ben.k@fastmail.com.",
+            0.66,
+            "values of different kinds: different attributes",
+        ),
+        (
+            "Ollie likes jazz.",
+            "Ollie also enjoys hip hop.",
+            0.62,
+            "the new memory adds to the old one",
+        ),
+        (
+            "The swimming pool opens at 6am on weekdays.",
+            "On weekends the swimming pool opens at 8am.",
+            0.93,
+            "different subjects (weekday / weekend)",
+        ),
+        (
+            "The Starter plan costs $9 a month.",
+            "The Team plan is $99 a month.",
+            0.78,
+            "different subjects (starter / team)",
+        ),
+    ],
+)
+def test_it_keeps_look_alikes_apart(old: str, new: str, similarity: float, why: str) -> None:
+    decision = judge(new, Candidate("old", old, similarity))
+
+    assert decision.verdict == "keep"
+    assert decision.reason == why
+    assert not decision.ambiguous
+
+
+def test_it_keeps_two_facts_whose_only_common_ground_is_a_verb() -> None:
+    assert verdict(
+        "The web servers run nginx 1.24.", "The load balancer runs HAProxy 2.8.", 0.55
+    ) == ("keep")
+
+
+def test_two_names_of_one_environment_are_no_contrast() -> None:
+    production = read("Production runs PostgreSQL 14.")
+
+    assert contrast_conflict(production, read("Prod database is on PostgreSQL 16.")) is None
+    assert contrast_conflict(production, read("Staging runs PostgreSQL 15.")) == (
+        "production",
+        "staging",
+    )
+
+
+def test_the_pronoun_us_is_no_country() -> None:
+    assert read("Call us on Mondays.").contrasts == frozenset()
+    assert read("In the US it costs $10.").contrasts == {"us"}
+
+
+def test_a_negation_that_names_the_old_context_is_no_contrast() -> None:
+    # "morning" on both sides: the same slot, reversed.
+    old = "Lina likes meetings in the morning."
+    new = "Lina no longer wants morning meetings; afternoons only."
+
+    assert read(new).negated
+    assert verdict(old, new, 0.78) == "supersede"
+
+
+# Duplicates and quiet cases ----------------------------------------------------------
+
+
+def test_it_calls_the_same_text_a_duplicate() -> None:
+    assert verdict("Maya lives in Bristol.", "Maya lives in  Bristol.", 1.0) == "duplicate"
+
+
+def test_it_calls_a_restatement_without_a_new_value_a_duplicate() -> None:
+    old = "The office wifi password is copper-kettle-17."
+    new = "Office wifi password: copper-kettle-17."
+
+    assert verdict(old, new, 0.95) == "duplicate"
+
+
+def test_it_never_replaces_below_the_similarity_floor() -> None:
+    decision = judge(
+        "Staging Postgres was migrated to pg-staging-7 last week.",
+        Candidate("old", "The staging Postgres database runs on pg-staging-3.", FLOOR - 0.01),
+    )
+
+    assert decision.verdict == "keep"
+    assert "below" in decision.reason
+
+
+def test_it_never_replaces_a_text_longer_than_one_fact() -> None:
+    long = "The staging Postgres database runs on pg-staging-3. " + "It was set up by Ana. " * 12
+
+    assert read(long).length > MAX_WORDS
+    assert verdict(long, "Staging Postgres was migrated to pg-staging-7.", 0.8) == "keep"
+
+
+def test_it_keeps_turns_of_different_speakers() -> None:
+    old = "Caroline: I moved to a new flat in March."
+    new = "Melanie: I moved to a new flat in May."
+
+    assert verdict(old, new, 0.9) == "keep"
+
+
+def test_a_shared_speaker_is_not_a_shared_subject() -> None:
+    old = "Caroline: The support group was amazing yesterday."
+    new = "Caroline: I painted a sunset last weekend, it's my new favourite."
+
+    assert read(old).label == "caroline"
+    assert verdict(old, new, 0.5) == "keep"
+
+
+# The batch --------------------------------------------------------------------------
+
+
+def test_it_decides_each_candidate_in_order() -> None:
+    new = "Maya moved to Bristol in the spring."
+    candidates = [
+        Candidate("a", "Maya lives in Bristol now.", 0.9),
+        Candidate("b", "Maya's sister lives in Leeds.", 0.7),
+        Candidate("c", "The bakery on Pine Street sells sourdough until noon.", 0.1),
+    ]
+
+    decisions = decide(new, candidates)
+
+    assert [d.id for d in decisions] == ["a", "b", "c"]
+    assert [d.verdict for d in decisions] == ["duplicate", "keep", "keep"]
+
+
+def test_it_decides_five_candidates_in_well_under_a_millisecond_each() -> None:
+    new = "Cluster upgraded to Kubernetes 1.30 over the weekend."
+    candidates = [
+        Candidate(str(n), f"The cluster number {n} runs Kubernetes 1.2{n}.", 0.8) for n in range(5)
+    ]
+    decide(new, candidates)  # warm the reading cache as a server would be
+    read.cache_clear()
+
+    started = time.perf_counter()
+    for _ in range(20):
+        read.cache_clear()
+        decide(new, candidates)
+    per_call = (time.perf_counter() - started) / 20
+
+    # A bound far above the measured ~0.3 ms, only to catch a pathological regression.
+    assert per_call < 0.05
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            "Note 3: the user builds web APIs in Python.",
+            "Note 4: the user builds web APIs in Python.",
+        ),
+        ("Day 1: Alice tasted a new Darjeeling tea.", "Day 2: Alice tasted a new Darjeeling tea."),
+        (
+            "Alice tasted Darjeeling tea, cup 4, and liked it.",
+            "Alice tasted Darjeeling tea, cup 5, and liked it.",
+        ),
+        ("memory number 22", "memory number 23"),
+        ("memory 2", "memory 3"),
+    ],
+)
+def test_numbered_items_of_a_series_are_two_memories(old: str, new: str) -> None:
+    assert verdict(old, new, 0.97) == "keep"
+
+
+def test_a_count_that_changes_is_still_an_update() -> None:
+    assert verdict("The team has 5 engineers.", "The team has 7 engineers now.", 0.9) == "supersede"

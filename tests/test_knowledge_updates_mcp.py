@@ -1,0 +1,180 @@
+"""Knowledge updates (issue 22) over MCP: a real SDK client on a real socket, on every endpoint.
+
+A chain of facts is stored the way an agent would: the older value first,
+the newer one later, named with ``replaces`` or not at all. The current fact
+comes first, the replaced one is left out unless asked for (then marked), an
+undo brings it back, and an agent never links across another agent.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from memories import services
+from tests.clients import call, calls, structured, text
+from tests.test_protected_resource import mint
+
+pytestmark = pytest.mark.slow
+
+OLD = "The staging Postgres database runs on pg-staging-3."
+NEW = "Staging Postgres was migrated to pg-staging-7 last week."
+QUESTION = "Which host does staging Postgres run on?"
+LOOK_ALIKE = "Production Postgres runs on pg-prod-9."
+
+
+def agent_token(live, user, agent) -> str:
+    """An OAuth access token of ``agent``'s connection, as /agent/mcp takes."""
+    return mint(user, agent, live.url + "/agent/mcp")
+
+
+def test_a_chain_over_mcp_puts_the_current_fact_first_and_hides_the_old_one(live, cast) -> None:
+    url, key = f"{live.url}/mcp", cast.alice_key.raw
+    old, look, new = (
+        structured(r)
+        for r in calls(
+            url,
+            key,
+            [
+                ("remember", {"content": OLD}),
+                ("remember", {"content": LOOK_ALIKE}),
+                ("remember", {"content": NEW}),
+            ],
+        )
+    )
+    assert new["replaces"] == [old["id"]]
+    assert "replaces" not in look
+
+    found, marked, listed, only = (
+        structured(r)
+        for r in calls(
+            url,
+            key,
+            [
+                ("recall", {"query": QUESTION, "threshold": 0}),
+                ("recall", {"query": QUESTION, "threshold": 0, "include_superseded": True}),
+                ("list_memories", {}),
+                ("list_memories", {"superseded": "only"}),
+            ],
+        )
+    )
+    ids = [m["id"] for m in found["memories"]]
+    assert ids[0] == new["id"]
+    assert old["id"] not in ids
+    assert look["id"] in ids  # the look-alike stays current
+    [older] = [m for m in marked["memories"] if m["id"] == old["id"]]
+    assert older["superseded_by"] == new["id"]
+    assert {m["id"] for m in listed["memories"]} == {new["id"], look["id"]}
+    assert [m["id"] for m in only["memories"]] == [old["id"]]
+    tagged = text(
+        call(url, key, "recall", {"query": QUESTION, "threshold": 0, "include_superseded": True})
+    )
+    assert f'superseded_by="{new["id"]}"' in tagged
+
+
+def test_an_undo_over_mcp_restores_the_older_memory(live, cast) -> None:
+    url, key = f"{live.url}/mcp", cast.alice_key.raw
+    [old] = [structured(call(url, key, "remember", {"content": OLD}))]
+    new = structured(call(url, key, "remember", {"content": NEW, "replaces": old["id"]}))
+
+    restored, found, history, stats, again = calls(
+        url,
+        key,
+        [
+            ("restore_memory", {"id": old["id"]}),
+            ("recall", {"query": QUESTION, "threshold": 0}),
+            ("memory_history", {"id": old["id"]}),
+            ("memory_stats", {}),
+            ("restore_memory", {"id": old["id"]}),
+        ],
+    )
+    assert structured(restored)["was_superseded_by"] == new["id"]
+    assert {old["id"], new["id"]} <= {m["id"] for m in structured(found)["memories"]}
+    assert [v["action"] for v in structured(history)["history"]] == [
+        "created",
+        "superseded",
+        "restored",
+    ]
+    assert structured(stats)["superseded"] == 0
+    assert again.is_error and structured(again)["error"]["code"] == "conflict"
+
+
+def test_as_of_over_mcp_answers_from_the_past(live, cast) -> None:
+    url, key = f"{live.url}/mcp", cast.alice_key.raw
+    old = structured(call(url, key, "remember", {"content": OLD}))
+    listed = structured(call(url, key, "list_memories", {}))
+    created = listed["memories"][0]["created_at"]
+    new = structured(call(url, key, "remember", {"content": NEW, "replaces": old["id"]}))
+
+    then = structured(
+        call(url, key, "recall", {"query": QUESTION, "as_of": created, "threshold": 0})
+    )
+
+    assert [m["id"] for m in then["memories"]] == [old["id"]]
+    assert then["memories"][0]["superseded_by"] == new["id"]
+
+
+def test_a_foreign_replaces_is_not_found_and_writes_nothing(live, cast) -> None:
+    theirs = structured(call(f"{live.url}/mcp", cast.charlie_key.raw, "remember", {"content": OLD}))
+    url, key = f"{live.url}/mcp", cast.alice_key.raw
+
+    refused, listed = calls(
+        url,
+        key,
+        [("remember", {"content": NEW, "replaces": theirs["id"]}), ("list_memories", {})],
+    )
+
+    assert refused.is_error
+    assert structured(refused)["error"]["code"] == "not_found"
+    assert structured(listed)["memories"] == []
+
+
+def test_a_chain_over_v1_add_memory(live, cast) -> None:
+    url, key = f"{live.url}/v1/mcp", cast.alice_key.raw
+    old = structured(call(url, key, "add_memory", {"content": OLD, "async": False}))
+    # async (the seed's default): queued with its replacement, linked when stored.
+    queued = structured(
+        call(url, key, "add_memory", {"content": NEW, "replaces": old["memory_id"]})
+    )
+    assert queued["status"] == "queued"
+    # The session's server runs no workers: this process takes the job.
+    assert services.run_next_job()
+    done = structured(call(live.mcp_url, key, "job_status", {"job_id": queued["job_id"]}))
+    assert done["status"] == "done", done
+
+    refused = call(url, key, "add_memory", {"content": NEW, "replaces": "not-an-id"})
+    assert refused.is_error and structured(refused)["code"] == "INVALID_PARAMETERS"
+
+    found = structured(call(url, key, "search_memory", {"query": QUESTION}))["results"]
+    assert [r["id"] for r in found] == [queued["memory_id"]]
+    marked = structured(
+        call(url, key, "search_memory", {"query": QUESTION, "include_superseded": True})
+    )["results"]
+    [older] = [r for r in marked if r["id"] == old["memory_id"]]
+    assert older["superseded_by"] == queued["memory_id"]
+    everything = structured(call(url, key, "get_all_memories", {"superseded": "include"}))
+    assert everything["total"] == 2
+    assert structured(call(url, key, "get_all_memories", {}))["total"] == 1
+
+
+def test_a_chain_over_the_agent_endpoint_stays_inside_the_agent(live, cast, agents) -> None:
+    url = f"{live.url}/agent/mcp"
+    research = agent_token(live, cast.alice, agents.research)
+    writer = agent_token(live, cast.alice, agents.writer)
+    writers = structured(call(url, writer, "memory_add", {"content": OLD}))["memories"][0]
+    old = structured(call(url, research, "memory_add", {"content": OLD}))["memories"][0]
+
+    added = structured(call(url, research, "memory_add", {"content": NEW}))["memories"][0]
+    foreign = call(url, research, "memory_add", {"content": NEW, "replaces": writers["id"]})
+    found = structured(call(url, research, "memory_search", {"query": QUESTION}))["memories"]
+    marked = structured(
+        call(url, research, "memory_search", {"query": QUESTION, "include_superseded": True})
+    )["memories"]
+    theirs = structured(call(url, writer, "memory_search", {"query": QUESTION}))["memories"]
+
+    assert added["replaces"] == [old["id"]]  # the research agent's own older note
+    assert foreign.is_error and structured(foreign)["error"]["code"] == "not_found"
+    assert found[0]["id"] == added["id"]
+    assert old["id"] not in [m["id"] for m in found]
+    assert [m["superseded_by"] for m in marked if m["id"] == old["id"]] == [added["id"]]
+    # The writer's own memory was never linked: still current for it.
+    assert [m["id"] for m in theirs] == [writers["id"]]
