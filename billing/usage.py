@@ -52,11 +52,12 @@ LAST_USED_INTERVAL = 30.0  # seconds between two last_used_at writes of one key
 # costs the same round trips (health check, BEGIN with the role switch,
 # INSERT, COMMIT) and the same commit for one event as for hundreds.
 # Measured at about 60 tool calls a second (bench/http.py --profile): 3.7
-# events per write without the wait, 4.4 with 0.05 s; with 0.25 s a
-# sequential client's calls are written about twenty at a time (BENCHMARKS.md,
-# "Efficiency: the cached recall's path"). An event still reaches the table
-# well within a second.
-LINGER = 0.25
+# events per write without the wait, 4.4 with 0.05 s. A quarter of a second
+# wrote a sequential client's calls about twenty at a time, but saved no CPU
+# that could be measured (BENCHMARKS.md, "Efficiency: the cached recall's
+# path") and kept each event out of the table, and at risk in memory, five
+# times longer; so the wait stays short.
+LINGER = 0.05
 # Seconds between attempts to write held events while the database is down.
 RETRY_MIN = 1.0
 RETRY_MAX = 30.0

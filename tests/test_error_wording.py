@@ -107,7 +107,7 @@ def test_an_unknown_argument_is_refused_with_the_arguments_the_tool_takes(live, 
 
     assert message == (
         "Unknown argument 'namespce'. recall takes: query, namespace, limit, threshold, mode, "
-        "metadata_filter, priority, created_after, created_before."
+        "metadata_filter, priority, created_after, created_before, include_superseded, as_of."
     )
 
 
