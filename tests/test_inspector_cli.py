@@ -69,6 +69,7 @@ def test_the_inspector_lists_and_calls_the_tools(live, cast, inspector, era):
         "job_status",
         "memory_stats",
         "health_check",
+        "restore_memory",
     }
     # content is optional (messages may come instead), so its schema is a union.
     content = tools["remember"]["inputSchema"]["properties"]["content"]
