@@ -194,16 +194,15 @@ def forget_preview(
     expires_at = timezone.now() + timedelta(seconds=settings.FORGET_TOKEN_TTL_SECONDS)
 
     def confirm(found: list[search.Found]) -> None:
-        ForgetConfirmation.objects.filter(user_id=user_id, expires_at__lt=timezone.now()).delete()
-        if found:
-            ForgetConfirmation.objects.create(
-                token_hash=_token_hash(token),
-                user_id=user_id,
-                agent_id=agent_id,
-                memory_ids=[hit.memory.id for hit in found],
-                purge=wipe,
-                expires_at=expires_at,
-            )
+        _confirmation(
+            token,
+            expires_at,
+            found=bool(found),
+            user_id=user_id,
+            agent_id=agent_id,
+            memory_ids=[hit.memory.id for hit in found],
+            purge=wipe,
+        )
 
     found = search.search(user_id=user_id, agent_id=agent_id, args=args, within=confirm).found
     matches: list[Match] = [
@@ -246,18 +245,17 @@ def forget_all_preview(
     with tenancy.tenant(user_id, agent_id=agent_id):
         cutoff = _now()
         total = Memory.objects.live().filter(user_id=user_id, namespace=ns).count()
-        ForgetConfirmation.objects.filter(user_id=user_id, expires_at__lt=timezone.now()).delete()
-        if total:
-            ForgetConfirmation.objects.create(
-                token_hash=_token_hash(token),
-                user_id=user_id,
-                agent_id=agent_id,
-                memory_ids=[],
-                namespace=ns,
-                cutoff=cutoff,
-                purge=wipe,
-                expires_at=expires_at,
-            )
+        _confirmation(
+            token,
+            expires_at,
+            found=bool(total),
+            user_id=user_id,
+            agent_id=agent_id,
+            memory_ids=[],
+            namespace=ns,
+            cutoff=cutoff,
+            purge=wipe,
+        )
     return {
         "preview": True,
         "namespace": ns,
@@ -265,6 +263,26 @@ def forget_all_preview(
         "confirmation_token": token if total else None,
         "expires_at": iso(expires_at) if total else None,
     }
+
+
+def _confirmation(
+    token: str,
+    expires_at: datetime,
+    *,
+    found: bool,
+    user_id: uuid.UUID | str,
+    **fields: object,
+) -> None:
+    """Store what a preview found under its token's hash, in the caller's tenant transaction.
+
+    The user's expired confirmations go first, found or not; with nothing
+    found there is nothing to confirm and no row.
+    """
+    ForgetConfirmation.objects.filter(user_id=user_id, expires_at__lt=timezone.now()).delete()
+    if found:
+        ForgetConfirmation.objects.create(
+            token_hash=_token_hash(token), user_id=user_id, expires_at=expires_at, **fields
+        )
 
 
 def forget_confirm(
