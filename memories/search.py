@@ -71,7 +71,7 @@ import numpy as np
 from django.conf import settings
 
 from core import tenancy
-from memories import embeddings, validation
+from memories import embeddings, ordering, validation
 from memories.embeddings import cache, failures
 from memories.indexes import index_name, vector_literal, vector_type
 from memories.models import PRIORITY_RANK, Memory
@@ -354,12 +354,15 @@ def search(
     the caller's tenant transaction, opened with the search's settings.
     ``task_id`` lets an agent read the task's memories its search names.
     ``within`` runs in the same transaction with the results (forget's
-    preview stores its confirmation there).
+    preview stores its confirmation there). Its few best results put a
+    newer restatement above an older one (``ordering.newer_first``).
     """
     prepared = prepare(args, cache_scope=cache.scope(user_id, agent_id))
     opening = transaction_settings(prepared, agent=agent_id is not None)
     with tenancy.tenant(user_id, agent_id=agent_id, task_id=task_id, local_settings=opening):
         found = run(user_id, prepared, agent_id=agent_id)
+        if ordering.enabled():
+            found = ordering.newer_first(found, ordering.cosines(user_id))
         if within is not None:
             within(found)
     return Searched(found, prepared.vector_source)
