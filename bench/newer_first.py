@@ -39,7 +39,7 @@ from bench import knowledge_set as ks  # noqa: E402
 
 
 class Meter:
-    """Wraps ``ordering.newer_first`` and ``ordering.cosines`` to time and count them."""
+    """Wraps ``ordering.newer_first`` and ``search.pair_cosines`` to time and count them."""
 
     def __init__(self) -> None:
         self.rule_ms: list[float] = []
@@ -47,9 +47,9 @@ class Meter:
         self.reordered = 0
 
     def install(self) -> None:
-        from memories import ordering
+        from memories import ordering, search
 
-        rule, cosines = ordering.newer_first, ordering.cosines
+        rule, cosines = ordering.newer_first, search.pair_cosines
 
         def timed_rule(found: list[Any], read: Callable[..., Any]) -> list[Any]:
             started = time.perf_counter()
@@ -70,7 +70,7 @@ class Meter:
             return timed
 
         ordering.newer_first = timed_rule  # type: ignore[assignment]
-        ordering.cosines = timed_cosines
+        search.pair_cosines = timed_cosines
 
     def report(self) -> dict[str, Any]:
         searches = len(self.rule_ms)

@@ -22,13 +22,11 @@ statement for the cosines, only when some pair passes those rules.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, TypeVar
 
 from django.conf import settings
-from django.db import connection
 
 from memories.models import Memory
 from memories.supersession import Candidate, judge
@@ -80,7 +78,8 @@ def _possible(older: str, newer: str) -> bool:
 def newer_first(found: list[T], cosines: Cosines) -> list[T]:
     """Return ``found`` with each newer restatement just above the older one, in the top ``TOP``.
 
-    ``cosines`` returns the cosine of each (id, id) pair asked for.
+    ``cosines`` returns the cosine of each (id, id) pair asked for
+    (``search.pair_cosines``: the stored vectors, in the search's transaction).
     """
     top = found[:TOP]
     pairs: list[tuple[int, int]] = []
@@ -116,26 +115,6 @@ def newer_first(found: list[T], cosines: Cosines) -> list[T]:
         if not moved:
             break
     return order + found[TOP:]
-
-
-def cosines(user_id: uuid.UUID | str) -> Cosines:
-    """Return a ``Cosines`` reading the stored vectors, in the caller's tenant transaction."""
-
-    def read(pairs: Sequence[tuple[str, str]]) -> Mapping[tuple[str, str], float]:
-        olders = [uuid.UUID(a) for a, _ in pairs]
-        newers = [uuid.UUID(b) for _, b in pairs]
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding)"
-                " FROM unnest(%s::uuid[], %s::uuid[]) AS p(older, newer)"
-                " JOIN memories AS a ON a.id = p.older AND a.user_id = %s"
-                " JOIN memories AS b ON b.id = p.newer AND b.user_id = %s"
-                " WHERE a.embedding_model = b.embedding_model",
-                [olders, newers, str(user_id), str(user_id)],
-            )
-            return {(str(a), str(b)): float(value) for a, b, value in cursor.fetchall()}
-
-    return read
 
 
 def _id(hit: Ranked) -> str:

@@ -69,6 +69,7 @@ from typing import Any, TypedDict, Unpack
 
 import numpy as np
 from django.conf import settings
+from django.db import connection
 
 from core import tenancy
 from memories import embeddings, ordering, validation
@@ -362,10 +363,32 @@ def search(
     with tenancy.tenant(user_id, agent_id=agent_id, task_id=task_id, local_settings=opening):
         found = run(user_id, prepared, agent_id=agent_id)
         if ordering.enabled():
-            found = ordering.newer_first(found, ordering.cosines(user_id))
+            found = ordering.newer_first(found, pair_cosines(user_id))
         if within is not None:
             within(found)
     return Searched(found, prepared.vector_source)
+
+
+def pair_cosines(user_id: uuid.UUID | str) -> ordering.Cosines:
+    """Return what reads the cosine of pairs of the user's memories, for ``ordering``.
+
+    One statement over the stored vectors, run in the caller's transaction
+    (under its row-level security); a pair of two models has none.
+    """
+
+    def read(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding)"
+                " FROM unnest(%s::uuid[], %s::uuid[]) AS p(older, newer)"
+                " JOIN memories AS a ON a.id = p.older AND a.user_id = %s"
+                " JOIN memories AS b ON b.id = p.newer AND b.user_id = %s"
+                " WHERE a.embedding_model = b.embedding_model",
+                [[a for a, _ in pairs], [b for _, b in pairs], str(user_id), str(user_id)],
+            )
+            return {(str(a), str(b)): float(cos) for a, b, cos in cursor.fetchall()}
+
+    return read
 
 
 def prepare(args: SearchArgs, *, cache_scope: str) -> Search:
