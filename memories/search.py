@@ -78,9 +78,10 @@ from typing import Any, TypedDict, Unpack
 
 import numpy as np
 from django.conf import settings
+from django.db import connection
 
 from core import pooling, tenancy
-from memories import embeddings, scoring, validation
+from memories import embeddings, ordering, scoring, validation
 from memories.embeddings import cache, failures
 from memories.filters import COLUMNS, LIVE, PRIORITY_ORDER, Filters
 from memories.filters import SOURCE_FILTERS as SOURCE_FILTERS
@@ -279,7 +280,8 @@ def search(
     the caller's tenant transaction, opened with the search's settings.
     ``task_id`` lets an agent read the task's memories its search names.
     ``within`` runs in the same transaction with the results (forget's
-    preview stores its confirmation there).
+    preview stores its confirmation there). Its few best results put a
+    newer restatement above an older one (``ordering.newer_first``).
     """
     prepared = prepare(args, cache_scope=cache.scope(user_id, agent_id))
     opening = transaction_settings(prepared, agent=agent_id is not None)
@@ -290,12 +292,54 @@ def search(
             user_id, sql, params, agent_id=agent_id, task_id=task_id, local_settings=opening
         )
         if read is not None:
-            return Searched(found_rows(read), prepared.vector_source)
+            found = found_rows(read)
+            if ordering.enabled():
+                # The transaction is over: the rare pair to compare opens its own.
+                cosines = pair_cosines(user_id, agent_id=agent_id, task_id=task_id)
+                found = ordering.newer_first(found, cosines)
+            return Searched(found, prepared.vector_source)
     with tenancy.tenant(user_id, agent_id=agent_id, task_id=task_id, local_settings=opening):
         found = run(user_id, prepared, agent_id=agent_id)
+        if ordering.enabled():
+            found = ordering.newer_first(found, pair_cosines(user_id))
         if within is not None:
             within(found)
     return Searched(found, prepared.vector_source)
+
+
+def pair_cosines(
+    user_id: uuid.UUID | str,
+    *,
+    agent_id: uuid.UUID | str | None = None,
+    task_id: str | None = None,
+) -> ordering.Cosines:
+    """Return what reads the cosine of pairs of the user's memories, for ``ordering``.
+
+    One statement over the stored vectors, under the caller's row-level
+    security: in the caller's open transaction, or (``agent_id``, ``task_id``
+    given, or none open) a tenant transaction of its own. A pair of two
+    models has none.
+    """
+
+    def read(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        if connection.in_atomic_block:
+            return compare(pairs)
+        with tenancy.tenant(user_id, agent_id=agent_id, task_id=task_id):
+            return compare(pairs)
+
+    def compare(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding)"
+                " FROM unnest(%s::uuid[], %s::uuid[]) AS p(older, newer)"
+                " JOIN memories AS a ON a.id = p.older AND a.user_id = %s"
+                " JOIN memories AS b ON b.id = p.newer AND b.user_id = %s"
+                " WHERE a.embedding_model = b.embedding_model",
+                [[a for a, _ in pairs], [b for _, b in pairs], str(user_id), str(user_id)],
+            )
+            return {(str(a), str(b)): float(cos) for a, b, cos in cursor.fetchall()}
+
+    return read
 
 
 def prepare(args: SearchArgs, *, cache_scope: str) -> Search:

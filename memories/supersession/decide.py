@@ -259,17 +259,33 @@ def _numbered(old: str, new: str, evidence: Evidence) -> str | None:
     return f"numbered items of a series ({'; '.join(pairs)})"
 
 
+def _apart(old: str, new: str, evidence: Evidence) -> str | None:
+    old_reading, new_reading = read(old), read(new)
+    reason = _hard_keep(old_reading, new_reading, evidence) or _numbered(old, new, evidence)
+    if reason is None and max(old_reading.length, new_reading.length) <= 2:
+        reason = "too short to state a fact"  # "memory 2", "alice 1": labels, not facts
+    return reason
+
+
+def apart(old: str, new: str) -> str | None:
+    """Return why the texts ``old`` and ``new`` are surely two facts, whatever their vectors.
+
+    The rules that keep look-alikes apart (contrasting subjects, other
+    names, an addition, another attribute, no subject word in common, a
+    series' numbered items, more than one fact), without the cosine floor:
+    None when the two may state one slot.
+    """
+    evidence = compare(read(old), read(new), 1.0)
+    return _apart(old, new, evidence)
+
+
 def judge(new: str, candidate: Candidate) -> Decision:
     """Decide one candidate against the new memory's text."""
     old_reading, new_reading = read(candidate.content), read(new)
     if " ".join(candidate.content.split()).lower() == " ".join(new.split()).lower():
         return Decision(candidate.id, "duplicate", "the same text", 0.0)
     evidence = compare(old_reading, new_reading, float(candidate.similarity))
-    reason = _hard_keep(old_reading, new_reading, evidence) or _numbered(
-        candidate.content, new, evidence
-    )
-    if reason is None and max(old_reading.length, new_reading.length) <= 2:
-        reason = "too short to state a fact"  # "memory 2", "alice 1": labels, not facts
+    reason = _apart(candidate.content, new, evidence)
     if reason is not None:
         return Decision(candidate.id, "keep", reason, 0.0)
     flip = evidence.negation_flip

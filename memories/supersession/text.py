@@ -107,7 +107,8 @@ assert len(_CONTRAST_CLASS) == sum(len(word.split("/")) for words in CONTRASTS f
     "a word in two sets"
 )
 _KIN = _CONTRAST_CLASS["sister"]
-_PLACES = _CONTRAST_CLASS["london"]  # capitalised by nature
+# Capitalised by nature: a capital letter inside a sentence is no name's part.
+_CAPITALISED = (_CONTRAST_CLASS["london"], _CONTRAST_CLASS["saturdays"])
 
 
 def contrast_word(lower: str) -> str | None:
@@ -275,7 +276,7 @@ def _contrast(token: str, lower: str, *, inside: bool) -> str | None:
     word = contrast_word(lower.removesuffix("'s"))
     if word == "us" and not token.startswith("US"):
         return None  # the pronoun, not the country
-    if word and inside and word not in KIN_NAMES and _CONTRAST_CLASS[word] != _PLACES:
+    if word and inside and word not in KIN_NAMES and _CONTRAST_CLASS[word] not in _CAPITALISED:
         return None  # part of a name: "Lind & Partners", "Team Falcon"
     return word
 

@@ -1,0 +1,164 @@
+"""Newer first (memories/ordering.py): a restatement the write missed ranks above the older one.
+
+On the real database with the real local model: the pairs are from the
+knowledge-update set's dev part, where detection on write kept both.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from accounts.tiers import Tier
+from memories import ordering, services
+from memories.models import Memory
+from memories.search import Found
+
+OLDER = "For focus work I listen to lo-fi beats."
+NEWER = "These days I focus best with no music at all."
+QUESTION = "What do I listen to when I need to focus?"
+
+
+def remember(user_id, content: str) -> str:
+    stored = services.remember(user_id=user_id, tier=Tier.PRO, content=content)
+    assert "replaces" not in stored  # detection on write kept both
+    return str(stored["id"])
+
+
+def ids(found) -> list[str]:
+    return [m["id"] for m in found]
+
+
+def test_a_newer_restatement_ranks_above_the_older_one(cast) -> None:
+    older = remember(cast.alice.id, OLDER)
+    newer = remember(cast.alice.id, NEWER)
+
+    found = services.recall(user_id=cast.alice.id, query=QUESTION, threshold=0.0)
+
+    assert ids(found)[:2] == [newer, older]
+    # Reordered, not re-scored or hidden: the older still matches the query better.
+    assert found[1]["score"] > found[0]["score"]
+    assert "superseded_by" not in found[1]
+
+
+def test_every_search_path_puts_the_newer_first(cast) -> None:
+    older = remember(cast.alice.id, OLDER)
+    newer = remember(cast.alice.id, NEWER)
+
+    searched, _ = services.search_memories(
+        user_id=cast.alice.id, query=QUESTION, threshold=0.0, mode="semantic"
+    )
+    preview = services.forget_preview(user_id=cast.alice.id, query=QUESTION, threshold=0.0)
+
+    assert ids(searched)[:2] == [newer, older]
+    assert [m["id"] for m in preview["matches"]][:2] == [newer, older]
+
+
+def test_the_older_one_stays_first_with_supersession_off(cast, settings) -> None:
+    older = remember(cast.alice.id, OLDER)
+    newer = remember(cast.alice.id, NEWER)
+    settings.RECALL_SUPERSESSION = "off"
+
+    found = services.recall(user_id=cast.alice.id, query=QUESTION, threshold=0.0)
+
+    assert ids(found)[:2] == [older, newer]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "question"),
+    [
+        # Close vectors, a changed number, and still two facts: the detector's
+        # evidence stays below even.
+        (
+            "I run 5 km on weekday mornings.",
+            "On Saturdays I do a long 15 km run.",
+            "How far do I run on weekday mornings?",
+        ),
+        (
+            "Maya's sister lives in Lisbon.",
+            "Maya's brother lives in Porto.",
+            "Where does Maya's sister live?",
+        ),
+        (
+            "The design team has 4 people.",
+            "Platform team is 9 people after the hires.",
+            "How many people are on the design team?",
+        ),
+    ],
+)
+def test_look_alikes_keep_their_own_order(cast, first, second, question) -> None:
+    a = remember(cast.alice.id, first)
+    b = remember(cast.alice.id, second)
+
+    found = services.recall(user_id=cast.alice.id, query=question, threshold=0.0)
+
+    assert ids(found)[:2] == [a, b]
+
+
+# The reordering itself, on search results as search() holds them.
+
+
+def hit(content: str, minutes: int, similarity: float) -> Found:
+    at = datetime(2026, 12, 3, 8, tzinfo=UTC) + timedelta(minutes=minutes)
+    memory = Memory(id=uuid.uuid4(), content=content, created_at=at)
+    return Found(memory, similarity, similarity, similarity)
+
+
+def close(pairs):
+    return {pair: 0.8 for pair in pairs}
+
+
+def test_nothing_enters_or_leaves_the_top_results() -> None:
+    others = [
+        hit(f"Unrelated note number {n} about gardening.", n, 0.9 - n / 100) for n in range(5)
+    ]
+    older = hit(OLDER, 10, 0.5)  # sixth: below the top five
+    newer = hit(NEWER, 20, 0.4)
+    found = [*others, older, newer]
+
+    assert ordering.newer_first(found, close) == found
+
+
+def test_a_chain_settles_newest_first_within_the_top() -> None:
+    first = hit("The team standup is at 9:30.", 0, 0.9)
+    second = hit("The team standup moved to 10:00.", 5, 0.8)
+    third = hit("The team standup is at 10:30 now.", 9, 0.7)
+    rest = [hit(f"Unrelated note number {n} about gardening.", n, 0.5) for n in range(4)]
+
+    reordered = ordering.newer_first([first, second, third, *rest], close)
+
+    assert reordered[:3] == [third, second, first]
+    assert reordered[3:5] == rest[:2]
+    assert reordered[5:] == rest[2:]
+
+
+def test_a_distant_pair_is_left_as_it_is() -> None:
+    older, newer = hit(OLDER, 0, 0.9), hit(NEWER, 5, 0.8)
+
+    assert ordering.newer_first([older, newer], lambda pairs: dict.fromkeys(pairs, 0.4)) == [
+        older,
+        newer,
+    ]
+
+
+def test_a_newer_memory_that_answers_the_query_much_worse_stays_below() -> None:
+    older, newer = hit(OLDER, 0, 0.9), hit(NEWER, 5, 0.6)
+
+    assert ordering.newer_first([older, newer], close) == [older, newer]
+    # Within the lag it moves.
+    nearer = hit(NEWER, 5, 0.75)
+    assert ordering.newer_first([older, nearer], close) == [nearer, older]
+
+
+def test_an_older_memory_never_moves_above_a_newer_one() -> None:
+    newer, older = hit(NEWER, 5, 0.9), hit(OLDER, 0, 0.8)
+    asked: list = []
+
+    def cosines(pairs):
+        asked.extend(pairs)
+        return close(pairs)
+
+    assert ordering.newer_first([newer, older], cosines) == [newer, older]
+    assert asked == []  # no statement for a pair already in order
