@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 DATA = Path(__file__).resolve().parent / "data" / "knowledge_updates"
-SPLITS = ("dev", "test")
+SPLITS = ("dev", "dev2", "test")  # dev2: a second development part, by another hand
 # Candidates the write path looks at: the nearest current memories.
 CANDIDATES = 5
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from bench import knowledge_set as ks
 
 
@@ -25,12 +27,13 @@ def test_every_style_of_update_is_there() -> None:
         assert styles == {"change", "negation", "correction", "implicit"}, name
 
 
-def test_the_held_out_part_shares_no_text_with_the_dev_part() -> None:
-    dev, test = ks.load("dev"), ks.load("test")
+def test_the_parts_share_no_text() -> None:
+    parts = [ks.load(name) for name in ks.SPLITS]
 
-    assert not {i.content for i in dev.items} & {i.content for i in test.items}
-    assert not {q.text for q in dev.questions} & {q.text for q in test.questions}
-    assert not {c["id"] for c in dev.chains} & {c["id"] for c in test.chains}
+    for a, b in itertools.combinations(parts, 2):
+        assert not {i.content for i in a.items} & {i.content for i in b.items}, (a.name, b.name)
+        assert not {q.text for q in a.questions} & {q.text for q in b.questions}
+        assert not {c["id"] for c in a.chains} & {c["id"] for c in b.chains}
 
 
 def test_the_stream_stores_each_replacement_after_what_it_replaces() -> None:

@@ -65,6 +65,15 @@ def test_it_replaces_a_new_value_for_the_same_slot(old: str, new: str, similarit
     assert decision.reason.startswith("same subject")
 
 
+def test_a_close_paraphrase_that_swaps_one_value_replaces_the_old_one() -> None:
+    # Few words in common beyond the subject, one value of one kind swapped:
+    # very close vectors are what says it is the same slot.
+    old, new = "Kai's work number is +1 555 0118.", "Kai's desk line: +1-555-0195."
+
+    assert verdict(old, new, 0.80) == "supersede"
+    assert verdict(old, new, 0.65) == "keep"
+
+
 def test_it_says_which_values_changed_in_its_reason() -> None:
     decision = judge(
         "Staging Postgres was migrated to pg-staging-7 last week.",
