@@ -21,6 +21,10 @@ likely state the same slot for this query:
 
 Nothing is hidden or marked, nothing enters or leaves the top ``TOP``
 results: it only reorders them, so a hit in the top 5 stays in the top 5.
+It does not ask the newer to show a change (a new value of a kind both
+hold, a change word): on the second development part that kept two more
+look-alikes first and lost two more current facts, and a stale fact first
+is what this order is for (BENCHMARKS.md, "Knowledge updates, phase C").
 
 The cost: the text rules on each pair whose later result is the newer one
 (their readings are cached), and one statement for the pairs' cosines, only
@@ -63,8 +67,10 @@ Cosines = Callable[[Sequence[tuple[str, str]]], Mapping[tuple[str, str], float]]
 
 
 def enabled() -> bool:
-    """Whether searches reorder: with detection on (``RECALL_SUPERSESSION`` not ``off``)."""
-    return str(getattr(settings, "RECALL_SUPERSESSION", "offline")) != "off"
+    """Whether searches reorder: ``RECALL_NEWER_FIRST``, and detection on (not ``off``)."""
+    return bool(getattr(settings, "RECALL_NEWER_FIRST", True)) and (
+        str(getattr(settings, "RECALL_SUPERSESSION", "offline")) != "off"
+    )
 
 
 def _candidate(upper: Ranked, lower: Ranked) -> bool:

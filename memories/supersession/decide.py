@@ -60,6 +60,7 @@ FAMILIES: dict[str, str] = {
     "email": "email",
     "phone": "phone",
     "date": "when",
+    "day": "day",  # "2 March" is not "March" nor 2026: a day replaces a day
     "time": "when",
     "weekday": "when",
     "name": "name",

@@ -167,6 +167,16 @@ _TOKEN = re.compile(
     r"|[A-Za-z][\w']*(?:[.\-/:=][\w']+)*"  # words, hosts, identifiers
 )
 _PHONE = re.compile(r"(?<![\w.])(?:\+?\d[\d ()-]{5,}\d)(?!\w|\.\d)")
+_MONTH = (
+    r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+    r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
+# A day of a month is one date: "2 March", "the 14th of May", "March 2nd".
+_DAY_MONTH = re.compile(
+    rf"\b(\d{{1,2}})(?:st|nd|rd|th)?(?:\s+of)?\s+{_MONTH}\b\.?"
+    rf"|\b{_MONTH}\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?!:|\.\d|,\d)",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -239,7 +249,8 @@ def _number(lower: str) -> Value:
 
 
 def _value(token: str, *, capitalised_name: bool) -> Value | None:
-    lower = token.lower().rstrip(".,;:")
+    # "shop.example.net's cert" holds shop.example.net (a name is stemmed anyway).
+    lower = token.lower().rstrip(".,;:").removesuffix("'s")
     if "@" in lower:
         return Value("email", lower)
     if lower[:1] in "£$€":
@@ -276,6 +287,8 @@ def _contrast(token: str, lower: str, *, inside: bool) -> str | None:
     word = contrast_word(lower.removesuffix("'s"))
     if word == "us" and not token.startswith("US"):
         return None  # the pronoun, not the country
+    if word and inside and token.rstrip("'s").isupper():
+        return word  # an abbreviation, not a name's part: "the QA cluster"
     if word and inside and word not in KIN_NAMES and _CONTRAST_CLASS[word] not in _CAPITALISED:
         return None  # part of a name: "Lind & Partners", "Team Falcon"
     return word
@@ -284,6 +297,26 @@ def _contrast(token: str, lower: str, *, inside: bool) -> str | None:
 def _starts_sentence(body: str, start: int) -> bool:
     before = body[max(0, start - 8) : start].rstrip(" \t\n\"'([")
     return start == 0 or (not before.strip() and start < 8) or before[-1:] in ".!?\n"
+
+
+def _days(body: str) -> tuple[str, set[str]]:
+    """Return ``body`` without its days of a month, and those days ("2 mar")."""
+    days: set[str] = set()
+
+    def day(found: re.Match[str]) -> str:
+        number, month, month_first, number_after = found.groups()
+        if (month or month_first) == "may":
+            return found.group(0)  # the verb: "I may 3 times"
+        days.add(f"{int(number or number_after)} {(month or month_first)[:3].lower()}")
+        return " "
+
+    return _DAY_MONTH.sub(day, body), days
+
+
+def _parts(lower: str) -> set[str]:
+    """Return the content words inside a hyphenated word, stemmed ("out-of-hours": hour)."""
+    pieces = (stem(piece) for piece in lower.split("-")) if "-" in lower else ()
+    return {p for p in pieces if len(p) >= 2 and p not in STOP and p not in CHANGE}
 
 
 @lru_cache(maxsize=4096)
@@ -300,6 +333,7 @@ def read(text: str) -> Reading:
     phones = {re.sub(r"\D", "", m.group(0)) for m in _PHONE.finditer(text)}
     phones = {p for p in phones if len(p) >= 7}
     body = _PHONE.sub(" ", text)
+    body, days = _days(body)
     matches = list(_TOKEN.finditer(body))
     raw = [m.group(0) for m in matches]
     # A token starts a sentence when only spaces, quotes or brackets stand
@@ -307,6 +341,7 @@ def read(text: str) -> Reading:
     starts = [_starts_sentence(body, m.start()) for m in matches]
     lowered = [t.lower().rstrip(".,;:") for t in raw]
     values: set[Value] = {Value("phone", p) for p in phones}
+    values |= {Value("day", d) for d in days}  # a day of a month, not a month or a year
     values |= {Value("relationship", p) for p in _phrases(lowered, STATE_PHRASES)}
     words: set[str] = set()
     up_front: set[str] = set()
@@ -353,6 +388,9 @@ def read(text: str) -> Reading:
         if position > 0:
             subject = False
         words.add(bare)
+        # "out-of-hours" and "after-hours" share "hours"; "inventory-svc" is
+        # the inventory service.
+        words |= _parts(lower)
     return Reading(
         words=frozenset(words),
         values=frozenset(values),

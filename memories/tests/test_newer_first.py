@@ -56,6 +56,16 @@ def test_every_search_path_puts_the_newer_first(cast) -> None:
     assert [m["id"] for m in preview["matches"]][:2] == [newer, older]
 
 
+def test_the_older_one_stays_first_with_newer_first_off(cast, settings) -> None:
+    older = remember(cast.alice.id, OLDER)
+    newer = remember(cast.alice.id, NEWER)
+    settings.RECALL_NEWER_FIRST = False
+
+    found = services.recall(user_id=cast.alice.id, query=QUESTION, threshold=0.0)
+
+    assert ids(found)[:2] == [older, newer]
+
+
 def test_the_older_one_stays_first_with_supersession_off(cast, settings) -> None:
     older = remember(cast.alice.id, OLDER)
     newer = remember(cast.alice.id, NEWER)
@@ -162,3 +172,10 @@ def test_an_older_memory_never_moves_above_a_newer_one() -> None:
 
     assert ordering.newer_first([newer, older], cosines) == [newer, older]
     assert asked == []  # no statement for a pair already in order
+
+
+def test_an_abbreviated_environment_is_a_look_alike() -> None:
+    older = hit("The dev cluster's ingress IP is 10.20.0.5.", 0, 0.9)
+    newer = hit("The QA cluster's ingress answers on 10.30.0.5.", 5, 0.85)
+
+    assert ordering.newer_first([older, newer], close) == [older, newer]

@@ -288,3 +288,25 @@ def test_numbered_items_of_a_series_are_two_memories(old: str, new: str) -> None
 
 def test_a_count_that_changes_is_still_an_update() -> None:
     assert verdict("The team has 5 engineers.", "The team has 7 engineers now.", 0.9) == "supersede"
+
+
+def test_a_day_of_a_month_is_one_value() -> None:
+    assert {(v.kind, v.text) for v in read("The grant is due 15 January.").values} == {
+        ("day", "15 jan")
+    }
+    assert {(v.kind, v.text) for v in read("We meet on March 2nd at 10:30.").values} == {
+        ("day", "2 mar"),
+        ("time", "10:30"),
+    }
+    # "may" is mostly the verb.
+    assert ("day", "3 may") not in read("I may 3 times a day.").values
+    # A birthday's day is not the month something else happened in.
+    assert verdict("Dad's birthday is 3 July.", "Dad quit smoking in January.", 0.6) == "keep"
+
+
+def test_a_possessive_value_and_a_hyphenated_word_are_common_ground() -> None:
+    cert = read("shop.example.net's cert is valid through 30 May.")
+    vet = read("For after-hours pet emergencies, call 555-0152.")
+
+    assert ("host", "shop.example.net") in {(v.kind, v.text) for v in cert.values}
+    assert "hour" in vet.words and "hour" in read("The out-of-hours vet line is 555-0107.").words
