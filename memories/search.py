@@ -32,9 +32,7 @@ namespace and mode (``memories/scoring.py``). Three modes:
   The lift moves a memory up the list, not its score: being beside a match
   says little about a memory's own relevance (2% of the unrelated ones it
   raised past 0.5 on the development data were relevant), so a lifted
-  memory can follow one that scores less. Until issue 22 the two signals
-  were min-max normalised over the candidates: the best of any pool scored
-  near 1, a lone match 0.0.
+  memory can follow one that scores less.
 
 Filters (namespace, ``metadata_filter``, ``created_after`` / ``created_before``,
 ``priority``, memory_search's source filters) are applied before ranking, in
@@ -313,31 +311,32 @@ def pair_cosines(
     agent_id: uuid.UUID | str | None = None,
     task_id: str | None = None,
 ) -> ordering.Cosines:
-    """Return what reads the cosine of pairs of the user's memories, for ``ordering``.
+    """Return what reads the cosine of pairs of the user's memories, for ``ordering``: under
+    row-level security, in the caller's transaction or one of its own (one round trip where
+    it can). A pair of two models has none."""
+    sql = (
+        "SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding)"
+        " FROM unnest(%s::uuid[], %s::uuid[]) AS p(older, newer)"
+        " JOIN memories AS a ON a.id = p.older AND a.user_id = %s"
+        " JOIN memories AS b ON b.id = p.newer AND b.user_id = %s"
+        " WHERE a.embedding_model = b.embedding_model"
+    )
 
-    One statement over the stored vectors, under the caller's row-level
-    security: in the caller's open transaction, or (``agent_id``, ``task_id``
-    given, or none open) a tenant transaction of its own. A pair of two
-    models has none.
-    """
+    def here(params: list[Any]) -> list[tuple[Any, ...]]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
 
     def read(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        params = [[a for a, _ in pairs], [b for _, b in pairs], str(user_id), str(user_id)]
         if connection.in_atomic_block:
-            return compare(pairs)
-        with tenancy.tenant(user_id, agent_id=agent_id, task_id=task_id):
-            return compare(pairs)
-
-    def compare(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding)"
-                " FROM unnest(%s::uuid[], %s::uuid[]) AS p(older, newer)"
-                " JOIN memories AS a ON a.id = p.older AND a.user_id = %s"
-                " JOIN memories AS b ON b.id = p.newer AND b.user_id = %s"
-                " WHERE a.embedding_model = b.embedding_model",
-                [[a for a, _ in pairs], [b for _, b in pairs], str(user_id), str(user_id)],
-            )
-            return {(str(a), str(b)): float(cos) for a, b, cos in cursor.fetchall()}
+            rows = here(params)
+        elif once := tenancy.read_once(user_id, sql, params, agent_id=agent_id, task_id=task_id):
+            rows = once.rows
+        else:
+            with tenancy.tenant(user_id, agent_id=agent_id, task_id=task_id):
+                rows = here(params)
+        return {(str(a), str(b)): float(cos) for a, b, cos in rows}
 
     return read
 
