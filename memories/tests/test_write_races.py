@@ -1,13 +1,19 @@
-"""Knowledge updates under concurrency: a write that replaces a memory, while another call
-changes that memory, on the real database.
+"""Concurrent writes to one namespace on the real database: no call fails on a deadlock.
 
-A write that replaces an older memory stores the new one (which takes the
-namespace's search-statistics locks) and then links the older one. A
-``forget`` or ``update_memory`` of the older memory takes its row first and
-the statistics after. Each test holds the write between its insert and its
-link until the other call is waiting on a lock, the interleaving the soak met
-once (a deadlock, 40P01, answered as ``internal_error``): both calls must
-finish, and the links stay whole.
+Every statement that writes memories also updates the namespace's search
+statistics (migration 0006), after the memory rows it takes. Two shapes of
+write used to take them the other way round, a deadlock (40P01) that
+PostgreSQL settles by failing one call with ``internal_error``, as the soak
+met once on a ``forget``:
+
+* a write that replaces an older memory stored the new one (statistics) and
+  then linked the older one (its row), while a ``forget`` or
+  ``update_memory`` of the older memory takes its row, then the statistics;
+* a conversation stored its messages one statement each, so it took the
+  statistics again after another writer had started taking them.
+
+Each test holds the first call at that point until the second is waiting on
+a lock, then lets it go: both calls must finish, and the links stay whole.
 """
 
 from __future__ import annotations
@@ -191,3 +197,92 @@ def test_forgetting_a_named_replacement_target_while_it_is_linked_answers_both(
     with tenancy.operator():
         assert not Memory.objects.filter(id=old).exists()
     assert dangling_links(cast.alice.id) == []
+
+
+class PausedAfterInsert:
+    """Hold the thread that runs it after its first INSERT INTO memories (a Django execute
+    wrapper, so it holds whatever code issues the statement)."""
+
+    def __init__(self) -> None:
+        self.inserted = threading.Event()
+        self.resume = threading.Event()
+        self.pid = 0
+
+    def __call__(
+        self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
+    ) -> Any:
+        done = execute(sql, params, many, context)
+        if sql.startswith("INSERT INTO memories") and not self.inserted.is_set():
+            with context["connection"].cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                self.pid = int(cursor.fetchone()[0])
+            self.inserted.set()
+            assert self.resume.wait(PATIENCE), "the test never let the write go on"
+        return done
+
+
+TURNS = [{"role": "user", "content": "zulu zulu"}, {"role": "user", "content": "alpha alpha"}]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("other", ["forget", "remember"])
+def test_a_conversation_and_another_write_to_its_namespace_both_finish(cast, other) -> None:
+    # Word order matters: the conversation's first message takes "zulu", the
+    # other call takes "alpha" and then waits for "zulu", and the
+    # conversation's second message needs "alpha".
+    present = remember(cast.alice.id, "alpha zulu")["id"]
+    paused = PausedAfterInsert()
+    results: dict[str, Any] = {}
+    errors: list[BaseException] = []
+    other_pid: list[int] = []
+
+    def converse() -> None:
+        try:
+            with connection.execute_wrapper(paused):
+                results["conversation"] = services.remember(
+                    user_id=cast.alice.id, tier=Tier.PRO, messages=TURNS
+                )
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+            paused.inserted.set()
+        finally:
+            connections.close_all()
+
+    def write() -> None:
+        try:
+            other_pid.append(backend_pid())
+            if other == "forget":
+                results[other] = services.forget(user_id=cast.alice.id, mode="by_id", id=present)
+            else:
+                results[other] = remember(cast.alice.id, "alpha and zulu, again")
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    first = threading.Thread(target=converse)
+    first.start()
+    assert paused.inserted.wait(PATIENCE), "the conversation never stored a message"
+    second = threading.Thread(target=write)
+    second.start()
+    for _ in range(int(PATIENCE / 0.05)):
+        if errors or (other_pid and waits_for(other_pid[0], paused.pid)):
+            break
+        threading.Event().wait(0.05)
+    paused.resume.set()
+    first.join(PATIENCE)
+    second.join(PATIENCE)
+    assert not first.is_alive() and not second.is_alive(), "a call never finished"
+
+    assert errors == []
+    assert results["conversation"]["count"] == 2
+    assert all(not m["deduped"] for m in results["conversation"]["memories"])
+    with tenancy.operator():
+        stored = set(Memory.objects.filter(user_id=cast.alice.id).values_list("content", flat=True))
+    expected = {"zulu zulu", "alpha alpha"}
+    if other == "forget":
+        assert results[other] == {"success": True}
+        assert stored == expected
+    else:
+        assert not results[other]["deduped"]
+        assert stored == expected | {"alpha zulu", "alpha and zulu, again"}
