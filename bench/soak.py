@@ -345,9 +345,10 @@ _ERROR_FIELDS = ("event", "tool", "error_code", "exc_type", "sqlstate", "constra
 def server_errors(logs: str) -> list[dict[str, Any]]:
     """The server's error-level log lines, alike ones counted once: what failed, and where.
 
-    Each is the line's named fields (``_ERROR_FIELDS``) and its last three
-    frames in this repository, so a failed run says which error it met (a
-    deadlock is ``sqlstate`` 40P01) without a rerun.
+    Each is the line's named fields (``_ERROR_FIELDS``), the innermost frame
+    of this repository (``origin``) and the last three of its frames here,
+    so a failed run says which error it met (a deadlock is ``sqlstate``
+    40P01) and where, without a rerun.
     """
     seen: Counter[str] = Counter()
     for line in logs.splitlines():
@@ -358,6 +359,8 @@ def server_errors(logs: str) -> list[dict[str, Any]]:
         except ValueError:
             entry = {"event": "an error line that is not JSON"}
         summary: dict[str, Any] = {k: entry[k] for k in _ERROR_FIELDS if entry.get(k)}
+        if _ours(str(entry.get("origin") or "")):
+            summary["origin"] = _ours(entry["origin"])
         frames = [_ours(f) for f in entry.get("frames") or [] if _ours(f)]
         if frames:
             summary["frames"] = frames[-3:]
@@ -413,7 +416,7 @@ def _print(report: dict[str, Any]) -> None:
     print(f"usage events at the end: {report['usage_events_at_end']}")
     print(f"error-level log lines: {report['error_log_lines']}")
     for entry in report["error_log"]:
-        where = " <- ".join(reversed(entry.get("frames", [])))
+        where = " <- ".join(reversed(entry.get("frames", []))) or entry.get("origin", "")
         named = ", ".join(f"{k}={entry[k]}" for k in _ERROR_FIELDS if k in entry)
         print(f"  x{entry['count']} {named}" + (f" at {where}" if where else ""))
 

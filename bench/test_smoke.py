@@ -143,6 +143,7 @@ def test_a_failed_soak_names_the_servers_errors_and_where_without_their_content(
         "note": "Alice banks with Zephyr",
         "exc_type": "django.db.utils.OperationalError",
         "sqlstate": "40P01",
+        "origin": f"{soak.REPO}/memories/services/changes.py:170 in forget_by_id",
         "frames": [
             f"{soak.REPO}/memories/mcp/runtime.py:116 in _run",
             f"{soak.REPO}/memories/services/changes.py:170 in forget_by_id",
@@ -160,6 +161,7 @@ def test_a_failed_soak_names_the_servers_errors_and_where_without_their_content(
             "tool": "forget",
             "exc_type": "django.db.utils.OperationalError",
             "sqlstate": "40P01",
+            "origin": "memories/services/changes.py:170 in forget_by_id",
             "frames": [
                 "memories/mcp/runtime.py:116 in _run",
                 "memories/services/changes.py:170 in forget_by_id",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sysconfig
 import traceback
 from datetime import UTC, datetime
 
@@ -67,18 +68,32 @@ def describe_exception(exc: BaseException) -> dict[str, object]:
     """Describe an exception for the log by type and stack frames only.
 
     The message is left out on purpose: exception text from the database or a
-    provider can quote the content or query that caused it. A database error
-    adds its SQLSTATE and the constraint it names, if any: codes and schema
-    names, which say which error it was (a deadlock, 40P01, or a unique
-    violation) without quoting anything.
+    provider can quote the content or query that caused it. ``origin`` is the
+    innermost frame outside the libraries. A database error adds its SQLSTATE
+    and the constraint it names, if any: codes and schema names, which say
+    which error it was (a deadlock, 40P01, or a unique violation) without
+    quoting anything.
     """
     frames = traceback.extract_tb(exc.__traceback__)
     described: dict[str, object] = {
         "exc_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "frames": [f"{frame.filename}:{frame.lineno} in {frame.name}" for frame in frames[-10:]],
     }
+    # The last ten frames of a database error are often all the driver's and
+    # Django's; the innermost of our own says which call failed.
+    ours = [frame for frame in frames if not _library(frame.filename)]
+    if ours:
+        described["origin"] = f"{ours[-1].filename}:{ours[-1].lineno} in {ours[-1].name}"
     described.update(_database_error(exc))
     return described
+
+
+_STDLIB = sysconfig.get_paths()["stdlib"]
+
+
+def _library(filename: str) -> bool:
+    """Whether a frame is an installed package's or the standard library's."""
+    return "site-packages" in filename or filename.startswith((_STDLIB, "<"))
 
 
 def _database_error(exc: BaseException) -> dict[str, object]:

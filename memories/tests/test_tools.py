@@ -68,6 +68,9 @@ def test_a_database_failure_is_logged_with_its_sqlstate_but_not_its_text(
     record = caplog.records[-1]
     assert record.exc_type == "django.db.utils.DataError"
     assert record.sqlstate == "22P02"  # invalid_text_representation
+    # Below it, only Django's and psycopg's frames: the origin is our call.
+    assert "memories/tests/test_tools.py:" in record.origin
+    assert record.origin.endswith(" in fail")
     assert "top secret" not in caplog.text
 
 
