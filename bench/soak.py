@@ -14,10 +14,12 @@ forgets the ones it stored, in the ``--mix`` proportions, with no pause
 between calls (a 429 waits its Retry-After, up to a second).
 
 It reports: calls by tool and outcome; every error other than a 429 (the run
-exits non-zero if there is one); p50/p95/p99 latency per tool and overall,
-after the warm-up; and the server's resident memory (the Python process,
-and PostgreSQL's proportional share) sampled every 10 seconds, with the
-growth from the end of warm-up to the end of the run.
+exits non-zero if there is one), and the server's error log lines by what
+failed and where (exception type, SQLSTATE, frames: no content);
+p50/p95/p99 latency per tool and overall, after the warm-up; and the
+server's resident memory (the Python process, and PostgreSQL's proportional
+share) sampled every 10 seconds, with the growth from the end of warm-up to
+the end of the run.
 """
 
 from __future__ import annotations
@@ -327,11 +329,51 @@ def main(argv: list[str] | None = None) -> int:
         },
         "usage_events_at_end": ready.get("usage_events"),
         "error_log_lines": sum('"level": "error"' in line for line in server_logs.splitlines()),
+        "error_log": server_errors(server_logs),
     }
     _print(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 1 if merged.errors or report["error_log_lines"] else 0
+
+
+# What a server error line may show: what failed and where, never what it was
+# given (the server logs no content or keys, and this keeps to named fields).
+_ERROR_FIELDS = ("event", "tool", "error_code", "exc_type", "sqlstate", "constraint")
+
+
+def server_errors(logs: str) -> list[dict[str, Any]]:
+    """The server's error-level log lines, alike ones counted once: what failed, and where.
+
+    Each is the line's named fields (``_ERROR_FIELDS``), the innermost frame
+    of this repository (``origin``) and the last three of its frames here,
+    so a failed run says which error it met (a deadlock is ``sqlstate``
+    40P01) and where, without a rerun.
+    """
+    seen: Counter[str] = Counter()
+    for line in logs.splitlines():
+        if '"level": "error"' not in line:
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = {"event": "an error line that is not JSON"}
+        summary: dict[str, Any] = {k: entry[k] for k in _ERROR_FIELDS if entry.get(k)}
+        if _ours(str(entry.get("origin") or "")):
+            summary["origin"] = _ours(entry["origin"])
+        frames = [_ours(f) for f in entry.get("frames") or [] if _ours(f)]
+        if frames:
+            summary["frames"] = frames[-3:]
+        seen[json.dumps(summary, sort_keys=True)] += 1
+    return [{**json.loads(key), "count": n} for key, n in seen.items()]
+
+
+def _ours(frame: str) -> str:
+    """A frame in this repository, relative to it; '' for a library's."""
+    root = f"{REPO}/"
+    if not frame.startswith(root) or "/.venv/" in frame or "site-packages" in frame:
+        return ""
+    return frame[len(root) :]
 
 
 def _postmaster_pid(data_dir: Path) -> int | None:
@@ -373,6 +415,10 @@ def _print(report: dict[str, Any]) -> None:
             )
     print(f"usage events at the end: {report['usage_events_at_end']}")
     print(f"error-level log lines: {report['error_log_lines']}")
+    for entry in report["error_log"]:
+        where = " <- ".join(reversed(entry.get("frames", []))) or entry.get("origin", "")
+        named = ", ".join(f"{k}={entry[k]}" for k in _ERROR_FIELDS if k in entry)
+        print(f"  x{entry['count']} {named}" + (f" at {where}" if where else ""))
 
 
 if __name__ == "__main__":

@@ -121,6 +121,7 @@ def test_soak_smoke_runs_clean_and_reports_latency_and_memory(tmp_path: Path) ->
 
     assert report["errors"] == {}
     assert report["error_log_lines"] == 0
+    assert report["error_log"] == []
     assert report["calls"] > 0
     assert report["config"]["free_tier_clients"] == 1
     assert {"p50", "p95", "p99"} <= report["latency_ms"]["all"].keys()
@@ -128,6 +129,47 @@ def test_soak_smoke_runs_clean_and_reports_latency_and_memory(tmp_path: Path) ->
     assert report["memory"]["server_rss"]["end_mib"] > 0
     assert report["usage_events_at_end"]["dropped"] == 0
     assert "errors other than 429: 0" in stdout
+
+
+def test_a_failed_soak_names_the_servers_errors_and_where_without_their_content() -> None:
+    from bench import soak
+
+    failed = {
+        "level": "error",
+        "logger": "memories.tools",
+        "event": "tool failed",
+        "tool": "forget",
+        "content_sha256": "1f2e3d4c",
+        "note": "Alice banks with Zephyr",
+        "exc_type": "django.db.utils.OperationalError",
+        "sqlstate": "40P01",
+        "origin": f"{soak.REPO}/memories/services/changes.py:170 in forget_by_id",
+        "frames": [
+            f"{soak.REPO}/memories/mcp/runtime.py:116 in _run",
+            f"{soak.REPO}/memories/services/changes.py:170 in forget_by_id",
+            f"{soak.REPO}/.venv/lib/python3.11/site-packages/psycopg/cursor.py:117 in execute",
+        ],
+    }
+    finished = {"level": "error", "event": "tool call finished", "error_code": "internal_error"}
+    logs = "\n".join(
+        [json.dumps(failed), json.dumps(finished), '{"level": "info", "event": "ok"}'] * 2
+    )
+
+    assert soak.server_errors(logs) == [
+        {
+            "event": "tool failed",
+            "tool": "forget",
+            "exc_type": "django.db.utils.OperationalError",
+            "sqlstate": "40P01",
+            "origin": "memories/services/changes.py:170 in forget_by_id",
+            "frames": [
+                "memories/mcp/runtime.py:116 in _run",
+                "memories/services/changes.py:170 in forget_by_id",
+            ],
+            "count": 2,
+        },
+        {"event": "tool call finished", "error_code": "internal_error", "count": 2},
+    ]
 
 
 def test_lifecycle_smoke_reports_latency_throughput_and_the_cache(tmp_path: Path) -> None:

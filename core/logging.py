@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sysconfig
 import traceback
 from datetime import UTC, datetime
 
@@ -67,10 +68,50 @@ def describe_exception(exc: BaseException) -> dict[str, object]:
     """Describe an exception for the log by type and stack frames only.
 
     The message is left out on purpose: exception text from the database or a
-    provider can quote the content or query that caused it.
+    provider can quote the content or query that caused it. ``origin`` is the
+    innermost frame outside the libraries. A database error adds its SQLSTATE
+    and the constraint it names, if any: codes and schema names, which say
+    which error it was (a deadlock, 40P01, or a unique violation) without
+    quoting anything.
     """
     frames = traceback.extract_tb(exc.__traceback__)
-    return {
+    described: dict[str, object] = {
         "exc_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "frames": [f"{frame.filename}:{frame.lineno} in {frame.name}" for frame in frames[-10:]],
     }
+    # The last ten frames of a database error are often all the driver's and
+    # Django's; the innermost of our own says which call failed.
+    ours = [frame for frame in frames if not _library(frame.filename)]
+    if ours:
+        described["origin"] = f"{ours[-1].filename}:{ours[-1].lineno} in {ours[-1].name}"
+    described.update(_database_error(exc))
+    return described
+
+
+_STDLIB = sysconfig.get_paths()["stdlib"]
+
+
+def _library(filename: str) -> bool:
+    """Whether a frame is an installed package's or the standard library's."""
+    return "site-packages" in filename or filename.startswith((_STDLIB, "<"))
+
+
+def _database_error(exc: BaseException) -> dict[str, object]:
+    """The SQLSTATE (and constraint) of a psycopg error in ``exc``'s causes, else nothing.
+
+    Django wraps psycopg's errors, so the code is on the cause; read by name,
+    so this base module imports no driver.
+    """
+    seen: BaseException | None = exc
+    for _ in range(5):  # a wrapper or two deep; never a loop
+        if seen is None:
+            break
+        state = getattr(seen, "sqlstate", None)
+        if isinstance(state, str) and state:
+            found: dict[str, object] = {"sqlstate": state}
+            constraint = getattr(getattr(seen, "diag", None), "constraint_name", None)
+            if isinstance(constraint, str) and constraint:
+                found["constraint"] = constraint
+            return found
+        seen = seen.__cause__ or seen.__context__
+    return {}

@@ -191,11 +191,17 @@ def store(
             superseding.check_replaces(user_id, agent_id, call.namespace, call.replaces)
             links = [superseding.Link(call.replaces, {"decided_by": "explicit"})]
         stored: dict[Place, uuid.UUID] = {}
+        new_ids = {i: ids[i] if ids else uuid.uuid4() for i in fresh}
+        batch = _insert_all(user_id, agent_id, call, places, new_ids, vector_for)
         for i, item in enumerate(call.items):
             place = places[i]
             found = stored.get(place) or existing.get(place)
+            if found is None and place in batch:
+                stored[place] = found = batch[place]
+                results.append(_linked(user_id, found, False, []))
+                continue
             if found is None and i in vector_for:
-                new_id = ids[i] if ids else uuid.uuid4()
+                new_id = new_ids[i]
                 waiting = None
                 if detecting:
                     links, waiting = superseding.detect(
@@ -265,6 +271,106 @@ def _insert_or_find(
     return again, False
 
 
+def _insert_all(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    call: Remembering,
+    places: list[Place],
+    new_ids: Mapping[int, uuid.UUID],
+    vector_for: Mapping[int, np.ndarray],
+) -> dict[Place, uuid.UUID]:
+    """Insert a call's new memories in one statement; return those inserted, by place.
+
+    Only for a call of several (a conversation, a document's chunks): each
+    statement that writes memories updates the namespace's search statistics
+    (migration 0006), in key order within the statement, so a transaction of
+    one such statement locks them in one order and cannot deadlock with
+    another writer; one statement per item took them again and again and
+    could. A place another call holds is left out (ON CONFLICT): the caller
+    stores it one by one, as it does a single memory.
+    """
+    first: dict[Place, int] = {}
+    for i in sorted(vector_for):
+        first.setdefault(places[i], i)
+    if len(first) < 2:
+        return {}
+    chosen = list(first.values())
+    items = [call.items[i] for i in chosen]
+    # One array per column that varies (a fixed number of parameters, however
+    # long the document), the call's own values once; in the call's order.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO memories ({_COLUMNS})"  # noqa: S608 - constants
+            " SELECT r.id, %s, %s::uuid, %s, r.kind, r.author, r.path, %s, r.position, %s,"
+            " r.content, r.hash, r.embedding::vector, %s, r.metadata::jsonb, %s,"
+            " %s::timestamptz"
+            " FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[],"
+            " %s::text[], %s::text[], %s::text[]) WITH ORDINALITY"
+            " AS r(id, kind, author, path, position, content, hash, embedding, metadata, n)"
+            " ORDER BY r.n"
+            " ON CONFLICT ON CONSTRAINT memories_dedup DO NOTHING RETURNING id",
+            [
+                str(user_id),
+                str(agent_id) if agent_id else None,
+                call.namespace,
+                call.thread_id,
+                call.task_id,
+                embeddings.get_embedder().model_id,
+                call.priority,
+                call.expires_at,
+                [new_ids[i] for i in chosen],
+                [item.kind for item in items],
+                [item.author for item in items],
+                [item.path for item in items],
+                [item.position for item in items],
+                [item.content for item in items],
+                [places[i][2] for i in chosen],
+                [vector_literal(vector_for[i]) for i in chosen],
+                [json.dumps(item.metadata) for item in items],
+            ],
+        )
+        inserted = {row[0] for row in cursor.fetchall()}
+    return {place: new_ids[i] for place, i in first.items() if new_ids[i] in inserted}
+
+
+_COLUMNS = (
+    "id, user_id, agent_id, namespace, source_kind, author, path, thread_id, position, task_id,"
+    " content, content_hash, embedding, embedding_model, metadata, priority, expires_at"
+)
+_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::vector, %s, %s::jsonb, %s, %s)"
+
+
+def _values(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    call: Remembering,
+    item: Item,
+    place: Place,
+    memory_id: uuid.UUID,
+    vector: np.ndarray,
+) -> list[Any]:
+    """One memory's values, in ``_COLUMNS`` order."""
+    return [
+        memory_id,
+        str(user_id),
+        str(agent_id) if agent_id else None,
+        call.namespace,
+        item.kind,
+        item.author,
+        item.path,
+        call.thread_id,
+        item.position,
+        call.task_id,
+        item.content,
+        place[2],
+        vector_literal(vector),
+        embeddings.get_embedder().model_id,
+        json.dumps(item.metadata),
+        call.priority,
+        call.expires_at,
+    ]
+
+
 def _insert(
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None,
@@ -276,31 +382,9 @@ def _insert(
 ) -> uuid.UUID | None:
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO memories (id, user_id, agent_id, namespace, source_kind, author, path,"
-            " thread_id, position, task_id, content, content_hash, embedding, embedding_model,"
-            " metadata, priority, expires_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::vector, %s, %s::jsonb,"
-            " %s, %s)"
+            f"INSERT INTO memories ({_COLUMNS}) VALUES {_ROW}"  # noqa: S608 - constants
             " ON CONFLICT ON CONSTRAINT memories_dedup DO NOTHING RETURNING id",
-            [
-                memory_id,
-                str(user_id),
-                str(agent_id) if agent_id else None,
-                call.namespace,
-                item.kind,
-                item.author,
-                item.path,
-                call.thread_id,
-                item.position,
-                call.task_id,
-                item.content,
-                place[2],
-                vector_literal(vector),
-                embeddings.get_embedder().model_id,
-                json.dumps(item.metadata),
-                call.priority,
-                call.expires_at,
-            ],
+            _values(user_id, agent_id, call, item, place, memory_id, vector),
         )
         row = cursor.fetchone()
     return row[0] if row else None

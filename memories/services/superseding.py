@@ -104,8 +104,11 @@ def check_replaces(
     or agent's id is indistinguishable from none), of the same namespace and
     writer, and current.
     """
+    # Locked, as ``lock`` does, before the write stores anything: the answer
+    # holds until the link is written, and the lock order stays rows first.
     row = (
         Memory.objects.live()
+        .select_for_update(no_key=True)
         .filter(user_id=user_id, id=old)
         .values("namespace", "agent_id", "superseded_by")
         .first()
@@ -172,8 +175,9 @@ def detect(
 ) -> tuple[list[Link], Pending | None]:
     """Decide, in the writing transaction, which current notes a new note replaces.
 
-    Returns the confident links, and what a chat model may settle (only in
-    ``llm`` mode, only candidates the rules left ambiguous).
+    Returns the confident links, their memories locked (``lock``), and what a
+    chat model may settle (only in ``llm`` mode, only candidates the rules
+    left ambiguous).
     """
     if mode() == "off":
         return [], None
@@ -182,15 +186,37 @@ def detect(
     if not candidates:
         return [], None
     decisions = decide(content, candidates)
-    links = [
-        Link(uuid.UUID(d.id), _decision("offline", d))
-        for d in decisions
-        if d.verdict == "supersede"
-    ]
+    confident = [d for d in decisions if d.verdict == "supersede"]
+    links = lock(user_id, [Link(uuid.UUID(d.id), _decision("offline", d)) for d in confident])
     pending = None
     if mode() == "llm" and any(d.ambiguous and d.verdict == "keep" for d in decisions):
         pending = Pending(content, tuple(candidates), tuple(decisions))
     return links, pending
+
+
+def lock(user_id: uuid.UUID | str, links: Sequence[Link]) -> list[Link]:
+    """Lock the memories ``links`` would replace, in id order; return the links still current.
+
+    Called in the writing transaction before it stores the new memory. Every
+    other writer of a memory (forget, update, a cascade) takes the memory's
+    row first and the namespace's search statistics after (the statement's
+    triggers); storing a memory takes the statistics. Linking only after the
+    insert took the same two the other way round, a deadlock (40P01) that
+    failed whichever call PostgreSQL picked. Taking the rows first, in one
+    order, keeps a single order everywhere. A memory forgotten or replaced
+    meanwhile drops out, so the new memory's history names only what it
+    replaces.
+    """
+    if not links:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memories WHERE user_id = %s AND id = ANY(%s)"
+            " AND superseded_by IS NULL ORDER BY id FOR NO KEY UPDATE",
+            [str(user_id), [link.old for link in links]],
+        )
+        held = {row[0] for row in cursor.fetchall()}
+    return [link for link in links if link.old in held]
 
 
 def _decision(by: str, d: Decision, model: str | None = None) -> dict[str, Any]:

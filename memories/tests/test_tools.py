@@ -6,6 +6,7 @@ import json
 import logging
 
 import pytest
+from django.db import connection, transaction
 
 from accounts import auth
 from memories import services
@@ -49,6 +50,28 @@ def test_an_unexpected_failure_is_an_internal_error_without_its_text(as_alice, m
     record = caplog.records[-1]
     assert record.exc_type == "builtins.RuntimeError"
     assert "hunter2" not in caplog.text and "top secret" not in caplog.text
+
+
+def test_a_database_failure_is_logged_with_its_sqlstate_but_not_its_text(
+    as_alice, monkeypatch, caplog
+):
+    def fail(**kwargs):
+        # PostgreSQL quotes the value it could not read in its message.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT %s::integer", ["top secret"])
+
+    monkeypatch.setattr(services, "recall", fail)
+    with caplog.at_level(logging.ERROR, logger="memories.tools"):
+        result = tools.recall(query="anything")
+
+    assert payload(result)["error"]["code"] == "internal_error"
+    record = caplog.records[-1]
+    assert record.exc_type == "django.db.utils.DataError"
+    assert record.sqlstate == "22P02"  # invalid_text_representation
+    # Below it, only Django's and psycopg's frames: the origin is our call.
+    assert "memories/tests/test_tools.py:" in record.origin
+    assert record.origin.endswith(" in fail")
+    assert "top secret" not in caplog.text
 
 
 def test_a_call_without_a_caller_is_refused(db):

@@ -1,0 +1,288 @@
+"""Concurrent writes to one namespace on the real database: no call fails on a deadlock.
+
+Every statement that writes memories also updates the namespace's search
+statistics (migration 0006), after the memory rows it takes. Two shapes of
+write used to take them the other way round, a deadlock (40P01) that
+PostgreSQL settles by failing one call with ``internal_error``, as the soak
+met once on a ``forget``:
+
+* a write that replaces an older memory stored the new one (statistics) and
+  then linked the older one (its row), while a ``forget`` or
+  ``update_memory`` of the older memory takes its row, then the statistics;
+* a conversation stored its messages one statement each, so it took the
+  statistics again after another writer had started taking them.
+
+Each test holds the first call at that point until the second is waiting on
+a lock, then lets it go: both calls must finish, and the links stay whole.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+
+from accounts.tiers import Tier
+from core import tenancy
+from memories import services
+from memories.models import Memory, MemoryHistory
+from memories.services import storing
+
+OLD = "Staging Postgres runs on pg-staging-3."
+NEW = "Staging Postgres was migrated to pg-staging-7 last week."
+# How long a helper thread may take before the test gives up on it: a guard
+# against a hang, never a measure of speed.
+PATIENCE = 60.0
+
+
+def remember(user_id: Any, content: str, **kwargs: Any) -> dict[str, Any]:
+    return dict(services.remember(user_id=user_id, tier=Tier.PRO, content=content, **kwargs))
+
+
+def backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def waits_for(pid: int, holder: int) -> bool:
+    """Whether backend ``pid`` is waiting on a lock that backend ``holder`` holds."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s = ANY(pg_blocking_pids(%s))", [holder, pid])
+        return bool(cursor.fetchone()[0])
+
+
+class Paused:
+    """Hold a remember between storing its memory and linking what it replaces."""
+
+    def __init__(self) -> None:
+        self.inserted = threading.Event()
+        self.resume = threading.Event()
+        self.pid = 0
+        self._original = storing._insert_or_find
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[uuid.UUID, bool]:
+        found = self._original(*args, **kwargs)
+        self.pid = backend_pid()
+        self.inserted.set()
+        assert self.resume.wait(PATIENCE), "the test never let the write go on"
+        return found
+
+
+def race(
+    monkeypatch: pytest.MonkeyPatch, write: Callable[[], Any], other: Callable[[], Any]
+) -> tuple[Any, Any]:
+    """Run ``write`` (a replacing remember) and ``other`` in the interleaving above.
+
+    Returns both results; re-raises the first error either thread met.
+    """
+    paused = Paused()
+    monkeypatch.setattr(storing, "_insert_or_find", paused)
+    results: dict[str, Any] = {}
+    errors: list[BaseException] = []
+    other_pid: list[int] = []
+
+    def run(name: str, call: Callable[[], Any]) -> None:
+        try:
+            if name == "other":
+                other_pid.append(backend_pid())
+            results[name] = call()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+            paused.resume.set()
+        finally:
+            connections.close_all()
+
+    writer = threading.Thread(target=run, args=("write", write))
+    writer.start()
+    assert paused.inserted.wait(PATIENCE), "the replacing write never stored its memory"
+    contender = threading.Thread(target=run, args=("other", other))
+    contender.start()
+    # The other call is blocked by the paused write: it holds a lock it needs.
+    for _ in range(int(PATIENCE / 0.05)):
+        if errors or (other_pid and waits_for(other_pid[0], paused.pid)):
+            break
+        threading.Event().wait(0.05)
+    paused.resume.set()
+    writer.join(PATIENCE)
+    contender.join(PATIENCE)
+    assert not writer.is_alive() and not contender.is_alive(), "a call never finished"
+    if errors:
+        raise errors[0]
+    return results["write"], results["other"]
+
+
+def dangling_links(user_id: Any) -> list[uuid.UUID]:
+    """Memories whose superseded_by names no memory, or that are replaced only half."""
+    with tenancy.operator():
+        ids = set(Memory.objects.filter(user_id=user_id).values_list("id", flat=True))
+        rows = Memory.objects.filter(user_id=user_id).values_list(
+            "id", "superseded_by", "superseded_at"
+        )
+        return [
+            i
+            for i, by, at in rows
+            if (by is None) != (at is None) or (by is not None and by not in ids)
+        ]
+
+
+def actions(memory_id: str) -> list[str]:
+    with tenancy.operator():
+        return list(
+            MemoryHistory.objects.filter(memory_id=memory_id)
+            .order_by("version")
+            .values_list("action", flat=True)
+        )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_forgetting_a_memory_while_a_write_replaces_it_answers_both(cast, monkeypatch) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+
+    written, forgotten = race(
+        monkeypatch,
+        lambda: remember(cast.alice.id, NEW),
+        lambda: services.forget(user_id=cast.alice.id, mode="by_id", id=old),
+    )
+
+    assert forgotten == {"success": True}
+    # The write linked the old memory first; the forget then deleted it.
+    assert written["replaces"] == [old]
+    with tenancy.operator():
+        assert not Memory.objects.filter(id=old).exists()
+        current = Memory.objects.get(id=written["id"])
+    assert current.superseded_by is None
+    assert actions(old) == ["created", "superseded", "deleted"]
+    assert dangling_links(cast.alice.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_updating_a_memory_while_a_write_replaces_it_answers_both(cast, monkeypatch) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+
+    written, updated = race(
+        monkeypatch,
+        lambda: remember(cast.alice.id, NEW),
+        lambda: services.update_memory(user_id=cast.alice.id, id=old, metadata={"host": "3"}),
+    )
+
+    assert updated == {"success": True}
+    assert written["replaces"] == [old]
+    with tenancy.operator():
+        older = Memory.objects.get(id=old)
+    assert str(older.superseded_by) == written["id"]
+    assert older.metadata == {"host": "3"}
+    assert actions(old) == ["created", "superseded", "updated"]
+    assert dangling_links(cast.alice.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_forgetting_a_named_replacement_target_while_it_is_linked_answers_both(
+    cast, monkeypatch
+) -> None:
+    old = remember(cast.alice.id, "The office wifi password is tulip-42.")["id"]
+
+    written, forgotten = race(
+        monkeypatch,
+        lambda: remember(cast.alice.id, "New office wifi password: orchid-77.", replaces=old),
+        lambda: services.forget(user_id=cast.alice.id, mode="by_id", id=old),
+    )
+
+    assert forgotten == {"success": True}
+    assert written["replaces"] == [old]
+    with tenancy.operator():
+        assert not Memory.objects.filter(id=old).exists()
+    assert dangling_links(cast.alice.id) == []
+
+
+class PausedAfterInsert:
+    """Hold the thread that runs it after its first INSERT INTO memories (a Django execute
+    wrapper, so it holds whatever code issues the statement)."""
+
+    def __init__(self) -> None:
+        self.inserted = threading.Event()
+        self.resume = threading.Event()
+        self.pid = 0
+
+    def __call__(
+        self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
+    ) -> Any:
+        done = execute(sql, params, many, context)
+        if sql.startswith("INSERT INTO memories") and not self.inserted.is_set():
+            with context["connection"].cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                self.pid = int(cursor.fetchone()[0])
+            self.inserted.set()
+            assert self.resume.wait(PATIENCE), "the test never let the write go on"
+        return done
+
+
+TURNS = [{"role": "user", "content": "zulu zulu"}, {"role": "user", "content": "alpha alpha"}]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("other", ["forget", "remember"])
+def test_a_conversation_and_another_write_to_its_namespace_both_finish(cast, other) -> None:
+    # Word order matters: the conversation's first message takes "zulu", the
+    # other call takes "alpha" and then waits for "zulu", and the
+    # conversation's second message needs "alpha".
+    present = remember(cast.alice.id, "alpha zulu")["id"]
+    paused = PausedAfterInsert()
+    results: dict[str, Any] = {}
+    errors: list[BaseException] = []
+    other_pid: list[int] = []
+
+    def converse() -> None:
+        try:
+            with connection.execute_wrapper(paused):
+                results["conversation"] = services.remember(
+                    user_id=cast.alice.id, tier=Tier.PRO, messages=TURNS
+                )
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+            paused.inserted.set()
+        finally:
+            connections.close_all()
+
+    def write() -> None:
+        try:
+            other_pid.append(backend_pid())
+            if other == "forget":
+                results[other] = services.forget(user_id=cast.alice.id, mode="by_id", id=present)
+            else:
+                results[other] = remember(cast.alice.id, "alpha and zulu, again")
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    first = threading.Thread(target=converse)
+    first.start()
+    assert paused.inserted.wait(PATIENCE), "the conversation never stored a message"
+    second = threading.Thread(target=write)
+    second.start()
+    for _ in range(int(PATIENCE / 0.05)):
+        if errors or (other_pid and waits_for(other_pid[0], paused.pid)):
+            break
+        threading.Event().wait(0.05)
+    paused.resume.set()
+    first.join(PATIENCE)
+    second.join(PATIENCE)
+    assert not first.is_alive() and not second.is_alive(), "a call never finished"
+
+    assert errors == []
+    assert results["conversation"]["count"] == 2
+    assert all(not m["deduped"] for m in results["conversation"]["memories"])
+    with tenancy.operator():
+        stored = set(Memory.objects.filter(user_id=cast.alice.id).values_list("content", flat=True))
+    expected = {"zulu zulu", "alpha alpha"}
+    if other == "forget":
+        assert results[other] == {"success": True}
+        assert stored == expected
+    else:
+        assert not results[other]["deduped"]
+        assert stored == expected | {"alpha zulu", "alpha and zulu, again"}
