@@ -14,6 +14,8 @@ likely state the same slot for this query:
   brother, staging and production, morning and dinner; other names up
   front; an addition; another attribute; no subject word in common; a
   series' numbered items);
+* the newer's priority is not below the older's (a priority is the user's
+  own word, and the ranking breaks ties by it);
 * their vectors are close (cosine at least ``PAIR``);
 * the newer answers the query nearly as well (its cosine to the query at
   most ``LAG`` below the older's): a newer memory about something else
@@ -38,8 +40,10 @@ from typing import Protocol, TypeVar
 
 from django.conf import settings
 
-from memories.models import Memory
+from memories.models import PRIORITY_RANK, Memory
 from memories.supersession import apart
+
+_RANK: dict[str, int] = {str(name): rank for name, rank in PRIORITY_RANK.items()}
 
 # Only the best few results are reordered: what an agent reads first.
 TOP = 5
@@ -77,6 +81,8 @@ def _candidate(upper: Ranked, lower: Ranked) -> bool:
     """Whether ``lower`` may move above ``upper``, before their vectors are compared."""
     return (
         lower.memory.created_at > upper.memory.created_at
+        # A priority is the user's own word: never above a higher one.
+        and _priority(lower) >= _priority(upper)
         and lower.similarity >= upper.similarity - LAG
         and apart(upper.memory.content, lower.memory.content) is None
     )
@@ -118,6 +124,10 @@ def newer_first(found: list[T], cosines: Cosines) -> list[T]:
         if not moved:
             break
     return order + found[TOP:]
+
+
+def _priority(hit: Ranked) -> int:
+    return _RANK.get(str(hit.memory.priority), 1)
 
 
 def _id(hit: Ranked) -> str:

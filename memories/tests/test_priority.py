@@ -63,8 +63,10 @@ def test_update_changes_the_priority(cast):
 
 def test_between_equally_similar_memories_the_higher_priority_comes_first(cast):
     # Two phrasings the model finds equally close to the query, to two decimals.
-    low = remember(cast.alice.id, "The user drinks green tea every morning.", "low")
+    # The low one is the newer: newer first (memories/ordering.py) would put a
+    # restatement above the older, but never above a higher priority.
     high = remember(cast.alice.id, "The user drinks green tea each morning.", "high")
+    low = remember(cast.alice.id, "The user drinks green tea every morning.", "low")
 
     # Semantic mode, where ties are on similarity (hybrid's coverage tells these apart).
     ask = {"query": "What does the user drink?", "threshold": 0, "mode": "semantic"}
