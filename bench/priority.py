@@ -205,10 +205,15 @@ def ranks(user_id: Any, text: str) -> list[Any]:
     (a memory beside a strong match is lifted); priority breaks ties on the
     rank, so the rank is what a priority's lift is measured on.
     """
+    from django.test import override_settings
+
     from memories import search
 
     args = search.SearchArgs.parse(query=text, namespace="default", limit=50, threshold=0)
-    return search.search(user_id=user_id, args=args).found
+    # The ranking and its priority tie-break alone: newer first (memories/
+    # ordering.py) moves restatements on purpose, whatever their priority.
+    with override_settings(RECALL_NEWER_FIRST=False):
+        return search.search(user_id=user_id, args=args).found
 
 
 def largest_lift(ranked: Ranked) -> float:
