@@ -13,8 +13,6 @@ first use and rebuilt when an embedding setting changes. One module per part:
 - ``cache``: query vectors kept for repeated queries, in process and in Redis.
 
 Searches embed their query through ``get_query_cache()``, in the caller's scope.
-Imports embed through ``get_bulk_embedder()``: the same model and vectors,
-with runs of one thread for the local model (see there).
 
 Every failure of a provider surfaces as ``EmbeddingUnavailable``. Its message
 never repeats the input text, the API key or the provider's own error text.
@@ -67,7 +65,6 @@ __all__ = [
     "QueryCache",
     "build_embedder",
     "clean_model_id",
-    "get_bulk_embedder",
     "get_embedder",
     "get_query_cache",
     "intra_op_threads",
@@ -111,39 +108,10 @@ def get_embedder() -> Embedder:
     return embedder
 
 
-_bulk: Embedder | None = None
-
-
-def get_bulk_embedder() -> Embedder:
-    """Return the embedder for bulk work (imports): the same model, vectors and model id.
-
-    For the local model it is a session of its own whose runs use one
-    thread: an import embeds in one thread while another stores the batch
-    before in PostgreSQL, and on a 2-core machine a two-thread run shares its
-    cores with that writer, waiting on whichever thread the database held up
-    (BENCHMARKS.md, "Imports"). A run's vectors do not depend on its thread
-    count (memories/tests/test_embeddings.py). Where the server's runs use
-    one thread already, and for OpenAI, it is the shared embedder.
-    """
-    global _bulk
-    shared = get_embedder()
-    if not isinstance(shared, LocalEmbedder) or intra_op_threads() == 1:
-        return shared
-    with _embedder_lock:
-        if _bulk is None:
-            _bulk = LocalEmbedder(
-                settings.RECALL_LOCAL_MODEL_DIR,
-                batch_size=settings.EMBEDDING_BATCH_SIZE,
-                threads=1,
-            )
-        return _bulk
-
-
 def reset_embedder() -> None:
-    global _embedder, _bulk
+    global _embedder
     with _embedder_lock:
         _embedder = None
-        _bulk = None
 
 
 _query_cache: QueryCache | None = None

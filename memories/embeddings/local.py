@@ -62,11 +62,8 @@ class LocalEmbedder(Embedder):
         *,
         batch_size: int = 64,
         threshold: float | None = None,
-        threads: int | None = None,
     ) -> None:
         self.batch_size = batch_size
-        # Intra-op threads of one run; None: intra_op_threads(), the server's.
-        self.threads = threads
         self._lock = threading.Lock()
         self._batcher = Batcher(self._run_loaded, max_batch=batch_size)
         self._session: Any = None
@@ -129,7 +126,7 @@ class LocalEmbedder(Embedder):
                 onnx_path = _first_file(self._dir, ["model.onnx", "onnx/model.onnx"])
                 tokenizer_path = _first_file(self._dir, ["tokenizer.json", "onnx/tokenizer.json"])
             tokenizer = _load_tokenizer(tokenizer_path, self.max_tokens)
-            session = _load_session(onnx_path, self.threads or intra_op_threads())
+            session = _load_session(onnx_path)
             feeds = {}
             for model_input in session.get_inputs():
                 if model_input.name not in ("input_ids", "attention_mask", "token_type_ids"):
@@ -342,11 +339,11 @@ def intra_op_threads() -> int:
     return max(1, min(2, share))
 
 
-def _load_session(path: Path, threads: int) -> Any:
+def _load_session(path: Path) -> Any:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
+    options.intra_op_num_threads = intra_op_threads()
     options.inter_op_num_threads = 1
     options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -224,7 +224,7 @@ class _Importer:
         self.report = report
         self.tier = tier
         self.checkpoint = checkpoint
-        self.embedder = embeddings.get_bulk_embedder()
+        self.embedder = embeddings.get_embedder()
         self.batch: list[tuple[services.ImportItem, base.Record, str | None]] = []
         self.refusals: list[tuple[str, str]] = []
         self.decided: list[str] = []

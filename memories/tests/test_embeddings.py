@@ -456,7 +456,7 @@ class PooledSession:
 
 def test_it_uses_an_already_pooled_output_as_it_is(tmp_path, monkeypatch):
     session = PooledSession()
-    monkeypatch.setattr(local_provider, "_load_session", lambda path, threads: session)
+    monkeypatch.setattr(local_provider, "_load_session", lambda path: session)
     embedder = LocalEmbedder(copy_bundled_model(tmp_path / "pooled", hidden_size=2))
 
     vectors = embedder.embed(["four words right here", "hi"])

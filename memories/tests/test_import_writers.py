@@ -1,5 +1,5 @@
-"""How an import spends its time: one connection per writer, a reused scratch table,
-and a model session of one thread for re-embedding (BENCHMARKS.md, "Imports").
+"""How an import spends less time: one connection per writer for the whole import,
+and a scratch table that lives with it (BENCHMARKS.md, "Imports").
 
 Each test checks a path that makes imports faster and that would quietly go
 wrong, or back to the slow way, if it broke.
@@ -7,29 +7,19 @@ wrong, or back to the slow way, if it broke.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pytest
 from django.db import connection, connections
 
 from core import context, tenancy
 from memories import embeddings, services, validation
-from memories.embeddings import local as local_provider
 from memories.importers import Source, run
 from memories.importers.run import Options, run_import
 from memories.models import Memory
 from memories.tests.importing import FIXTURES
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def fresh_embedders() -> Iterator[None]:
-    embeddings.reset_embedder()
-    yield
-    embeddings.reset_embedder()
 
 
 def backend() -> int:
@@ -153,29 +143,3 @@ def test_the_scratch_table_keeps_no_rows_between_batches(cast):
 
 def failing(inserted: int) -> None:
     raise RuntimeError("the checkpoint could not be saved")
-
-
-# the model ------------------------------------------------------------------------
-
-
-def test_the_bulk_embedder_runs_one_thread_and_gives_the_servers_vectors(monkeypatch):
-    monkeypatch.setattr(local_provider, "intra_op_threads", lambda: 2)
-    monkeypatch.setattr(embeddings, "intra_op_threads", lambda: 2)
-    shared = embeddings.get_embedder()
-    bulk = embeddings.get_bulk_embedder()
-    texts = ["short", "CVE-2021-44228 was patched on 2021-12-10", "a longer note " * 30]
-
-    mine, theirs = bulk.embed(texts), shared.embed(texts)
-
-    assert bulk is not shared and bulk is embeddings.get_bulk_embedder()
-    assert isinstance(bulk, local_provider.LocalEmbedder)
-    assert bulk._session.get_session_options().intra_op_num_threads == 1
-    assert shared._session.get_session_options().intra_op_num_threads == 2
-    assert (bulk.model_id, bulk.dimensions) == (shared.model_id, shared.dimensions)
-    assert np.array_equal(mine, theirs)  # bit for bit: the stored vectors do not change
-
-
-def test_the_bulk_embedder_is_the_shared_one_where_runs_use_one_thread(monkeypatch):
-    monkeypatch.setattr(embeddings, "intra_op_threads", lambda: 1)
-
-    assert embeddings.get_bulk_embedder() is embeddings.get_embedder()
