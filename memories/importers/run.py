@@ -19,13 +19,14 @@ Otherwise the content is embedded again, with the embedder's batch API.
 
 from __future__ import annotations
 
+import queue
 import sqlite3
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -230,7 +231,7 @@ class _Importer:
         self.agents: dict[str, uuid.UUID] | None = None
         self.decisions: dict[tuple[str, int], bool] = {}
         self.writers = writers
-        self.writer = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="import-writer")
+        self.writer = _Writers(writers)
         self.pending: deque[Future[None]] = deque()
         self.lock = threading.Lock()  # writers settle into one report
         self.flushed = report.read
@@ -301,14 +302,15 @@ class _Importer:
         # Not the whole context: Django's connection lives in it (asgiref's
         # Local), and the writer needs a connection of its own. Who is acting,
         # for the history rows, is all it takes along.
-        self.pending.append(self.writer.submit(self._write, work, context.actor.get()))
+        who = context.actor.get()
+        self.pending.append(self.writer.submit(lambda: self._write(work, who)))
 
     def finish(self) -> None:
         while self.pending:
             self._wait()
 
     def close(self) -> None:
-        self.writer.shutdown(wait=True, cancel_futures=False)
+        self.writer.close()
 
     def _wait(self) -> None:
         # A failed batch stops the import here, with its error.
@@ -316,12 +318,8 @@ class _Importer:
 
     def _write(self, work: _Batch, who: context.Actor | None) -> None:
         acting = context.acting_as(who.client, who.api_key_id) if who else nullcontext()
-        try:
-            with acting:
-                self._store(work)
-        finally:
-            # This thread's own connection; a batch is long enough to reconnect for.
-            connection.close()
+        with acting:
+            self._store(work)
 
     def _store(self, work: _Batch) -> None:
         services.store_imports(
@@ -436,6 +434,57 @@ class _Importer:
             f" {median:.3f} (lowest {lowest:.3f}): {verdict}"
         )
         return agree
+
+
+class _Writers:
+    """Threads that store batches, each on one database connection for the whole import.
+
+    A connection per batch cost a new PostgreSQL backend every 256 rows, and
+    each new backend compiles the memories triggers' functions and plans
+    again before its first insert (BENCHMARKS.md, "Imports"). Each thread
+    closes its connection when the import ends, whether it succeeded or not.
+    Batches queued behind a failed one are still stored, each in its own
+    transaction; the import reports the failure once they are.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.jobs: queue.SimpleQueue[tuple[Future[None], Callable[[], None]] | None]
+        self.jobs = queue.SimpleQueue()
+        self.threads = [
+            threading.Thread(target=self._serve, name=f"import-writer-{n}", daemon=True)
+            for n in range(count)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def submit(self, job: Callable[[], None]) -> Future[None]:
+        future: Future[None] = Future()
+        self.jobs.put((future, job))
+        return future
+
+    def close(self) -> None:
+        for _ in self.threads:
+            self.jobs.put(None)
+        for thread in self.threads:
+            thread.join()
+
+    def _serve(self) -> None:
+        try:
+            while (taken := self.jobs.get()) is not None:
+                future, job = taken
+                if not future.set_running_or_notify_cancel():
+                    continue
+                try:
+                    job()
+                except BaseException as error:  # handed to the thread that waits on it
+                    # A batch that failed may have left its connection broken:
+                    # the next one on this thread starts on a new one.
+                    connection.close()
+                    future.set_exception(error)
+                else:
+                    future.set_result(None)
+        finally:
+            connection.close()
 
 
 def _model_name(name: str) -> str:

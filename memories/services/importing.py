@@ -11,6 +11,7 @@ its file kept in ``memory_import_chunks`` until the job ends;
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -112,12 +113,16 @@ def store_imports(
         with connection.cursor() as cursor:
             # COPY (binary, vectors too) into a scratch table, then one INSERT:
             # several times faster than a VALUES list of vector literals
-            # (BENCHMARKS.md, "Imports"). The scratch table goes at commit.
+            # (BENCHMARKS.md, "Imports"). The table lives as long as the
+            # connection (an import's writer keeps one) and is emptied at
+            # every commit, so no batch sees another's rows and no batch pays
+            # for creating and dropping it in the catalog.
             cursor.execute(
-                "CREATE TEMP TABLE recall_import_rows (id uuid, agent_id uuid, namespace text,"
-                " source_kind text, author text, path text, thread_id text, content text,"
-                " content_hash text, embedding vector, metadata jsonb, priority text,"
-                " created_at timestamptz, updated_at timestamptz) ON COMMIT DROP"
+                "CREATE TEMP TABLE IF NOT EXISTS recall_import_rows (id uuid, agent_id uuid,"
+                " namespace text, source_kind text, author text, path text, thread_id text,"
+                " content text, content_hash text, embedding vector, metadata jsonb,"
+                " priority text, created_at timestamptz, updated_at timestamptz)"
+                " ON COMMIT DELETE ROWS"
             )
             _copy_imports(cursor.cursor, items, vectors)
             cursor.execute(
@@ -136,13 +141,21 @@ def store_imports(
     return inserted
 
 
+# pgvector's type, per psycopg connection (its oid differs between databases).
+_vector_types: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
 def _copy_imports(raw: Any, items: list[ImportItem], vectors: list[np.ndarray]) -> None:
     from pgvector.psycopg.vector import register_vector_info
     from psycopg.types import TypeInfo
     from psycopg.types.json import Jsonb
 
-    # On this cursor only: elsewhere vectors travel as text literals.
-    register_vector_info(raw, TypeInfo.fetch(raw.connection, "vector"))
+    # On this cursor only: elsewhere vectors travel as text literals. The
+    # type's description is looked up once per connection.
+    info = _vector_types.get(raw.connection)
+    if info is None:
+        info = _vector_types[raw.connection] = TypeInfo.fetch(raw.connection, "vector")
+    register_vector_info(raw, info)
     types = ["uuid", "uuid", "text", "text", "text", "text", "text", "text", "text", "vector"]
     types += ["jsonb", "text", "timestamptz", "timestamptz"]
     with raw.copy("COPY recall_import_rows FROM STDIN (FORMAT BINARY)") as copy:
