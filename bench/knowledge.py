@@ -147,6 +147,14 @@ def score(answers: Sequence[Answer]) -> dict[str, Any]:
 # Over MCP ---------------------------------------------------------------------------
 
 
+class ToolFailed(RuntimeError):
+    """A tool call the server refused, with its error code."""
+
+    def __init__(self, tool: str, error: Any) -> None:
+        super().__init__(f"{tool} failed: {error}")
+        self.code = error.get("code") if isinstance(error, dict) else None
+
+
 class Mcp:
     """One SDK client session on the server's /mcp."""
 
@@ -181,7 +189,7 @@ class Mcp:
         result = await self.client.call_tool(tool, arguments)
         data = result.structured_content or {}
         if result.is_error:
-            raise RuntimeError(f"{tool} failed: {data.get('error') or data}")
+            raise ToolFailed(tool, data.get("error") or data)
         return dict(data)
 
     async def tool_arguments(self, tool: str) -> set[str]:
@@ -244,8 +252,8 @@ async def store_split(
             arguments["replaces"] = ids[f"chain:{item.group}:{item.index - 1}"]
         try:
             stored = await mcp.call("remember", arguments)
-        except RuntimeError as error:
-            if "'conflict'" not in str(error):
+        except ToolFailed as error:
+            if error.code != "conflict":
                 raise
             # Detection on an earlier write linked the version to something
             # else (a wrong supersession): an agent that knows what it

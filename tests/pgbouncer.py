@@ -27,18 +27,13 @@ from pathlib import Path
 
 import psycopg
 
+from tests.support import free_port
+
 START_TIMEOUT = 15.0
 
 
 class PgBouncerMissing(RuntimeError):
     pass
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class PgBouncer:
@@ -65,7 +60,7 @@ class PgBouncer:
             run_as = pwd.getpwuid(owner).pw_name if owner else "nobody"
         workdir = Path(tempfile.mkdtemp(prefix="recall-pgbouncer-"))
         for _ in range(5):  # the free port can be taken between probing and binding
-            bouncer = cls(binary, workdir, _free_port(), run_as)
+            bouncer = cls(binary, workdir, free_port(), run_as)
             bouncer._configure(host, port, users, pool_size)
             try:
                 bouncer.start()

@@ -287,7 +287,7 @@ def _contrast(token: str, lower: str, *, inside: bool) -> str | None:
     word = contrast_word(lower.removesuffix("'s"))
     if word == "us" and not token.startswith("US"):
         return None  # the pronoun, not the country
-    if word and inside and token.rstrip("'s").isupper():
+    if word and inside and token.removesuffix("'s").isupper():
         return word  # an abbreviation, not a name's part: "the QA cluster"
     if word and inside and word not in KIN_NAMES and _CONTRAST_CLASS[word] not in _CAPITALISED:
         return None  # part of a name: "Lind & Partners", "Team Falcon"
