@@ -167,3 +167,16 @@ def test_another_tenants_history_never_shows(cast) -> None:
     assert stolen == {}
     assert own[alices].content == EDITED
     assert recalled(cast.charlie.id, as_of=until.isoformat()) == []
+
+
+def test_an_agent_never_reads_another_agents_history(cast, agents) -> None:
+    writers = remember(cast.alice.id, HOST, agent_id=agents.writer.id)
+    until = datetime.fromisoformat(moment())
+
+    with tenancy.tenant(cast.alice.id, agent_id=agents.research.id):
+        other = past.versions_at(cast.alice.id, [writers], until)
+    with tenancy.tenant(cast.alice.id, agent_id=agents.writer.id):
+        own = past.versions_at(cast.alice.id, [writers], until)
+
+    assert other == {}
+    assert own[writers].content == HOST
