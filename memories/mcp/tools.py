@@ -384,7 +384,7 @@ def recall(
     query or a lower threshold. Memories a later one replaced are left out;
     include_superseded brings them back marked with superseded_by, and as_of
     answers from what was held true at that moment, each memory as its
-    version then (its version number in version).
+    version then (numbered in its version field).
     """
     caller = runtime.caller()
     found = services.recall(
