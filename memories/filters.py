@@ -49,6 +49,16 @@ class Filters:
     as_of: datetime | None = None
 
     @property
+    def until(self) -> datetime | None:
+        """``as_of`` as the exclusive bound it is applied as, or None.
+
+        as_of holds to the millisecond, as every timestamp is shown: a
+        memory's own created_at (or a history version's timestamp), passed
+        back, includes it.
+        """
+        return self.as_of + timedelta(milliseconds=1) if self.as_of else None
+
+    @property
     def narrowing(self) -> bool:
         """Whether anything besides the namespace limits which memories are ranked."""
         return bool(self.metadata or self.others)
@@ -64,10 +74,7 @@ class Filters:
         Expired memories never qualify.
         """
         clauses = ["namespace = %(namespace)s", LIVE, *self.held()]
-        # as_of holds to the millisecond, as every timestamp is shown: a
-        # memory's own created_at, passed back, includes it.
-        as_of = self.as_of + timedelta(milliseconds=1) if self.as_of else None
-        params: dict[str, Any] = {"namespace": self.namespace, "as_of": as_of}
+        params: dict[str, Any] = {"namespace": self.namespace, "as_of": self.until}
         if self.metadata:
             clauses.append("metadata @> %(metadata)s::jsonb")
         if self.created_after is not None:

@@ -24,6 +24,9 @@ def memory_tag(result: Mapping[str, Any]) -> str:
     if result.get("superseded_by"):
         attributes["superseded_by"] = result["superseded_by"]
         attributes["superseded_at"] = result.get("superseded_at") or ""
+    # An as_of result names the version whose content it shows.
+    if result.get("version") is not None:
+        attributes["version"] = str(result["version"])
     rendered = " ".join(
         f'{name}="{escape(str(value), quote=True)}"' for name, value in attributes.items()
     )

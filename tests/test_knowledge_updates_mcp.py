@@ -113,6 +113,42 @@ def test_as_of_over_mcp_answers_from_the_past(live, cast) -> None:
     assert then["memories"][0]["superseded_by"] == new["id"]
 
 
+def test_as_of_over_mcp_and_v1_shows_each_memory_as_it_was_then(live, cast) -> None:
+    url, v1, key = f"{live.url}/mcp", f"{live.url}/v1/mcp", cast.alice_key.raw
+    old, look = (
+        structured(r)
+        for r in calls(
+            url, key, [("remember", {"content": OLD}), ("remember", {"content": LOOK_ALIKE})]
+        )
+    )
+    [created] = structured(call(url, key, "memory_history", {"id": look["id"]}))["history"]
+    then = created["timestamp"]
+    edited = "The staging Postgres database runs on pg-staging-5 after the disk failure."
+    # Edited after T through seed 001's tool, then replaced.
+    updated = call(v1, key, "update_memory", {"memory_id": old["id"], "content": edited})
+    assert not updated.is_error
+    new = structured(call(url, key, "remember", {"content": NEW, "replaces": old["id"]}))
+
+    recalled = call(url, key, "recall", {"query": QUESTION, "as_of": then, "threshold": 0})
+    searched = structured(call(v1, key, "search_memory", {"query": QUESTION, "as_of": then}))
+    now = structured(call(url, key, "recall", {"query": QUESTION, "threshold": 0}))
+
+    by_id = {m["id"]: m for m in structured(recalled)["memories"]}
+    assert set(by_id) == {old["id"], look["id"]}
+    assert (by_id[old["id"]]["content"], by_id[old["id"]]["version"]) == (OLD, 1)
+    assert by_id[old["id"]]["superseded_by"] == new["id"]
+    assert (by_id[look["id"]]["content"], by_id[look["id"]]["version"]) == (LOOK_ALIKE, 1)
+    assert f'version="1">{OLD}</memory>' in text(recalled)
+    results = {r["id"]: r for r in searched["results"]}
+    assert set(results) == {old["id"], look["id"]}
+    assert (results[old["id"]]["memory"], results[old["id"]]["version"]) == (OLD, 1)
+    assert results[old["id"]]["superseded_by"] == new["id"]
+    assert (results[look["id"]]["memory"], results[look["id"]]["version"]) == (LOOK_ALIKE, 1)
+    # Now: the current fact, and no version field.
+    assert now["memories"][0]["id"] == new["id"]
+    assert all("version" not in m for m in now["memories"])
+
+
 def test_a_foreign_replaces_is_not_found_and_writes_nothing(live, cast) -> None:
     theirs = structured(call(f"{live.url}/mcp", cast.charlie_key.raw, "remember", {"content": OLD}))
     url, key = f"{live.url}/mcp", cast.alice_key.raw

@@ -190,9 +190,15 @@ AsOf = Annotated[
     Field(
         max_length=64,
         description="Answer from what was held true at this moment (ISO 8601): memories "
-        "created by then and not yet replaced then, marked if replaced since.",
+        "created by then and not yet replaced then, marked if replaced since, each shown "
+        "as its version then.",
     ),
 ]
+# An as_of result's version field (an output field; its argument is AsOf).
+AS_OF_VERSION = (
+    "Only with as_of: the version shown (see memory_history), the memory's latest at that "
+    "moment; content, metadata and priority are that version's."
+)
 SupersededListing = Annotated[
     Literal["exclude", "include", "only"],
     Field(

@@ -25,6 +25,7 @@ from memories import services, validation
 from memories.formatting import memory_tags
 from memories.mcp import runtime
 from memories.mcp.arguments import (
+    AS_OF_VERSION,
     SCORE,
     AsOf,
     Background,
@@ -98,6 +99,7 @@ class RecalledMemory(BaseModel):
         None, description="Only on a replaced memory (include_superseded, as_of): what replaced it."
     )
     superseded_at: str | None = Field(None, description="Only on a replaced memory: since when.")
+    version: int | None = Field(None, description=AS_OF_VERSION)
 
 
 class RecallOutput(BaseModel):
@@ -381,7 +383,8 @@ def recall(
     not). An empty result means nothing matched well enough: try a broader
     query or a lower threshold. Memories a later one replaced are left out;
     include_superseded brings them back marked with superseded_by, and as_of
-    answers from what was held true at that moment.
+    answers from what was held true at that moment, each memory as its
+    version then (numbered in its version field).
     """
     caller = runtime.caller()
     found = services.recall(

@@ -40,6 +40,7 @@ from core.errors import RecallError
 from memories import services, validation
 from memories.mcp import runtime
 from memories.mcp.arguments import (
+    AS_OF_VERSION,
     NAMESPACE_PATTERN,
     SCORE,
     AsOf,
@@ -119,6 +120,7 @@ class Result(BaseModel):
         None, description="Only on a replaced memory (include_superseded, as_of)."
     )
     superseded_at: str | None = None
+    version: int | None = Field(None, description=AS_OF_VERSION)
 
 
 class SearchOutput(BaseModel):
@@ -364,6 +366,7 @@ def search_memory(
             "user_id": item["namespace"],
             "priority": item["priority"],
             **_mark(item.get("superseded_by"), item.get("superseded_at")),
+            **({"version": item["version"]} if "version" in item else {}),
         }
         for item in found
     ]

@@ -16,6 +16,7 @@ from memories import search, validation
 from memories.models import (
     Memory,
 )
+from memories.services import past
 from memories.services.shapes import Listed, NamespaceCount, Recalled
 
 logger = logging.getLogger("memories.services")
@@ -47,8 +48,23 @@ def search_memories(
     ``use_cache=False`` embeds the query afresh whatever the cache holds.
     """
     args = search.SearchArgs.parse(**arguments)
-    searched = search.search(user_id=user_id, agent_id=agent_id, args=args)
-    return [_found(hit) for hit in searched.found], searched.vector_source
+    until = args.filters.until
+    if until is None:
+        searched = search.search(user_id=user_id, agent_id=agent_id, args=args)
+        return [_found(hit) for hit in searched.found], searched.vector_source
+    # as_of: each result as it was then, read from the history in the
+    # search's own transaction, one statement for all of them.
+    then: dict[str, past.Then] = {}
+
+    def read(found: list[search.Found]) -> None:
+        then.update(past.versions_at(user_id, [hit.memory.id for hit in found], until))
+
+    searched = search.search(user_id=user_id, agent_id=agent_id, args=args, within=read)
+    shown = (
+        past.shown(_found(hit), then.get(str(hit.memory.id)), hit.memory.version)
+        for hit in searched.found
+    )
+    return [found for found in shown if found is not None], searched.vector_source
 
 
 def _found(hit: search.Found) -> Recalled:

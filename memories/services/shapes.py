@@ -59,6 +59,9 @@ class Recalled(TypedDict):
     # (include_superseded, as_of).
     superseded_by: NotRequired[str]
     superseded_at: NotRequired[str]
+    # Only with as_of: the version shown (memory_history's), the latest at
+    # that moment; content, metadata and priority are that version's.
+    version: NotRequired[int]
 
 
 class Listed(TypedDict):
