@@ -283,6 +283,50 @@ def test_an_agent_and_its_user_keep_apart_entries(cast, agents, ranked):
     assert not find(cast.alice.id, agent=agents.research.id).cached
 
 
+def generation(user_id: Any, namespace: str = "tea") -> int:
+    with tenancy.tenant(user_id), connection.cursor() as cursor:
+        cursor.execute("SELECT generation FROM recall_search_state(%s)", [namespace])
+        return int(cursor.fetchone()[0])
+
+
+STATEMENTS = {
+    "a column no search reads": "UPDATE memories SET author = 'someone' WHERE id = %(id)s",
+    "the expiry": "UPDATE memories SET expires_at = now() + interval '1 day' WHERE id = %(id)s",
+    "the vector": "UPDATE memories SET embedding = embedding WHERE id = %(id)s",
+    "the namespace (away)": "UPDATE memories SET namespace = 'elsewhere' WHERE id = %(id)s",
+    "a delete": "DELETE FROM memories WHERE id = %(id)s",
+}
+
+
+@pytest.mark.parametrize("what", sorted(STATEMENTS))
+def test_every_statement_that_writes_a_namespace_gives_it_a_new_generation(cast, what):
+    ids = store(cast.alice.id)
+    store(cast.alice.id, namespace="garden")
+    before, garden = generation(cast.alice.id), generation(cast.alice.id, "garden")
+    assert before > 0
+
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(STATEMENTS[what], {"id": ids[0]})
+        assert cursor.rowcount == 1
+        cursor.execute("UPDATE memories SET author = 'nobody' WHERE false")  # no row: no change
+
+    assert generation(cast.alice.id) != before
+    assert generation(cast.alice.id, "garden") == garden
+
+
+def test_deleting_a_user_deletes_its_generations(cast):
+    store(cast.charlie.id)
+    store(cast.alice.id)
+    with tenancy.operator():  # as the admin deletes a user (on the operator path)
+        cast.charlie.delete()
+    assert generation(cast.alice.id) > 0
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM search_generations WHERE user_id = %s", [cast.charlie.id]
+        )
+        assert cursor.fetchone()[0] == 0
+
+
 def test_the_generations_are_under_row_level_security(cast, agents):
     store(cast.alice.id)
     store(cast.charlie.id, namespace="charlie-tea")
