@@ -124,7 +124,7 @@ def optimize_cache(
     Only the caller's own entries are touched. ``force_refresh`` drops them
     here, in Redis, and in every other server process listening on the
     database (``broadcast_cache_clear``), with the caller's cached search
-    answers (``memories/results.py``; counted in ``refreshed``).
+    answers (``memories/results.py``; their bytes count in ``bytes_freed``).
     """
     refresh = validation.flag(force_refresh, field="force_refresh")
     size = settings.QUERY_CACHE_SIZE
@@ -138,16 +138,17 @@ def optimize_cache(
         max_entries=keep,
         force_refresh=refresh,
     )
-    answers, freed = 0, 0
+    freed = 0
     if refresh:
-        # The caller's cached search answers go too: nothing it asks is answered from a cache.
-        answers, freed = results.clear(scope, exact=True)
+        # The caller's cached search answers go too (their bytes counted in bytes_freed;
+        # refreshed stays the query vectors'): nothing it asks is answered from a cache.
+        _, freed = results.clear(scope, exact=True)
         broadcast_cache_clear(scope, exact=True)
     return {
         "expired": done.expired,
         "demoted": done.demoted,
         "promoted": done.promoted,
-        "refreshed": done.refreshed + answers,
+        "refreshed": done.refreshed,
         "kept": done.kept,
         "bytes_freed": done.bytes_freed + freed,
         "seconds": round(done.seconds, 4),
