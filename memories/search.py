@@ -60,6 +60,10 @@ leave-one-conversation-out and checked on SciFact, the score's weights by
 set where larger values stopped changing the rankings. BENCHMARKS.md ("Hybrid
 search", "An absolute score") has the figures and the commands.
 
+A search repeated with the same arguments is answered from the result cache
+(``memories/results.py``) when the database confirms that nothing it
+depends on changed: the namespace's generation, read with the rows.
+
 For a new retrieval tool: ``SearchArgs.parse()`` takes the tool's arguments
 (a new pre-ranking filter joins ``Filters``), ``search()`` returns ``Found``
 rows, best first; shape them in the service.
