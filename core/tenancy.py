@@ -37,8 +37,8 @@ row of ``memory_history``; nothing else reads them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +66,8 @@ TENANT_TABLES = frozenset(
         "usage_events",
         # The lexical index, derived from memories (memories/search.py).
         "search_documents",
+        # Each namespace's generation, for the result cache (memories/results.py).
+        "search_generations",
         "search_terms",
         "search_namespaces",
         "search_metadata",
@@ -154,6 +156,31 @@ def read_once(
     or another context (a test's, say), or on a connection without a pipeline;
     the caller then uses ``tenant()``.
     """
+    read = read_many(
+        user_id,
+        [(sql, params)],
+        agent_id=agent_id,
+        task_id=task_id,
+        local_settings=local_settings,
+        using=using,
+    )
+    return read[0] if read is not None else None
+
+
+def read_many(
+    user_id: uuid.UUID | str,
+    statements: Sequence[tuple[str, Mapping[str, Any] | list[Any]]],
+    *,
+    agent_id: uuid.UUID | str | None = None,
+    task_id: str | None = None,
+    local_settings: Mapping[str, str | Computed] | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+) -> list[Rows] | None:
+    """``read_once`` for several read-only statements, run in order in one transaction.
+
+    Each statement has its own snapshot (READ COMMITTED), as it would in
+    ``tenant()``. Returns each one's rows, or None where ``read_once`` would.
+    """
     if _active.get() is not None:
         return None
     connection = connections[using]
@@ -163,27 +190,33 @@ def read_once(
     raw = connection.connection
     if not callable(getattr(raw, "pipeline", None)):
         return None
-    label, statements = _tenant_opening(user_id, agent_id, task_id, local_settings)
+    label, opening = _tenant_opening(user_id, agent_id, task_id, local_settings)
     token = _active.set(label)
     try:
         with connection.wrap_database_errors:
             try:
-                with raw.cursor() as opening, raw.cursor() as cursor:
+                with ExitStack() as stack:
+                    first = stack.enter_context(raw.cursor())
+                    cursors = [stack.enter_context(raw.cursor()) for _ in statements]
                     with raw.pipeline():
-                        opening.execute("BEGIN")
-                        for statement, values in statements:
-                            opening.execute(statement, values)
-                        cursor.execute(sql, params)
-                        opening.execute("COMMIT")
-                    # Sent and answered as the pipeline ended; the rows wait on the cursor.
-                    columns = [column.name for column in cursor.description or []]
-                    return Rows(columns, cursor.fetchall())
+                        first.execute("BEGIN")
+                        for statement, values in opening:
+                            first.execute(statement, values)
+                        for cursor, (sql, params) in zip(cursors, statements, strict=True):
+                            cursor.execute(sql, params)
+                        first.execute("COMMIT")
+                    # Sent and answered as the pipeline ended; the rows wait on the cursors.
+                    return [Rows(_names(cursor), cursor.fetchall()) for cursor in cursors]
             except BaseException:
                 # Whatever failed, the explicit transaction must not outlive the call.
                 _roll_back(raw)
                 raise
     finally:
         _active.reset(token)
+
+
+def _names(cursor: Any) -> list[str]:
+    return [column.name for column in cursor.description or []]
 
 
 def _roll_back(raw: Any) -> None:

@@ -60,6 +60,10 @@ leave-one-conversation-out and checked on SciFact, the score's weights by
 set where larger values stopped changing the rankings. BENCHMARKS.md ("Hybrid
 search", "An absolute score") has the figures and the commands.
 
+A search repeated with the same arguments is answered from the result cache
+(``memories/results.py``) when the database confirms that nothing it
+depends on changed: the namespace's generation, read with the rows.
+
 For a new retrieval tool: ``SearchArgs.parse()`` takes the tool's arguments
 (a new pre-ranking filter joins ``Filters``), ``search()`` returns ``Found``
 rows, best first; shape them in the service.
@@ -79,7 +83,7 @@ from django.conf import settings
 from django.db import connection
 
 from core import pooling, tenancy
-from memories import embeddings, ordering, scoring, validation
+from memories import embeddings, loading, ordering, results, scoring, validation
 from memories.embeddings import cache, failures
 from memories.filters import COLUMNS, LIVE, PRIORITY_ORDER, Filters
 from memories.filters import SOURCE_FILTERS as SOURCE_FILTERS
@@ -261,6 +265,8 @@ class Searched:
     found: list[Found]
     # "cache", "shared-cache" or "model".
     vector_source: str
+    # Whether the result cache answered (memories/results.py).
+    cached: bool = False
 
 
 def search(
@@ -274,34 +280,49 @@ def search(
     """Search the caller's memories: every search of every interface is this one.
 
     Embeds the query first (through the query cache, outside any
-    transaction: a slow provider never holds a connection), then ranks in
-    the caller's tenant transaction, opened with the search's settings.
+    transaction: a slow provider never holds a connection), then answers
+    from the result cache when the database confirms the answer is current
+    (``memories/results.py``), else ranks in the caller's tenant
+    transaction, opened with the search's settings, and keeps the answer.
     ``task_id`` lets an agent read the task's memories its search names.
     ``within`` runs in the same transaction with the results (forget's
-    preview stores its confirmation there). Its few best results put a
-    newer restatement above an older one (``ordering.newer_first``).
+    preview stores its confirmation there; it is never cached). Its few best
+    results put a newer restatement above an older one
+    (``ordering.newer_first``), before the answer is kept.
     """
-    prepared = prepare(args, cache_scope=cache.scope(user_id, agent_id))
+    scope = cache.scope(user_id, agent_id)
+    prepared = prepare(args, cache_scope=scope)
     opening = transaction_settings(prepared, agent=agent_id is not None)
+    kept = results.lookup(user_id, prepared, scope, agent_id, task_id, on=within is None)
+    kept.use = args.use_cache
+    if (answer := kept.answer()) is not None:
+        return Searched([Found(*hit) for hit in answer], prepared.vector_source, cached=True)
     if within is None:
         # Nothing else to do in the transaction: open it, rank and commit in one round trip.
         sql, params = statement(user_id, prepared, agent=agent_id is not None)
-        read = tenancy.read_once(
-            user_id, sql, params, agent_id=agent_id, task_id=task_id, local_settings=opening
+        reads = tenancy.read_many(
+            user_id,
+            [*kept.state, (sql, params)],
+            agent_id=agent_id,
+            task_id=task_id,
+            local_settings=opening,
         )
-        if read is not None:
-            found = found_rows(read)
+        if reads is not None:
+            found = found_rows(reads[-1])
             if ordering.enabled():
                 # The transaction is over: the rare pair to compare opens its own.
                 cosines = pair_cosines(user_id, agent_id=agent_id, task_id=task_id)
                 found = ordering.newer_first(found, cosines)
+            kept.keep(reads[0] if kept.state else None, found)
             return Searched(found, prepared.vector_source)
     with tenancy.tenant(user_id, agent_id=agent_id, task_id=task_id, local_settings=opening):
+        state = kept.read_state()
         found = run(user_id, prepared, agent_id=agent_id)
         if ordering.enabled():
             found = ordering.newer_first(found, pair_cosines(user_id))
         if within is not None:
             within(found)
+        kept.keep(state, found)
     return Searched(found, prepared.vector_source)
 
 
@@ -391,55 +412,18 @@ def run(
 
 def found_rows(read: tenancy.Rows) -> list[Found]:
     """The ranking statement's rows as ``run()`` returns them: memories, as the ORM loads them."""
-    from django.db import connection
-
     names = read.columns
-    fields = _loaded_fields()
     at = {name: names.index(name) for name in ("similarity", "score", "rank")}
-    loaded = [(i, fields[name]) for i, name in enumerate(names) if name in fields]
-    attnames = [spec.attname for _, spec in loaded]
-    found = []
-    for row in read.rows:
-        values = []
-        for i, spec in loaded:
-            value = row[i]
-            for convert in spec.converters:
-                value = convert(value, spec.column, connection)
-            values.append(value)
-        memory = Memory.from_db(connection.alias, attnames, values)
-        found.append(
-            Found(
-                memory,
-                round(float(row[at["similarity"]]), 4),
-                round(float(row[at["score"]]), 4),
-                float(row[at["rank"]]),
-            )
+    load = loading.Loader(names)
+    return [
+        Found(
+            load(row),
+            round(float(row[at["similarity"]]), 4),
+            round(float(row[at["score"]]), 4),
+            float(row[at["rank"]]),
         )
-    return found
-
-
-@dataclass(frozen=True)
-class _Loaded:
-    attname: str
-    column: Any  # the field's Col, which converters are handed
-    converters: list[Callable[..., Any]]
-
-
-_LOADED: dict[str, _Loaded] = {}
-
-
-def _loaded_fields() -> dict[str, _Loaded]:
-    """Memory's columns by name, with the converters the ORM applies when it loads them."""
-    if not _LOADED:
-        from django.db import connection
-
-        for field in Memory._meta.concrete_fields:
-            column = field.get_col(Memory._meta.db_table)
-            converters = connection.ops.get_db_converters(column) + column.get_db_converters(
-                connection
-            )
-            _LOADED[field.column] = _Loaded(field.attname, column, converters)
-    return _LOADED
+        for row in read.rows
+    ]
 
 
 def transaction_settings(

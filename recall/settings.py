@@ -245,6 +245,11 @@ if EMBEDDING_PROVIDER == "openai" and not OPENAI_API_KEY and not DEBUG:
 # REDIS_URL is set. 0 turns the cache off.
 QUERY_CACHE_SIZE = env.integer("QUERY_CACHE_SIZE", 10_000, low=0, high=10_000_000)
 QUERY_CACHE_TTL_SECONDS = env.integer("QUERY_CACHE_TTL_SECONDS", 86_400, low=1, high=30 * 86_400)
+# Search answers kept for repeated searches (memories/results.py), checked
+# against the database before each use: at most this many per process, and
+# this many bytes in all. 0 turns the cache off.
+RESULT_CACHE_SIZE = env.integer("RESULT_CACHE_SIZE", 10_000, low=0, high=10_000_000)
+RESULT_CACHE_BYTES = env.integer("RESULT_CACHE_BYTES", 64 * 1024 * 1024, low=0, high=2**40)
 
 # Memories -------------------------------------------------------------------
 

@@ -234,6 +234,36 @@ def test_search_says_when_the_query_vector_came_from_the_cache(live, cast):
     assert first["results"] == second["results"] == fresh["results"]
 
 
+def test_a_repeated_search_is_answered_from_the_result_cache_until_a_write(live, cast):
+    """Over a real client and server: the cached answer is the ranked one, a write ends it,
+    and each call still leaves exactly one usage event."""
+    url, key = v1(live), cast.alice_key.raw
+    namespace = f"tea-{time.monotonic_ns()}"
+    first_id = add(url, key, content="Alice drinks green tea.", user_id=namespace)["memory_id"]
+    add(url, key, content="The tea shop on Elm Street closed.", user_id=namespace)
+    asked = {"query": "green tea", "user_id": namespace}
+    before = len(usage_events(2, user_id=cast.alice.id))  # the two adds
+
+    ranked = structured(call(url, key, "search_memory", asked))
+    cached = structured(call(url, key, "search_memory", asked))
+    call(url, key, "update_memory", {"memory_id": first_id, "content": "Alice drinks oolong."})
+    after = structured(call(url, key, "search_memory", asked))
+    bypassed = structured(call(url, key, "search_memory", {**asked, "prefer_cache": False}))
+
+    assert cached["source"] == "cache" and cached["results"] == ranked["results"]
+    assert "Alice drinks oolong." in [r["memory"] for r in after["results"]]
+    assert "Alice drinks green tea." not in [r["memory"] for r in after["results"]]
+    assert after["results"] == bypassed["results"] and bypassed["source"] == "model"
+    events = usage_events(before + 5, user_id=cast.alice.id)
+    assert [e.tool_name for e in events[before:]] == [
+        "search_memory",
+        "search_memory",
+        "update_memory",
+        "search_memory",
+        "search_memory",
+    ]
+
+
 def test_cache_stats_and_optimize_cache_report_real_work(live, cast):
     url, key = v1(live), cast.alice_key.raw
     for n in range(3):

@@ -20,9 +20,10 @@ How its vocabulary maps onto Recall's:
   applies no threshold: the seed's search has none, and its clients judge by
   ``score``, an absolute relevance (memories/scoring.py), so a client's
   cut-off such as 0.5 means the same for every query. Its ``source`` says
-  where the query's vector came from: ``cache`` (the query cache, in this
-  process or shared through Redis) or ``model``; ``prefer_cache: false``
-  skips the cache.
+  where the answer came from: ``cache`` when the result cache answered or
+  the query's vector was cached (the query cache, in this process or shared
+  through Redis), ``model`` when the vector was computed for this call;
+  ``prefer_cache: false`` skips both caches.
 * Errors are ``{"error": message, "code": CODE, "details": {...}}`` with the
   seed's codes; ``details.recall_code`` carries Recall's own.
 """

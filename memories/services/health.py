@@ -13,7 +13,7 @@ from django.db.models import Count, Max, Min, Q
 from core import process, tenancy
 from core.logging import describe_exception
 from core.timestamps import iso
-from memories import embeddings, validation
+from memories import embeddings, results, validation
 from memories.embeddings import cache as query_cache
 from memories.models import (
     Job,
@@ -123,7 +123,8 @@ def optimize_cache(
 
     Only the caller's own entries are touched. ``force_refresh`` drops them
     here, in Redis, and in every other server process listening on the
-    database (``broadcast_cache_clear``).
+    database (``broadcast_cache_clear``), with the caller's cached search
+    answers (``memories/results.py``; their bytes count in ``bytes_freed``).
     """
     refresh = validation.flag(force_refresh, field="force_refresh")
     size = settings.QUERY_CACHE_SIZE
@@ -137,7 +138,11 @@ def optimize_cache(
         max_entries=keep,
         force_refresh=refresh,
     )
+    freed = 0
     if refresh:
+        # The caller's cached search answers go too (their bytes counted in bytes_freed;
+        # refreshed stays the query vectors'): nothing it asks is answered from a cache.
+        _, freed = results.clear(scope, exact=True)
         broadcast_cache_clear(scope, exact=True)
     return {
         "expired": done.expired,
@@ -145,7 +150,7 @@ def optimize_cache(
         "promoted": done.promoted,
         "refreshed": done.refreshed,
         "kept": done.kept,
-        "bytes_freed": done.bytes_freed,
+        "bytes_freed": done.bytes_freed + freed,
         "seconds": round(done.seconds, 4),
     }
 
@@ -176,10 +181,13 @@ def clear_broadcast(payload: str) -> None:
     """Drop what a ``broadcast_cache_clear`` names, in this process (the listener calls it)."""
     if payload == "*":
         embeddings.get_query_cache().clear()
+        results.clear()
     elif payload.startswith("="):
         embeddings.get_query_cache().clear(payload[1:], exact=True)
+        results.clear(payload[1:], exact=True)
     elif payload:
         embeddings.get_query_cache().clear(payload)
+        results.clear(payload)
 
 
 def clear_query_cache(*, user_id: uuid.UUID | str | None = None) -> int:
@@ -191,6 +199,7 @@ def clear_query_cache(*, user_id: uuid.UUID | str | None = None) -> int:
     """
     scope = None if user_id is None else query_cache.scope(user_id)
     removed = embeddings.get_query_cache().clear(scope, shared=True)
+    results.clear(scope)
     broadcast_cache_clear(scope, exact=False)
     return removed
 

@@ -43,17 +43,22 @@ def search_memories(
     agent_id: uuid.UUID | str | None = None,
     **arguments: Unpack[search.SearchArguments],
 ) -> tuple[list[Recalled], str]:
-    """``recall``, also saying where the query's vector came from (cache or model).
+    """``recall``, also saying where the answer came from: ``cache`` when the result
+    cache answered, else where the query's vector came from (``cache``,
+    ``shared-cache`` or ``model``).
 
-    ``use_cache=False`` embeds the query afresh whatever the cache holds.
+    ``use_cache=False`` embeds the query afresh and ranks afresh, whatever the
+    caches hold.
     """
     args = search.SearchArgs.parse(**arguments)
     until = args.filters.until
     if until is None:
         searched = search.search(user_id=user_id, agent_id=agent_id, args=args)
-        return [_found(hit) for hit in searched.found], searched.vector_source
+        source = "cache" if searched.cached else searched.vector_source
+        return [_found(hit) for hit in searched.found], source
     # as_of: each result as it was then, read from the history in the
-    # search's own transaction, one statement for all of them.
+    # search's own transaction, one statement for all of them (so never
+    # from the result cache: the history changes without a memory's write).
     then: dict[str, past.Then] = {}
 
     def read(found: list[search.Found]) -> None:

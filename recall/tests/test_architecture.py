@@ -127,10 +127,12 @@ DERIVED_TABLES = {
     "search_terms": "memories",
     "search_namespaces": "memories",
     "search_metadata": "memories",
+    "search_generations": "memories",
 }
 # search.py is the memories app's search service: recall, forget's preview and
-# every retrieval tool rank through it, in the tenant transaction services open.
-OWNER_MODULES = ("services.py", "search.py", "models.py", "admin.py")
+# every retrieval tool rank through it, in the tenant transaction services open;
+# results.py is its cache, which checks an answer in the same kind of transaction.
+OWNER_MODULES = ("services.py", "search.py", "results.py", "models.py", "admin.py")
 MANAGERS = {"objects", "_default_manager", "_base_manager"}
 # Raw SQL naming a table: FROM t, JOIN t, INTO t, UPDATE t, TABLE t.
 SQL_TABLE = re.compile(r"\b(?:from|join|into|update|table)\s+(?:only\s+)?\"?([a-z_]+)", re.I)

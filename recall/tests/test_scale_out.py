@@ -41,6 +41,7 @@ TENANT_TABLES = {
     "search_terms",
     "search_namespaces",
     "search_metadata",
+    "search_generations",
 }
 # Replicated to every node: small, read on every request, written rarely.
 REFERENCE_TABLES = {"users", "api_keys", "agents"}
