@@ -18,6 +18,7 @@ import re
 import string
 import unicodedata
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -303,7 +304,9 @@ def check_tool_result(
         code, message = error_of(structured)
         assert code in VOCABULARY, structured
         assert code != "internal_error", structured
-        assert not LIBRARY_TEXT.search(text), text[:300]
+        # The text block is the error as JSON: the message again, with its
+        # quotes escaped, so the caller's own names are set aside the same way.
+        assert not LIBRARY_TEXT.search(_set_aside(text, arguments, json.dumps)), text[:300]
         check_wording(message, arguments, schema)
         OUTCOMES[f"tools/call: {code}"] += 1
         return None
@@ -333,11 +336,8 @@ def check_wording(message: str, arguments: object = None, schema: object = None)
     not itself contain (an enum member, say), must not appear.
     """
     assert isinstance(message, str) and message.strip(), message
-    names = sorted(set(_keys(arguments)), key=len, reverse=True)
-    plain = message
-    for name in names:
-        # As the server quotes them: repr, cut to 64 characters.
-        plain = plain.replace(repr(name[:64]), "''")
+    names = set(_keys(arguments))
+    plain = _set_aside(message, arguments)
     assert not LIBRARY_TEXT.search(plain), message
     assert not VALIDATION_TEXT.search(plain), message
     published = json.dumps(schema) if schema is not None else ""
@@ -346,6 +346,20 @@ def check_wording(message: str, arguments: object = None, schema: object = None)
         if len(shown) < 6 or UUID.fullmatch(shown) or shown in published or shown in names:
             continue
         assert shown not in plain, ("a value was echoed", shown[:80], message[:300])
+
+
+def _set_aside(text: str, arguments: object, encode: Callable[[str], str] = str) -> str:
+    """Return ``text`` without the caller's own names as the server quotes them back.
+
+    An argument the caller named ``input_type`` is its word, not the
+    validation library's, when a refusal names it. ``encode`` is how the
+    quoted name appears in ``text`` (``json.dumps`` inside a JSON text block).
+    """
+    for name in sorted(set(_keys(arguments)), key=len, reverse=True):
+        # As the server quotes them: repr, cut to 64 characters.
+        quoted = repr(name[:64])
+        text = text.replace(encode(quoted)[1:-1] if encode is not str else quoted, "''")
+    return text
 
 
 def _keys(value: object) -> list[str]:

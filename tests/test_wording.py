@@ -7,6 +7,7 @@ against the real argument models.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 import pytest
@@ -132,3 +133,23 @@ def test_the_value_sent_is_never_quoted_back():
 def test_a_tool_that_takes_no_arguments_says_so():
     assert wording.accepted("memory_stats", []) == "memory_stats takes no arguments."
     assert wording.accepted("job_status", ["job_id"]) == "job_status takes: job_id."
+
+
+def test_the_fuzzer_reads_a_name_the_caller_chose_as_the_callers_word():
+    # A refusal that quotes back an argument the caller named like one of
+    # the validation library's own fields is in our words: found by a CI run
+    # of the fuzzer on memory_filters({"input_type": None}).
+    message = "Unknown argument 'input_type'. memory_filters takes no arguments."
+    error = {"error": {"code": "validation_failed", "message": message}}
+    body = {
+        "result": {
+            "isError": True,
+            "structuredContent": error,
+            "content": [{"type": "text", "text": json.dumps(error)}],
+        }
+    }
+
+    assert fuzz.check_tool_result(body, {"input_type": None}, {"properties": {}}) is None
+    # The same words from the server, not quoted back from the caller, are a leak.
+    with pytest.raises(AssertionError):
+        fuzz.check_tool_result(body, {"other": None}, {"properties": {}})
