@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Iterable
@@ -20,6 +21,10 @@ from memories.services import past
 from memories.services.shapes import Listed, NamespaceCount, Recalled
 
 logger = logging.getLogger("memories.services")
+
+# How many results an ``as_of`` search may ask for beyond ``limit`` to make up
+# for those its history leaves out (each left out costs a search again).
+REFILL_MAX = 50
 
 
 def recall(
@@ -59,17 +64,26 @@ def search_memories(
     # as_of: each result as it was then, read from the history in the
     # search's own transaction, one statement for all of them (so never
     # from the result cache: the history changes without a memory's write).
-    then: dict[str, past.Then] = {}
+    # A result the history says was replaced then is left out after the
+    # ranking; the search then asks again for as many more, so the answer
+    # still holds ``limit`` results when that many were held true.
+    asked = args
+    while True:
+        then: dict[str, past.Then] = {}
 
-    def read(found: list[search.Found]) -> None:
-        then.update(past.versions_at(user_id, [hit.memory.id for hit in found], until))
+        def read(found: list[search.Found], then: dict[str, past.Then] = then) -> None:
+            then.update(past.versions_at(user_id, [hit.memory.id for hit in found], until))
 
-    searched = search.search(user_id=user_id, agent_id=agent_id, args=args, within=read)
-    shown = (
-        past.shown(_found(hit), then.get(str(hit.memory.id)), hit.memory.version)
-        for hit in searched.found
-    )
-    return [found for found in shown if found is not None], searched.vector_source
+        searched = search.search(user_id=user_id, agent_id=agent_id, args=asked, within=read)
+        shown = [
+            past.shown(_found(hit), then.get(str(hit.memory.id)), hit.memory.version)
+            for hit in searched.found
+        ]
+        kept = [found for found in shown if found is not None]
+        left_out = len(shown) - len(kept)
+        if not left_out or len(shown) < asked.limit or asked.limit >= args.limit + REFILL_MAX:
+            return kept[: args.limit], searched.vector_source
+        asked = dataclasses.replace(asked, limit=asked.limit + left_out)
 
 
 def _found(hit: search.Found) -> Recalled:

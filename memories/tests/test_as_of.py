@@ -138,6 +138,23 @@ def test_a_memory_replaced_then_and_restored_since_was_not_held_true_then(cast) 
     assert {old, new} <= {m["id"] for m in now_view}
 
 
+def test_a_result_left_out_then_makes_room_for_the_next_one(cast) -> None:
+    # The best match was replaced at T (restored since): with limit 1 the
+    # answer is the next memory held true then, not an empty list.
+    old = remember(cast.alice.id, HOST)
+    new = remember(cast.alice.id, NEW, replaces=old)
+    other = remember(cast.alice.id, CACHE)
+    then = moment()
+    services.restore(user_id=cast.alice.id, id=old)
+    services.forget_by_id(user_id=cast.alice.id, id=new)
+
+    past_view = recalled(cast.alice.id, as_of=then, limit=1)
+    all_then = recalled(cast.alice.id, as_of=then)
+
+    assert [m["id"] for m in past_view] == [other]
+    assert [m["id"] for m in all_then] == [other]
+
+
 def test_one_statement_reads_the_versions_of_every_result(cast) -> None:
     for content in (HOST, CACHE, "The staging Kafka broker lives on kafka-stg-1."):
         remember(cast.alice.id, content)
