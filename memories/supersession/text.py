@@ -47,6 +47,7 @@ CHANGE = _set(
     actually correction corrected wrong mistake typo rather latest current currently
     nowadays again scaled reinstalled retired rotated hired appointed started joined sold
     bought adopted gone rolled old former previous previously
+    swapped swap swapping traded ditched abandoned cancelled canceled dumped
     """
 )
 CHANGE_PHRASES = (
@@ -58,6 +59,13 @@ CHANGE_PHRASES = (
     ("going", "forward"),
     ("as", "of"),
     ("after", "all"),
+    # A hand-over or an abandonment: "gave up judo", "Ana took over the team".
+    ("gave", "up"),
+    ("given", "up"),
+    ("took", "over"),
+    ("taken", "over"),
+    ("handed", "over"),
+    ("passed", "to"),
 )
 # Negations: the new memory may reverse the old one ("quit", "no longer").
 NEGATION = _set(

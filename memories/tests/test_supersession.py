@@ -65,6 +65,39 @@ def test_it_replaces_a_new_value_for_the_same_slot(old: str, new: str, similarit
     assert decision.reason.startswith("same subject")
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "similarity", "word"),
+    [
+        (
+            "Noor swims with the masters squad on Tuesday evenings.",
+            "Noor gave up masters swimming over the winter.",
+            0.76,
+            "gave up",
+        ),
+        (
+            "Our team offsite is booked in Lisbon.",
+            "We cancelled Lisbon; the offsite will be in Porto.",
+            0.71,
+            "cancelled",
+        ),
+        (
+            "I commute on a red Brompton folding bike.",
+            "I swapped the Brompton for an e-scooter.",
+            0.64,
+            "swapped",
+        ),
+    ],
+)
+def test_giving_up_cancelling_or_swapping_is_a_change(
+    old: str, new: str, similarity: float, word: str
+) -> None:
+    # No new value of a kind the reader knows, so the change word is the evidence.
+    decision = judge(new, Candidate("old", old, similarity))
+
+    assert decision.verdict == "supersede", decision.reason
+    assert f"'{word}'" in decision.reason
+
+
 def test_a_close_paraphrase_that_swaps_one_value_replaces_the_old_one() -> None:
     # Few words in common beyond the subject, one value of one kind swapped:
     # very close vectors are what says it is the same slot.
