@@ -363,6 +363,7 @@ class Lookup:
     """One search's use of the cache: answer from it, or say how to store what is ranked.
 
     ``key`` None: the cache is off for this search (disabled, or a preview).
+    ``reuse`` False: never answer from the cache, but keep what is ranked.
     """
 
     user_id: str
@@ -371,7 +372,7 @@ class Lookup:
     key: str | None
     agent_id: uuid.UUID | str | None = None
     task_id: str | None = None
-    use: bool = True
+    reuse: bool = True
 
     @property
     def state(self) -> list[tuple[str, list[Any]]]:
@@ -380,7 +381,7 @@ class Lookup:
 
     def answer(self) -> list[tuple[Memory, float, float, float]] | None:
         """The cached answer, when the database confirms it is current; else None."""
-        if self.key is None or not self.use:
+        if self.key is None or not self.reuse:
             return None
         cache = get_cache()
         entry = cache.get(self.key, self.owner)
@@ -438,8 +439,12 @@ def lookup(
     task_id: str | None,
     *,
     on: bool,
+    reuse: bool,
 ) -> Lookup:
-    """The search's place in the cache: none when ``on`` is false or the cache is off."""
+    """The search's place in the cache: none when ``on`` is false or the cache is off.
+
+    ``reuse`` false ranks afresh whatever is cached (``use_cache=False``), and keeps the answer.
+    """
     found = None
     if on and get_cache().enabled:
         found = key(
@@ -454,7 +459,9 @@ def lookup(
             minimum=search.minimum,
             filters=search.filters,
         )
-    return Lookup(str(user_id), search.filters.namespace, scope, found, agent_id, task_id)
+    return Lookup(
+        str(user_id), search.filters.namespace, scope, found, agent_id, task_id, reuse=reuse
+    )
 
 
 def clear(scope: str | None = None, *, exact: bool = False) -> tuple[int, int]:
