@@ -71,6 +71,7 @@ from django.core.signals import setting_changed
 from django.db import connection
 
 from core import tenancy
+from core.counters import Book
 from memories import loading
 from memories.embeddings.base import Embedder
 from memories.filters import COLUMNS, LIVE, Filters
@@ -82,8 +83,6 @@ from memories.models import Memory
 # then 266-272 a result), rounded up. Ten results take about 3.5 KB.
 ENTRY_BYTES = 700
 HIT_BYTES = 280
-# Counters are kept for at most this many scopes, the least recently active first out.
-MAX_SCOPES = 100_000
 
 # The namespace's generation and the earliest expiry to come, as the caller may read them.
 STATE = "SELECT generation, next_expiry FROM recall_search_state(%s)"
@@ -198,7 +197,7 @@ class ResultCache:
     max_entries: int
     max_bytes: int
     _entries: OrderedDict[str, Entry] = field(default_factory=OrderedDict)
-    _scopes: OrderedDict[str, _Counters] = field(default_factory=OrderedDict)
+    _book: Book[_Counters] = field(default_factory=lambda: Book(_Counters))
     _bytes: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -206,25 +205,11 @@ class ResultCache:
     def enabled(self) -> bool:
         return self.max_entries > 0 and self.max_bytes > 0
 
-    def _of(self, owner: str) -> _Counters:
-        counters = self._scopes.get(owner)
-        if counters is None:
-            counters = self._scopes[owner] = _Counters()
-            while len(self._scopes) > MAX_SCOPES:
-                # Never a scope that still holds entries: its size would go wrong.
-                idle = next((s for s, c in self._scopes.items() if c.size == 0), None)
-                if idle is None or idle == owner:
-                    break
-                del self._scopes[idle]
-        else:
-            self._scopes.move_to_end(owner)
-        return counters
-
     def get(self, key: str, owner: str) -> Entry | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
-                self._of(owner).misses += 1
+                self._book.of(owner).misses += 1
                 return None
             self._entries.move_to_end(key)
             return entry
@@ -232,7 +217,7 @@ class ResultCache:
     def counted(self, owner: str, *, hit: bool) -> None:
         """Count a lookup that found an entry: used (``hit``), or stale and dropped."""
         with self._lock:
-            counters = self._of(owner)
+            counters = self._book.of(owner)
             if hit:
                 counters.hits += 1
             else:
@@ -245,13 +230,13 @@ class ResultCache:
             if key in self._entries:
                 self._drop_locked(key)
             self._entries[key] = entry
-            counters = self._of(entry.owner)
+            counters = self._book.of(entry.owner)
             counters.size += 1
             counters.bytes += entry.bytes
             self._bytes += entry.bytes
             while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
                 evicted = self._drop_locked(next(iter(self._entries)))
-                self._of(evicted.owner).evictions += 1
+                self._book.of(evicted.owner).evictions += 1
 
     def drop(self, key: str) -> None:
         with self._lock:
@@ -260,7 +245,7 @@ class ResultCache:
 
     def _drop_locked(self, key: str) -> Entry:
         entry = self._entries.pop(key)
-        counters = self._scopes.get(entry.owner) or _Counters()
+        counters = self._book.peek(entry.owner)
         counters.size -= 1
         counters.bytes -= entry.bytes
         self._bytes -= entry.bytes
@@ -285,13 +270,7 @@ class ResultCache:
     def stats(self, scope: str | None = None) -> Stats:
         """``scope``'s share; every scope's together for None (operators)."""
         with self._lock:
-            if scope is None:
-                c = _Counters()
-                for one in self._scopes.values():
-                    for name in c.__dataclass_fields__:
-                        setattr(c, name, getattr(c, name) + getattr(one, name))
-            else:
-                c = self._scopes.get(scope) or _Counters()
+            c = self._book.total() if scope is None else self._book.peek(scope)
             return Stats(
                 c.hits, c.misses, c.stale, c.size, c.bytes, c.evictions, self.max_entries,
                 self.max_bytes,
@@ -384,6 +363,7 @@ class Lookup:
     """One search's use of the cache: answer from it, or say how to store what is ranked.
 
     ``key`` None: the cache is off for this search (disabled, or a preview).
+    ``reuse`` False: never answer from the cache, but keep what is ranked.
     """
 
     user_id: str
@@ -392,7 +372,7 @@ class Lookup:
     key: str | None
     agent_id: uuid.UUID | str | None = None
     task_id: str | None = None
-    use: bool = True
+    reuse: bool = True
 
     @property
     def state(self) -> list[tuple[str, list[Any]]]:
@@ -401,7 +381,7 @@ class Lookup:
 
     def answer(self) -> list[tuple[Memory, float, float, float]] | None:
         """The cached answer, when the database confirms it is current; else None."""
-        if self.key is None or not self.use:
+        if self.key is None or not self.reuse:
             return None
         cache = get_cache()
         entry = cache.get(self.key, self.owner)
@@ -459,8 +439,12 @@ def lookup(
     task_id: str | None,
     *,
     on: bool,
+    reuse: bool,
 ) -> Lookup:
-    """The search's place in the cache: none when ``on`` is false or the cache is off."""
+    """The search's place in the cache: none when ``on`` is false or the cache is off.
+
+    ``reuse`` false ranks afresh whatever is cached (``use_cache=False``), and keeps the answer.
+    """
     found = None
     if on and get_cache().enabled:
         found = key(
@@ -475,7 +459,9 @@ def lookup(
             minimum=search.minimum,
             filters=search.filters,
         )
-    return Lookup(str(user_id), search.filters.namespace, scope, found, agent_id, task_id)
+    return Lookup(
+        str(user_id), search.filters.namespace, scope, found, agent_id, task_id, reuse=reuse
+    )
 
 
 def clear(scope: str | None = None, *, exact: bool = False) -> tuple[int, int]:

@@ -293,8 +293,9 @@ def search(
     scope = cache.scope(user_id, agent_id)
     prepared = prepare(args, cache_scope=scope)
     opening = transaction_settings(prepared, agent=agent_id is not None)
-    kept = results.lookup(user_id, prepared, scope, agent_id, task_id, on=within is None)
-    kept.use = args.use_cache
+    kept = results.lookup(
+        user_id, prepared, scope, agent_id, task_id, on=within is None, reuse=args.use_cache
+    )
     if (answer := kept.answer()) is not None:
         return Searched([Found(*hit) for hit in answer], prepared.vector_source, cached=True)
     if within is None:

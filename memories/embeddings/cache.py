@@ -40,11 +40,12 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from core.counters import Book
 from memories.embeddings.base import Embedder
 
 logger = logging.getLogger(__name__)
@@ -52,9 +53,7 @@ logger = logging.getLogger(__name__)
 KEY_PREFIX = "recall:qcache:"
 REDIS_TIMEOUT = 0.25
 RETRY_AFTER = 5.0
-# Counters are kept for at most this many scopes; the least recently active
-# go first. An entry's bytes and Python's overhead for its key, per entry.
-MAX_SCOPES = 100_000
+# An entry's bytes and Python's overhead for its key, per entry.
 ENTRY_OVERHEAD = 250
 
 # Where a vector came from, as search_memory reports it.
@@ -152,43 +151,6 @@ class _Counters:
     hit_seconds: float = 0.0
     miss_seconds: float = 0.0
 
-    def add(self, other: _Counters) -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-
-@dataclass
-class _Book:
-    """The counters of every scope, the least recently active first."""
-
-    scopes: OrderedDict[str, _Counters] = field(default_factory=OrderedDict)
-
-    def of(self, owner: str) -> _Counters:
-        counters = self.scopes.get(owner)
-        if counters is None:
-            counters = self.scopes[owner] = _Counters()
-            while len(self.scopes) > MAX_SCOPES:
-                # Never drop a scope that still holds entries: its size would go wrong.
-                oldest = next(
-                    (name for name, c in self.scopes.items() if c.size == 0 and name != owner),
-                    None,
-                )
-                if oldest is None:
-                    break
-                del self.scopes[oldest]
-        else:
-            self.scopes.move_to_end(owner)
-        return counters
-
-    def peek(self, owner: str) -> _Counters:
-        return self.scopes.get(owner) or _Counters()
-
-    def total(self) -> _Counters:
-        total = _Counters()
-        for counters in self.scopes.values():
-            total.add(counters)
-        return total
-
 
 class QueryCache:
     def __init__(
@@ -208,7 +170,7 @@ class QueryCache:
         self._client: Any = None
         self._redis_down_until = 0.0
         self._warned = False
-        self._book = _Book()
+        self._book = Book(_Counters)
 
     @property
     def enabled(self) -> bool:
