@@ -375,20 +375,46 @@ def _import_links(
     In one transaction, after every memory is in. The history came with the
     memories, so the links are restored without a version or history row of
     their own (app.importing, migration 0014). A link to a memory outside
-    the import is dropped: that memory is current here.
+    the import is dropped: that memory is current here. So is one whose
+    memory was forgotten since it was imported (a live writer's ``forget``).
+
+    Every row the links touch is locked first, in one statement, before any
+    is written. A write takes its memory rows, then the namespace's search
+    generation and statistics (its statement triggers, migrations 0006 and
+    0017); linking one row at a time would take the generation after the
+    first link and a later row after it, the other way round, and deadlock
+    with a live ``update_memory`` or ``forget`` of that later memory.
     """
+    # Each older memory to what replaced it, in the file's order (a chain's
+    # older link first, as the export writes them: the database refuses a
+    # link to a memory that is replaced already).
+    pairs: dict[uuid.UUID, tuple[uuid.UUID, datetime | None]] = {}
+    for item in links:
+        old, new = stored.get(item.id), stored.get(item.superseded_by)  # type: ignore[arg-type]
+        if old is None or new is None or old == new:
+            report.unlinked += 1
+            continue
+        pairs.setdefault(old, (new, item.superseded_at))
+    if not pairs:
+        return
+    touched = sorted({str(i) for i in pairs} | {str(new) for new, _ in pairs.values()})
     with context.acting_as("import"), tenancy.tenant(user_id), connection.cursor() as cursor:
         cursor.execute("SELECT set_config('app.importing', 'on', true)")
-        for item in links:
-            old, new = stored.get(item.id), stored.get(item.superseded_by)  # type: ignore[arg-type]
-            if old is None or new is None or old == new:
+        cursor.execute(
+            "SELECT id FROM memories WHERE user_id = %s AND id = ANY(%s::uuid[])"
+            " ORDER BY id FOR NO KEY UPDATE",
+            [str(user_id), touched],
+        )
+        present = {row[0] for row in cursor.fetchall()}
+        for old, (new, at) in pairs.items():
+            if old not in present or new not in present:
                 report.unlinked += 1
                 continue
             cursor.execute(
                 "UPDATE memories SET superseded_by = %s,"
                 " superseded_at = coalesce(%s, statement_timestamp())"
                 " WHERE id = %s AND user_id = %s AND superseded_by IS NULL",
-                [new, item.superseded_at, old, str(user_id)],
+                [new, at, old, str(user_id)],
             )
             report.linked += cursor.rowcount
         cursor.execute("SELECT set_config('app.importing', '', true)")

@@ -30,7 +30,7 @@ from accounts.tiers import Tier
 from core import tenancy
 from memories import services
 from memories.models import Memory, MemoryHistory
-from memories.services import storing
+from memories.services import storing, transfer
 
 OLD = "Staging Postgres runs on pg-staging-3."
 NEW = "Staging Postgres was migrated to pg-staging-7 last week."
@@ -286,3 +286,95 @@ def test_a_conversation_and_another_write_to_its_namespace_both_finish(cast, oth
     else:
         assert not results[other]["deduped"]
         assert stored == expected | {"alpha zulu", "alpha and zulu, again"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_restoring_links_and_a_live_write_to_a_linked_memory_both_finish(
+    cast, monkeypatch
+) -> None:
+    # The import links its memories in one transaction. A live writer holds
+    # the second link's older memory, then writes another memory of the
+    # namespace (its generation and statistics). Linking row by row took the
+    # generation with the first link and then waited for that row: a deadlock.
+    first = remember(cast.alice.id, OLD)["id"]
+    remember(cast.alice.id, NEW, replaces=first)
+    second = remember(cast.alice.id, "The office wifi password is harbour-lights-42.")["id"]
+    remember(cast.alice.id, "New office wifi password: copper-kettle-17.", replaces=second)
+    remember(cast.alice.id, "The dentist is Dr. Okafor on Mill Lane.")
+    records = list(services.export_memories(user_id=cast.alice.id))
+
+    original = transfer._import_links
+    ready, go = threading.Event(), threading.Event()
+    importer: dict[str, Any] = {}
+
+    def paused(*args: Any) -> None:
+        importer["pid"] = backend_pid()
+        ready.set()
+        assert go.wait(PATIENCE), "the test never let the import go on"
+        original(*args)
+
+    monkeypatch.setattr(transfer, "_import_links", paused)
+
+    def run() -> None:
+        try:
+            importer["report"] = services.import_memories(user_id=cast.charlie.id, records=records)
+        except BaseException as exc:  # surfaced below
+            importer["error"] = exc
+            ready.set()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert ready.wait(PATIENCE), "the import never came to its links"
+    assert "error" not in importer, importer.get("error")
+    with tenancy.operator():
+        held = Memory.objects.get(user_id=cast.charlie.id, content__startswith="The office wifi").id
+        other = Memory.objects.get(user_id=cast.charlie.id, content__startswith="The dentist").id
+    with tenancy.tenant(cast.charlie.id), connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [held])
+        go.set()
+        for _ in range(int(PATIENCE / 0.05)):
+            if not thread.is_alive() or waits_for(importer["pid"], backend_pid()):
+                break
+            threading.Event().wait(0.05)
+        cursor.execute("UPDATE memories SET priority = 'high' WHERE id = %s", [other])
+    thread.join(PATIENCE)
+    assert not thread.is_alive(), "the import never finished"
+    if "error" in importer:
+        raise importer["error"]
+
+    assert (importer["report"].linked, importer["report"].unlinked) == (2, 0)
+    with tenancy.operator():
+        linked = Memory.objects.filter(user_id=cast.charlie.id, superseded_by__isnull=False)
+        assert sorted(m.content for m in linked) == sorted(
+            [OLD, "The office wifi password is harbour-lights-42."]
+        )
+        assert Memory.objects.get(id=other).priority == "high"
+    assert dangling_links(cast.charlie.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_drops_a_link_whose_memory_was_forgotten_before_it_linked(
+    cast, monkeypatch
+) -> None:
+    first = remember(cast.alice.id, OLD)["id"]
+    remember(cast.alice.id, NEW, replaces=first)
+    records = list(services.export_memories(user_id=cast.alice.id))
+    original = transfer._import_links
+
+    def forget_first(user_id: Any, *args: Any) -> None:
+        # A live forget of the replacing memory, between storing and linking.
+        with tenancy.operator():
+            gone = Memory.objects.get(user_id=user_id, content=NEW).id
+        services.forget(user_id=user_id, mode="by_id", id=str(gone))
+        original(user_id, *args)
+
+    monkeypatch.setattr(transfer, "_import_links", forget_first)
+
+    report = services.import_memories(user_id=cast.charlie.id, records=records)
+
+    assert (report.imported, report.linked, report.unlinked) == (2, 0, 1)
+    with tenancy.operator():
+        kept = Memory.objects.get(user_id=cast.charlie.id)
+    assert (kept.content, kept.superseded_by) == (OLD, None)
