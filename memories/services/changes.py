@@ -355,32 +355,38 @@ def forget_namespace(
     return {"deleted_count": deleted, "namespace": ns, "purged": wipe}
 
 
+# A bulk delete locks its rows first, by id, then deletes them. A write that
+# replaces several memories locks them in that order (``superseding.lock``); a
+# delete taking them in the order it finds them could hold one the write needs
+# next while it waits for one the write holds: a deadlock (40P01) that fails
+# one of the two calls. RETURNING rather than Django's ``delete()``, to purge
+# exactly what went. Each names the user, and row-level security adds the
+# user's own condition on top.
+_DELETE_LOCKED = (
+    "DELETE FROM memories WHERE id IN (SELECT id FROM memories WHERE user_id = %s AND {}"
+    " ORDER BY id FOR UPDATE) RETURNING id"
+)
+DELETE_IDS = _DELETE_LOCKED.format("id = ANY(%s)")
+DELETE_NAMESPACE = _DELETE_LOCKED.format("namespace = %s")
+DELETE_NAMESPACE_UNTIL = _DELETE_LOCKED.format("namespace = %s AND created_at <= %s")
+
+
 def _delete_ids(user_id: uuid.UUID | str, memory_ids: list[uuid.UUID], purge: bool) -> int:
-    # RETURNING rather than Django's delete(), to purge exactly what went.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "DELETE FROM memories WHERE user_id = %s AND id = ANY(%s) RETURNING id",
-            [str(user_id), list(memory_ids)],
-        )
-        gone = [row[0] for row in cursor.fetchall()]
-    if purge and gone:
-        _purge_history(gone)
-    return len(gone)
+    return _delete(DELETE_IDS, [str(user_id), list(memory_ids)], purge)
 
 
 def _delete_namespace(
     user_id: uuid.UUID | str, namespace: str, cutoff: datetime | None, purge: bool
 ) -> int:
     """Delete one user's memories in one namespace (created up to ``cutoff``)."""
-    # Both conditions are spelled out here, and row-level security adds the
-    # user's own on top: nothing outside this user and namespace can match.
-    sql = "DELETE FROM memories WHERE user_id = %s AND namespace = %s"
-    params: list[Any] = [str(user_id), namespace]
-    if cutoff is not None:
-        sql += " AND created_at <= %s"
-        params.append(cutoff)
+    if cutoff is None:
+        return _delete(DELETE_NAMESPACE, [str(user_id), namespace], purge)
+    return _delete(DELETE_NAMESPACE_UNTIL, [str(user_id), namespace, cutoff], purge)
+
+
+def _delete(sql: str, params: list[Any], purge: bool) -> int:
     with connection.cursor() as cursor:
-        cursor.execute(sql + " RETURNING id", params)
+        cursor.execute(sql, params)
         gone = [row[0] for row in cursor.fetchall()]
     if purge and gone:
         _purge_history(gone)

@@ -64,8 +64,10 @@ def clean_up(*, now: datetime | None = None) -> CleanUp | None:
             return None
         with context.acting_as("maintenance"):
             expired = _in_batches(
+                # SKIP LOCKED: a memory a live write holds is left for the
+                # next run, so the purge never waits in a lock order of its own.
                 "DELETE FROM memories WHERE id IN (SELECT id FROM memories"
-                " WHERE expires_at <= %s LIMIT %s)",
+                " WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED)",
                 [moment],
             )
             horizon = moment - timedelta(days=settings.HISTORY_RETENTION_DAYS)

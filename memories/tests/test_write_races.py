@@ -14,6 +14,11 @@ met once on a ``forget``:
 
 Each test holds the first call at that point until the second is waiting on
 a lock, then lets it go: both calls must finish, and the links stay whole.
+
+The same order binds the writes that take many rows: ``recall import``
+restoring links, a bulk delete (forget's confirm, ``forget_namespace``) and
+the expiry purge. The first two lock their rows by id before writing; the
+purge passes over a row a live write holds.
 """
 
 from __future__ import annotations
@@ -21,16 +26,19 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection, connections
+from django.utils import timezone
 
 from accounts.tiers import Tier
 from core import tenancy
 from memories import services
 from memories.models import Memory, MemoryHistory
 from memories.services import storing, transfer
+from memories.validation import content_hash
 
 OLD = "Staging Postgres runs on pg-staging-3."
 NEW = "Staging Postgres was migrated to pg-staging-7 last week."
@@ -378,3 +386,93 @@ def test_an_import_drops_a_link_whose_memory_was_forgotten_before_it_linked(
     with tenancy.operator():
         kept = Memory.objects.get(user_id=cast.charlie.id)
     assert (kept.content, kept.superseded_by) == (OLD, None)
+
+
+# Two ids at the ends of the order, so that the first stored is the last by id.
+HIGH = uuid.UUID("ffffffff-ffff-4fff-bfff-ffffffffffff")
+LOW = uuid.UUID("00000000-0000-4000-8000-000000000000")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_forgetting_a_namespace_while_a_write_holds_two_of_its_memories_answers_both(
+    cast, monkeypatch
+) -> None:
+    # A write that replaces two memories locks them by id (superseding.lock).
+    # Deleting a namespace took its rows in the order it found them, here the
+    # one stored first, the higher id: each then waited for the other.
+    # HIGH goes to the text found first, by storage and by the namespace's
+    # index (content hash order).
+    texts = sorted([OLD, "The office wifi password is harbour-lights-42."], key=content_hash)
+    ids = iter([HIGH, LOW])
+    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
+    for text in texts:
+        remember(cast.alice.id, text)
+    monkeypatch.undo()
+    deleter: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            deleter["pid"] = backend_pid()
+            deleter["result"] = services.forget_namespace(
+                user_id=cast.alice.id, namespace="default"
+            )
+        except BaseException as exc:  # surfaced below
+            deleter["error"] = exc
+        finally:
+            connections.close_all()
+
+    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [LOW])
+        thread = threading.Thread(target=run)
+        thread.start()
+        for _ in range(int(PATIENCE / 0.05)):
+            if not thread.is_alive() or (
+                "pid" in deleter and waits_for(deleter["pid"], backend_pid())
+            ):
+                break
+            threading.Event().wait(0.05)
+        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [HIGH])
+    thread.join(PATIENCE)
+    assert not thread.is_alive(), "the delete never finished"
+    if "error" in deleter:
+        raise deleter["error"]
+    assert deleter["result"]["deleted_count"] == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_expiry_purge_passes_over_a_memory_a_live_write_holds(cast) -> None:
+    # The purge spans every user's namespaces: waiting on a live write's row
+    # would put it in that write's lock order. It leaves the row for its next run.
+    held = remember(cast.alice.id, OLD, ttl_seconds=60)["id"]
+    remember(cast.alice.id, "The office wifi password is harbour-lights-42.", ttl_seconds=60)
+    later = timezone.now() + timedelta(minutes=2)
+    purge: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            purge["pid"] = backend_pid()
+            purge["done"] = services.clean_up(now=later)
+        except BaseException as exc:  # surfaced below
+            purge["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [held])
+        thread.start()
+        for _ in range(int(PATIENCE / 0.05)):
+            if not thread.is_alive() or ("pid" in purge and waits_for(purge["pid"], backend_pid())):
+                break
+            threading.Event().wait(0.05)
+        waited = thread.is_alive()
+    thread.join(PATIENCE)
+    if "error" in purge:
+        raise purge["error"]
+
+    assert not waited, "the purge waited for a row a live write holds"
+    assert purge["done"].expired_memories == 1
+    with tenancy.operator():
+        assert [str(i) for i in Memory.objects.values_list("id", flat=True)] == [held]
+    again = services.clean_up(now=later)
+    assert again is not None and again.expired_memories == 1
