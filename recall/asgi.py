@@ -77,7 +77,7 @@ from core.workers import is_worker  # noqa: E402
 from memories import embeddings, jobs  # noqa: E402
 from memories.mcp import build_agent_server, build_server, build_v1_server  # noqa: E402
 from oauth import resources, tokens  # noqa: E402
-from recall import jsonrpc  # noqa: E402
+from recall import bodylimit, jsonrpc  # noqa: E402
 from recall.db import embedded  # noqa: E402
 from recall.fastpath import FastPath  # noqa: E402
 from recall.jsonrpc import (  # noqa: E402
@@ -130,6 +130,8 @@ class Recall:
     def __init__(self) -> None:
         self.django = get_asgi_application()
         self.static = ASGIStaticFilesHandler(self.django)
+        # Every other request reaches Django with its body held to a cap.
+        self.pages = bodylimit.Capped(self.django)
         self.endpoints = {
             # The five tools: API keys as before, or an OAuth token acting as its agent.
             resources.MCP_PATH: build_endpoint(resources.MCP_PATH, build_server(), api_keys=True),
@@ -168,7 +170,7 @@ class Recall:
             if path.startswith("/" + settings.STATIC_URL.lstrip("/")):
                 await self.static(scope, receive, send)
                 return
-        await self.django(scope, receive, send)
+        await self.pages(scope, receive, send)
 
     # lifespan ------------------------------------------------------------------
 

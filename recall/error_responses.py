@@ -48,9 +48,11 @@ class ErrorResponseMiddleware:
         return None
 
 
+# Paths whose callers are programs: their errors are JSON, whatever they accept.
+API_PREFIXES = ("/api/", "/billing/", "/webhooks/")
+
+
 def _error(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
-    if request.accepts("text/html") and not request.path.startswith(
-        ("/api/", "/billing/", "/webhooks/")
-    ):
+    if request.accepts("text/html") and not request.path.startswith(API_PREFIXES):
         return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
     return JsonResponse(errors.body(code, message), status=status)
