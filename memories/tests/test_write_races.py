@@ -64,6 +64,15 @@ def waits_for(pid: int, holder: int) -> bool:
         return bool(cursor.fetchone()[0])
 
 
+def until_waiting(thread: threading.Thread, its: dict[str, Any]) -> None:
+    """Return once ``thread``'s connection (``its["pid"]``) waits on a lock this
+    test's connection holds, or the thread has ended."""
+    for _ in range(int(PATIENCE / 0.05)):
+        if not thread.is_alive() or ("pid" in its and waits_for(its["pid"], backend_pid())):
+            return
+        threading.Event().wait(0.05)
+
+
 class Paused:
     """Hold a remember between storing its memory and linking what it replaces."""
 
@@ -342,10 +351,7 @@ def test_an_import_restoring_links_and_a_live_write_to_a_linked_memory_both_fini
     with tenancy.tenant(cast.charlie.id), connection.cursor() as cursor:
         cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [held])
         go.set()
-        for _ in range(int(PATIENCE / 0.05)):
-            if not thread.is_alive() or waits_for(importer["pid"], backend_pid()):
-                break
-            threading.Event().wait(0.05)
+        until_waiting(thread, importer)
         cursor.execute("UPDATE memories SET priority = 'high' WHERE id = %s", [other])
     thread.join(PATIENCE)
     assert not thread.is_alive(), "the import never finished"
@@ -425,12 +431,7 @@ def test_forgetting_a_namespace_while_a_write_holds_two_of_its_memories_answers_
         cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [LOW])
         thread = threading.Thread(target=run)
         thread.start()
-        for _ in range(int(PATIENCE / 0.05)):
-            if not thread.is_alive() or (
-                "pid" in deleter and waits_for(deleter["pid"], backend_pid())
-            ):
-                break
-            threading.Event().wait(0.05)
+        until_waiting(thread, deleter)
         cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [HIGH])
     thread.join(PATIENCE)
     assert not thread.is_alive(), "the delete never finished"
@@ -461,10 +462,7 @@ def test_the_expiry_purge_passes_over_a_memory_a_live_write_holds(cast) -> None:
     with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
         cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [held])
         thread.start()
-        for _ in range(int(PATIENCE / 0.05)):
-            if not thread.is_alive() or ("pid" in purge and waits_for(purge["pid"], backend_pid())):
-                break
-            threading.Event().wait(0.05)
+        until_waiting(thread, purge)
         waited = thread.is_alive()
     thread.join(PATIENCE)
     if "error" in purge:
