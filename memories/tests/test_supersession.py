@@ -98,6 +98,49 @@ def test_giving_up_cancelling_or_swapping_is_a_change(
     assert f"'{word}'" in decision.reason
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "similarity"),
+    [
+        ("The wiki lives at wiki.acme.dev.", "Documentation was moved to docs.acme.dev.", 0.69),
+        (
+            "The gym costs £30 a month.",
+            "After the price rise we now pay £36 for the leisure centre.",
+            0.55,
+        ),
+    ],
+)
+def test_the_same_slot_in_other_words_with_a_change_word_is_replaced(
+    old: str, new: str, similarity: float
+) -> None:
+    # No subject word in common, but one value swapped for another of its
+    # kind, nothing else added or lost, and a change word.
+    decision = judge(new, Candidate("old", old, similarity))
+
+    assert decision.verdict == "supersede", decision.reason
+    assert decision.reason.startswith("the same slot in other words")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "similarity"),
+    [
+        # Too far apart: another subject that happens to change a number.
+        ("Alice's phone is 555-0101.", "Reach the landlord now on 555-0188.", 0.39),
+        # No change word: a second place for documentation may be as true.
+        ("The wiki lives at wiki.acme.dev.", "Documentation is at docs.acme.dev.", 0.69),
+        # More than the one value changes.
+        (
+            "The wiki lives at wiki.acme.dev.",
+            "Documentation moved to docs.acme.dev on 3 May.",
+            0.66,
+        ),
+    ],
+)
+def test_other_words_without_all_of_that_stay_two_facts(
+    old: str, new: str, similarity: float
+) -> None:
+    assert verdict(old, new, similarity) == "keep"
+
+
 def test_a_close_paraphrase_that_swaps_one_value_replaces_the_old_one() -> None:
     # Few words in common beyond the subject, one value of one kind swapped:
     # very close vectors are what says it is the same slot.
