@@ -17,8 +17,10 @@ of a new value for the same slot scores above ``THRESHOLD``:
    "mobile"/"web"); different names up front ("Priya's car", "Marcus
    drives"); an addition ("also", "another", "as well"); values of different
    kinds and nothing else ("Ben's phone is ..." / "Ben's email is ...");
-   different speakers; no shared subject word; a long text (not one fact);
-   a cosine below ``FLOOR``.
+   different speakers; no shared subject word (unless the new memory has a
+   change word and swaps one value for another of its kind, nothing else,
+   at cosine ``RENAMED`` or more: the slot in other words, replaced); a long
+   text (not one fact); a cosine below ``FLOOR``.
 2. Evidence, scored: cosine, the share of subject words held in common, a
    value of the same kind that differs (host, email, phone, money, version,
    date, time, count, name), change words ("now", "moved", "switched",
