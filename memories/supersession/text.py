@@ -128,6 +128,8 @@ def contrast_word(lower: str) -> str | None:
     return None
 
 
+# The verb that states a subject's value ("X is Y").
+COPULA = _set("is are was were am")
 # Kin terms that are used as names, capitalised anywhere: "I called Mum".
 KIN_NAMES = _set("mother father grandmother grandfather")  # as contrast_word gives them
 # States a subject is in, one at a time: a new one replaces the old.
@@ -360,7 +362,10 @@ def read(text: str) -> Reading:
     negated = negated or bool(_phrases(lowered, (("no", "longer"), ("any", "more"))))
     additive = any(w in ADDITIVE for w in lowered) or bool(_phrases(lowered, ADDITIVE_PHRASES))
     subject = True  # still among the first words, before the first plain content word
+    stated = False  # past the sentence's first "is": what follows is its value
     for position, (token, lower) in enumerate(zip(raw, lowered, strict=True)):
+        if lower in COPULA:
+            stated = True
         bare = stem(lower)
         capital = token[:1].isupper() and bare not in NOT_NAMES and lower not in CHANGE
         # A capitalised word inside a sentence is a name; so is a first word
@@ -379,7 +384,9 @@ def read(text: str) -> Reading:
             and int(value.text) <= 24
         ):
             value = Value("time", value.text)  # "at 5"
-        if contrast is not None:
+        if contrast is not None and not (stated and _CONTRAST_CLASS[contrast] == _KIN):
+            # A relative after "is" is the value, not the subject: "My
+            # emergency contact is my partner Sam" is about the contact.
             contrasts.add(contrast)
         if value is not None:
             values.add(value)

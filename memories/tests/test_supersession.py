@@ -141,6 +141,22 @@ def test_other_words_without_all_of_that_stay_two_facts(
     assert verdict(old, new, similarity) == "keep"
 
 
+def test_a_relative_after_is_is_the_value_not_the_subject() -> None:
+    # "my uncle Farid" is who the landlord is; "My sister is ..." is about her.
+    assert (
+        verdict(
+            "Our landlord is my uncle Farid.",
+            "The landlord is now a company, Keystone Lettings.",
+            0.43,
+        )
+        == "supersede"
+    )
+    assert (
+        verdict("My sister is a nurse in Leeds.", "My brother is a teacher in York.", 0.43)
+        == "keep"
+    )
+
+
 def test_a_close_paraphrase_that_swaps_one_value_replaces_the_old_one() -> None:
     # Few words in common beyond the subject, one value of one kind swapped:
     # very close vectors are what says it is the same slot.
