@@ -129,8 +129,9 @@ def build_endpoint(path: str, server: Any, *, api_keys: bool) -> Endpoint:
 class Recall:
     def __init__(self) -> None:
         self.django = get_asgi_application()
-        self.static = ASGIStaticFilesHandler(self.django)
-        # Every other request reaches Django with its body held to a cap.
+        # Every other request reaches Django with its body held to a cap (the
+        # static files handler is Django's too: it reads a body all the same).
+        self.static = bodylimit.Capped(ASGIStaticFilesHandler(self.django))
         self.pages = bodylimit.Capped(self.django)
         self.endpoints = {
             # The five tools: API keys as before, or an OAuth token acting as its agent.

@@ -100,10 +100,11 @@ def test_a_body_streamed_past_the_cap_is_cut_off_with_413(server):
     assert sent < ENDLESS
 
 
-def test_a_declared_length_over_the_cap_is_refused_before_a_byte_is_read(server):
+@pytest.mark.parametrize("path", ["/login/", "/static/recall.css"])
+def test_a_declared_length_over_the_cap_is_refused_before_a_byte_is_read(server, path):
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
         sock.sendall(
-            b"POST /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/html\r\n"
+            f"POST {path} HTTP/1.1\r\n".encode() + b"Host: 127.0.0.1\r\nAccept: text/html\r\n"
             b"Content-Type: application/x-www-form-urlencoded\r\n"
             b"Content-Length: 1073741824\r\n\r\n"
         )
