@@ -39,17 +39,17 @@ def cores() -> int:
 
 
 def default_count(available: int | None = None) -> int:
-    """Return ``recall serve``'s worker count when none is given: one per two cores.
+    """Return ``recall serve``'s worker count when none is given: one per core.
 
-    A worker's calls keep more than its own core busy: each search also runs
-    in a PostgreSQL backend (about as much CPU again, on the embedded
-    database), and a query the cache has not seen runs the model on its
-    share of the cores. On two cores one worker served cached recalls faster
-    than two, and two faster than three, at less CPU per call (BENCHMARKS.md,
-    "Efficiency: the default worker count"). With more cores the same holds
-    per pair: half of them for the workers, half for PostgreSQL and the model.
+    Since the result cache, a repeated search costs PostgreSQL under 1 ms of
+    CPU and the worker's Python 2 to 4 ms: one process's interpreter is the
+    limit. On two cores two workers served 1.9 times the cached recalls of
+    one, and 1.2 times the new ones, at no more CPU per call (BENCHMARKS.md,
+    "Two workers with the result cache"). Before the cache, each search kept
+    a PostgreSQL backend about as busy as its worker, and one worker per two
+    cores did best.
     """
-    return max(1, (cores() if available is None else available) // 2)
+    return max(1, cores() if available is None else available)
 
 
 def is_worker() -> bool:

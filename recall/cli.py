@@ -108,7 +108,7 @@ def serve(argv: list[str] | None = None) -> None:
         "--workers",
         type=int,
         default=None,
-        help="server processes sharing the port (default: WEB_CONCURRENCY, else one per two cores)",
+        help="server processes sharing the port (default: WEB_CONCURRENCY, else one per core)",
     )
     args = parser.parse_args(argv or [])
     django.setup()

@@ -116,10 +116,10 @@ def test_a_bad_direct_url_is_named():
     assert "DATABASE_DIRECT_URL" in result.stderr.splitlines()[-1]
 
 
-def test_the_default_worker_count_is_one_per_two_cores():
+def test_the_default_worker_count_is_one_per_core():
     from core import workers
 
-    assert [workers.default_count(n) for n in (1, 2, 3, 4, 8, 64)] == [1, 1, 1, 2, 4, 32]
+    assert [workers.default_count(n) for n in (0, 1, 2, 3, 4, 8, 64)] == [1, 1, 2, 3, 4, 8, 64]
     # What recall serve starts when WEB_CONCURRENCY is not set: this machine's figure.
     code = (
         "import os; os.environ.pop('WEB_CONCURRENCY', None); import recall.settings as s;"
@@ -128,4 +128,4 @@ def test_the_default_worker_count_is_one_per_two_cores():
     result = load_settings(code)
     assert result.returncode == 0, result.stderr
     count, cores = (int(n) for n in result.stdout.split())
-    assert count == max(1, cores // 2)
+    assert count == max(1, cores)
