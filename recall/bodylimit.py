@@ -37,6 +37,9 @@ MARGIN = 64 * 1024
 TOO_LARGE = "Request body too large."
 # Django's DATA_UPLOAD_MAX_MEMORY_SIZE when it is left alone: 2.5 MiB.
 DJANGO_DEFAULT = 2_621_440
+# The dashboard's import upload (dashboard/urls.py), whose view words its own
+# refusal (tests/test_body_limit.py checks that page, so a moved URL fails it).
+UPLOAD_PATH = "/memories/import"
 
 
 def cap(path: str) -> int:
@@ -46,10 +49,6 @@ def cap(path: str) -> int:
     # None switches Django's own check off; the cap stays at Django's default.
     size = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     return int(size if size is not None else DJANGO_DEFAULT) + MARGIN
-
-
-# The dashboard's import upload (dashboard/urls.py), whose view words its own refusal.
-UPLOAD_PATH = "/memories/import"
 
 
 class Capped:
