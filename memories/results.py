@@ -358,7 +358,7 @@ def key(
     return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Lookup:
     """One search's use of the cache: answer from it, or say how to store what is ranked.
 
