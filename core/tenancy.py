@@ -167,6 +167,25 @@ def read_once(
     return read[0] if read is not None else None
 
 
+def read(
+    user_id: uuid.UUID | str,
+    sql: str,
+    params: Mapping[str, Any] | list[Any],
+    *,
+    agent_id: uuid.UUID | str | None = None,
+    task_id: str | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+) -> Rows:
+    """Run one read-only statement as the tenant: ``read_once`` where it can, else ``tenant()``."""
+    once = read_once(user_id, sql, params, agent_id=agent_id, task_id=task_id, using=using)
+    if once is not None:
+        return once
+    opened = tenant(user_id, using, agent_id=agent_id, task_id=task_id)
+    with opened, connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return Rows(_names(cursor), cursor.fetchall())
+
+
 def read_many(
     user_id: uuid.UUID | str,
     statements: Sequence[tuple[str, Mapping[str, Any] | list[Any]]],

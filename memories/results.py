@@ -394,15 +394,9 @@ class Lookup:
             "user": self.user_id,
             "ids": [hit.id for hit in entry.hits],
         }
-        read = tenancy.read_once(
+        read = tenancy.read(
             self.user_id, CHECK, params, agent_id=self.agent_id, task_id=self.task_id
         )
-        if read is None:
-            opened = tenancy.tenant(self.user_id, agent_id=self.agent_id, task_id=self.task_id)
-            with opened, connection.cursor() as cursor:
-                cursor.execute(CHECK, params)
-                names = [column.name for column in cursor.description or []]
-                read = tenancy.Rows(names, cursor.fetchall())
         rows = read.rows
         fresh = bool(rows and rows[0][0])
         load = loading.Loader(read.columns)

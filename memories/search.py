@@ -352,12 +352,9 @@ def pair_cosines(
     def read(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
         params = [[a for a, _ in pairs], [b for _, b in pairs], str(user_id), str(user_id)]
         if connection.in_atomic_block:
-            rows = here(params)
-        elif once := tenancy.read_once(user_id, sql, params, agent_id=agent_id, task_id=task_id):
-            rows = once.rows
+            rows = here(params)  # the caller's transaction
         else:
-            with tenancy.tenant(user_id, agent_id=agent_id, task_id=task_id):
-                rows = here(params)
+            rows = tenancy.read(user_id, sql, params, agent_id=agent_id, task_id=task_id).rows
         return {(str(a), str(b)): float(cos) for a, b, cos in rows}
 
     return read
