@@ -41,7 +41,10 @@ part (to report on). Four measurements:
 2. **Offline, on the stream** (no server): the detector over each split as
    the write path would run it, each new memory against its 5 nearest
    current memories by cosine: the share of updates found, wrong
-   supersessions by kind, and the detector's time per write.
+   supersessions by kind, and the detector's time per write. Also what the
+   writes would name in ``may_replace`` for the caller to judge: how many
+   of the updates the detector missed are named, and how many hints are
+   true.
 
 3. **Added ``remember`` latency** at ``--latency-size`` (10,000) memories in
    one namespace, in-process on a throwaway database with the embedding
@@ -437,11 +440,11 @@ def locomo_quiet(data: Path, model: Any, cache: corpus.EmbeddingCache) -> dict[s
     """Run the detector over each LoCoMo conversation's turns, each against its nearest."""
     from bench.retrieval import locomo_file
     from memories import validation
-    from memories.supersession import Candidate, decide
+    from memories.supersession import Candidate, decide, hints
 
     raw = json.loads(locomo_file(data).read_text())
     conversations = corpus.parse_locomo(raw)
-    turns = fired = 0
+    turns = fired = hinted = 0
     examples: list[tuple[str, str, str]] = []
     for conversation in conversations:
         texts = [validation.normalize(t.content) for t in conversation.turns]
@@ -451,7 +454,9 @@ def locomo_quiet(data: Path, model: Any, cache: corpus.EmbeddingCache) -> dict[s
             near = np.argsort(-sims)[: ks.CANDIDATES]
             candidates = [Candidate(str(i), texts[i], float(sims[i])) for i in near]
             turns += 1
-            for decision in decide(texts[n], candidates):
+            decisions = decide(texts[n], candidates)
+            hinted += bool(hints(decisions))
+            for decision in decisions:
                 if decision.verdict == "supersede":
                     fired += 1
                     if len(examples) < 10:
@@ -465,6 +470,7 @@ def locomo_quiet(data: Path, model: Any, cache: corpus.EmbeddingCache) -> dict[s
         "turns": turns,
         "supersessions": fired,
         "rate": round(fired / turns, 4) if turns else 0.0,
+        "turns_with_hints": hinted,
     }
 
 
@@ -668,6 +674,21 @@ def print_report(report: dict[str, Any]) -> None:
         harness.print_table(
             rows, ["split", "updates", "found", "wrong", "look-alikes marked", "currents", "ms p50"]
         )
+        hinted = [
+            [
+                name,
+                o["updates_missed"],
+                o["updates_missed_hinted"],
+                o["hints"],
+                o["hints_true"],
+                f"{o['hint_writes']}/{o['writes']}",
+            ]
+            for name, o in report["offline"].items()
+        ]
+        print("\nHints (may_replace): what the writes name for the caller to judge")
+        harness.print_table(
+            hinted, ["split", "updates missed", "of them named", "hints", "true", "writes with"]
+        )
     lat = report.get("latency")
     if lat:
         print(
@@ -682,7 +703,8 @@ def print_report(report: dict[str, Any]) -> None:
     if quiet:
         print(
             f"\nLoCoMo ({quiet['file']}): the detector fired on {quiet['supersessions']} of "
-            f"{quiet['turns']} turns ({quiet['rate']:.2%})"
+            f"{quiet['turns']} turns ({quiet['rate']:.2%}); "
+            f"{quiet['turns_with_hints']} turns named a hint"
         )
     fit = report.get("calibration")
     if fit:

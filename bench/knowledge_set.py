@@ -196,7 +196,44 @@ class Simulation:
             "currents_marked": sum(1 for k in currents if k in self.superseded),
             "distractors_marked": sum(1 for k in self.superseded if by_key[k].role == "distractor"),
             "ambiguous": self.ambiguous,
+            **self.hinted(split),
             "wrong_pairs": [[new.content, old.content] for old, new in wrong],
+        }
+
+    def hinted(self, split: Split) -> dict[str, Any]:
+        """What the writes' ``may_replace`` named: how many, how many true, which misses.
+
+        Per write, the kept candidates ``supersession.hints`` names (at most
+        ``HINTS``, the best first); a true hint names an earlier version of
+        the new memory's chain that the detector did not link.
+        """
+        from memories.supersession import hints
+
+        by_write: dict[str, list[tuple[Item, Any]]] = {}
+        for new, old, decision in self.decisions:
+            by_write.setdefault(new.key, []).append((old, decision))
+        news = {new.key: new for new, _, _ in self.decisions}
+        named: list[tuple[Item, Item]] = []
+        for key, pairs in by_write.items():
+            chosen = {d.id for d in hints([d for _, d in pairs])}
+            named += [(news[key], old) for old, d in pairs if d.id in chosen]
+        true = [(new, old) for new, old in named if is_update(new, old)]
+        linked = set(self.superseded.items())  # (old key, new key)
+        missed = [
+            new
+            for new in split.items
+            if new.role == "chain"
+            and new.index > 0
+            and not any((f"chain:{new.group}:{n}", new.key) in linked for n in range(new.index))
+        ]
+        hinted = {new.key for new, _ in true}
+        return {
+            "hints": len(named),
+            "hints_true": len(true),
+            "hint_writes": len({new.key for new, _ in named}),
+            "writes": len(split.items) - 1,
+            "updates_missed": len(missed),
+            "updates_missed_hinted": sum(1 for new in missed if new.key in hinted),
         }
 
 

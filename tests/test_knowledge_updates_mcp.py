@@ -214,3 +214,33 @@ def test_a_chain_over_the_agent_endpoint_stays_inside_the_agent(live, cast, agen
     assert [m["superseded_by"] for m in marked if m["id"] == old["id"]] == [added["id"]]
     # The writer's own memory was never linked: still current for it.
     assert [m["id"] for m in theirs] == [writers["id"]]
+
+
+UNSURE_OLD = "Jess prefers beach holidays."
+UNSURE_NEW = "Jess is all about mountain hiking trips now."
+
+
+def test_every_endpoint_names_a_likely_older_statement_and_links_it_when_asked(
+    live, cast, agents
+) -> None:
+    url, key = f"{live.url}/mcp", cast.alice_key.raw
+    old, new = (
+        structured(r)
+        for r in calls(url, key, [("remember", {"content": c}) for c in (UNSURE_OLD, UNSURE_NEW)])
+    )
+    assert "replaces" not in new
+    assert new["may_replace"] == [{"id": old["id"], "content": UNSURE_OLD}]
+    linked = structured(call(url, key, "remember", {"content": UNSURE_NEW, "replaces": old["id"]}))
+    assert linked == {"id": new["id"], "deduped": True, "replaces": [old["id"]]}
+
+    v1, jess = f"{live.url}/v1/mcp", {"user_id": "jess", "async": False}  # a namespace
+    first = structured(call(v1, key, "add_memory", {"content": UNSURE_OLD, **jess}))
+    added = structured(call(v1, key, "add_memory", {"content": UNSURE_NEW, **jess}))
+    assert added["may_replace"] == [{"id": first["memory_id"], "content": UNSURE_OLD}]
+
+    research = agent_token(live, cast.alice, agents.research)
+    agent = f"{live.url}/agent/mcp"
+    [mine] = structured(call(agent, research, "memory_add", {"content": UNSURE_OLD}))["memories"]
+    [note] = structured(call(agent, research, "memory_add", {"content": UNSURE_NEW}))["memories"]
+    # The agent's own older note only: alice's key-written ones are another writer's.
+    assert note["may_replace"] == [{"id": mine["id"], "content": UNSURE_OLD}]

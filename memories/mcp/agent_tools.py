@@ -17,7 +17,13 @@ from pydantic import BaseModel, Field
 from memories import services, validation
 from memories.formatting import memory_tags
 from memories.mcp import runtime
-from memories.mcp.arguments import SCORE, IncludeSuperseded, Replaces
+from memories.mcp.arguments import (
+    MAY_REPLACE,
+    SCORE,
+    IncludeSuperseded,
+    MayReplace,
+    Replaces,
+)
 from memories.mcp.runtime import success, tool
 
 INSTRUCTIONS = """\
@@ -72,6 +78,7 @@ class Stored(BaseModel):
     replaces: list[str] | None = Field(
         None, description="A note: the older memories it replaced; absent when none."
     )
+    may_replace: list[MayReplace] | None = Field(None, description=MAY_REPLACE)
 
 
 class AddOutput(BaseModel):
@@ -147,7 +154,9 @@ def memory_add(
     document is cut by headings, paragraphs and size, each chunk filed under
     its path. All of a call is stored, or none of it. A note that states a
     new value of a fact (replaces names the old memory, or the server finds
-    it) replaces the older note: kept, but left out of searches.
+    it) replaces the older note: kept, but left out of searches. When the
+    server is unsure, may_replace lists likely older statements: call again
+    with the same content and replaces=its id to link one.
     """
     caller = runtime.caller()
     stored = services.add(

@@ -178,6 +178,20 @@ Replaces = Annotated[
         "older memory is kept, marked as replaced, and left out of searches from now on.",
     ),
 ]
+
+
+class MayReplace(BaseModel):
+    """An output item: a kept memory that may hold an earlier value of the stored fact."""
+
+    id: str
+    content: str
+
+
+MAY_REPLACE = (
+    "Current memories that may state an earlier value of the same fact, which the server "
+    "was not sure enough to replace; absent when none. If one does, call again with the "
+    "same content and replaces set to its id: nothing new is stored, the link is made."
+)
 IncludeSuperseded = Annotated[
     bool,
     Field(

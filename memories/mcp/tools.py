@@ -26,6 +26,7 @@ from memories.formatting import memory_tags
 from memories.mcp import runtime
 from memories.mcp.arguments import (
     AS_OF_VERSION,
+    MAY_REPLACE,
     SCORE,
     AsOf,
     Background,
@@ -34,6 +35,7 @@ from memories.mcp.arguments import (
     ExpiresAt,
     IdempotencyKey,
     IncludeSuperseded,
+    MayReplace,
     MemoryId,
     Message,
     Metadata,
@@ -83,6 +85,7 @@ class RememberOutput(BaseModel):
         description="The older memories this one replaced (named by replaces, or found to "
         "state an earlier value of the same fact); absent when none.",
     )
+    may_replace: list[MayReplace] | None = Field(None, description=MAY_REPLACE)
 
 
 class RecalledMemory(BaseModel):
@@ -314,8 +317,10 @@ def remember(
     memory's id if you know it. Without it, a new note that states a new
     value of the same fact as a recent one (a host migrated, a number
     changed) replaces it too, conservatively; "replaces" in the result lists
-    what was replaced. Replaced memories are kept, leave searches, and come
-    back with restore_memory.
+    what was replaced. When it is unsure, "may_replace" lists the likely
+    older statements ({id, content}): if one is the same fact's old value,
+    call remember again with the same content and replaces=its id. Replaced
+    memories are kept, leave searches, and come back with restore_memory.
 
     Returns {"id": "<uuid>", "deduped": false|true}; for messages
     {"thread_id", "memories": [{id, deduped}], "count"}. With async: true it

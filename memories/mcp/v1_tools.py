@@ -42,10 +42,12 @@ from memories import services, validation
 from memories.mcp import runtime
 from memories.mcp.arguments import (
     AS_OF_VERSION,
+    MAY_REPLACE,
     NAMESPACE_PATTERN,
     SCORE,
     AsOf,
     IncludeSuperseded,
+    MayReplace,
     MetadataFilter,
     PriorityName,
     Replaces,
@@ -107,6 +109,7 @@ class AddOutput(BaseModel):
     replaces: list[str] | None = Field(
         None, description="The older memories this one replaced; absent when none."
     )
+    may_replace: list[MayReplace] | None = Field(None, description=MAY_REPLACE)
 
 
 class Result(BaseModel):
@@ -321,6 +324,8 @@ def add_memory(
     }
     if stored.get("replaces"):
         added["replaces"] = stored["replaces"]
+    if stored.get("may_replace"):
+        added["may_replace"] = stored["may_replace"]
     return success(added)
 
 

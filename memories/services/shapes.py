@@ -12,6 +12,13 @@ from typing import NotRequired, TypedDict
 Metadata = dict[str, object]
 
 
+class Hinted(TypedDict):
+    """A current memory that may hold an earlier value of the stored one's fact."""
+
+    id: str
+    content: str
+
+
 class Remembered(TypedDict, total=False):
     """What ``remember`` answers: one memory's id, a conversation's, or a queued job's."""
 
@@ -24,6 +31,7 @@ class Remembered(TypedDict, total=False):
     status: str
     memory_ids: list[str]
     replaces: list[str]
+    may_replace: list[Hinted]
 
 
 class Stored(TypedDict):
@@ -31,6 +39,9 @@ class Stored(TypedDict):
     deduped: bool
     # The older memories this one replaced (issue 22), when any.
     replaces: NotRequired[list[str]]
+    # Kept memories that may state an earlier value of the same fact, which
+    # the detector was not sure enough to replace, when any: the caller judges.
+    may_replace: NotRequired[list[Hinted]]
 
 
 class Thread(TypedDict):

@@ -122,6 +122,8 @@ class Remembering:
             shaped: Remembered = {"id": one["id"], "deduped": one["deduped"]}
             if one.get("replaces"):
                 shaped["replaces"] = one["replaces"]
+            if one.get("may_replace"):
+                shaped["may_replace"] = one["may_replace"]
             return shaped
         return {"thread_id": self.thread_id, "memories": stored, "count": len(stored)}
 
@@ -203,10 +205,12 @@ def store(
             if found is None and i in vector_for:
                 new_id = new_ids[i]
                 waiting = None
+                hints: tuple[superseding.Hint, ...] = ()
                 if detecting:
-                    links, waiting = superseding.detect(
+                    detected = superseding.detect(
                         user_id, agent_id, call.namespace, item.content, vector_for[i]
                     )
+                    links, waiting, hints = detected.links, detected.pending, detected.hints
                 if links:
                     superseding.announce(links)
                 found, inserted = _insert_or_find(
@@ -216,7 +220,10 @@ def store(
                     stored[place] = found
                     if waiting is not None:
                         pending = (found, waiting)
-                results.append(_linked(user_id, found, not inserted, links))
+                result = _linked(user_id, found, not inserted, links)
+                if inserted and hints:
+                    result["may_replace"] = [hint.as_dict() for hint in hints]
+                results.append(result)
                 continue
             # Stored already: named as a replacement, it becomes one.
             assert found is not None, "every item is stored or found"
@@ -224,13 +231,31 @@ def store(
         if finish is not None:
             finish(results)
     if pending is not None:
-        replaced = superseding.settle_with_model(
-            user_id=user_id, agent_id=agent_id, new=pending[0], pending=pending[1]
-        )
-        if replaced:
-            [only] = results
-            only["replaces"] = [*only.get("replaces", []), *replaced]
+        [only] = results
+        _settle(user_id, agent_id, only, *pending)
     return results
+
+
+def _settle(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    result: Stored,
+    new: uuid.UUID,
+    pending: superseding.Pending,
+) -> None:
+    """After the write commits, let the chat model settle what the rules left open."""
+    replaced = superseding.settle_with_model(
+        user_id=user_id, agent_id=agent_id, new=new, pending=pending
+    )
+    if not replaced:
+        return
+    result["replaces"] = [*result.get("replaces", []), *replaced]
+    # What the model linked is no longer a question for the caller.
+    left = [hint for hint in result.get("may_replace", []) if hint["id"] not in replaced]
+    if left:
+        result["may_replace"] = left
+    else:
+        result.pop("may_replace", None)
 
 
 def _linked(

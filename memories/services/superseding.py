@@ -11,7 +11,10 @@ in ``memory_history`` (migration 0014); this module decides when to link:
 * on write: a single note is compared with the few nearest current notes of
   its namespace and writer (``nearest``, one statement inside the writing
   transaction) by the offline detector (``memories/supersession``); a
-  confident ``supersede`` links, anything else keeps both;
+  confident ``supersede`` links, anything else keeps both; the kept
+  candidates with some evidence of a new value (``Decision.hint``) are named
+  in the write's result, ``may_replace``, for the calling agent to judge
+  (``remember`` again with ``replaces`` links one);
 * by a chat model, only when one is configured (``RECALL_SUPERSESSION=llm``)
   and the detector left a candidate ambiguous: after the write commits, with
   a timeout, falling back to keeping both (``settle_with_model``).
@@ -38,7 +41,8 @@ from core.errors import Conflict, NotFound, ValidationFailed
 from core.timestamps import iso
 from memories import embeddings, search, validation
 from memories.models import Memory, SourceKind
-from memories.supersession import Candidate, Decision, decide
+from memories.services.shapes import Hinted
+from memories.supersession import Candidate, Decision, decide, hints
 
 logger = logging.getLogger("memories.services")
 
@@ -67,6 +71,17 @@ class Link:
 
     old: uuid.UUID
     decision: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A kept candidate that may hold an earlier value of the new memory's fact."""
+
+    id: str
+    content: str
+
+    def as_dict(self) -> Hinted:
+        return {"id": self.id, "content": self.content}
 
 
 @dataclass(frozen=True)
@@ -166,32 +181,44 @@ def nearest(
         return [Candidate(str(i), c, float(s)) for i, c, s in cursor.fetchall()]
 
 
+@dataclass(frozen=True)
+class Detected:
+    """What a write's detection found: links to make, a chat model's share, hints."""
+
+    links: list[Link]
+    pending: Pending | None = None
+    hints: tuple[Hint, ...] = ()
+
+
 def detect(
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None,
     namespace: str,
     content: str,
     vector: np.ndarray,
-) -> tuple[list[Link], Pending | None]:
+) -> Detected:
     """Decide, in the writing transaction, which current notes a new note replaces.
 
-    Returns the confident links, their memories locked (``lock``), and what a
+    Returns the confident links, their memories locked (``lock``); what a
     chat model may settle (only in ``llm`` mode, only candidates the rules
-    left ambiguous).
+    left ambiguous); and the kept candidates worth naming to the caller
+    (``supersession.hints``).
     """
     if mode() == "off":
-        return [], None
+        return Detected([])
     # The transaction opened with SETTINGS (store() does).
     candidates = nearest(user_id, agent_id, namespace, vector)
     if not candidates:
-        return [], None
+        return Detected([])
     decisions = decide(content, candidates)
     confident = [d for d in decisions if d.verdict == "supersede"]
     links = lock(user_id, [Link(uuid.UUID(d.id), _decision("offline", d)) for d in confident])
     pending = None
     if mode() == "llm" and any(d.ambiguous and d.verdict == "keep" for d in decisions):
         pending = Pending(content, tuple(candidates), tuple(decisions))
-    return links, pending
+    texts = {c.id: c.content for c in candidates}
+    named = hints(decisions)
+    return Detected(links, pending, tuple(Hint(d.id, texts[d.id]) for d in named))
 
 
 def lock(user_id: uuid.UUID | str, links: Sequence[Link]) -> list[Link]:

@@ -12,7 +12,25 @@ Design and phase B's wiring: ``docs/knowledge-updates.md``.
 
 from __future__ import annotations
 
-from memories.supersession.decide import Candidate, Decision, Verdict, apart, decide, judge
+from memories.supersession.decide import (
+    Candidate,
+    Decision,
+    Verdict,
+    apart,
+    decide,
+    hints,
+    judge,
+)
 from memories.supersession.text import Reading, read
 
-__all__ = ["Candidate", "Decision", "Reading", "Verdict", "apart", "decide", "judge", "read"]
+__all__ = [
+    "Candidate",
+    "Decision",
+    "Reading",
+    "Verdict",
+    "apart",
+    "decide",
+    "hints",
+    "judge",
+    "read",
+]

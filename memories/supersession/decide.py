@@ -98,6 +98,14 @@ RENAMED = 0.5
 THRESHOLD = 0.6
 # Between AMBIGUOUS and THRESHOLD a configured chat model may settle it.
 AMBIGUOUS = 0.3
+# From HINT up, a kept candidate is named in the write's result (``may_replace``)
+# for the calling agent to judge: the same subject and some evidence of a new
+# value, too little to link. Set on dev and dev2 (BENCHMARKS.md, "Knowledge
+# updates, hints"): it names 12 of the 36 updates they miss, one hint in three
+# true, on one write in fifteen.
+HINT = 0.2
+# At most this many hints a write names, the best first.
+HINTS = 2
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,11 @@ class Decision:
     reason: str
     score: float  # the evidence for replacement, 0-1 (0 when a hard rule decided)
     ambiguous: bool = False  # a configured chat model may settle it
+
+    @property
+    def hint(self) -> bool:
+        """Kept, but with enough evidence to name it to the caller (``HINT``)."""
+        return self.verdict == "keep" and self.score >= HINT
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -359,3 +372,8 @@ def _because(evidence: Evidence) -> str:
 def decide(new: str, candidates: Sequence[Candidate]) -> list[Decision]:
     """Return one decision per candidate, in the candidates' order."""
     return [judge(new, candidate) for candidate in candidates]
+
+
+def hints(decisions: Sequence[Decision]) -> list[Decision]:
+    """Return the kept decisions worth naming to the caller, best first, at most ``HINTS``."""
+    return sorted((d for d in decisions if d.hint), key=lambda d: -d.score)[:HINTS]

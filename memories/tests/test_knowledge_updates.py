@@ -348,6 +348,7 @@ def test_a_configured_model_settles_an_ambiguous_pair_and_says_so(cast, chat) ->
 
     assert chat.requests, "the model was asked"
     assert new["replaces"] == [old]
+    assert "may_replace" not in new  # settled: no longer the caller's question
     [superseded] = [v for v in history(old) if v.action == "superseded"]
     assert decided(superseded)["decided_by"] == "llm"
     assert decided(superseded)["model"] == "stub-model"
@@ -363,6 +364,7 @@ def test_a_slow_model_times_out_and_both_memories_stay(cast, chat) -> None:
     assert chat.requests
     assert "replaces" not in new
     assert row(old).superseded_by is None
+    assert [hint["id"] for hint in new["may_replace"]] == [old]  # still the caller's to judge
 
 
 def test_without_llm_mode_the_model_is_never_asked(cast, chat, settings) -> None:
@@ -373,3 +375,38 @@ def test_without_llm_mode_the_model_is_never_asked(cast, chat, settings) -> None
 
     assert chat.requests == []
     assert row(old).superseded_by is None
+
+
+def test_an_unsure_detector_names_the_likely_older_statement_for_the_caller_to_link(cast) -> None:
+    old = remember(cast.alice.id, AMBIGUOUS_OLD)["id"]
+    new = remember(cast.alice.id, AMBIGUOUS_NEW)
+
+    # Kept: too little evidence to replace on its own, but named.
+    assert "replaces" not in new
+    assert new["may_replace"] == [{"id": old, "content": AMBIGUOUS_OLD}]
+    assert row(old).superseded_by is None
+
+    # The caller judges it the same fact: the same content, named, links it.
+    again = remember(cast.alice.id, AMBIGUOUS_NEW, replaces=old)
+    assert again == {"id": new["id"], "deduped": True, "replaces": [old]}
+    assert row(old).superseded_by == uuid.UUID(new["id"])
+    assert ids(recalled(cast.alice.id, query="What holidays does Jess like?")) == [new["id"]]
+
+
+def test_no_hint_for_a_look_alike_a_link_or_a_repeat(cast) -> None:
+    remember(cast.alice.id, "My sister lives in Leeds.")
+    look = remember(cast.alice.id, "My brother lives in York now.")
+    old = remember(cast.alice.id, OLD)["id"]
+    linked = remember(cast.alice.id, NEW)
+    repeat = remember(cast.alice.id, AMBIGUOUS_OLD)
+    repeated = remember(cast.alice.id, AMBIGUOUS_OLD)
+
+    assert "may_replace" not in look  # sister / brother: two facts, surely
+    assert linked["replaces"] == [old] and "may_replace" not in linked
+    assert "may_replace" not in repeat and repeated["deduped"] and "may_replace" not in repeated
+
+
+def test_detection_off_names_nothing(cast, settings) -> None:
+    settings.RECALL_SUPERSESSION = "off"
+    remember(cast.alice.id, AMBIGUOUS_OLD)
+    assert "may_replace" not in remember(cast.alice.id, AMBIGUOUS_NEW)
