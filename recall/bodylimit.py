@@ -27,10 +27,11 @@ from typing import Any
 
 import anyio
 from django.conf import settings
+from django.http import HttpRequest
 from starlette.types import Message, Receive, Scope, Send
 
 from core import errors
-from recall.error_responses import API_PREFIXES
+from recall.error_responses import in_words
 
 # Room for a form's other fields and the multipart framing around a file.
 MARGIN = 64 * 1024
@@ -121,10 +122,21 @@ def _empty() -> Receive:
     return receive
 
 
+def _accepts_html(scope: Scope) -> bool:
+    """Whether the request accepts HTML, as Django's ``HttpRequest.accepts`` reads it.
+
+    No Accept header and ``*/*`` accept it; a q of 0 refuses it.
+    """
+    request = HttpRequest()
+    accept = [v for k, v in scope.get("headers", []) if k == b"accept"]
+    if accept:
+        request.META["HTTP_ACCEPT"] = b",".join(accept).decode("latin-1")
+    return request.accepts("text/html")
+
+
 async def _refuse(scope: Scope, send: Send) -> None:
     path = scope.get("path", "")
-    accept = b"".join(v for k, v in scope.get("headers", []) if k == b"accept")
-    if b"text/html" in accept and not path.startswith(API_PREFIXES):
+    if in_words(path, _accepts_html(scope)):
         payload, kind = TOO_LARGE.encode(), b"text/plain; charset=utf-8"
     else:
         body: dict[str, Any] = errors.body("validation_failed", TOO_LARGE)

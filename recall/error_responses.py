@@ -52,7 +52,12 @@ class ErrorResponseMiddleware:
 API_PREFIXES = ("/api/", "/billing/", "/webhooks/")
 
 
+def in_words(path: str, accepts_html: bool) -> bool:
+    """Whether an error on ``path`` is plain text (a browser's page), else JSON."""
+    return accepts_html and not path.startswith(API_PREFIXES)
+
+
 def _error(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
-    if request.accepts("text/html") and not request.path.startswith(API_PREFIXES):
+    if in_words(request.path, request.accepts("text/html")):
         return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
     return JsonResponse(errors.body(code, message), status=status)

@@ -15,7 +15,9 @@ import urllib.request
 import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
+from recall import bodylimit
 from recall.bodylimit import MARGIN
+from recall.error_responses import in_words
 from tests.support import LiveServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -174,3 +176,21 @@ def test_a_request_under_the_cap_is_served_as_before(server):
 
     # The webhook's own refusal of an unsigned event, not the cap's.
     assert not answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
+@pytest.mark.parametrize(
+    ("accept", "path", "words"),
+    [
+        (None, "/login/", True),  # no Accept: Django reads */*, as error_responses does
+        (b"*/*", "/login/", True),
+        (b"text/html,application/xhtml+xml", "/login/", True),
+        (b"application/json", "/login/", False),
+        (b"text/html;q=0", "/login/", False),
+        (b"text/html", "/api/keys/", False),  # a program's path: JSON whatever it accepts
+        (b"text/html", "/webhooks/stripe/", False),
+    ],
+)
+def test_the_413_is_worded_as_every_other_error_on_that_path(accept, path, words):
+    headers = [(b"accept", accept)] if accept is not None else []
+    # As error_responses decides from request.accepts("text/html").
+    assert in_words(path, bodylimit._accepts_html({"headers": headers})) is words
