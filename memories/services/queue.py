@@ -214,7 +214,10 @@ def runs(kind: str, runner: Callable[[Taken], None]) -> None:
 
 def _run_job(job: Taken) -> None:
     def settle(results: list[Stored]) -> None:
-        Job.objects.settle(job.id, job.user_id, list(results))
+        # A hint quotes another memory's content: a job's result, kept after
+        # that memory is forgotten, keeps ids only.
+        kept = [{k: v for k, v in r.items() if k != "may_replace"} for r in results]
+        Job.objects.settle(job.id, job.user_id, kept)
 
     try:
         call = Remembering.from_payload(job.payload)

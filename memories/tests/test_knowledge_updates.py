@@ -410,3 +410,15 @@ def test_detection_off_names_nothing(cast, settings) -> None:
     settings.RECALL_SUPERSESSION = "off"
     remember(cast.alice.id, AMBIGUOUS_OLD)
     assert "may_replace" not in remember(cast.alice.id, AMBIGUOUS_NEW)
+
+
+def test_a_queued_write_keeps_no_hint_in_its_job(cast) -> None:
+    remember(cast.alice.id, AMBIGUOUS_OLD)
+    queued = remember(cast.alice.id, AMBIGUOUS_NEW, background=True)
+    assert services.run_next_job()
+
+    done = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert done["status"] == "done"
+    # The job's result outlives the memories it names: ids only, no one's content.
+    assert done["memories"] == [{"id": queued["memory_ids"][0], "deduped": False}]
+    assert AMBIGUOUS_OLD not in str(done)
