@@ -28,6 +28,13 @@ part (to report on). Four measurements:
    When the server's ``remember`` takes ``replaces`` (phase B), a third row,
    ``explicit``, stores each replacement naming what it replaces.
 
+   When its result names ``may_replace`` (hints), two more rows store the
+   split again as an agent that acts on them would, with ``remember(same
+   content, replaces=hint)``: ``hints judged right`` links only the hints
+   that truly name an earlier version (an agent that never errs: the most
+   hints can give), ``hints all taken`` links every hint (an agent that
+   never says no: what blind trust costs the look-alikes).
+
    Figures, per row and split:
 
    - ``current@1``: chain questions whose first unmarked result is the
@@ -224,12 +231,28 @@ class Detected:
     decide_ms: list[float]
 
 
+# How an agent acts on a write's hints (may_replace): links the true ones
+# only, or every one.
+HINTS_JUDGED, HINTS_TAKEN = "hints judged right", "hints all taken"
+
+
 async def store_split(
-    mcp: Mcp, split: ks.Split, namespace: str, *, search: bool, replaces: bool = False
+    mcp: Mcp,
+    split: ks.Split,
+    namespace: str,
+    *,
+    search: bool,
+    replaces: bool = False,
+    hints: str | None = None,
 ) -> Stored:
-    """Store the split's stream; with ``search``, recall each new text first (the candidates)."""
+    """Store the split's stream; with ``search``, recall each new text first (the candidates).
+
+    With ``hints`` (``HINTS_JUDGED`` or ``HINTS_TAKEN``), act on each
+    write's ``may_replace`` as such an agent would.
+    """
     ids: dict[str, str] = {}
     keys: dict[str, str] = {}
+    by_key = split.by_key
     writes: list[tuple[str, list[tuple[str, float, bool]]]] = []
     for item in split.items:
         if search and ids:
@@ -265,6 +288,14 @@ async def store_split(
             stored = await mcp.call("remember", arguments)
         ids[item.key] = stored["id"]
         keys[stored["id"]] = item.key
+        for hint in stored.get("may_replace", []) if hints else []:
+            if hints == HINTS_JUDGED and not ks.is_update(item, by_key[keys[hint["id"]]]):
+                continue
+            try:
+                await mcp.call("remember", {**arguments, "replaces": hint["id"]})
+            except ToolFailed as error:
+                if error.code != "conflict":  # replaced meanwhile: nothing to link
+                    raise
     return Stored(ids, writes)
 
 
@@ -363,6 +394,12 @@ async def over_mcp(url: str, key: str, splits: list[ks.Split]) -> dict[str, Any]
                 named_store = await store_split(mcp, split, named, search=False, replaces=True)
                 named_answers = await ask(mcp, split, named, named_store)
                 rows["explicit"] = rows_for(split, named_answers, [])["server"]
+                for follow in (HINTS_JUDGED, HINTS_TAKEN):
+                    place = f"ku-{split.name}-{follow.split()[1]}"
+                    followed = await store_split(mcp, split, place, search=False, hints=follow)
+                    rows[follow] = rows_for(split, await ask(mcp, split, place, followed), [])[
+                        "server"
+                    ]
             rows["seconds"] = round(time.monotonic() - started, 1)
             # What the rows were computed from, for --replay with another detector.
             rows["raw"] = {"writes": stored.writes, "answers": answers}

@@ -23,7 +23,7 @@ def test_knowledge_smoke_reports_every_figure(smoke: tuple[dict[str, Any], str, 
 
     for split in ("dev", "test"):
         rows = report["mcp"][split]
-        for row in ("server", "server+detector"):
+        for row in ("server", "server+detector", "hints judged right", "hints all taken"):
             figures = rows[row]
             for key in ("current@1", "stale_unmarked@5", "false_supersession", "lookalike_marked"):
                 assert 0.0 <= figures[key] <= 1.0
@@ -35,6 +35,13 @@ def test_knowledge_smoke_reports_every_figure(smoke: tuple[dict[str, Any], str, 
         # Named with replaces, no outdated version shows.
         assert rows["explicit"]["stale_unmarked@5"] == 0.0
         assert rows["server+detector"]["replaced"] > 0
+        # An agent that links only true hints hides no look-alike, and no
+        # more outdated versions show than with the rules alone.
+        judged, taken = rows["hints judged right"], rows["hints all taken"]
+        assert judged["lookalike_marked"] == 0.0
+        assert judged["false_supersession"] <= rows["server"]["false_supersession"]
+        assert judged["stale_unmarked@5"] <= rows["server"]["stale_unmarked@5"]
+        assert taken["stale_unmarked@5"] <= rows["server"]["stale_unmarked@5"]
         assert report["offline"][split]["updates"] == 6
         assert "raw" not in rows  # it goes beside the report
     assert report["mcp"]["server_takes_replaces"] is True
