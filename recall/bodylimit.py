@@ -43,9 +43,13 @@ DJANGO_DEFAULT = 2_621_440
 UPLOAD_PATH = "/memories/import"
 
 
+def _upload(path: str) -> bool:
+    return path.rstrip("/") == UPLOAD_PATH
+
+
 def cap(path: str) -> int:
     """The most a request to ``path`` may send, in bytes."""
-    if path.rstrip("/") == UPLOAD_PATH:
+    if _upload(path):
         return int(settings.IMPORT_UPLOAD_MAX_MB) * 1024 * 1024 + MARGIN
     # None switches Django's own check off; the cap stays at Django's default.
     size = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -66,7 +70,7 @@ class Capped:
         limit = cap(path)
         declared = _declared(scope)
         if declared is not None and declared > limit:
-            if path.rstrip("/") == UPLOAD_PATH:
+            if _upload(path):
                 await self.app(scope, _empty(), send)
             else:
                 await _refuse(scope, send)

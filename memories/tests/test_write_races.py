@@ -64,13 +64,40 @@ def waits_for(pid: int, holder: int) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def until_waiting(thread: threading.Thread, its: dict[str, Any]) -> None:
-    """Return once ``thread``'s connection (``its["pid"]``) waits on a lock this
-    test's connection holds, or the thread has ended."""
-    for _ in range(int(PATIENCE / 0.05)):
-        if not thread.is_alive() or ("pid" in its and waits_for(its["pid"], backend_pid())):
-            return
-        threading.Event().wait(0.05)
+class Background(threading.Thread):
+    """One call on a thread of its own, with its own connection: its backend
+    pid once it runs, then its result or the error it met."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        super().__init__()
+        self.call = call
+        self.pid: int | None = None
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.pid = backend_pid()
+            self.result = self.call()
+        except BaseException as exc:  # surfaced by outcome()
+            self.error = exc
+        finally:
+            connections.close_all()
+
+    def until_waiting(self) -> None:
+        """Return once the call waits on a lock this test's connection holds, or has ended."""
+        for _ in range(int(PATIENCE / 0.05)):
+            if not self.is_alive() or (self.pid and waits_for(self.pid, backend_pid())):
+                return
+            threading.Event().wait(0.05)
+
+    def outcome(self) -> Any:
+        """The call's result, once it has finished; its error, raised."""
+        self.join(PATIENCE)
+        assert not self.is_alive(), "the call never finished"
+        if self.error is not None:
+            raise self.error
+        return self.result
 
 
 class Paused:
@@ -322,43 +349,35 @@ def test_an_import_restoring_links_and_a_live_write_to_a_linked_memory_both_fini
 
     original = transfer._import_links
     ready, go = threading.Event(), threading.Event()
-    importer: dict[str, Any] = {}
 
     def paused(*args: Any) -> None:
-        importer["pid"] = backend_pid()
         ready.set()
         assert go.wait(PATIENCE), "the test never let the import go on"
         original(*args)
 
     monkeypatch.setattr(transfer, "_import_links", paused)
 
-    def run() -> None:
+    def run() -> Any:
         try:
-            importer["report"] = services.import_memories(user_id=cast.charlie.id, records=records)
-        except BaseException as exc:  # surfaced below
-            importer["error"] = exc
-            ready.set()
+            return services.import_memories(user_id=cast.charlie.id, records=records)
         finally:
-            connections.close_all()
+            ready.set()  # also when it failed before its links
 
-    thread = threading.Thread(target=run)
-    thread.start()
+    importer = Background(run)
+    importer.start()
     assert ready.wait(PATIENCE), "the import never came to its links"
-    assert "error" not in importer, importer.get("error")
+    assert importer.error is None, importer.error
     with tenancy.operator():
         held = Memory.objects.get(user_id=cast.charlie.id, content__startswith="The office wifi").id
         other = Memory.objects.get(user_id=cast.charlie.id, content__startswith="The dentist").id
     with tenancy.tenant(cast.charlie.id), connection.cursor() as cursor:
         cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [held])
         go.set()
-        until_waiting(thread, importer)
+        importer.until_waiting()
         cursor.execute("UPDATE memories SET priority = 'high' WHERE id = %s", [other])
-    thread.join(PATIENCE)
-    assert not thread.is_alive(), "the import never finished"
-    if "error" in importer:
-        raise importer["error"]
+    report = importer.outcome()
 
-    assert (importer["report"].linked, importer["report"].unlinked) == (2, 0)
+    assert (report.linked, report.unlinked) == (2, 0)
     with tenancy.operator():
         linked = Memory.objects.filter(user_id=cast.charlie.id, superseded_by__isnull=False)
         assert sorted(m.content for m in linked) == sorted(
@@ -414,30 +433,15 @@ def test_forgetting_a_namespace_while_a_write_holds_two_of_its_memories_answers_
     for text in texts:
         remember(cast.alice.id, text)
     monkeypatch.undo()
-    deleter: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            deleter["pid"] = backend_pid()
-            deleter["result"] = services.forget_namespace(
-                user_id=cast.alice.id, namespace="default"
-            )
-        except BaseException as exc:  # surfaced below
-            deleter["error"] = exc
-        finally:
-            connections.close_all()
-
+    deleter = Background(
+        lambda: services.forget_namespace(user_id=cast.alice.id, namespace="default")
+    )
     with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
         cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [LOW])
-        thread = threading.Thread(target=run)
-        thread.start()
-        until_waiting(thread, deleter)
+        deleter.start()
+        deleter.until_waiting()
         cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [HIGH])
-    thread.join(PATIENCE)
-    assert not thread.is_alive(), "the delete never finished"
-    if "error" in deleter:
-        raise deleter["error"]
-    assert deleter["result"]["deleted_count"] == 2
+    assert deleter.outcome()["deleted_count"] == 2
 
 
 @pytest.mark.django_db(transaction=True)
@@ -447,29 +451,16 @@ def test_the_expiry_purge_passes_over_a_memory_a_live_write_holds(cast) -> None:
     held = remember(cast.alice.id, OLD, ttl_seconds=60)["id"]
     remember(cast.alice.id, "The office wifi password is harbour-lights-42.", ttl_seconds=60)
     later = timezone.now() + timedelta(minutes=2)
-    purge: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            purge["pid"] = backend_pid()
-            purge["done"] = services.clean_up(now=later)
-        except BaseException as exc:  # surfaced below
-            purge["error"] = exc
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
+    purge = Background(lambda: services.clean_up(now=later))
     with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
         cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [held])
-        thread.start()
-        until_waiting(thread, purge)
-        waited = thread.is_alive()
-    thread.join(PATIENCE)
-    if "error" in purge:
-        raise purge["error"]
+        purge.start()
+        purge.until_waiting()
+        waited = purge.is_alive()
+    done = purge.outcome()
 
     assert not waited, "the purge waited for a row a live write holds"
-    assert purge["done"].expired_memories == 1
+    assert done.expired_memories == 1
     with tenancy.operator():
         assert [str(i) for i in Memory.objects.values_list("id", flat=True)] == [held]
     again = services.clean_up(now=later)
