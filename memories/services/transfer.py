@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -38,6 +38,10 @@ EXPORT_BATCH = 500
 
 
 IMPORT_BATCH = 100
+# The index that keeps one memory per content and place (migration 0005).
+DEDUP = "memories_dedup"
+# How often a batch is stored again after a live write took one of its places.
+IMPORT_ATTEMPTS = 3
 
 
 def export_memories(
@@ -459,75 +463,106 @@ def _import_batch(
             strict=True,
         )
     )
-    with context.acting_as("import"), tenancy.tenant(user_id):
-        for item in batch:
-            agent_id = agents[item.agent.casefold()] if item.agent else None
-            place = {
-                "user_id": user_id,
-                "agent_id": agent_id,
+    # A live write of the same content may hold a place uncommitted when the
+    # import looks: the import's insert waits on the dedup index and
+    # conflicts once that write commits. The batch is then stored again, and
+    # finds the place held, as a repeat would.
+    for attempt in range(1, IMPORT_ATTEMPTS + 1):
+        counts = Imported()
+        held: dict[uuid.UUID, uuid.UUID] = {}
+        try:
+            with context.acting_as("import"), tenancy.tenant(user_id):
+                _store_batch(user_id, batch, agents, set(taken), vectors, embedder, counts, held)
+        except IntegrityError as error:
+            constraint = getattr(getattr(error.__cause__, "diag", None), "constraint_name", None)
+            if constraint != DEDUP or attempt == IMPORT_ATTEMPTS:
+                raise
+            continue
+        break
+    report.imported += counts.imported
+    report.deduplicated += counts.deduplicated
+    report.embedded += counts.embedded
+    stored.update(held)
+
+
+def _store_batch(
+    user_id: uuid.UUID | str,
+    batch: list[_Incoming],
+    agents: dict[str, uuid.UUID],
+    taken: set[uuid.UUID],
+    vectors: dict[uuid.UUID, np.ndarray],
+    embedder: embeddings.Embedder,
+    counts: Imported,
+    stored: dict[uuid.UUID, uuid.UUID],
+) -> None:
+    for item in batch:
+        agent_id = agents[item.agent.casefold()] if item.agent else None
+        place = {
+            "user_id": user_id,
+            "agent_id": agent_id,
+            "namespace": item.namespace,
+            "thread_id": item.thread_id,
+            "position": item.position,
+            "task_id": item.task_id,
+            "path": item.path,
+        }
+        existing = holder(place, item.content_hash)
+        if existing:
+            counts.deduplicated += 1
+            stored[item.id] = existing
+            continue
+        memory_id = uuid.uuid4() if item.id in taken else item.id
+        taken.add(memory_id)
+        stored[item.id] = memory_id
+        history = item.history or [
+            {
+                "version": 1,
+                "action": "created",
+                "content": item.content,
+                "metadata": item.metadata,
                 "namespace": item.namespace,
-                "thread_id": item.thread_id,
-                "position": item.position,
-                "task_id": item.task_id,
-                "path": item.path,
+                "priority": item.priority,
+                "expires_at": item.expires_at,
+                "client": "import",
+                "recorded_at": item.created_at,
             }
-            existing = holder(place, item.content_hash)
-            if existing:
-                report.deduplicated += 1
-                stored[item.id] = existing
-                continue
-            memory_id = uuid.uuid4() if item.id in taken else item.id
-            taken.add(memory_id)
-            stored[item.id] = memory_id
-            history = item.history or [
-                {
-                    "version": 1,
-                    "action": "created",
-                    "content": item.content,
-                    "metadata": item.metadata,
-                    "namespace": item.namespace,
-                    "priority": item.priority,
-                    "expires_at": item.expires_at,
-                    "client": "import",
-                    "recorded_at": item.created_at,
-                }
-            ]
-            MemoryHistory.objects.bulk_create(
-                MemoryHistory(memory_id=memory_id, user_id=user_id, agent_id=agent_id, **version)
-                for version in history
+        ]
+        MemoryHistory.objects.bulk_create(
+            MemoryHistory(memory_id=memory_id, user_id=user_id, agent_id=agent_id, **version)
+            for version in history
+        )
+        vector = item.vector if item.vector is not None else vectors[item.id]
+        with connection.cursor() as cursor:
+            # The history just written covers this version, so the history
+            # trigger adds no row of its own.
+            cursor.execute(
+                "INSERT INTO memories (id, user_id, agent_id, namespace, source_kind, author,"
+                " path, thread_id, position, task_id, content, content_hash, embedding,"
+                " embedding_model, metadata, priority, expires_at, version, created_at,"
+                " updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                " %s::vector, %s, %s::jsonb, %s, %s, %s, %s, %s)",
+                [
+                    memory_id,
+                    str(user_id),
+                    agent_id,
+                    item.namespace,
+                    item.source_kind,
+                    item.author,
+                    item.path,
+                    item.thread_id,
+                    item.position,
+                    item.task_id,
+                    item.content,
+                    item.content_hash,
+                    vector_literal(vector),
+                    embedder.model_id,
+                    json.dumps(item.metadata),
+                    item.priority,
+                    item.expires_at,
+                    max(item.version, max(v["version"] for v in history)),
+                    item.created_at,
+                    item.updated_at,
+                ],
             )
-            vector = item.vector if item.vector is not None else vectors[item.id]
-            with connection.cursor() as cursor:
-                # The history just written covers this version, so the
-                # history trigger adds no row of its own.
-                cursor.execute(
-                    "INSERT INTO memories (id, user_id, agent_id, namespace, source_kind, author,"
-                    " path, thread_id, position, task_id, content, content_hash, embedding,"
-                    " embedding_model, metadata, priority, expires_at, version, created_at,"
-                    " updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-                    " %s::vector, %s, %s::jsonb, %s, %s, %s, %s, %s)",
-                    [
-                        memory_id,
-                        str(user_id),
-                        agent_id,
-                        item.namespace,
-                        item.source_kind,
-                        item.author,
-                        item.path,
-                        item.thread_id,
-                        item.position,
-                        item.task_id,
-                        item.content,
-                        item.content_hash,
-                        vector_literal(vector),
-                        embedder.model_id,
-                        json.dumps(item.metadata),
-                        item.priority,
-                        item.expires_at,
-                        max(item.version, max(v["version"] for v in history)),
-                        item.created_at,
-                        item.updated_at,
-                    ],
-                )
-            report.imported += 1
-            report.embedded += item.vector is None
+        counts.imported += 1
+        counts.embedded += item.vector is None

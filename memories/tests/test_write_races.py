@@ -465,3 +465,36 @@ def test_the_expiry_purge_passes_over_a_memory_a_live_write_holds(cast) -> None:
         assert [str(i) for i in Memory.objects.values_list("id", flat=True)] == [held]
     again = services.clean_up(now=later)
     assert again is not None and again.expired_memories == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_and_a_live_write_of_the_same_content_keep_one_memory(cast, monkeypatch) -> None:
+    # The live write has stored the memory but not committed: the import
+    # does not see it, and its insert waits on the dedup index. Once the
+    # write commits, the import's insert conflicts; it must count a repeat,
+    # not fail the batch.
+    remember(cast.alice.id, OLD)
+    remember(cast.alice.id, "The dentist is Dr. Okafor on Mill Lane.")
+    records = list(services.export_memories(user_id=cast.alice.id))
+
+    written, report = race(
+        monkeypatch,
+        lambda: remember(cast.charlie.id, OLD),
+        lambda: services.import_memories(user_id=cast.charlie.id, records=records),
+    )
+
+    assert not written["deduped"]
+    assert (report.imported, report.deduplicated) == (1, 1)
+    with tenancy.operator():
+        rows = Memory.objects.filter(user_id=cast.charlie.id)
+        assert sorted(m.content for m in rows) == sorted(
+            [OLD, "The dentist is Dr. Okafor on Mill Lane."]
+        )
+        assert rows.get(content=OLD).id == uuid.UUID(written["id"])
+        # No history is left behind for the record that was not stored.
+        histories = set(
+            MemoryHistory.objects.filter(user_id=cast.charlie.id).values_list(
+                "memory_id", flat=True
+            )
+        )
+    assert histories == {m.id for m in rows}
