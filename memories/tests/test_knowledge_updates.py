@@ -393,6 +393,22 @@ def test_an_unsure_detector_names_the_likely_older_statement_for_the_caller_to_l
     assert ids(recalled(cast.alice.id, query="What holidays does Jess like?")) == [new["id"]]
 
 
+def test_a_slot_in_other_words_is_named_for_the_caller_to_link(cast) -> None:
+    # No subject word in common, so never linked offline; but close, with an
+    # address swapped for another: perhaps the same printer, renamed.
+    old = remember(cast.alice.id, "The printer on floor two is at 192.168.3.9.")["id"]
+    remember(cast.alice.id, "The team's standup is at 9:30.")
+    new = remember(cast.alice.id, "Office HP LaserJet: 192.168.3.44.")
+
+    assert "replaces" not in new
+    assert [hint["id"] for hint in new["may_replace"]] == [old]
+    assert row(old).superseded_by is None
+
+    again = remember(cast.alice.id, "Office HP LaserJet: 192.168.3.44.", replaces=old)
+    assert again["replaces"] == [old]
+    assert row(old).superseded_by == uuid.UUID(new["id"])
+
+
 def test_no_hint_for_a_look_alike_a_link_or_a_repeat(cast) -> None:
     remember(cast.alice.id, "My sister lives in Leeds.")
     look = remember(cast.alice.id, "My brother lives in York now.")

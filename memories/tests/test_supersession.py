@@ -11,7 +11,7 @@ import time
 import pytest
 
 from memories.supersession import Candidate, decide, judge, read
-from memories.supersession.decide import FLOOR, MAX_WORDS
+from memories.supersession.decide import FLOOR, MAX_WORDS, Decision, hints
 from memories.supersession.text import contrast_conflict
 
 
@@ -139,6 +139,52 @@ def test_other_words_without_all_of_that_stay_two_facts(
     old: str, new: str, similarity: float
 ) -> None:
     assert verdict(old, new, similarity) == "keep"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "similarity", "named"),
+    [
+        # Close, with one value swapped for another of its kind: named.
+        (
+            "The printer on floor two is at 192.168.3.9.",
+            "Office HP LaserJet: 192.168.3.44.",
+            0.70,
+            True,
+        ),
+        # A change word, with more than the one value changing: named.
+        (
+            "The wiki lives at wiki.acme.dev.",
+            "Documentation moved to docs.acme.dev on 3 May.",
+            0.66,
+            True,
+        ),
+        # As close, but no sign of a new value: two facts.
+        (
+            "The kids' dentist appointment is on Tuesday.",
+            "Orthodontist visits for the children are covered by insurance.",
+            0.52,
+            False,
+        ),
+        # A new value, but too far apart.
+        ("The team's standup is at 9:30.", "Lunch is served at 12:30.", 0.45, False),
+    ],
+)
+def test_other_words_with_a_sign_of_a_new_value_are_named_but_kept(
+    old: str, new: str, similarity: float, named: bool
+) -> None:
+    decision = judge(new, Candidate("old", old, similarity))
+
+    assert decision.verdict == "keep"
+    assert decision.reason == "no subject word in common"
+    assert (decision.reworded, decision.hint) == (named, named)
+
+
+def test_a_reworded_hint_comes_after_the_scored_ones() -> None:
+    scored = Decision("scored", "keep", "not enough evidence", 0.25)
+    reworded = Decision("reworded", "keep", "no subject word in common", 0.0, reworded=True)
+    look_alike = Decision("look-alike", "keep", "different subjects (sister / brother)", 0.0)
+
+    assert [d.id for d in hints([reworded, look_alike, scored])] == ["scored", "reworded"]
 
 
 def test_a_relative_after_is_is_the_value_not_the_subject() -> None:
