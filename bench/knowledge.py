@@ -132,6 +132,8 @@ def score(answers: Sequence[Answer]) -> dict[str, Any]:
         for a in looks
     ]
     marked_looks = [1.0 if a.question.target in a.marked else 0.0 for a in looks]
+    # What newer first may cost: a look-alike's own fact no longer first.
+    looks_first = [1.0 if a.visible()[:1] == [a.question.target] else 0.0 for a in looks]
     current_marked = [1.0 if a.question.target in a.marked else 0.0 for a in chains]
     by_style: dict[str, list[float]] = defaultdict(list)
     for a, hit in zip(chains, current, strict=True):
@@ -149,6 +151,7 @@ def score(answers: Sequence[Answer]) -> dict[str, Any]:
         "lookalike_questions": len(looks),
         "false_supersession": mean(false),
         "lookalike_marked": mean(marked_looks),
+        "lookalike@1": mean(looks_first),
         "current_marked": mean(current_marked),
         "current@1_by_style": {style: mean(v) for style, v in sorted(by_style.items())},
     }
@@ -686,13 +689,24 @@ def print_report(report: dict[str, Any]) -> None:
                     figures["lookalike_questions"],
                     figures["false_supersession"],
                     figures["lookalike_marked"],
+                    figures.get("lookalike@1", ""),
                 ]
             )
     if rows:
         print("\nOver MCP (recall, limit 10)")
         harness.print_table(
             rows,
-            ["split", "row", "chains q", "current@1", "stale@5", "look q", "false", "marked"],
+            [
+                "split",
+                "row",
+                "chains q",
+                "current@1",
+                "stale@5",
+                "look q",
+                "false",
+                "marked",
+                "look@1",
+            ],
         )
     rows = [
         [

@@ -25,7 +25,13 @@ def test_knowledge_smoke_reports_every_figure(smoke: tuple[dict[str, Any], str, 
         rows = report["mcp"][split]
         for row in ("server", "server+detector", "hints judged right", "hints all taken"):
             figures = rows[row]
-            for key in ("current@1", "stale_unmarked@5", "false_supersession", "lookalike_marked"):
+            for key in (
+                "current@1",
+                "stale_unmarked@5",
+                "false_supersession",
+                "lookalike_marked",
+                "lookalike@1",
+            ):
                 assert 0.0 <= figures[key] <= 1.0
             assert figures["chain_questions"] == 6
             assert figures["lookalike_questions"] == 8

@@ -12,8 +12,8 @@ likely state the same slot for this query:
 * the texts pass every rule that keeps look-alikes apart
   (``supersession.apart``: contrasting subjects such as a sister and a
   brother, staging and production, morning and dinner; other names up
-  front; an addition; another attribute; no subject word in common; a
-  series' numbered items);
+  front; an addition; another attribute; no subject word in common,
+  unless the newer shows a new value; a series' numbered items);
 * the newer's priority is not below the older's (a priority is the user's
   own word, and the ranking breaks ties by it);
 * their vectors are close (cosine at least ``PAIR``);
@@ -42,6 +42,7 @@ from django.conf import settings
 
 from memories.models import PRIORITY_RANK, Memory
 from memories.supersession import apart
+from memories.supersession.decide import RENAMED
 
 _RANK: dict[str, int] = {str(name): rank for name, rank in PRIORITY_RANK.items()}
 
@@ -52,6 +53,10 @@ TOP = 5
 # the query than the older it moves above.
 PAIR = 0.5
 LAG = 0.2
+# ``apart`` lets two texts with no subject word in common through when the
+# newer shows a new value, on the understanding that their cosine reaches
+# ``RENAMED``: the pair's floor must not go below it.
+assert PAIR >= RENAMED, "newer first would move reworded pairs the detector calls too far apart"
 
 
 class Ranked(Protocol):

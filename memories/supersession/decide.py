@@ -329,10 +329,16 @@ def apart(old: str, new: str) -> str | None:
     The rules that keep look-alikes apart (contrasting subjects, other
     names, an addition, another attribute, no subject word in common, a
     series' numbered items, more than one fact), without the cosine floor:
-    None when the two may state one slot.
+    None when the two may state one slot. No subject word in common is no
+    reason on its own when the new text shows a sign of a new value (the
+    slot perhaps in other words, ``_reworded``): then the caller's cosine
+    must decide, at ``RENAMED`` or more.
     """
     evidence = compare(read(old), read(new), 1.0)
-    return _apart(old, new, evidence)
+    reason = _apart(old, new, evidence)
+    if reason == NO_SUBJECT and _reworded(evidence):
+        return None
+    return reason
 
 
 def judge(new: str, candidate: Candidate) -> Decision:

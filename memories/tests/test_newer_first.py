@@ -179,3 +179,24 @@ def test_an_abbreviated_environment_is_a_look_alike() -> None:
     newer = hit("The QA cluster's ingress answers on 10.30.0.5.", 5, 0.85)
 
     assert ordering.newer_first([older, newer], close) == [older, newer]
+
+
+def test_the_slot_in_other_words_moves_when_the_newer_shows_a_new_value() -> None:
+    # No subject word in common, but an address swapped: perhaps the same
+    # printer under another name. Reordered at the pair's cosine floor.
+    older = hit("The printer on floor two is at 192.168.3.9.", 0, 0.9)
+    newer = hit("Office HP LaserJet: 192.168.3.44.", 5, 0.85)
+
+    assert ordering.newer_first([older, newer], close) == [newer, older]
+
+    def below(pairs):
+        return dict.fromkeys(pairs, ordering.PAIR - 0.01)
+
+    assert ordering.newer_first([older, newer], below) == [older, newer]
+
+
+def test_other_words_without_a_new_value_keep_their_order() -> None:
+    older = hit("The kids' dentist appointment is on Tuesday.", 0, 0.9)
+    newer = hit("Orthodontist visits for the children are covered by insurance.", 5, 0.85)
+
+    assert ordering.newer_first([older, newer], close) == [older, newer]
