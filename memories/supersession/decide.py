@@ -96,7 +96,8 @@ CLOSE = 0.7
 # of dev2's updates, no look-alike; the held-out part: one more, no wrong link).
 RENAMED = 0.5
 THRESHOLD = 0.6
-# Between AMBIGUOUS and THRESHOLD a configured chat model may settle it.
+# Between AMBIGUOUS and THRESHOLD a configured chat model may settle it (and
+# a reworded pair: see _reworded).
 AMBIGUOUS = 0.3
 # From HINT up, a kept candidate is named in the write's result (``may_replace``)
 # for the calling agent to judge: the same subject and some evidence of a new
@@ -349,8 +350,10 @@ def judge(new: str, candidate: Candidate) -> Decision:
     evidence = compare(old_reading, new_reading, float(candidate.similarity))
     reason = _apart(candidate.content, new, evidence)
     if reason is not None:
+        # A reworded pair is also one a configured chat model may settle:
+        # the rules cannot read "the NAS" as "the Synology box"; it can.
         reworded = reason == NO_SUBJECT and _reworded(evidence)
-        return Decision(candidate.id, "keep", reason, 0.0, reworded=reworded)
+        return Decision(candidate.id, "keep", reason, 0.0, ambiguous=reworded, reworded=reworded)
     flip = evidence.negation_flip
     if (
         not evidence.changed

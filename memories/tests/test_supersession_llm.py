@@ -117,6 +117,24 @@ def test_the_model_settles_an_ambiguous_candidate(chat: ChatStub) -> None:
     assert "tennis" not in user
 
 
+def test_the_model_settles_the_slot_in_other_words(chat: ChatStub) -> None:
+    # No subject word in common: the rules never link it, but it may be the
+    # same printer renamed, which a model can read. Kept, it stays a hint.
+    new = "Office HP LaserJet: 192.168.3.44."
+    printer = Candidate("printer", "The printer on floor two is at 192.168.3.9.", 0.70)
+    [before] = decide(new, [printer])
+    assert (before.verdict, before.ambiguous, before.hint) == ("keep", True, True)
+
+    chat.reply = '{"decisions": [{"n": 1, "verdict": "replace", "reason": "same printer"}]}'
+    replaced = settle(new, [printer], [before])
+    chat.reply = '{"decisions": [{"n": 1, "verdict": "keep", "reason": "two printers"}]}'
+    kept = settle(new, [printer], [before])
+
+    assert replaced.asked == ["printer"]
+    assert (replaced.decisions[0].verdict, replaced.decisions[0].hint) == ("supersede", False)
+    assert (kept.decisions[0].verdict, kept.decisions[0].hint) == ("keep", True)
+
+
 def test_the_model_may_keep_both(chat: ChatStub) -> None:
     chat.reply = 'Here: {"decisions": [{"n": 1, "verdict": "keep", "reason": "both true"}]}'
 
