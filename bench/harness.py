@@ -58,7 +58,7 @@ def configure(database_url: str | None = None, workdir: Path | None = None) -> s
         os.environ["RECALL_DATA_DIR"] = data_dir
         # Registered before the server's own stop handler, so it runs after it.
         atexit.register(shutil.rmtree, data_dir, True)
-        where = f"embedded, throwaway ({data_dir})"
+        where = "embedded, a throwaway data directory"
 
     import warnings
 
