@@ -468,11 +468,9 @@ def _import_batch(
     # conflicts once that write commits. The batch is then stored again, and
     # finds the place held, as a repeat would.
     for attempt in range(1, IMPORT_ATTEMPTS + 1):
-        counts = Imported()
-        held: dict[uuid.UUID, uuid.UUID] = {}
         try:
             with context.acting_as("import"), tenancy.tenant(user_id):
-                _store_batch(user_id, batch, agents, set(taken), vectors, embedder, counts, held)
+                counts, held = _store_batch(user_id, batch, agents, set(taken), vectors, embedder)
         except IntegrityError as error:
             constraint = getattr(getattr(error.__cause__, "diag", None), "constraint_name", None)
             if constraint != DEDUP or attempt == IMPORT_ATTEMPTS:
@@ -492,9 +490,10 @@ def _store_batch(
     taken: set[uuid.UUID],
     vectors: dict[uuid.UUID, np.ndarray],
     embedder: embeddings.Embedder,
-    counts: Imported,
-    stored: dict[uuid.UUID, uuid.UUID],
-) -> None:
+) -> tuple[Imported, dict[uuid.UUID, uuid.UUID]]:
+    """Store a batch in the open transaction: what it counted, and each record's memory here."""
+    counts = Imported()
+    stored: dict[uuid.UUID, uuid.UUID] = {}
     for item in batch:
         agent_id = agents[item.agent.casefold()] if item.agent else None
         place = {
@@ -566,3 +565,4 @@ def _store_batch(
             )
         counts.imported += 1
         counts.embedded += item.vector is None
+    return counts, stored
