@@ -30,7 +30,7 @@ from memories.models import (
 )
 from memories.services import superseding
 from memories.services.quota import check_quota
-from memories.services.shapes import Remembered, Stored
+from memories.services.shapes import Hinted, Remembered, Stored
 
 logger = logging.getLogger("memories.services")
 
@@ -205,7 +205,7 @@ def store(
             if found is None and i in vector_for:
                 new_id = new_ids[i]
                 waiting = None
-                hints: tuple[superseding.Hint, ...] = ()
+                hints: tuple[Hinted, ...] = ()
                 if detecting:
                     detected = superseding.detect(
                         user_id, agent_id, call.namespace, item.content, vector_for[i]
@@ -222,7 +222,7 @@ def store(
                         pending = (found, waiting)
                 result = _linked(user_id, found, not inserted, links)
                 if inserted and hints:
-                    result["may_replace"] = [hint.as_dict() for hint in hints]
+                    result["may_replace"] = list(hints)
                 results.append(result)
                 continue
             # Stored already: named as a replacement, it becomes one.

@@ -74,17 +74,6 @@ class Link:
 
 
 @dataclass(frozen=True)
-class Hint:
-    """A kept candidate that may hold an earlier value of the new memory's fact."""
-
-    id: str
-    content: str
-
-    def as_dict(self) -> Hinted:
-        return {"id": self.id, "content": self.content}
-
-
-@dataclass(frozen=True)
 class Pending:
     """What the offline rules left open for a chat model: the new text and the candidates."""
 
@@ -187,7 +176,7 @@ class Detected:
 
     links: list[Link]
     pending: Pending | None = None
-    hints: tuple[Hint, ...] = ()
+    hints: tuple[Hinted, ...] = ()  # kept candidates that may hold an earlier value
 
 
 def detect(
@@ -218,7 +207,7 @@ def detect(
         pending = Pending(content, tuple(candidates), tuple(decisions))
     texts = {c.id: c.content for c in candidates}
     named = hints(decisions)
-    return Detected(links, pending, tuple(Hint(d.id, texts[d.id]) for d in named))
+    return Detected(links, pending, tuple({"id": d.id, "content": texts[d.id]} for d in named))
 
 
 def lock(user_id: uuid.UUID | str, links: Sequence[Link]) -> list[Link]:
