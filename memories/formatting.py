@@ -24,6 +24,9 @@ def memory_tag(result: Mapping[str, Any]) -> str:
     if result.get("superseded_by"):
         attributes["superseded_by"] = result["superseded_by"]
         attributes["superseded_at"] = result.get("superseded_at") or ""
+    # A current memory a newer result likely restates names that result.
+    if result.get("may_be_replaced_by"):
+        attributes["may_be_replaced_by"] = result["may_be_replaced_by"]
     # An as_of result names the version whose content it shows.
     if result.get("version") is not None:
         attributes["version"] = str(result["version"])

@@ -21,14 +21,22 @@ likely state the same slot for this query:
   most ``LAG`` below the older's): a newer memory about something else
   does not jump ahead of the answer.
 
-Nothing is hidden or marked, nothing enters or leaves the top ``TOP``
-results: it only reorders them, so a hit in the top 5 stays in the top 5.
+Nothing is hidden, nothing enters or leaves the top ``TOP`` results: it
+only reorders them, so a hit in the top 5 stays in the top 5.
+
 It does not ask the newer to show a change (a new value of a kind both
 hold, a change word): on the second development part that kept two more
 look-alikes first and lost two more current facts, and a stale fact first
 is what this order is for (BENCHMARKS.md, "Knowledge updates, phase C").
 
-The cost: the text rules on each pair whose later result is the newer one
+The older of such a pair is also marked (``Arranged.restated``, shown as
+``may_be_replaced_by``) when both answer this query: the newer's cosine to
+it at most ``MARK_LAG`` below the older's, and the older's at most ``LAG``
+below the best result's. Wherever the two stood, so a newer already above
+marks its older too. A mark is not a link: nothing is written, and the
+caller judges (docs/knowledge-updates.md, "Read marks").
+
+The cost: the text rules on each pair of the top results, either way round
 (their readings are cached), and one statement for the pairs' cosines, only
 when some pair passes those rules.
 """
@@ -36,7 +44,7 @@ when some pair passes those rules.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from django.conf import settings
 
@@ -53,6 +61,9 @@ TOP = 5
 # the query than the older it moves above.
 PAIR = 0.5
 LAG = 0.2
+# A pair marks the older only when the newer answers the query this nearly
+# as well (BENCHMARKS.md, "Knowledge updates, read marks").
+MARK_LAG = 0.1
 # ``apart`` lets two texts with no subject word in common through when the
 # newer shows a new value, on the understanding that their cosine reaches
 # ``RENAMED``: the pair's floor must not go below it.
@@ -82,53 +93,84 @@ def enabled() -> bool:
     )
 
 
-def _candidate(upper: Ranked, lower: Ranked) -> bool:
-    """Whether ``lower`` may move above ``upper``, before their vectors are compared."""
+def _restates(older: Ranked, newer: Ranked) -> bool:
+    """Whether ``newer`` may restate ``older``'s slot, before their vectors are compared."""
     return (
-        lower.memory.created_at > upper.memory.created_at
+        newer.memory.created_at > older.memory.created_at
         # A priority is the user's own word: never above a higher one.
-        and _priority(lower) >= _priority(upper)
-        and lower.similarity >= upper.similarity - LAG
-        and apart(upper.memory.content, lower.memory.content) is None
+        and _priority(newer) >= _priority(older)
+        and newer.similarity >= older.similarity - LAG
+        and apart(older.memory.content, newer.memory.content) is None
     )
 
 
-def newer_first(found: list[T], cosines: Cosines) -> list[T]:
-    """Return ``found`` with each newer restatement just above the older one, in the top ``TOP``.
+class Arranged(NamedTuple, Generic[T]):
+    """A search's results in their new order, and which of them a newer one may replace."""
+
+    found: list[T]
+    # An older result's id -> the newest result that likely restates its slot.
+    restated: dict[str, str]
+
+
+def newer_first(found: list[T], cosines: Cosines) -> Arranged[T]:
+    """Put each newer restatement just above the older one in the top ``TOP``, and mark the older.
 
     ``cosines`` returns the cosine of each (id, id) pair asked for
     (``search.pair_cosines``: the stored vectors, under the caller's tenancy).
+    An older result is marked (``restated``) when its restatement answers
+    the query nearly as well as it does (``MARK_LAG``), wherever the two
+    stood.
     """
     top = found[:TOP]
     pairs = [
-        (i, j)
+        (older, newer)
         for i in range(len(top))
         for j in range(i + 1, len(top))
-        if _candidate(top[i], top[j])
+        for older, newer in ((top[i], top[j]), (top[j], top[i]))
+        if _restates(older, newer)
     ]
     if not pairs:
-        return found
-    ids = [(_id(top[i]), _id(top[j])) for i, j in pairs]
-    cosine = cosines(ids)
-    moves = [key for key in ids if cosine.get(key, 0.0) >= PAIR]
-    if not moves:
-        return found
+        return Arranged(found, {})
+    cosine = cosines([(_id(older), _id(newer)) for older, newer in pairs])
+    close = [
+        (older, newer)
+        for older, newer in pairs
+        if cosine.get((_id(older), _id(newer)), 0.0) >= PAIR
+    ]
+    if not close:
+        return Arranged(found, {})
+    # Marked: an answer to this query (nearly as close to it as the best
+    # result) that its restatement answers nearly as well. A replaced memory
+    # (include_superseded) already carries its own mark.
+    best = max(hit.similarity for hit in top)
+    restated: dict[str, Ranked] = {}
+    for older, newer in close:
+        if (
+            older.memory.superseded_by is None
+            and older.similarity >= best - LAG
+            and newer.similarity >= older.similarity - MARK_LAG
+        ):
+            known = restated.get(_id(older))
+            if known is None or newer.memory.created_at > known.memory.created_at:
+                restated[_id(older)] = newer
+    marks = {older: _id(newer) for older, newer in restated.items()}
     order = list(top)
     by_id = {_id(hit): hit for hit in order}
+    moves = [(_id(older), _id(newer)) for older, newer in close]
     # A chain (v1, v2, v3) settles in a few passes; each move puts a newer
     # memory above an older one, so the passes end.
     for _ in range(len(order)):
         moved = False
-        for older, newer in moves:
+        for older_id, newer_id in moves:
             keys = [_id(hit) for hit in order]
-            at_old, at_new = keys.index(older), keys.index(newer)
+            at_old, at_new = keys.index(older_id), keys.index(newer_id)
             if at_old < at_new:
                 order.pop(at_new)
-                order.insert(at_old, by_id[newer])
+                order.insert(at_old, by_id[newer_id])
                 moved = True
         if not moved:
             break
-    return order + found[TOP:]
+    return Arranged(order + found[TOP:], marks)
 
 
 def _priority(hit: Ranked) -> int:

@@ -6,8 +6,9 @@ PostgreSQL's CPU at 10k memories, BENCHMARKS.md) and fetch its results by
 primary key instead, provided nothing it depends on changed since.
 
 What is kept, per search: the results' ids in their final order (after
-``ordering.newer_first``: the order is cached, not applied again) with each
-one's similarity, score and rank; never their contents. It is found under a
+``ordering.newer_first``: the order and its marks are cached, not applied
+again) with each one's similarity, score, rank and mark; never their
+contents. It is found under a
 key that holds everything that decides the answer: the caller (user, agent,
 task), the namespace, the model, the query's vector (its bytes' digest) and
 text, the mode, limit and threshold, every filter, and the settings that
@@ -147,6 +148,9 @@ class Ranked(Protocol):
     @property
     def rank(self) -> float: ...
 
+    @property
+    def may_be_replaced_by(self) -> str | None: ...
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -154,6 +158,7 @@ class Hit:
     similarity: float
     score: float
     rank: float
+    may_be_replaced_by: str | None
 
 
 @dataclass(frozen=True)
@@ -379,7 +384,7 @@ class Lookup:
         """The statement to run before the ranking, in its transaction, when it will be kept."""
         return [(STATE, [self.namespace])] if self.key is not None else []
 
-    def answer(self) -> list[tuple[Memory, float, float, float]] | None:
+    def answer(self) -> list[tuple[Memory, float, float, float, str | None]] | None:
         """The cached answer, when the database confirms it is current; else None."""
         if self.key is None or not self.reuse:
             return None
@@ -406,7 +411,10 @@ class Lookup:
             cache.counted(self.owner, hit=False)
             return None
         cache.counted(self.owner, hit=True)
-        return [(memories[h.id], h.similarity, h.score, h.rank) for h in entry.hits]
+        return [
+            (memories[h.id], h.similarity, h.score, h.rank, h.may_be_replaced_by)
+            for h in entry.hits
+        ]
 
     def read_state(self) -> tenancy.Rows | None:
         """Read ``state`` in the caller's open tenant transaction (the ``tenant()`` path)."""
@@ -421,7 +429,9 @@ class Lookup:
         if self.key is None or state is None or not state.rows:
             return
         generation, expiry = state.rows[0]
-        hits = tuple(Hit(f.memory.id, f.similarity, f.score, f.rank) for f in found)
+        hits = tuple(
+            Hit(f.memory.id, f.similarity, f.score, f.rank, f.may_be_replaced_by) for f in found
+        )
         get_cache().put(self.key, Entry(self.owner, int(generation), expiry, hits))
 
 

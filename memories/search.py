@@ -74,7 +74,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypedDict, Unpack
 
@@ -170,6 +170,9 @@ class Found:
     similarity: float  # cosine, 0-1
     score: float  # absolute relevance, 0-1 (memories/scoring.py), the memory's own
     rank: float  # the list's order: the score, lifted beside a strong match (hybrid)
+    # The id of a newer result that likely restates this one's slot, which
+    # the write did not link (``ordering.newer_first``); None when none.
+    may_be_replaced_by: str | None = None
 
 
 def default_threshold() -> float:
@@ -312,19 +315,29 @@ def search(
             found = found_rows(reads[-1])
             if ordering.enabled():
                 # The transaction is over: the rare pair to compare opens its own.
-                cosines = pair_cosines(user_id, agent_id=agent_id, task_id=task_id)
-                found = ordering.newer_first(found, cosines)
+                found = arrange(found, pair_cosines(user_id, agent_id=agent_id, task_id=task_id))
             kept.keep(reads[0] if kept.state else None, found)
             return Searched(found, prepared.vector_source)
     with tenancy.tenant(user_id, agent_id=agent_id, task_id=task_id, local_settings=opening):
         state = kept.read_state()
         found = run(user_id, prepared, agent_id=agent_id)
         if ordering.enabled():
-            found = ordering.newer_first(found, pair_cosines(user_id))
+            found = arrange(found, pair_cosines(user_id))
         if within is not None:
             within(found)
         kept.keep(state, found)
     return Searched(found, prepared.vector_source)
+
+
+def arrange(found: list[Found], cosines: ordering.Cosines) -> list[Found]:
+    """``found`` newer first, each older result restated by a newer one marked with its id."""
+    arranged = ordering.newer_first(found, cosines)
+    if not arranged.restated:
+        return arranged.found
+    return [
+        replace(hit, may_be_replaced_by=arranged.restated.get(str(hit.memory.id)))
+        for hit in arranged.found
+    ]
 
 
 def pair_cosines(

@@ -231,6 +231,24 @@ def test_replaced_memories_are_hidden_unless_asked_and_link_both_ways(cast, alic
     assert old in listed(alice_client.get(URL, {"q": "wifi password", "replaced": "1"}))
 
 
+def test_a_search_marks_an_older_memory_a_newer_one_likely_restates(cast, alice_client):
+    older = services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="Cormac works at Brackenfield."
+    )["id"]
+    newer = services.remember(
+        user_id=cast.alice.id,
+        tier=Tier.PRO,
+        content="Cormac is a staff engineer at Marlowe Robotics.",
+    )["id"]
+
+    searched = alice_client.get(URL, {"q": "Which company employs Cormac?"})
+    browsed = alice_client.get(URL).content.decode()
+
+    assert listed(searched)[:2] == [newer, older]
+    assert f'data-may-be-replaced-by="{newer}"' in searched.content.decode()
+    assert "data-may-be-replaced-by" not in browsed  # only a search compares results
+
+
 def test_the_restore_button_makes_a_replaced_memory_current(cast, alice_client):
     old = services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="Gym is on Elm St.")["id"]
     services.remember(

@@ -18,6 +18,7 @@ from memories import services, validation
 from memories.formatting import memory_tags
 from memories.mcp import runtime
 from memories.mcp.arguments import (
+    MAY_BE_REPLACED_BY,
     MAY_REPLACE,
     SCORE,
     IncludeSuperseded,
@@ -102,6 +103,7 @@ class Found(BaseModel):
         None, description="Only on a replaced memory (include_superseded): what replaced it."
     )
     superseded_at: str | None = None
+    may_be_replaced_by: str | None = Field(None, description=MAY_BE_REPLACED_BY)
 
 
 class SearchOutput(BaseModel):

@@ -192,6 +192,12 @@ MAY_REPLACE = (
     "was not sure enough to replace; absent when none. If one does, call again with the "
     "same content and replaces set to its id: nothing new is stored, the link is made."
 )
+MAY_BE_REPLACED_BY = (
+    "Only on a current memory a newer result in this list likely restates with a later "
+    "value, which the server was not sure enough to link: that result's id. Prefer the "
+    "newer. If it does replace this one, call remember with the newer's content and "
+    "replaces set to this id: nothing new is stored, the link is made."
+)
 IncludeSuperseded = Annotated[
     bool,
     Field(

@@ -26,6 +26,7 @@ from memories.formatting import memory_tags
 from memories.mcp import runtime
 from memories.mcp.arguments import (
     AS_OF_VERSION,
+    MAY_BE_REPLACED_BY,
     MAY_REPLACE,
     SCORE,
     AsOf,
@@ -102,6 +103,7 @@ class RecalledMemory(BaseModel):
         None, description="Only on a replaced memory (include_superseded, as_of): what replaced it."
     )
     superseded_at: str | None = Field(None, description="Only on a replaced memory: since when.")
+    may_be_replaced_by: str | None = Field(None, description=MAY_BE_REPLACED_BY)
     version: int | None = Field(None, description=AS_OF_VERSION)
 
 
@@ -142,6 +144,7 @@ class ForgetMatch(BaseModel):
     content: str
     similarity: float
     score: float
+    may_be_replaced_by: str | None = Field(None, description=MAY_BE_REPLACED_BY)
 
 
 class ForgetOutput(BaseModel):
@@ -389,7 +392,9 @@ def recall(
     query or a lower threshold. Memories a later one replaced are left out;
     include_superseded brings them back marked with superseded_by, and as_of
     answers from what was held true at that moment, each memory as its
-    version then (numbered in its version field).
+    version then (numbered in its version field). A memory that a newer
+    result likely restates, which was not linked, comes after it and carries
+    may_be_replaced_by with the newer's id: prefer the newer.
     """
     caller = runtime.caller()
     found = services.recall(

@@ -42,6 +42,7 @@ from memories import services, validation
 from memories.mcp import runtime
 from memories.mcp.arguments import (
     AS_OF_VERSION,
+    MAY_BE_REPLACED_BY,
     MAY_REPLACE,
     NAMESPACE_PATTERN,
     SCORE,
@@ -124,6 +125,7 @@ class Result(BaseModel):
         None, description="Only on a replaced memory (include_superseded, as_of)."
     )
     superseded_at: str | None = None
+    may_be_replaced_by: str | None = Field(None, description=MAY_BE_REPLACED_BY)
     version: int | None = Field(None, description=AS_OF_VERSION)
 
 
@@ -372,6 +374,11 @@ def search_memory(
             "user_id": item["namespace"],
             "priority": item["priority"],
             **_mark(item.get("superseded_by"), item.get("superseded_at")),
+            **(
+                {"may_be_replaced_by": item["may_be_replaced_by"]}
+                if "may_be_replaced_by" in item
+                else {}
+            ),
             **({"version": item["version"]} if "version" in item else {}),
         }
         for item in found

@@ -205,15 +205,7 @@ def forget_preview(
         )
 
     found = search.search(user_id=user_id, agent_id=agent_id, args=args, within=confirm).found
-    matches: list[Match] = [
-        {
-            "id": str(hit.memory.id),
-            "content": hit.memory.content,
-            "similarity": hit.similarity,
-            "score": hit.score,
-        }
-        for hit in found
-    ]
+    matches = [_match(hit) for hit in found]
     return {
         "preview": True,
         "matches": matches,
@@ -505,3 +497,15 @@ def recent_changes(*, user_id: uuid.UUID | str, limit: int = 50) -> list[Change]
             )[:limit]
         )
     return [{"memory_id": str(row["memory_id"]), **_version(row)} for row in rows]
+
+
+def _match(hit: search.Found) -> Match:
+    match: Match = {
+        "id": str(hit.memory.id),
+        "content": hit.memory.content,
+        "similarity": hit.similarity,
+        "score": hit.score,
+    }
+    if hit.may_be_replaced_by is not None:
+        match["may_be_replaced_by"] = hit.may_be_replaced_by
+    return match

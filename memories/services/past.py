@@ -83,6 +83,9 @@ def shown(found: Recalled, then: Then | None, current: int) -> Recalled | None:
     ``current`` is the memory's version now, shown when its history has no
     row to answer from (so ``version`` always names the content shown).
     """
+    # A newer result's mark reads today's contents, not the moment's: never shown here.
+    found = found.copy()
+    found.pop("may_be_replaced_by", None)
     if then is None:
         return {**found, "version": current}
     if then.replaced:

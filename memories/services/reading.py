@@ -103,6 +103,9 @@ def _found(hit: search.Found) -> Recalled:
         # Only when asked for (include_superseded, as_of): marked as replaced.
         found["superseded_by"] = str(memory.superseded_by)
         found["superseded_at"] = iso(memory.superseded_at)
+    if hit.may_be_replaced_by is not None:
+        # A newer result that likely restates this one, not linked (ordering.newer_first).
+        found["may_be_replaced_by"] = hit.may_be_replaced_by
     return found
 
 

@@ -70,6 +70,9 @@ class Recalled(TypedDict):
     # (include_superseded, as_of).
     superseded_by: NotRequired[str]
     superseded_at: NotRequired[str]
+    # Only on a current memory a newer result likely restates, which the
+    # write did not link (memories/ordering.py); never with as_of.
+    may_be_replaced_by: NotRequired[str]
     # Only with as_of: the version shown (memory_history's), the latest at
     # that moment; content, metadata and priority are that version's.
     version: NotRequired[int]
@@ -128,6 +131,7 @@ class Sourced(TypedDict):
     created_at: str
     superseded_by: NotRequired[str]
     superseded_at: NotRequired[str]
+    may_be_replaced_by: NotRequired[str]
 
 
 class Match(TypedDict):
@@ -135,6 +139,7 @@ class Match(TypedDict):
     content: str
     similarity: float
     score: float
+    may_be_replaced_by: NotRequired[str]
 
 
 class Forgotten(TypedDict, total=False):

@@ -292,8 +292,11 @@ def _sourced_hit(hit: search.Found) -> Sourced:
 
 
 def _marked(hit: search.Found) -> dict[str, str]:
-    """A replaced memory's mark (returned only when asked for: include_superseded)."""
+    """A replaced memory's mark (returned only when asked for: include_superseded), or the
+    newer result that likely restates it (``ordering.newer_first``)."""
     memory = hit.memory
+    if hit.may_be_replaced_by is not None:
+        return {"may_be_replaced_by": hit.may_be_replaced_by}
     if memory.superseded_by is None or memory.superseded_at is None:
         return {}
     return {"superseded_by": str(memory.superseded_by), "superseded_at": iso(memory.superseded_at)}

@@ -107,6 +107,49 @@ def test_look_alikes_keep_their_own_order(cast, first, second, question) -> None
     assert ids(found)[:2] == [a, b]
 
 
+EMPLOYER = "Cormac works at Brackenfield."
+NEW_EMPLOYER = "Cormac is a staff engineer at Marlowe Robotics."
+WHO = "Which company employs Cormac?"
+
+
+def test_an_older_memory_a_newer_one_restates_is_marked_on_every_path(cast) -> None:
+    older = remember(cast.alice.id, EMPLOYER)
+    newer = remember(cast.alice.id, NEW_EMPLOYER)
+
+    found = services.recall(user_id=cast.alice.id, query=WHO, threshold=0.0)
+    again, source = services.search_memories(user_id=cast.alice.id, query=WHO, threshold=0.0)
+    preview = services.forget_preview(user_id=cast.alice.id, query=WHO, threshold=0.0)
+
+    assert [(m["id"], m.get("may_be_replaced_by")) for m in found][:2] == [
+        (newer, None),
+        (older, newer),
+    ]
+    assert source == "cache" and again == found  # the result cache keeps the mark
+    assert preview["matches"][1] == {**preview["matches"][1], "may_be_replaced_by": newer}
+    # Marked, not linked: the history and the lists know nothing of it.
+    assert services.list_memories(user_id=cast.alice.id)[0]["superseded_by"] is None
+
+
+def test_as_of_shows_no_mark(cast) -> None:
+    older = remember(cast.alice.id, EMPLOYER)
+    remember(cast.alice.id, NEW_EMPLOYER)
+    now = datetime.now(UTC).isoformat()
+
+    found = services.recall(user_id=cast.alice.id, query=WHO, threshold=0.0, as_of=now)
+
+    assert older in ids(found)
+    assert not any("may_be_replaced_by" in m for m in found)
+
+
+def test_a_restatement_answering_much_worse_is_moved_but_not_marked(cast) -> None:
+    remember(cast.alice.id, OLDER)
+    remember(cast.alice.id, NEWER)
+
+    found = services.recall(user_id=cast.alice.id, query=QUESTION, threshold=0.0)
+
+    assert not any("may_be_replaced_by" in m for m in found)
+
+
 # The reordering itself, on search results as search() holds them.
 
 
@@ -116,8 +159,20 @@ def hit(content: str, minutes: int, similarity: float) -> Found:
     return Found(memory, similarity, similarity, similarity)
 
 
+def _id(found: Found) -> str:
+    return str(found.memory.id)
+
+
 def close(pairs):
     return {pair: 0.8 for pair in pairs}
+
+
+def order(found, cosines):
+    return ordering.newer_first(found, cosines).found
+
+
+def marks(found, cosines):
+    return ordering.newer_first(found, cosines).restated
 
 
 def test_nothing_enters_or_leaves_the_top_results() -> None:
@@ -128,7 +183,7 @@ def test_nothing_enters_or_leaves_the_top_results() -> None:
     newer = hit(NEWER, 20, 0.4)
     found = [*others, older, newer]
 
-    assert ordering.newer_first(found, close) == found
+    assert order(found, close) == found
 
 
 def test_a_chain_settles_newest_first_within_the_top() -> None:
@@ -137,7 +192,7 @@ def test_a_chain_settles_newest_first_within_the_top() -> None:
     third = hit("The team standup is at 10:30 now.", 9, 0.7)
     rest = [hit(f"Unrelated note number {n} about gardening.", n, 0.5) for n in range(4)]
 
-    reordered = ordering.newer_first([first, second, third, *rest], close)
+    reordered = order([first, second, third, *rest], close)
 
     assert reordered[:3] == [third, second, first]
     assert reordered[3:5] == rest[:2]
@@ -147,7 +202,7 @@ def test_a_chain_settles_newest_first_within_the_top() -> None:
 def test_a_distant_pair_is_left_as_it_is() -> None:
     older, newer = hit(OLDER, 0, 0.9), hit(NEWER, 5, 0.8)
 
-    assert ordering.newer_first([older, newer], lambda pairs: dict.fromkeys(pairs, 0.4)) == [
+    assert order([older, newer], lambda pairs: dict.fromkeys(pairs, 0.4)) == [
         older,
         newer,
     ]
@@ -156,29 +211,74 @@ def test_a_distant_pair_is_left_as_it_is() -> None:
 def test_a_newer_memory_that_answers_the_query_much_worse_stays_below() -> None:
     older, newer = hit(OLDER, 0, 0.9), hit(NEWER, 5, 0.6)
 
-    assert ordering.newer_first([older, newer], close) == [older, newer]
+    assert order([older, newer], close) == [older, newer]
     # Within the lag it moves.
     nearer = hit(NEWER, 5, 0.75)
-    assert ordering.newer_first([older, nearer], close) == [nearer, older]
+    assert order([older, nearer], close) == [nearer, older]
 
 
 def test_an_older_memory_never_moves_above_a_newer_one() -> None:
     newer, older = hit(NEWER, 5, 0.9), hit(OLDER, 0, 0.8)
+
+    assert order([newer, older], close) == [newer, older]
+    # Already in order, the older is still marked.
+    assert marks([newer, older], close) == {str(older.memory.id): str(newer.memory.id)}
+
+
+def test_the_older_is_marked_only_when_the_newer_answers_nearly_as_well() -> None:
+    older = hit(OLDER, 0, 0.9)
+    near = hit(NEWER, 5, 0.9 - ordering.MARK_LAG)
+    far = hit(NEWER, 5, 0.85 - ordering.MARK_LAG)
+
+    assert ordering.newer_first([older, near], close) == ([near, older], {_id(older): _id(near)})
+    # Still moved within LAG, but not marked.
+    assert ordering.newer_first([older, far], close) == ([far, older], {})
+
+
+def test_a_chain_marks_each_older_with_the_newest() -> None:
+    first = hit("The team standup is at 9:30.", 0, 0.9)
+    second = hit("The team standup moved to 10:00.", 5, 0.88)
+    third = hit("The team standup is at 10:30 now.", 9, 0.86)
+
+    marks = ordering.newer_first([first, second, third], close).restated
+
+    assert marks == {_id(first): _id(third), _id(second): _id(third)}
+
+
+def test_only_an_answer_to_the_query_is_marked() -> None:
+    # Close to each other, far below the best result: not what was asked about.
+    best = hit("Unrelated note about gardening.", 30, 0.9)
+    older = hit(OLDER, 0, 0.9 - ordering.LAG - 0.01)
+    newer = hit(NEWER, 5, older.similarity)
+
+    assert ordering.newer_first([best, older, newer], close).restated == {}
+
+
+def test_a_replaced_memory_keeps_its_own_mark_only() -> None:
+    older, newer = hit(OLDER, 0, 0.9), hit(NEWER, 5, 0.9)
+    older.memory.superseded_by = uuid.uuid4()
+
+    assert ordering.newer_first([older, newer], close).restated == {}
+
+
+def test_no_statement_when_no_pair_passes_the_text_rules() -> None:
+    older = hit("Maya's sister lives in Lisbon.", 0, 0.9)
+    newer = hit("Maya's brother lives in Porto.", 5, 0.85)
     asked: list = []
 
     def cosines(pairs):
         asked.extend(pairs)
         return close(pairs)
 
-    assert ordering.newer_first([newer, older], cosines) == [newer, older]
-    assert asked == []  # no statement for a pair already in order
+    assert ordering.newer_first([older, newer], cosines) == ([older, newer], {})
+    assert asked == []
 
 
 def test_an_abbreviated_environment_is_a_look_alike() -> None:
     older = hit("The dev cluster's ingress IP is 10.20.0.5.", 0, 0.9)
     newer = hit("The QA cluster's ingress answers on 10.30.0.5.", 5, 0.85)
 
-    assert ordering.newer_first([older, newer], close) == [older, newer]
+    assert order([older, newer], close) == [older, newer]
 
 
 def test_the_slot_in_other_words_moves_when_the_newer_shows_a_new_value() -> None:
@@ -187,16 +287,16 @@ def test_the_slot_in_other_words_moves_when_the_newer_shows_a_new_value() -> Non
     older = hit("The printer on floor two is at 192.168.3.9.", 0, 0.9)
     newer = hit("Office HP LaserJet: 192.168.3.44.", 5, 0.85)
 
-    assert ordering.newer_first([older, newer], close) == [newer, older]
+    assert order([older, newer], close) == [newer, older]
 
     def below(pairs):
         return dict.fromkeys(pairs, ordering.PAIR - 0.01)
 
-    assert ordering.newer_first([older, newer], below) == [older, newer]
+    assert order([older, newer], below) == [older, newer]
 
 
 def test_other_words_without_a_new_value_keep_their_order() -> None:
     older = hit("The kids' dentist appointment is on Tuesday.", 0, 0.9)
     newer = hit("Orthodontist visits for the children are covered by insurance.", 5, 0.85)
 
-    assert ordering.newer_first([older, newer], close) == [older, newer]
+    assert order([older, newer], close) == [older, newer]

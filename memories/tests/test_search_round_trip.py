@@ -29,8 +29,10 @@ NOTES = [
 
 @pytest.fixture(autouse=True)
 def no_result_cache(settings):
-    """These tests compare the ranking's two paths: no cached answer stands in for either."""
+    """These tests compare the ranking's two paths: no cached answer stands in for either,
+    and newer first's statement of its own (a pair's cosine) is not counted as one."""
     settings.RESULT_CACHE_SIZE = 0
+    settings.RECALL_NEWER_FIRST = False
 
 
 @pytest.fixture
