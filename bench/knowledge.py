@@ -17,9 +17,12 @@ part (to report on). Four measurements:
    each ``remember`` it also runs ``recall`` with the new memory's text,
    which gives the candidates the write path would see. Two rows:
 
-   - ``server``: what the server returns. A memory may carry
-     ``superseded_by`` / ``superseded_at`` (phase B): then it is marked.
-     Today's server has no such fields, and nothing is marked.
+   - ``server``: what the server returns. A memory is marked when it
+     carries ``superseded_by`` (a link) or ``may_be_replaced_by`` (a newer
+     result likely restates it; not linked). The row also counts those
+     read marks and how many name a later version of the marked fact.
+   - ``server, links only``: the same answers with links alone marked, as a
+     client that ignores ``may_be_replaced_by`` reads them.
    - ``server+detector``: the same results with the offline detector
      (``memories.supersession``) run on each write's candidates client-side,
      as the write path will, and the memories it replaced left out (the
@@ -76,7 +79,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,18 +106,30 @@ TOP = 5
 
 @dataclass
 class Answer:
-    """One question's results: memory keys in order, and which were marked replaced."""
+    """One question's results: memory keys in order, and which were marked replaced.
+
+    ``restated`` holds the results the server marked ``may_be_replaced_by``
+    (key: the marking result's key); they count as marked too.
+    """
 
     question: ks.Question
     keys: list[str]
     marked: set[str] = field(default_factory=set)
+    restated: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.marked = self.marked | set(self.restated)
 
     def visible(self) -> list[str]:
         return [k for k in self.keys if k not in self.marked]
 
 
-def score(answers: Sequence[Answer]) -> dict[str, Any]:
-    """Return current@1, stale_unmarked@5 and false_supersession over a split's answers."""
+def score(answers: Sequence[Answer], items: Mapping[str, ks.Item] | None = None) -> dict[str, Any]:
+    """Return current@1, stale_unmarked@5 and false_supersession over a split's answers.
+
+    With ``items``, also how many ``may_be_replaced_by`` marks there were and
+    how many name a later version of the marked memory's own chain.
+    """
     chains = [a for a in answers if a.question.role == "chain"]
     looks = [a for a in answers if a.question.role == "lookalike"]
     current = [1.0 if a.visible()[:1] == [a.question.target] else 0.0 for a in chains]
@@ -154,6 +169,19 @@ def score(answers: Sequence[Answer]) -> dict[str, Any]:
         "lookalike@1": mean(looks_first),
         "current_marked": mean(current_marked),
         "current@1_by_style": {style: mean(v) for style, v in sorted(by_style.items())},
+        **(
+            {
+                "read_marks": sum(len(a.restated) for a in answers),
+                "read_marks_true": sum(
+                    1
+                    for a in answers
+                    for key, by in a.restated.items()
+                    if key in items and by in items and ks.is_update(items[by], items[key])
+                ),
+            }
+            if items is not None
+            else {}
+        ),
     }
 
 
@@ -339,8 +367,9 @@ def newer_first(order: list[str], pairs: Sequence[tuple[str, str]]) -> list[str]
 
 async def ask(
     mcp: Mcp, split: ks.Split, namespace: str, stored: Stored
-) -> list[tuple[list[str], list[str]]]:
-    """Ask every question; return each one's result keys and those the server marked."""
+) -> list[tuple[list[str], list[str], list[list[str]]]]:
+    """Ask every question; return each one's result keys, those the server marked replaced,
+    and those it marked ``may_be_replaced_by`` ([key, the newer result's key])."""
     keys = {memory_id: key for key, memory_id in stored.ids.items()}
     out = []
     for question in split.questions:
@@ -353,25 +382,40 @@ async def ask(
             for m in found["memories"]
             if m.get("superseded_by") or m.get("superseded_at")
         ]
-        out.append((order, marked))
+        restated = [
+            [keys.get(m["id"], "?"), keys.get(m["may_be_replaced_by"], "?")]
+            for m in found["memories"]
+            if m.get("may_be_replaced_by")
+        ]
+        out.append((order, marked, restated))
     return out
 
 
 def rows_for(
     split: ks.Split,
-    answers: Sequence[tuple[Sequence[str], Sequence[str]]],
+    answers: Sequence[Sequence[Any]],
     writes: Sequence[tuple[str, Sequence[Sequence[Any]]]],
 ) -> dict[str, Any]:
-    """Score a split's answers as the server marked them, and with the detector's marks."""
+    """Score a split's answers as the server marked them, and with the detector's marks.
+
+    ``server`` counts both of the server's marks; ``server, links only`` the
+    links alone (``superseded_by``), as a client that ignores
+    ``may_be_replaced_by`` reads them. An answer saved before the server
+    marked ``may_be_replaced_by`` has no third element.
+    """
     found = detect(split, writes)
-    server, detector, ordered = [], [], []
-    for question, (order, marked) in zip(split.questions, answers, strict=True):
-        server.append(Answer(question, list(order), set(marked)))
+    items = {item.key: item for item in split.items}
+    server, links, detector, ordered = [], [], [], []
+    for question, (order, marked, *more) in zip(split.questions, answers, strict=True):
+        restated = {key: by for key, by in (more[0] if more else [])}
+        server.append(Answer(question, list(order), set(marked), restated))
+        links.append(Answer(question, list(order), set(marked)))
         hidden = set(marked) | set(found.replaced)
         detector.append(Answer(question, list(order), hidden))
         ordered.append(Answer(question, newer_first(list(order), found.ambiguous), hidden))
     rows: dict[str, Any] = {
-        "server": score(server),
+        "server": score(server, items),
+        "server, links only": score(links),
         "server+detector": score(detector),
         "server+detector+newer_first": score(ordered),
     }
@@ -692,6 +736,12 @@ def print_report(report: dict[str, Any]) -> None:
                     figures.get("lookalike@1", ""),
                 ]
             )
+    marks = [
+        [split, name, figures["read_marks"], figures["read_marks_true"]]
+        for split in ks.SPLITS
+        for name, figures in mcp.get(split, {}).items()
+        if isinstance(figures, dict) and "read_marks" in figures
+    ]
     if rows:
         print("\nOver MCP (recall, limit 10)")
         harness.print_table(
@@ -708,6 +758,9 @@ def print_report(report: dict[str, Any]) -> None:
                 "look@1",
             ],
         )
+    if marks:
+        print("\nmay_be_replaced_by in the answers")
+        harness.print_table(marks, ["split", "row", "marks", "a later version"])
     rows = [
         [
             name,

@@ -4,13 +4,15 @@
     python bench/newer_first.py --data ../shared/data --json OUT   # and LoCoMo's dev turns
 
 Every search runs ``ordering.newer_first`` on its results, in the search's
-transaction. This script stores the knowledge-update set (dev and test, each
-in stream order in one namespace) with ``remember`` and asks every question
-with ``recall`` (limit 10, the server's mode), and with ``--data`` the
-LoCoMo dev conversations as bench/retrieval.py stores them, every question
-in every mode; it times the rule itself in each search (the detector's text
-rules, and the cosine statement when a pair passes them), and counts the
-searches where the statement ran and where the order changed.
+transaction: it reorders and marks (``may_be_replaced_by``). This script
+stores the knowledge-update set (dev and test, each in stream order in one
+namespace) with ``remember`` and asks every question with ``recall`` (limit
+10, the server's mode), and with ``--data`` the LoCoMo dev conversations as
+bench/retrieval.py stores them, every question in every mode; it times the
+rule itself in each search (the detector's text rules, and the cosine
+statement when a pair passes them), and counts the
+searches where the statement ran, where the order changed and where a
+result was marked.
 
 Quality (current@1, look-alikes, LoCoMo hit@5) is bench/knowledge.py's and
 bench/retrieval.py's; this is the cost.
@@ -45,17 +47,21 @@ class Meter:
         self.rule_ms: list[float] = []
         self.statement_ms: list[float] = []
         self.reordered = 0
+        self.marked = 0
+        self.marks = 0
 
     def install(self) -> None:
         from memories import ordering, search
 
         rule, cosines = ordering.newer_first, search.pair_cosines
 
-        def timed_rule(found: list[Any], read: Callable[..., Any]) -> list[Any]:
+        def timed_rule(found: list[Any], read: Callable[..., Any]) -> ordering.Arranged[Any]:
             started = time.perf_counter()
             out = rule(found, read)
             self.rule_ms.append((time.perf_counter() - started) * 1000.0)
-            self.reordered += [h.memory.id for h in out] != [h.memory.id for h in found]
+            self.reordered += [h.memory.id for h in out.found] != [h.memory.id for h in found]
+            self.marked += bool(out.restated)
+            self.marks += len(out.restated)
             return out
 
         def timed_cosines(
@@ -83,6 +89,9 @@ class Meter:
             "statement_share": round(len(self.statement_ms) / searches, 4) if searches else 0.0,
             "statement_ms": harness.percentiles(self.statement_ms),
             "reordered_share": round(self.reordered / searches, 4) if searches else 0.0,
+            # Searches where an older result is marked may_be_replaced_by, and the marks.
+            "marked_share": round(self.marked / searches, 4) if searches else 0.0,
+            "marks": self.marks,
         }
 
 
@@ -150,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             r["statement_share"],
             r["statement_ms"].get("p50", ""),
             r["reordered_share"],
+            r["marked_share"],
         ]
         for name, r in [
             *[(f"knowledge {k}", v) for k, v in report["knowledge"].items()],
@@ -158,7 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     ]
     harness.print_table(
         rows,
-        ["set", "searches", "rule p50 ms", "p95", "max", "statement share", "its p50", "reordered"],
+        [
+            "set",
+            "searches",
+            "rule p50 ms",
+            "p95",
+            "max",
+            "statement share",
+            "its p50",
+            "reordered",
+            "marked",
+        ],
     )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
