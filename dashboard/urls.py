@@ -23,6 +23,7 @@ urlpatterns = [
     path("memories/", views.memories, name="memories"),
     path("memories/<uuid:memory_id>/delete/", views.delete_memory, name="delete-memory"),
     path("memories/<uuid:memory_id>/restore/", views.restore_memory, name="restore-memory"),
+    path("memories/<uuid:memory_id>/link/", views.link_memory, name="link-memory"),
     path("memories/<uuid:memory_id>/history/", views.memory_history, name="memory-history"),
     path("memories/<uuid:memory_id>/history/erase/", views.erase_history, name="erase-history"),
     path("memories/changes/", views.changes, name="changes"),

@@ -421,6 +421,27 @@ def restore_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpR
 
 @login_required
 @require_POST
+def link_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
+    """Agree with a mark: the memory is replaced by the newer one that may replace it."""
+    try:
+        with context.acting_as("dashboard"):
+            memory_services.link(
+                user_id=request.user.id, id=str(memory_id), by=request.POST.get("by", "")
+            )
+    except NotFound:
+        raise Http404("No such memory.") from None
+    except RecallError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, "Marked as replaced. Restore undoes it.")
+    back = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
+        return redirect(back)
+    return redirect("dashboard:memories")
+
+
+@login_required
+@require_POST
 def delete_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
     purge = request.POST.get("purge") == "1"
     try:

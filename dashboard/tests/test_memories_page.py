@@ -248,6 +248,21 @@ def test_a_search_marks_an_older_memory_a_newer_one_likely_restates(cast, alice_
     assert f'data-may-be-replaced-by="{newer}"' in searched.content.decode()
     assert "data-may-be-replaced-by" not in browsed  # only a search compares results
 
+    # The "Replaced" button agrees with the mark: the older leaves the search.
+    back = f"{URL}?q=Which+company+employs+Cormac%3F"
+    response = alice_client.post(f"/memories/{older}/link/", {"by": newer, "next": back})
+    assert response.status_code == 302 and response.url == back
+    assert listed(alice_client.get(back)) == [newer]
+    with tenancy.operator():
+        assert str(Memory.objects.get(id=older).superseded_by) == newer
+    # Charlie cannot link Alice's memories: they do not exist for him.
+    charlie = Client()
+    charlie.force_login(cast.charlie)
+    assert charlie.post(f"/memories/{older}/link/", {"by": newer}).status_code == 404
+    # A wrong pair is refused with the reason, and nothing changes.
+    refused = alice_client.post(f"/memories/{newer}/link/", {"by": newer}, follow=True)
+    assert "cannot replace itself" in refused.content.decode()
+
 
 def test_the_restore_button_makes_a_replaced_memory_current(cast, alice_client):
     old = services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="Gym is on Elm St.")["id"]

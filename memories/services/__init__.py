@@ -150,7 +150,7 @@ from memories.services.storing import (
     Remembering,
     store,
 )
-from memories.services.superseding import replaced_by_each, restore
+from memories.services.superseding import link, replaced_by_each, restore
 from memories.services.transfer import (
     EXPORT_BATCH,
     IMPORT_BATCH,
@@ -223,6 +223,7 @@ __all__ = [
     "import_jobs",
     "import_memories",
     "job_status",
+    "link",
     "list_memories",
     "list_namespaces",
     "list_source_filters",

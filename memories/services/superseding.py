@@ -309,6 +309,49 @@ def settle_with_model(
         return apply(user_id, new, links)
 
 
+def link(
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None = None,
+    id: object,
+    by: object,
+) -> dict[str, object]:
+    """Link an existing memory ``id`` to the existing memory ``by`` that replaces it.
+
+    What a caller does with a ``may_be_replaced_by`` mark it agrees with
+    (the dashboard's "Replaced" button); recorded as ``explicit`` in the
+    memory's history, as a named ``replaces`` is. The same checks as
+    ``replaces``: both visible to the caller, of one namespace and writer,
+    both current; nothing is written otherwise.
+    """
+    old_id = validation.memory_id(id)
+    new_id = validation.memory_id(by, field="by")
+    if old_id == new_id:
+        raise ValidationFailed("A memory cannot replace itself.")
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        # Both rows locked, in id order, as every writer of two memories takes them.
+        rows = {
+            row["id"]: row
+            for row in Memory.objects.live()
+            .select_for_update(no_key=True)
+            .filter(user_id=user_id, id__in=sorted([old_id, new_id]))
+            .order_by("id")
+            .values("id", "namespace", "agent_id", "superseded_by")
+        }
+        old, new = rows.get(old_id), rows.get(new_id)
+        if old is None or new is None:
+            raise NotFound(f"No memory with id {old_id if old is None else new_id}.")
+        if old["namespace"] != new["namespace"] or old["agent_id"] != new["agent_id"]:
+            raise ValidationFailed(
+                "A memory can be replaced only by one of the same namespace and writer."
+            )
+        for row in (old, new):
+            if row["superseded_by"] is not None:
+                raise Conflict(f"Memory {row['id']} is already replaced by {row['superseded_by']}.")
+        apply(user_id, new_id, [Link(old_id, {"decided_by": "explicit"})])
+    return {"id": str(old_id), "superseded_by": str(new_id)}
+
+
 def restore(
     *,
     user_id: uuid.UUID | str,

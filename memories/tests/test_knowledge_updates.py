@@ -191,6 +191,65 @@ def test_an_undo_restores_the_older_memory(cast) -> None:
         services.restore(user_id=cast.charlie.id, id=old)
 
 
+EMPLOYER = "Cormac works at Brackenfield."
+NEW_EMPLOYER = "Cormac is a staff engineer at Marlowe Robotics."
+
+
+def test_a_mark_the_user_agrees_with_becomes_a_link(cast) -> None:
+    old = remember(cast.alice.id, EMPLOYER)["id"]
+    new = remember(cast.alice.id, NEW_EMPLOYER)["id"]
+    [marked] = [m for m in recalled(cast.alice.id, "Who employs Cormac?") if m["id"] == old]
+    assert marked["may_be_replaced_by"] == new
+
+    linked = services.link(user_id=cast.alice.id, id=old, by=new)
+
+    assert linked == {"id": old, "superseded_by": new}
+    assert row(old).superseded_by == uuid.UUID(new)
+    assert old not in ids(recalled(cast.alice.id, "Who employs Cormac?"))
+    last = history(old)[-1]
+    assert (last.action, decided(last)["decided_by"], str(last.superseded_by)) == (
+        "superseded",
+        "explicit",
+        new,
+    )
+    assert services.replaced_by_each(user_id=cast.alice.id, ids=[new]) == {new: [old]}
+    # Undone as any link is.
+    services.restore(user_id=cast.alice.id, id=old)
+    assert row(old).superseded_by is None
+
+
+def test_a_link_between_existing_memories_is_checked_and_writes_nothing_when_wrong(
+    cast, agents
+) -> None:
+    old = remember(cast.alice.id, EMPLOYER)["id"]
+    new = remember(cast.alice.id, NEW_EMPLOYER)["id"]
+    elsewhere = remember(cast.alice.id, NEW_EMPLOYER, namespace="work")["id"]
+    agents_own = remember(cast.alice.id, NEW_EMPLOYER, agent_id=agents.research.id)["id"]
+    charlies = remember(cast.charlie.id, NEW_EMPLOYER)["id"]
+    remember(cast.alice.id, "Cormac left Marlowe Robotics in May.", replaces=new)
+
+    with pytest.raises(NotFound):
+        services.link(user_id=cast.alice.id, id=old, by=charlies)
+    with pytest.raises(NotFound):
+        services.link(user_id=cast.charlie.id, id=old, by=charlies)
+    with pytest.raises(ValidationFailed):
+        services.link(user_id=cast.alice.id, id=old, by=elsewhere)
+    with pytest.raises(ValidationFailed):
+        services.link(user_id=cast.alice.id, id=old, by=agents_own)
+    with pytest.raises(ValidationFailed):
+        services.link(user_id=cast.alice.id, id=old, by=old)
+    with pytest.raises(ValidationFailed):
+        services.link(user_id=cast.alice.id, id=old, by="not-an-id")
+    with pytest.raises(Conflict):
+        services.link(user_id=cast.alice.id, id=old, by=new)  # new is replaced itself
+    with pytest.raises(NotFound):
+        # An agent sees only its own memories: alice's are not its to link.
+        services.link(user_id=cast.alice.id, agent_id=agents.research.id, id=old, by=agents_own)
+
+    assert row(old).superseded_by is None
+    assert [v.action for v in history(old)] == ["created"]
+
+
 def test_as_of_answers_from_what_was_held_true_then(cast) -> None:
     old = remember(cast.alice.id, OLD)["id"]
     time.sleep(0.05)
