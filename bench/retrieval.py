@@ -426,8 +426,17 @@ class Runner:
                     for mode, found in by_mode.items():
                         name = variant if mode == "default" else f"{variant}+{mode}"
                         result = Ranked([frozenset(keys[r["id"]]) for r in found], evidence)
+                        row = result.metrics()
+                        # Turns do not replace each other: an evidence turn in the top 5
+                        # marked may_be_replaced_by (memories/ordering.py) is a wrong mark.
+                        row["evidence_marked@5"] = float(
+                            any(
+                                r.get("may_be_replaced_by") and keys[r["id"]] & evidence
+                                for r in found[:5]
+                            )
+                        )
                         bucket = per_variant.setdefault(name, defaultdict(list))
-                        bucket[str(question.category)].append(result.metrics())
+                        bucket[str(question.category)].append(row)
                     if variant == "turns" and question.category != 5:
                         self.record(
                             "locomo", user_id, variant, question.question, by_mode, keys, evidence
