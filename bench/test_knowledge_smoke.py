@@ -35,9 +35,15 @@ def test_knowledge_smoke_reports_every_figure(smoke: tuple[dict[str, Any], str, 
                 assert 0.0 <= figures[key] <= 1.0
             assert figures["chain_questions"] == 6
             assert figures["lookalike_questions"] == 8
-        # The server hides what it found replaced (it marks nothing it returns).
+        # The server hides what it found replaced; on this slice it marks no
+        # look-alike may_be_replaced_by for its own question.
         assert rows["server"]["lookalike_marked"] == 0.0
         assert rows["server"]["stale_unmarked@5"] < 1.0
+        # Read marks count as marks: links alone leave at least as much showing.
+        links = rows["server, links only"]
+        assert links["stale_unmarked@5"] >= rows["server"]["stale_unmarked@5"]
+        assert 0 <= rows["server"]["read_marks_true"] <= rows["server"]["read_marks"]
+        assert "read_marks" not in links
         # Named with replaces, no outdated version shows.
         assert rows["explicit"]["stale_unmarked@5"] == 0.0
         assert rows["server+detector"]["replaced"] > 0

@@ -74,6 +74,7 @@ def test_retrieval_smoke_reports_every_metric(tmp_path: Path) -> None:
     turns = report["locomo"]["turns"]
     for key in ("recall@5", "recall@10", "hit@5", "hit@10", "mrr", "mrr@10", "ndcg@10"):
         assert key in turns["overall_1_4"]
+    assert 0.0 <= turns["overall_1_4"]["evidence_marked@5"] <= 1.0
     assert set(turns["by_category"]) == {"1", "2", "3", "4", "5"}
     assert turns["category_5"]["questions"] == 1
     assert {"turns+hybrid", "turns+semantic", "turns+lexical"} <= report["locomo"].keys()
