@@ -400,6 +400,14 @@ def upload_import(request: AuthenticatedRequest) -> HttpResponse:
     return redirect(reverse("dashboard:memories") + "#imports")
 
 
+def _back_to_memories(request: AuthenticatedRequest) -> HttpResponse:
+    """Where a memory's button leads back: the page it was on (``next``), if it is ours."""
+    back = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
+        return HttpResponseRedirect(back)
+    return redirect("dashboard:memories")
+
+
 @login_required
 @require_POST
 def restore_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
@@ -413,10 +421,7 @@ def restore_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpR
         messages.error(request, exc.message)
     else:
         messages.success(request, "Memory restored: it is current again.")
-    back = request.POST.get("next", "")
-    if url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
-        return redirect(back)
-    return redirect("dashboard:memories")
+    return _back_to_memories(request)
 
 
 @login_required
@@ -434,10 +439,7 @@ def link_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResp
         messages.error(request, exc.message)
     else:
         messages.success(request, "Marked as replaced. Restore undoes it.")
-    back = request.POST.get("next", "")
-    if url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
-        return redirect(back)
-    return redirect("dashboard:memories")
+    return _back_to_memories(request)
 
 
 @login_required
@@ -456,10 +458,7 @@ def delete_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpRe
             request,
             f"Memory deleted. Its history stays for {settings.HISTORY_RETENTION_DAYS} days.",
         )
-    back = request.POST.get("next", "")
-    if url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
-        return HttpResponseRedirect(back)
-    return redirect("dashboard:memories")
+    return _back_to_memories(request)
 
 
 HISTORY_PAGE = 50

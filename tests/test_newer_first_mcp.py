@@ -24,14 +24,15 @@ NEW_EMPLOYER = "Cormac is a staff engineer at Marlowe Robotics."
 WHO = "Which company employs Cormac?"
 
 
+def remember_both(url: str, key: str, first: str, second: str) -> tuple[dict, dict]:
+    """``remember`` two notes in turn over one session; their results."""
+    a, b = calls(url, key, [("remember", {"content": first}), ("remember", {"content": second})])
+    return structured(a), structured(b)
+
+
 def test_recall_and_search_memory_put_the_newer_restatement_first(live, cast) -> None:
     url, key = f"{live.url}/mcp", cast.alice_key.raw
-    older, newer = (
-        structured(r)
-        for r in calls(
-            url, key, [("remember", {"content": OLDER}), ("remember", {"content": NEWER})]
-        )
-    )
+    older, newer = remember_both(url, key, OLDER, NEWER)
     assert "replaces" not in newer
 
     found = structured(call(url, key, "recall", {"query": QUESTION, "threshold": 0}))["memories"]
@@ -51,14 +52,7 @@ def test_every_endpoint_marks_an_older_memory_a_newer_one_likely_restates(
     live, cast, agents
 ) -> None:
     url, key = f"{live.url}/mcp", cast.alice_key.raw
-    older, newer = (
-        structured(r)
-        for r in calls(
-            url,
-            key,
-            [("remember", {"content": EMPLOYER}), ("remember", {"content": NEW_EMPLOYER})],
-        )
-    )
+    older, newer = remember_both(url, key, EMPLOYER, NEW_EMPLOYER)
     assert "replaces" not in newer
 
     recalled = call(url, key, "recall", {"query": WHO, "threshold": 0})
@@ -87,14 +81,7 @@ def test_every_endpoint_marks_an_older_memory_a_newer_one_likely_restates(
 
 def test_the_caller_can_make_the_mark_a_link(live, cast) -> None:
     url, key = f"{live.url}/mcp", cast.alice_key.raw
-    older, newer = (
-        structured(r)
-        for r in calls(
-            url,
-            key,
-            [("remember", {"content": EMPLOYER}), ("remember", {"content": NEW_EMPLOYER})],
-        )
-    )
+    older, newer = remember_both(url, key, EMPLOYER, NEW_EMPLOYER)
     marked = structured(call(url, key, "recall", {"query": WHO, "threshold": 0}))["memories"]
     assert marked[1]["may_be_replaced_by"] == newer["id"]
 
