@@ -117,9 +117,9 @@ def newer_first(found: list[T], cosines: Cosines) -> Arranged[T]:
 
     ``cosines`` returns the cosine of each (id, id) pair asked for
     (``search.pair_cosines``: the stored vectors, under the caller's tenancy).
-    An older result is marked (``restated``) when its restatement answers
-    the query nearly as well as it does (``MARK_LAG``), wherever the two
-    stood.
+    An older result is marked (``restated``) when it answers the query
+    nearly as well as the best result (``LAG``) and its restatement answers
+    it nearly as well as it does (``MARK_LAG``), wherever the two stood.
     """
     top = found[:TOP]
     pairs = [

@@ -8,15 +8,15 @@ primary key instead, provided nothing it depends on changed since.
 What is kept, per search: the results' ids in their final order (after
 ``ordering.newer_first``: the order and its marks are cached, not applied
 again) with each one's similarity, score, rank and mark; never their
-contents. It is found under a
-key that holds everything that decides the answer: the caller (user, agent,
-task), the namespace, the model, the query's vector (its bytes' digest) and
-text, the mode, limit and threshold, every filter, and the settings that
-change a ranking. Scopes are the query cache's (``cache.scope``): a caller
-finds only entries it stored itself, and every count is kept per scope. The
-capacity, ``RESULT_CACHE_SIZE`` entries and ``RESULT_CACHE_BYTES`` bytes in
-all, least recently used out first, is what tenants share. Each server
-process has its own; nothing is shared through Redis.
+contents. It is found under a key that holds everything that decides the
+answer: the caller (user, agent, task), the namespace, the model, the
+query's vector (its bytes' digest) and text, the mode, limit and threshold,
+every filter, and the settings that change a ranking. Scopes are the query
+cache's (``cache.scope``): a caller finds only entries it stored itself, and
+every count is kept per scope. The capacity, ``RESULT_CACHE_SIZE`` entries
+and ``RESULT_CACHE_BYTES`` bytes in all, least recently used out first, is
+what tenants share. Each server process has its own; nothing is shared
+through Redis.
 
 Freshness is the database's word, never the clock's or this process's:
 

@@ -230,7 +230,8 @@ RECALL_SUPERSESSION = env.choice("RECALL_SUPERSESSION", "offline", ["off", "offl
 RECALL_SUPERSESSION_MODEL = env.string("RECALL_SUPERSESSION_MODEL") or None
 RECALL_SUPERSESSION_TIMEOUT = env.number("RECALL_SUPERSESSION_TIMEOUT", 3.0, low=0.1, high=60.0)
 # Newer first (memories/ordering.py): a search's five best put a newer memory
-# that likely restates an older one's slot above it. Off with this, or with
+# that likely restates an older one's slot above it, and mark the older
+# (may_be_replaced_by) when both answer the query. Off with this, or with
 # RECALL_SUPERSESSION=off.
 RECALL_NEWER_FIRST = env.boolean("RECALL_NEWER_FIRST", True)
 
