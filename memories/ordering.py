@@ -38,7 +38,7 @@ caller judges (docs/knowledge-updates.md, "Read marks").
 
 The cost: the text rules on each pair of the top results, either way round
 (their readings are cached), and one statement for the pairs' cosines, only
-when some pair passes those rules.
+when some pair passes those rules and could move or mark.
 """
 
 from __future__ import annotations
@@ -122,12 +122,26 @@ def newer_first(found: list[T], cosines: Cosines) -> Arranged[T]:
     it nearly as well as it does (``MARK_LAG``), wherever the two stood.
     """
     top = found[:TOP]
+    best = max((hit.similarity for hit in top), default=0.0)
+
+    def markable(older: Ranked, newer: Ranked) -> bool:
+        # An answer to this query (nearly as close to it as the best result)
+        # that its restatement answers nearly as well. A replaced memory
+        # (include_superseded) already carries its own mark.
+        return (
+            older.memory.superseded_by is None
+            and older.similarity >= best - LAG
+            and newer.similarity >= older.similarity - MARK_LAG
+        )
+
+    # A pair is compared when the newer could move (it stands below) or could
+    # mark the older; a pair already in order that could not mark costs nothing.
     pairs = [
         (older, newer)
         for i in range(len(top))
         for j in range(i + 1, len(top))
         for older, newer in ((top[i], top[j]), (top[j], top[i]))
-        if _restates(older, newer)
+        if _restates(older, newer) and (older is top[i] or markable(older, newer))
     ]
     if not pairs:
         return Arranged(found, {})
@@ -139,21 +153,13 @@ def newer_first(found: list[T], cosines: Cosines) -> Arranged[T]:
     ]
     if not close:
         return Arranged(found, {})
-    # Marked: an answer to this query (nearly as close to it as the best
-    # result) that its restatement answers nearly as well. A replaced memory
-    # (include_superseded) already carries its own mark.
-    best = max(hit.similarity for hit in top)
     restated: dict[str, Ranked] = {}
     for older, newer in close:
-        if (
-            older.memory.superseded_by is None
-            and older.similarity >= best - LAG
-            and newer.similarity >= older.similarity - MARK_LAG
-        ):
+        if markable(older, newer):
             known = restated.get(_id(older))
             if known is None or newer.memory.created_at > known.memory.created_at:
                 restated[_id(older)] = newer
-    marks = {older: _id(newer) for older, newer in restated.items()}
+    marked = {older: _id(newer) for older, newer in restated.items()}
     order = list(top)
     by_id = {_id(hit): hit for hit in order}
     moves = [(_id(older), _id(newer)) for older, newer in close]
@@ -170,7 +176,7 @@ def newer_first(found: list[T], cosines: Cosines) -> Arranged[T]:
                 moved = True
         if not moved:
             break
-    return Arranged(order + found[TOP:], marks)
+    return Arranged(order + found[TOP:], marked)
 
 
 def _priority(hit: Ranked) -> int:
