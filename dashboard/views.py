@@ -9,7 +9,7 @@ like one that does not exist.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -408,38 +408,45 @@ def _back_to_memories(request: AuthenticatedRequest) -> HttpResponse:
     return redirect("dashboard:memories")
 
 
-@login_required
-@require_POST
-def restore_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
-    """Undo a replacement: the memory is current again (issue 22)."""
+def _supersession_button(
+    request: AuthenticatedRequest, act: Callable[[], object], done: str
+) -> HttpResponse:
+    """Run a memory's Restore or Replaced button as the dashboard: a memory the user
+    cannot see is a 404, a refusal is shown with its reason, and the page comes back."""
     try:
         with context.acting_as("dashboard"):
-            memory_services.restore(user_id=request.user.id, id=str(memory_id))
+            act()
     except NotFound:
         raise Http404("No such memory.") from None
     except RecallError as exc:
         messages.error(request, exc.message)
     else:
-        messages.success(request, "Memory restored: it is current again.")
+        messages.success(request, done)
     return _back_to_memories(request)
+
+
+@login_required
+@require_POST
+def restore_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
+    """Undo a replacement: the memory is current again (issue 22)."""
+    return _supersession_button(
+        request,
+        lambda: memory_services.restore(user_id=request.user.id, id=str(memory_id)),
+        "Memory restored: it is current again.",
+    )
 
 
 @login_required
 @require_POST
 def link_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
     """Agree with a mark: the memory is replaced by the newer one that may replace it."""
-    try:
-        with context.acting_as("dashboard"):
-            memory_services.link(
-                user_id=request.user.id, id=str(memory_id), by=request.POST.get("by", "")
-            )
-    except NotFound:
-        raise Http404("No such memory.") from None
-    except RecallError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, "Marked as replaced. Restore undoes it.")
-    return _back_to_memories(request)
+    return _supersession_button(
+        request,
+        lambda: memory_services.link(
+            user_id=request.user.id, id=str(memory_id), by=request.POST.get("by", "")
+        ),
+        "Marked as replaced. Restore undoes it.",
+    )
 
 
 @login_required
