@@ -9,6 +9,9 @@ and a search may rank the older statement of a fact above the newer one.
 A newer result moves just above an older one ranked above it when the two
 likely state the same slot for this query:
 
+* both are notes of one writer, as detection on write compares them:
+  conversation turns and document chunks do not replace each other, and
+  one agent's memory does not restate another's (or the user-wide ones);
 * the texts pass every rule that keeps look-alikes apart
   (``supersession.apart``: contrasting subjects such as a sister and a
   brother, staging and production, morning and dinner; other names up
@@ -48,7 +51,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from django.conf import settings
 
-from memories.models import PRIORITY_RANK, Memory
+from memories.models import PRIORITY_RANK, Memory, SourceKind
 from memories.supersession import apart
 from memories.supersession.decide import RENAMED
 
@@ -97,6 +100,8 @@ def _restates(older: Ranked, newer: Ranked) -> bool:
     """Whether ``newer`` may restate ``older``'s slot, before their vectors are compared."""
     return (
         newer.memory.created_at > older.memory.created_at
+        and older.memory.source_kind == newer.memory.source_kind == SourceKind.NOTE
+        and older.memory.agent_id == newer.memory.agent_id
         # A priority is the user's own word: never above a higher one.
         and _priority(newer) >= _priority(older)
         and newer.similarity >= older.similarity - LAG

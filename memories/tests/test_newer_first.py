@@ -13,7 +13,7 @@ import pytest
 
 from accounts.tiers import Tier
 from memories import ordering, services
-from memories.models import Memory
+from memories.models import Memory, SourceKind
 from memories.search import Found
 
 OLDER = "For focus work I listen to lo-fi beats."
@@ -130,6 +130,21 @@ def test_an_older_memory_a_newer_one_restates_is_marked_on_every_path(cast) -> N
     assert services.list_memories(user_id=cast.alice.id)[0]["superseded_by"] is None
 
 
+def test_conversation_turns_are_neither_moved_nor_marked(cast) -> None:
+    # The same two statements as the test above, said in conversations: a
+    # later turn does not replace an earlier one, and recall keeps its ranking.
+    for said in (EMPLOYER, NEW_EMPLOYER):
+        services.remember(
+            user_id=cast.alice.id, tier=Tier.PRO, messages=[{"role": "user", "content": said}]
+        )
+
+    found = services.recall(user_id=cast.alice.id, query=WHO, threshold=0.0)
+
+    assert len(found) == 2
+    assert not any("may_be_replaced_by" in m for m in found)
+    assert found[0]["score"] >= found[1]["score"]
+
+
 def test_as_of_shows_no_mark(cast) -> None:
     older = remember(cast.alice.id, EMPLOYER)
     remember(cast.alice.id, NEW_EMPLOYER)
@@ -153,9 +168,18 @@ def test_a_restatement_answering_much_worse_is_moved_but_not_marked(cast) -> Non
 # The reordering itself, on search results as search() holds them.
 
 
-def hit(content: str, minutes: int, similarity: float) -> Found:
+def hit(
+    content: str,
+    minutes: int,
+    similarity: float,
+    *,
+    kind: SourceKind = SourceKind.NOTE,
+    agent_id: uuid.UUID | None = None,
+) -> Found:
     at = datetime(2026, 12, 3, 8, tzinfo=UTC) + timedelta(minutes=minutes)
-    memory = Memory(id=uuid.uuid4(), content=content, created_at=at)
+    memory = Memory(
+        id=uuid.uuid4(), content=content, created_at=at, source_kind=kind, agent_id=agent_id
+    )
     return Found(memory, similarity, similarity, similarity)
 
 
@@ -252,6 +276,34 @@ def test_only_an_answer_to_the_query_is_marked() -> None:
     newer = hit(NEWER, 5, older.similarity)
 
     assert ordering.newer_first([best, older, newer], close).restated == {}
+
+
+@pytest.mark.parametrize(
+    ("older_kind", "newer_kind"),
+    [
+        (SourceKind.CONVERSATION, SourceKind.CONVERSATION),
+        (SourceKind.DOCUMENT, SourceKind.DOCUMENT),
+        (SourceKind.NOTE, SourceKind.CONVERSATION),
+    ],
+)
+def test_turns_and_chunks_are_neither_moved_nor_marked(older_kind, newer_kind) -> None:
+    # Detection on write compares notes only: a conversation does not replace
+    # what was said earlier in it, nor a document its other chunks.
+    older = hit(OLDER, 0, 0.9, kind=older_kind)
+    newer = hit(NEWER, 5, 0.88, kind=newer_kind)
+
+    assert ordering.newer_first([older, newer], close) == ([older, newer], {})
+
+
+def test_another_writers_memory_neither_moves_nor_marks() -> None:
+    agent = uuid.uuid4()
+    user_wide = hit(OLDER, 0, 0.9)
+    agents = hit(NEWER, 5, 0.88, agent_id=agent)
+
+    assert ordering.newer_first([user_wide, agents], close) == ([user_wide, agents], {})
+    # One agent's own pair still does.
+    own = hit(OLDER, 0, 0.9, agent_id=agent)
+    assert ordering.newer_first([own, agents], close) == ([agents, own], {_id(own): _id(agents)})
 
 
 def test_a_replaced_memory_keeps_its_own_mark_only() -> None:
