@@ -89,3 +89,31 @@ def test_troubleshooting_names_every_tenant_table_doctor_checks():
     item = README.split("- **row-level security** enabled and forced", 1)[1].split("\n- ", 1)[0]
 
     assert set(re.findall(r"`([a-z_]+)`", item)) >= tenancy.TENANT_TABLES
+
+
+def configuration_names() -> set[str]:
+    """Return the names the README's tables give in a row's first cell.
+
+    A cell may name several (`EMAIL_HOST`, `EMAIL_PORT`), or a family once:
+    `RATE_LIMIT_STARTER` / `_PRO` / `_TEAM`.
+    """
+    names: set[str] = set()
+    for line in README.splitlines():
+        if not line.startswith("| `"):
+            continue
+        full = ""
+        for token in re.findall(r"`(_?[A-Z][A-Z0-9_]*)`", line.split(" | ", 1)[0]):
+            if token.startswith("_") and full:
+                names.add(full.rsplit("_", 1)[0] + token)
+            else:
+                full = token
+                names.add(token)
+    return names
+
+
+def test_every_setting_read_from_the_environment_is_in_the_configuration_table():
+    source = (settings.BASE_DIR / "recall" / "settings.py").read_text()
+    read = set(re.findall(r'env\.\w+\(\s*"([A-Z][A-Z0-9_]+)"', source))
+
+    assert len(read) > 50  # the pattern still finds them
+    assert sorted(read - configuration_names()) == []
