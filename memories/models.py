@@ -281,7 +281,7 @@ class MemoryHistory(models.Model):
     # What replaced the memory at this version; on a memory's ``created`` row,
     # what it replaced; on a ``superseded``, ``restored`` or such ``created``
     # row, who decided and why ({"decided_by": "explicit" | "offline" | "llm"
-    # | "undo", "reason", "score", "model"}).
+    # | "undo" | "restated", "reason", "score", "model"}).
     superseded_by = models.UUIDField(null=True, blank=True)
     replaces = ArrayField(models.UUIDField(), null=True, blank=True)
     decision = models.JSONField(null=True, blank=True)

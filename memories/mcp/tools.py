@@ -178,7 +178,7 @@ class Version(BaseModel):
     )
     decision: dict[str, Any] | None = Field(
         description="Who linked or unlinked a replacement (decided_by: explicit, offline, llm, "
-        "undo) and why."
+        "undo, restated: a replaced memory stated again) and why."
     )
 
 
@@ -323,7 +323,9 @@ def remember(
     what was replaced. When it is unsure, "may_replace" lists the likely
     older statements ({id, content}): if one is the same fact's old value,
     call remember again with the same content and replaces=its id. Replaced
-    memories are kept, leave searches, and come back with restore_memory.
+    memories are kept, leave searches, and come back with restore_memory; a
+    replaced memory stored again word for word (the fact changed back) is
+    current again and replaces what held its place.
 
     Returns {"id": "<uuid>", "deduped": false|true}; for messages
     {"thread_id", "memories": [{id, deduped}], "count"}. With async: true it

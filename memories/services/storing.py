@@ -225,9 +225,14 @@ def store(
                     result["may_replace"] = list(hints)
                 results.append(result)
                 continue
-            # Stored already: named as a replacement, it becomes one.
+            # Stored already: named as a replacement, it becomes one; replaced
+            # since, it is current again and replaces what held its place.
             assert found is not None, "every item is stored or found"
-            results.append(_linked(user_id, found, True, links if call.replaces else []))
+            again = superseding.restate(user_id, found) if call.note else []
+            named = links if call.replaces else []
+            results.append(
+                _linked(user_id, found, True, named + [x for x in again if x.old != call.replaces])
+            )
         if finish is not None:
             finish(results)
     if pending is not None:

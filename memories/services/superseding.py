@@ -352,6 +352,75 @@ def link(
     return {"id": str(old_id), "superseded_by": str(new_id)}
 
 
+# From a replaced memory, along superseded_by, to the current memory that
+# holds its slot now (a chain is short; the depth bounds a damaged one).
+CHAIN_END = """
+    WITH RECURSIVE chain(id, next, depth) AS (
+        SELECT id, superseded_by, 0 FROM memories WHERE id = %(start)s AND user_id = %(user)s
+        UNION ALL
+        SELECT m.id, m.superseded_by, c.depth + 1
+        FROM memories AS m JOIN chain AS c ON m.id = c.next
+        WHERE m.user_id = %(user)s AND c.depth < 64
+    )
+    SELECT id FROM chain WHERE next IS NULL AND id <> %(start)s LIMIT 1
+"""
+
+
+def restate(user_id: uuid.UUID | str, memory_id: uuid.UUID) -> list[Link]:
+    """A replaced memory stated again is current again, and replaces its slot's holder.
+
+    Called in the writing transaction when a write finds its content already
+    stored (``remember``'s deduplication) in a memory a later one replaced:
+    "db1", replaced by "db2", then "db1" again. The fact is the first value
+    again, so the memory is made current (history: ``restored``, decided_by
+    ``restated``) and the link to make is returned: the current end of the
+    chain that replaced it (``db2``, or what replaced that since) is
+    replaced by it. A link means one slot, so no rule is asked again.
+    Returns [] when the memory is current (nothing to do).
+
+    Both rows are locked in one statement, in id order, as ``lock`` does. A
+    memory another write restored meanwhile is left as it is.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT superseded_by FROM memories WHERE id = %s AND user_id = %s",
+            [memory_id, str(user_id)],
+        )
+        row = cursor.fetchone()
+        if row is None or row[0] is None:
+            return []
+        cursor.execute(CHAIN_END, {"start": memory_id, "user": str(user_id)})
+        end = cursor.fetchone()
+        wanted = [memory_id, *([end[0]] if end else [])]
+        cursor.execute(
+            "SELECT id, superseded_by FROM memories WHERE user_id = %s AND id = ANY(%s)"
+            " ORDER BY id FOR NO KEY UPDATE",
+            [str(user_id), wanted],
+        )
+        held = dict(cursor.fetchall())
+        if held.get(memory_id) is None:
+            return []  # restored meanwhile
+        holder = end[0] if end and end[0] in held and held[end[0]] is None else None
+        why = {
+            "decided_by": "restated",
+            "reason": "stated again"
+            + (f"; it replaces {holder}, which held its place" if holder else ""),
+        }
+        cursor.execute("SELECT set_config('app.supersession', %s, true)", [json.dumps(why)])
+        cursor.execute(
+            "UPDATE memories SET superseded_by = NULL WHERE id = %s AND user_id = %s",
+            [memory_id, str(user_id)],
+        )
+        cursor.execute("SELECT set_config('app.supersession', '', true)")
+    if holder is None:
+        return []
+    return [
+        Link(
+            holder, {"decided_by": "restated", "reason": "the memory it replaced was stated again"}
+        )
+    ]
+
+
 def restore(
     *,
     user_id: uuid.UUID | str,

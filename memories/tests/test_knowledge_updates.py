@@ -191,6 +191,77 @@ def test_an_undo_restores_the_older_memory(cast) -> None:
         services.restore(user_id=cast.charlie.id, id=old)
 
 
+def test_a_replaced_fact_stated_again_is_current_again(cast) -> None:
+    # The host moved, then moved back: the first statement, word for word.
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW)
+    assert new["replaces"] == [old]  # detected
+
+    again = remember(cast.alice.id, OLD)
+
+    assert again == {"id": old, "deduped": True, "replaces": [new["id"]]}
+    assert row(old).superseded_by is None
+    assert str(row(new["id"]).superseded_by) == old
+    assert ids(recalled(cast.alice.id))[:1] == [old]
+    assert new["id"] not in ids(recalled(cast.alice.id))
+    listed = services.list_memories(user_id=cast.alice.id)
+    assert ids(listed) == [old]
+    last = history(old)[-1]
+    assert (last.action, decided(last)["decided_by"]) == ("restored", "restated")
+    assert new["id"] in decided(last)["reason"]
+    replaced = history(new["id"])[-1]
+    assert (replaced.action, str(replaced.superseded_by)) == ("superseded", old)
+    assert decided(replaced)["decided_by"] == "restated"
+
+
+def test_a_fact_stated_again_replaces_the_end_of_its_chain(cast) -> None:
+    first = remember(cast.alice.id, "The team standup is at 9:30.")["id"]
+    second = remember(cast.alice.id, "The team standup moved to 10:00.", replaces=first)["id"]
+    third = remember(cast.alice.id, "The team standup is at 10:30 now.", replaces=second)["id"]
+
+    again = remember(cast.alice.id, "The team standup is at 9:30.")
+
+    assert again["replaces"] == [third]
+    assert row(first).superseded_by is None
+    assert str(row(second).superseded_by) == third  # history between stays as it was
+    assert str(row(third).superseded_by) == first
+    assert ids(services.list_memories(user_id=cast.alice.id)) == [first]
+
+
+def test_a_current_fact_stated_again_changes_nothing(cast) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    versions = len(history(old))
+
+    again = remember(cast.alice.id, OLD)
+
+    assert again == {"id": old, "deduped": True}
+    assert len(history(old)) == versions
+
+
+def test_a_fact_stated_again_with_replaces_links_what_was_named(cast) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW, replaces=old)["id"]
+
+    again = remember(cast.alice.id, OLD, replaces=new)
+
+    assert again["replaces"] == [new]
+    assert row(old).superseded_by is None
+    assert decided(history(new)[-1])["decided_by"] == "explicit"
+
+
+def test_a_fact_stated_again_by_another_writer_is_its_own_memory(cast, agents) -> None:
+    # Deduplication is per writer: the user-wide copy stays replaced.
+    old = remember(cast.alice.id, OLD)["id"]
+    remember(cast.alice.id, NEW, replaces=old)
+
+    theirs = services.remember(
+        user_id=cast.alice.id, agent_id=agents.research.id, tier=Tier.PRO, content=OLD
+    )
+
+    assert theirs["id"] != old and theirs["deduped"] is False
+    assert row(old).superseded_by is not None
+
+
 EMPLOYER = "Cormac works at Brackenfield."
 NEW_EMPLOYER = "Cormac is a staff engineer at Marlowe Robotics."
 
