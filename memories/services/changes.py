@@ -143,6 +143,7 @@ def forget(
             agent_id=agent_id,
             confirmation_token=confirmation_token,
             purge=purge,
+            mode=mode,
         )
     if mode == "all":
         return forget_all_preview(
@@ -277,18 +278,27 @@ def _confirmation(
         )
 
 
+def _of_all(mode: str | None) -> bool | None:
+    """Whether a confirmation must come from a preview of mode "all" (None: either)."""
+    return None if mode is None else mode == "all"
+
+
 def forget_confirm(
     *,
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
     confirmation_token: object,
     purge: object = False,
+    mode: str | None = None,
 ) -> Forgotten:
     """Delete exactly what a preview listed. The token works once, for 5 minutes.
 
     A token that is unknown, already used or another user's is the same
     ``confirmation_invalid``: row-level security hides other users' tokens.
-    History is purged if the preview or this call asks for it.
+    With ``mode`` (the ``forget`` tool's), the token must come from a preview
+    of that mode ("all" or "by_query"); one of the other mode is refused the
+    same way and stays usable with its own. History is purged if the preview
+    or this call asks for it.
     """
     if not isinstance(confirmation_token, str) or not 0 < len(confirmation_token) <= 256:
         raise ValidationFailed("confirmation_token must be the token a preview returned.")
@@ -299,17 +309,22 @@ def forget_confirm(
         with connection.cursor() as cursor:
             # The user as well as the policy: a distributed database routes
             # on the statement's own user_id (docs/scale-out.md).
+            # A preview of mode "all" names its namespace; one of "by_query", ids.
             cursor.execute(
                 "DELETE FROM forget_confirmations WHERE token_hash = %s AND user_id = %s"
+                " AND (%s::boolean IS NULL OR (namespace IS NOT NULL) = %s::boolean)"
                 " RETURNING memory_ids, namespace, cutoff, purge,"
                 " expires_at <= statement_timestamp()",
-                [_token_hash(confirmation_token), str(user_id)],
+                [_token_hash(confirmation_token), str(user_id), *[_of_all(mode)] * 2],
             )
             claimed = cursor.fetchone()
         if claimed is None:
             raise ConfirmationInvalid(
-                "This confirmation token is not valid: it may have been used already. "
-                "Run the forget preview again to get a new one."
+                "This confirmation token is not valid"
+                + (f' for mode "{mode}"' if mode else "")
+                + ": it may have been used already"
+                + (", or it came from a preview of the other mode" if mode else "")
+                + ". Run the forget preview again to get a new one."
             )
         memory_ids, namespace, cutoff, preview_purge, expired = claimed
         deleted = 0

@@ -129,3 +129,24 @@ def test_even_a_raw_delete_on_the_tenant_path_cannot_reach_another_user(neighbou
         assert cursor.rowcount == 5
 
     assert services.count_namespace(user_id=neighbours.charlie.id, namespace="work") == 1
+
+
+def test_a_token_confirms_only_with_the_mode_that_previewed_it(neighbours):
+    alice = neighbours.alice.id
+    everything = services.forget(user_id=alice, mode="all", namespace="work")["confirmation_token"]
+    some = services.forget(user_id=alice, mode="by_query", query="work item", namespace="work")[
+        "confirmation_token"
+    ]
+    before = snapshot()
+
+    for token, other in ((everything, "by_query"), (some, "all")):
+        with pytest.raises(ConfirmationInvalid, match=f'for mode "{other}"'):
+            services.forget(user_id=alice, mode=other, confirmation_token=token)
+    assert snapshot() == before  # refused, and nothing deleted
+
+    # Each token still works with its own mode.
+    assert services.forget(user_id=alice, mode="by_query", confirmation_token=some)["success"]
+    done = services.forget(user_id=alice, mode="all", confirmation_token=everything)
+    assert done["success"] and not any(
+        row[1] == "work" and row[0] == str(alice) for row in snapshot()
+    )
