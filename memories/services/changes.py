@@ -268,14 +268,22 @@ def _confirmation(
 ) -> None:
     """Store what a preview found under its token's hash, in the caller's tenant transaction.
 
-    The user's expired confirmations go first, found or not; with nothing
-    found there is nothing to confirm and no row.
+    The user's long-expired confirmations go first (``EXPIRED_KEPT``), found
+    or not; with nothing found there is nothing to confirm and no row.
     """
-    ForgetConfirmation.objects.filter(user_id=user_id, expires_at__lt=timezone.now()).delete()
+    ForgetConfirmation.objects.filter(
+        user_id=user_id, expires_at__lt=timezone.now() - EXPIRED_KEPT
+    ).delete()
     if found:
         ForgetConfirmation.objects.create(
             token_hash=_token_hash(token), user_id=user_id, expires_at=expires_at, **fields
         )
+
+
+# An expired confirmation stays this long, so that confirming it answers
+# confirmation_expired rather than "unknown or used"; then it is cleared (by
+# the next preview of its user, or by maintenance).
+EXPIRED_KEPT = timedelta(days=1)
 
 
 def _of_all(mode: str | None) -> bool | None:

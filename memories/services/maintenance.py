@@ -18,6 +18,7 @@ from memories import embeddings, indexes
 from memories.models import (
     Memory,
 )
+from memories.services.changes import EXPIRED_KEPT
 
 logger = logging.getLogger("memories.services")
 
@@ -87,7 +88,7 @@ def clean_up(*, now: datetime | None = None) -> CleanUp | None:
             confirmations = _in_batches(
                 "DELETE FROM forget_confirmations WHERE token_hash IN ("
                 " SELECT token_hash FROM forget_confirmations WHERE expires_at < %s LIMIT %s)",
-                [moment],
+                [moment - EXPIRED_KEPT],
             )
     return CleanUp(expired, history, finished, confirmations)
 

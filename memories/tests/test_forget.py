@@ -130,6 +130,32 @@ def test_the_token_expires_after_five_minutes(cast):
         )
 
 
+def test_an_expired_token_says_so_after_cleanups_until_it_is_a_day_old(cast):
+    remember(cast.alice.id, COFFEE[0])
+    token = services.forget_preview(user_id=cast.alice.id, query="espresso", threshold=0.3)[
+        "confirmation_token"
+    ]
+    with tenancy.operator():
+        ForgetConfirmation.objects.update(expires_at=timezone.now() - timedelta(minutes=10))
+    # What clears old confirmations: the user's next preview, and maintenance.
+    services.forget_preview(user_id=cast.alice.id, query="espresso", threshold=0.3)
+    services.clean_up()
+
+    with pytest.raises(ConfirmationExpired):
+        services.forget_confirm(user_id=cast.alice.id, confirmation_token=token)
+
+    stale = services.forget_preview(user_id=cast.alice.id, query="espresso", threshold=0.3)
+    with tenancy.operator():
+        ForgetConfirmation.objects.update(expires_at=timezone.now() - timedelta(minutes=10))
+    services.clean_up(now=timezone.now() + timedelta(days=1))
+    with tenancy.operator():
+        assert not ForgetConfirmation.objects.exists()
+    with pytest.raises(ConfirmationInvalid):
+        services.forget_confirm(
+            user_id=cast.alice.id, confirmation_token=stale["confirmation_token"]
+        )
+
+
 def test_charlie_cannot_use_alices_token(cast):
     memory_id = remember(cast.alice.id, COFFEE[0])
     token = services.forget_preview(user_id=cast.alice.id, query="espresso", threshold=0.3)[
