@@ -38,7 +38,7 @@ from memories.models import (
 )
 from memories.services.quota import check_quota
 from memories.services.shapes import Queued, QueueDepth, Stored
-from memories.services.storing import Remembering, store, written_by
+from memories.services.storing import Remembering, store, stored_already, written_by
 
 logger = logging.getLogger("memories.services")
 
@@ -67,24 +67,33 @@ def enqueue_remember(
     """Queue a validated remember call for a worker and return at once.
 
     The quota is checked now, counting adds already queued, so a caller over
-    it hears so at once. The ids the new memories will get are chosen now and
-    returned; a memory that turns out to be stored already keeps its own id,
-    which ``job_status`` reports. The same ``idempotency_key`` returns the
-    first job, whatever became of it; with another request it is a conflict.
+    it hears so at once. The ids are announced now: an item already stored
+    (identical content, as ``store`` deduplicates) is announced with its
+    memory's id, which the job keeps; a new one with the id the job gives
+    it. Only content stored by another call between the two keeps an id
+    other than the announced one, which ``job_status`` reports. The same
+    ``idempotency_key`` returns the first job, whatever became of it; with
+    another request it is a conflict.
     """
     key = validation.idempotency_key(idempotency_key)
     fingerprint = call.fingerprint
     who = context.actor.get()
     job_id = uuid.uuid4()
-    ids = [uuid.uuid4() for _ in call.items]
-    # The tier travels with the job: the quota was judged by it here.
-    payload = {**call.as_payload(), "ids": [str(i) for i in ids], "tier": tier}
     with tenancy.tenant(user_id, agent_id=agent_id):
         if key is not None:
             first = _job_by_key(user_id, agent_id, key)
             if first is not None:
                 return _replay(first, fingerprint)
-        check_quota(user_id, tier, adding=len(call.items), pending=True)
+        found = stored_already(user_id, agent_id, call)
+        ids = [found.get(i) or uuid.uuid4() for i in range(len(call.items))]
+        # The tier travels with the job: the quota was judged by it here.
+        payload = {
+            **call.as_payload(),
+            "ids": [str(i) for i in ids],
+            "found": sorted(found),
+            "tier": tier,
+        }
+        check_quota(user_id, tier, adding=len(call.items) - len(found), pending=True)
         with connection.cursor() as cursor:
             # One statement: the job, and a wake-up for every process's workers
             # (delivered when the transaction commits).
@@ -222,6 +231,12 @@ def _run_job(job: Taken) -> None:
     try:
         call = Remembering.from_payload(job.payload)
         ids = [uuid.UUID(i) for i in job.payload.get("ids", [])] or None
+        if ids:
+            # An item announced with the id of a memory already stored keeps
+            # that memory; forgotten since, it is stored afresh under a new
+            # id, never under the forgotten one's.
+            for i in job.payload.get("found", []):
+                ids[i] = uuid.uuid4()
         store(
             user_id=job.user_id,
             agent_id=job.agent_id,

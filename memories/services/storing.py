@@ -172,9 +172,7 @@ def store(
     writing transaction with the results, so a job is settled atomically with
     what it stored.
     """
-    places: list[Place] = [
-        (item.position, item.path, validation.content_hash(item.content)) for item in call.items
-    ]
+    places = places_of(call)
     with tenancy.tenant(user_id, agent_id=agent_id):
         existing = _ids_by_place(user_id, agent_id, call, places)
     fresh = sorted({i for i, place in enumerate(places) if place not in existing})
@@ -418,6 +416,25 @@ def _insert(
         )
         row = cursor.fetchone()
     return row[0] if row else None
+
+
+def places_of(call: Remembering) -> list[Place]:
+    """Where each of the call's items sits for deduplication."""
+    return [
+        (item.position, item.path, validation.content_hash(item.content)) for item in call.items
+    ]
+
+
+def stored_already(
+    user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, call: Remembering
+) -> dict[int, uuid.UUID]:
+    """Return, by item index, the live memories already holding the call's items.
+
+    In the caller's tenant transaction; what ``store`` would find and keep.
+    """
+    places = places_of(call)
+    found = _ids_by_place(user_id, agent_id, call, places)
+    return {i: found[place] for i, place in enumerate(places) if place in found}
 
 
 def _ids_by_place(

@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
+from accounts import tiers
 from accounts.tiers import Tier
 from core import context, tenancy
 from core.errors import Conflict, NotFound, QuotaExceeded, ValidationFailed
@@ -67,14 +68,44 @@ def test_a_finished_job_keeps_ids_but_never_the_content(cast):
     assert "a private thought" not in str(row.result)
 
 
-def test_content_already_stored_is_reported_with_its_own_id(cast):
+def test_content_already_stored_is_announced_and_reported_with_its_own_id(cast):
     existing = services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="known")["id"]
     queued = enqueue(cast.alice.id, content="known")
 
+    # Announced at once with the id it will keep, so the caller can use it.
+    assert queued["memory_ids"] == [existing]
     services.run_next_job()
 
     status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
     assert status["memories"] == [{"id": existing, "deduped": True}]
+    assert status["memory_ids"] == [existing]
+
+
+def test_content_forgotten_before_its_job_runs_is_stored_under_a_new_id(cast):
+    existing = services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="known")["id"]
+    queued = enqueue(cast.alice.id, content="known")
+    services.forget(user_id=cast.alice.id, mode="by_id", id=existing)
+
+    services.run_next_job()
+
+    [memory] = services.list_memories(user_id=cast.alice.id)
+    assert memory["content"] == "known"
+    # Never the forgotten memory's id, whose history stays its own.
+    assert memory["id"] != existing
+    status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert status["memories"] == [{"id": memory["id"], "deduped": False}]
+
+
+def test_content_already_stored_does_not_count_against_the_quota(cast):
+    # At the free tier's limit, the same content again is no new memory.
+    fill_memories(cast.alice.id, tiers.memory_limit(Tier.FREE) - 1)
+    existing = services.remember(user_id=cast.alice.id, tier=Tier.FREE, content="known")["id"]
+
+    queued = enqueue(cast.alice.id, content="known", tier=Tier.FREE)
+
+    assert queued["memory_ids"] == [existing]
+    with pytest.raises(QuotaExceeded):
+        enqueue(cast.alice.id, content="something new", tier=Tier.FREE)
 
 
 def test_a_retry_with_the_same_idempotency_key_returns_the_first_job(cast):
