@@ -90,8 +90,8 @@ def add(
     """Store exactly one of: conversation ``messages``, a ``document`` (content, path), a note.
 
     What ``memory_add`` does: turns as ``add_turns``, a document as
-    ``add_document`` (a thread groups conversations and notes, not
-    documents), a note as ``add_note``.
+    ``add_document``, a note as ``add_note``; a ``thread_id`` groups any of
+    them with the session's other memories (seed 003).
     """
     given = [x is not None for x in (messages, document, content)]
     if sum(given) != 1:
@@ -108,8 +108,6 @@ def add(
             task_id=task_id,
         )
     if document is not None:
-        if thread_id is not None:
-            raise ValidationFailed("thread_id groups conversations and notes, not documents.")
         return add_document(
             user_id=user_id,
             tier=tier,
@@ -117,6 +115,7 @@ def add(
             content=document.get("content"),
             path=document.get("path"),
             author=author,
+            thread_id=thread_id,
             task_id=task_id,
         )
     return add_note(
@@ -165,9 +164,14 @@ def add_document(
     content: object,
     path: object,
     author: object = None,
+    thread_id: object = None,
     task_id: object = None,
 ) -> list[Stored]:
-    """Store a document as chunks cut by its structure and size, all under ``path``."""
+    """Store a document as chunks cut by its structure and size, all under ``path``.
+
+    With ``thread_id``, the chunks belong to that session, as its notes and
+    turns do; the same document in another thread is that thread's copy.
+    """
     from memories import chunking
 
     where = _label(path, "path", PATH_MAX)
@@ -185,7 +189,12 @@ def add_document(
         )
         for c in chunking.chunk(text)
     )
-    call = _sourced(items, thread_id=None, task_id=_label(task_id, "task_id"), conversation=False)
+    call = _sourced(
+        items,
+        thread_id=_label(thread_id, "thread_id"),
+        task_id=_label(task_id, "task_id"),
+        conversation=False,
+    )
     return store(user_id=user_id, tier=tier, agent_id=agent_id, call=call)
 
 

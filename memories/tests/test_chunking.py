@@ -72,3 +72,32 @@ def test_a_stored_document_has_no_memory_that_is_only_a_heading(cast, agents):
         "# Runbook\n\n## Deploy\n\nRun make deploy.",
         "## Rollback\n\nRun make rollback.",
     ]
+
+
+def test_a_document_added_in_a_session_belongs_to_its_thread(cast, agents):
+    # Seed 003: "Reuse the same value to group a session's memories."
+    def add(thread_id):
+        return services.add(
+            user_id=cast.alice.id,
+            tier=Tier.PRO,
+            agent_id=agents.research.id,
+            document={"content": RUNBOOK, "path": "ops/runbook.md"},
+            thread_id=thread_id,
+        )
+
+    in_session = add("session-7")
+    again = add("session-7")
+    agent_wide = add(None)
+
+    assert all(not m["deduped"] for m in in_session) and all(m["deduped"] for m in again)
+    assert {m["id"] for m in agent_wide}.isdisjoint(m["id"] for m in in_session)
+    found = services.search_sources(
+        user_id=cast.alice.id,
+        agent_id=agents.research.id,
+        query="runbook rollback",
+        threshold=0,
+        path="ops/runbook.md",
+    )
+    threads = {m["id"]: m["thread_id"] for m in found}
+    assert {threads[m["id"]] for m in in_session if m["id"] in threads} == {"session-7"}
+    assert {threads[m["id"]] for m in agent_wide if m["id"] in threads} == {None}
