@@ -317,9 +317,18 @@ FILTER_VALUES_MAX = 200
 def list_source_filters(
     *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None
 ) -> dict[str, list[str]]:
-    """Return the source kinds, authors and paths the caller's own memories hold."""
+    """Return the source kinds, authors and paths the caller's own memories hold.
+
+    Only what a search can find with them (seed 003: "call it first, then
+    pass one back"): the namespace seed 003's tools search, current memories.
+    """
     with tenancy.tenant(user_id, agent_id=agent_id):
-        own = Memory.objects.live().filter(written_by(agent_id), user_id=user_id)
+        own = Memory.objects.live().filter(
+            written_by(agent_id),
+            user_id=user_id,
+            namespace=SOURCES_NAMESPACE,
+            superseded_by__isnull=True,
+        )
 
         def values(column: str) -> list[str]:
             rows = (

@@ -183,6 +183,37 @@ def test_documents_are_chunked_filed_and_filterable(cast, agents):
     }
 
 
+def test_filters_list_only_what_a_search_can_find(cast, agents):
+    # The same agent's memories in another namespace (written over /mcp) and a
+    # replaced note: memory_search finds neither, so neither is offered.
+    services.remember(
+        user_id=cast.alice.id,
+        agent_id=agents.research.id,
+        tier=Tier.PRO,
+        content="Elsewhere: a note in another namespace.",
+        namespace="scratch",
+    )
+    old = services.add_note(
+        user_id=cast.alice.id,
+        tier=Tier.PRO,
+        agent_id=agents.research.id,
+        content="The build server is ci-1.",
+        author="old-bot",
+    )[0]["id"]
+    services.add_note(
+        user_id=cast.alice.id,
+        tier=Tier.PRO,
+        agent_id=agents.research.id,
+        content="The build server moved to ci-2.",
+        author="new-bot",
+        replaces=old,
+    )
+
+    filters = services.list_source_filters(user_id=cast.alice.id, agent_id=agents.research.id)
+
+    assert filters == {"source_kinds": ["note"], "authors": ["new-bot"], "paths": []}
+
+
 def test_a_task_shares_findings_between_agents(cast, agents):
     services.add_note(
         user_id=cast.alice.id,
