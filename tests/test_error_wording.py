@@ -5,7 +5,8 @@ things for one refusal: a class name ("instance of Document"), "Field
 required", "Unable to parse input string as an integer", union location
 syntax (``metadata_filter.team.str``), an empty list of accepted arguments,
 two wordings for 406 and for 415, an OAuth token called an API key, and a
-/v1/mcp error naming ``id`` where the argument is ``memory_id``. The fuzz
+/v1/mcp error naming ``id`` where the argument is ``memory_id`` (and an id
+that is none of ours is MEMORY_NOT_FOUND there, as seed 001 says). The fuzz
 suites (test_fuzz_tools.py, test_fuzz_http.py) hold every other refusal to
 the same words.
 """
@@ -122,9 +123,13 @@ def test_an_unknown_argument_is_refused_with_the_arguments_the_tool_takes(live, 
 def test_v1_names_the_memory_id_argument_by_its_own_name(live, cast, tool, arguments):
     url = live.url + "/v1/mcp"
 
-    message = refusal(url, cast.alice_key.raw, tool, {"memory_id": "not-a-uuid", **arguments})
+    message = refusal(url, cast.alice_key.raw, tool, {"memory_id": 17, **arguments})
+    # Seed 001's ids are opaque strings: one that is no id of ours names no memory.
+    opaque = call(url, cast.alice_key.raw, tool, {"memory_id": "not-a-uuid", **arguments})
 
-    assert message == "memory_id must be a memory id (a UUID string)."
+    assert message == "memory_id must be text of at most 64 characters."
+    assert fuzz.error_of(structured(opaque))[0] == "not_found"
+    assert structured(opaque)["code"] == "MEMORY_NOT_FOUND"
 
 
 # HTTP refusals ----------------------------------------------------------------------------

@@ -297,11 +297,13 @@ def test_health_check_has_the_seeds_shape(live, cast):
 def test_errors_use_the_seeds_codes_and_shape(live, cast):
     url, key = v1(live), cast.alice_key.raw
 
-    missing, invalid, unknown_field = calls(
+    missing, opaque, invalid, unknown_field = calls(
         url,
         key,
         [
             ("delete_memory", {"memory_id": "00000000-0000-0000-0000-000000000000"}),
+            # An id in the seed's own style names no memory here either.
+            ("get_memory_history", {"memory_id": "mem_abc123xyz"}),
             ("add_memory", {"async": False}),
             ("search_memory", {"query": ""}),
         ],
@@ -309,13 +311,15 @@ def test_errors_use_the_seeds_codes_and_shape(live, cast):
 
     assert missing.is_error
     assert structured(missing)["code"] == "MEMORY_NOT_FOUND"
+    assert structured(opaque)["code"] == "MEMORY_NOT_FOUND"
     assert structured(missing)["details"]["recall_code"] == "not_found"
     assert isinstance(structured(missing)["error"], str)
     assert structured(invalid)["code"] == "INVALID_PARAMETERS"
     assert structured(unknown_field)["code"] == "INVALID_PARAMETERS"
-    events = usage_events(3, user_id=cast.alice.id)
+    events = usage_events(4, user_id=cast.alice.id)
     assert [(e.tool_name, e.error_code) for e in events] == [
         ("delete_memory", "not_found"),
+        ("get_memory_history", "not_found"),
         ("add_memory", "validation_failed"),
         ("search_memory", "validation_failed"),
     ]

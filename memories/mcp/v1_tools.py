@@ -37,7 +37,7 @@ from typing import Annotated, Any, Literal
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from core.errors import RecallError
+from core.errors import NotFound, RecallError, ValidationFailed
 from memories import services, validation
 from memories.mcp import runtime
 from memories.mcp.arguments import (
@@ -580,8 +580,17 @@ def health_check() -> Annotated[CallToolResult, HealthOutput]:
 
 
 def _memory_id(value: str) -> str:
-    # The services name the id "id", as /mcp's tools do; here the argument is memory_id.
-    return str(validation.memory_id(value, field="memory_id"))
+    """The memory a seed 001 ``memory_id`` names.
+
+    Seed 001's ids are opaque strings ("mem_abc123xyz"), and a string that is
+    no id of ours names no memory: MEMORY_NOT_FOUND, as the seed's error table
+    says, not a malformed argument.
+    """
+    try:
+        return str(validation.memory_id(value, field="memory_id"))
+    except ValidationFailed:
+        # Not echoed: what a caller sends is never repeated back.
+        raise NotFound("memory_id names no memory: a memory id is a UUID string.") from None
 
 
 def _mark(by: str | None, at: str | None) -> dict[str, str]:
