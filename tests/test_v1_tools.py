@@ -290,6 +290,7 @@ def test_health_check_has_the_seeds_shape(live, cast):
     assert health["mem0"] is True
     assert health["redis"] is False  # not configured on this server
     assert set(health["cache"]) == {"l1_size", "l2_size", "hit_rate"}
+    assert health["cache"]["l2_size"] == 0  # no Redis: an empty shared cache, a number
     assert set(health["memory"]) == {"used", "rss"}
     assert health["uptime"].endswith("m")
 

@@ -563,7 +563,9 @@ def health_check() -> Annotated[CallToolResult, HealthOutput]:
             "mem0": health["database"]["ok"] and health["embedder"]["ok"],
             "cache": {
                 "l1_size": cache["size"],
-                "l2_size": cache["shared_size"],
+                # Without Redis there is no shared cache: it holds nothing. Null
+                # only when Redis is configured and did not answer.
+                "l2_size": 0 if health["redis"] is None else cache["shared_size"],
                 "hit_rate": _percent(cache["hit_rate"]),
             },
             "uptime": _duration(health["uptime_seconds"]),
