@@ -43,7 +43,9 @@ def remembering(**given: Unpack[RememberArguments]) -> Remembering:
     namespace, metadata = given.get("namespace", "default"), given.get("metadata")
     priority, thread_id = given.get("priority"), given.get("thread_id")
     expires_at, ttl_seconds = given.get("expires_at"), given.get("ttl_seconds")
-    if (content is None) == (messages is None):
+    if content is None and messages is None:
+        raise ValidationFailed("Pass content (one memory) or messages (a conversation).")
+    if content is not None and messages is not None:
         raise ValidationFailed("Pass content (one memory) or messages (a conversation), not both.")
     ns = validation.namespace(namespace)
     level = validation.priority(priority)

@@ -115,6 +115,13 @@ def test_content_and_messages_together_are_refused(cast):
         services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="x", messages=CONVERSATION)
 
 
+def test_neither_content_nor_messages_is_refused_as_missing(cast):
+    with pytest.raises(ValidationFailed) as refused:
+        services.remember(user_id=cast.alice.id, tier=Tier.PRO)
+
+    assert refused.value.message == "Pass content (one memory) or messages (a conversation)."
+
+
 def test_a_conversation_that_would_pass_the_quota_stores_nothing(cast, settings):
     settings.FREE_TIER_MAX_MEMORIES = 10
     fill_memories(cast.alice.id, 6)
