@@ -192,6 +192,29 @@ def test_a_chain_over_v1_add_memory(live, cast) -> None:
     assert structured(call(url, key, "get_all_memories", {}))["total"] == 1
 
 
+def test_a_fact_that_changes_back_over_v1_is_the_first_memory_again(live, cast) -> None:
+    url, key = f"{live.url}/v1/mcp", cast.alice_key.raw
+    old = structured(call(url, key, "add_memory", {"content": OLD, "async": False}))
+    new = structured(
+        call(url, key, "add_memory", {"content": NEW, "async": False, "replaces": old["memory_id"]})
+    )
+
+    # The seed's default, async: announced with the id it keeps, usable at once.
+    again = structured(call(url, key, "add_memory", {"content": OLD}))
+    assert again["memory_id"] == old["memory_id"]
+    assert services.run_next_job()
+
+    found = structured(call(url, key, "search_memory", {"query": QUESTION}))["results"]
+    assert [r["id"] for r in found] == [old["memory_id"]]
+    marked = structured(
+        call(url, key, "search_memory", {"query": QUESTION, "include_superseded": True})
+    )["results"]
+    [newer] = [r for r in marked if r["id"] == new["memory_id"]]
+    assert newer["superseded_by"] == old["memory_id"]
+    history = structured(call(url, key, "get_memory_history", {"memory_id": old["memory_id"]}))
+    assert history["history"][-1]["action"] == "restored"
+
+
 def test_a_chain_over_the_agent_endpoint_stays_inside_the_agent(live, cast, agents) -> None:
     url = f"{live.url}/agent/mcp"
     research = agent_token(live, cast.alice, agents.research)
