@@ -112,7 +112,8 @@ def enqueue_remember(
                     key,
                     fingerprint,
                     json.dumps(payload),
-                    len(call.items),
+                    # What the quota counts while it waits: new memories only.
+                    len(call.items) - len(found),
                     who.client if who else "",
                     who.api_key_id if who else None,
                     CHANNEL,

@@ -186,6 +186,13 @@ def store(
     opening = dict(superseding.SETTINGS) if detecting else None
     with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
         check_quota(user_id, tier, adding=len(fresh))
+        # A replaced note stated again is made current first: its rows are
+        # the first this transaction locks (superseding.restate).
+        again = (
+            superseding.restate(user_id, existing[places[0]])
+            if call.note and places[0] in existing
+            else []
+        )
         links: list[superseding.Link] = []
         if call.replaces is not None:
             superseding.check_replaces(user_id, agent_id, call.namespace, call.replaces)
@@ -224,9 +231,8 @@ def store(
                 results.append(result)
                 continue
             # Stored already: named as a replacement, it becomes one; replaced
-            # since, it is current again and replaces what held its place.
+            # since, it is current again (above) and replaces what held its place.
             assert found is not None, "every item is stored or found"
-            again = superseding.restate(user_id, found) if call.note else []
             named = links if call.replaces else []
             results.append(
                 _linked(user_id, found, True, named + [x for x in again if x.old != call.replaces])

@@ -353,54 +353,73 @@ def link(
 
 
 # From a replaced memory, along superseded_by, to the current memory that
-# holds its slot now (a chain is short; the depth bounds a damaged one).
+# holds its slot now (a chain is short; the depth bounds a damaged one). An
+# end that has expired holds nothing: there is none.
 CHAIN_END = """
-    WITH RECURSIVE chain(id, next, depth) AS (
-        SELECT id, superseded_by, 0 FROM memories WHERE id = %(start)s AND user_id = %(user)s
+    WITH RECURSIVE chain(id, next, expires_at, depth) AS (
+        SELECT id, superseded_by, expires_at, 0
+        FROM memories WHERE id = %(start)s AND user_id = %(user)s
         UNION ALL
-        SELECT m.id, m.superseded_by, c.depth + 1
+        SELECT m.id, m.superseded_by, m.expires_at, c.depth + 1
         FROM memories AS m JOIN chain AS c ON m.id = c.next
         WHERE m.user_id = %(user)s AND c.depth < 64
     )
-    SELECT id FROM chain WHERE next IS NULL AND id <> %(start)s LIMIT 1
+    SELECT id FROM chain
+    WHERE next IS NULL AND id <> %(start)s
+      AND (expires_at IS NULL OR expires_at > statement_timestamp())
+    LIMIT 1
 """
+# How many times the chain is walked again when another write replaced its
+# end between the walk and the lock.
+RESTATE_ATTEMPTS = 3
 
 
 def restate(user_id: uuid.UUID | str, memory_id: uuid.UUID) -> list[Link]:
     """A replaced memory stated again is current again, and replaces its slot's holder.
 
-    Called in the writing transaction when a write finds its content already
-    stored (``remember``'s deduplication) in a memory a later one replaced:
-    "db1", replaced by "db2", then "db1" again. The fact is the first value
-    again, so the memory is made current (history: ``restored``, decided_by
-    ``restated``) and the link to make is returned: the current end of the
-    chain that replaced it (``db2``, or what replaced that since) is
-    replaced by it. A link means one slot, so no rule is asked again.
+    Called in the writing transaction, before any other row is locked, when
+    a write finds its content already stored (``remember``'s deduplication)
+    in a memory a later one replaced: "db1", replaced by "db2", then "db1"
+    again. The fact is the first value again, so the memory is made current
+    (history: ``restored``, decided_by ``restated``) and the link to make is
+    returned: the current end of the chain that replaced it (``db2``, or what
+    replaced that since) is to be replaced by it. A link means one slot, so
+    no rule is asked again. With detection ``off`` the memory is made
+    current and nothing is linked: links are then only the caller's.
     Returns [] when the memory is current (nothing to do).
 
-    Both rows are locked in one statement, in id order, as ``lock`` does. A
-    memory another write restored meanwhile is left as it is.
+    The memory and the chain's end are locked in one statement, in id order,
+    as ``lock`` does; an end another write replaced meanwhile sends the walk
+    round again. A memory another write restored meanwhile is left as it is.
     """
+    user = str(user_id)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT superseded_by FROM memories WHERE id = %s AND user_id = %s",
-            [memory_id, str(user_id)],
+            [memory_id, user],
         )
         row = cursor.fetchone()
         if row is None or row[0] is None:
             return []
-        cursor.execute(CHAIN_END, {"start": memory_id, "user": str(user_id)})
-        end = cursor.fetchone()
-        wanted = [memory_id, *([end[0]] if end else [])]
-        cursor.execute(
-            "SELECT id, superseded_by FROM memories WHERE user_id = %s AND id = ANY(%s)"
-            " ORDER BY id FOR NO KEY UPDATE",
-            [str(user_id), wanted],
-        )
-        held = dict(cursor.fetchall())
-        if held.get(memory_id) is None:
-            return []  # restored meanwhile
-        holder = end[0] if end and end[0] in held and held[end[0]] is None else None
+        holder: uuid.UUID | None = None
+        for _ in range(RESTATE_ATTEMPTS):
+            cursor.execute(CHAIN_END, {"start": memory_id, "user": user})
+            end = cursor.fetchone()
+            cursor.execute(
+                "SELECT id, superseded_by FROM memories WHERE user_id = %s AND id = ANY(%s)"
+                " ORDER BY id FOR NO KEY UPDATE",
+                [user, [memory_id, *([end[0]] if end else [])]],
+            )
+            held = dict(cursor.fetchall())
+            if held.get(memory_id) is None:
+                return []  # restored (or forgotten) meanwhile
+            if end is None or end[0] not in held:
+                break  # no current end (forgotten, expired)
+            if held[end[0]] is None:
+                holder = end[0]
+                break
+        if mode() == "off":
+            holder = None
         why = {
             "decided_by": "restated",
             "reason": "stated again"
@@ -409,7 +428,7 @@ def restate(user_id: uuid.UUID | str, memory_id: uuid.UUID) -> list[Link]:
         cursor.execute("SELECT set_config('app.supersession', %s, true)", [json.dumps(why)])
         cursor.execute(
             "UPDATE memories SET superseded_by = NULL WHERE id = %s AND user_id = %s",
-            [memory_id, str(user_id)],
+            [memory_id, user],
         )
         cursor.execute("SELECT set_config('app.supersession', '', true)")
     if holder is None:

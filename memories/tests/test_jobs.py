@@ -97,15 +97,18 @@ def test_content_forgotten_before_its_job_runs_is_stored_under_a_new_id(cast):
 
 
 def test_content_already_stored_does_not_count_against_the_quota(cast):
-    # At the free tier's limit, the same content again is no new memory.
-    fill_memories(cast.alice.id, tiers.memory_limit(Tier.FREE) - 1)
+    # One memory short of the free tier's limit: the same content again is
+    # no new memory, neither when queued nor while it waits.
+    fill_memories(cast.alice.id, tiers.memory_limit(Tier.FREE) - 2)
     existing = services.remember(user_id=cast.alice.id, tier=Tier.FREE, content="known")["id"]
 
     queued = enqueue(cast.alice.id, content="known", tier=Tier.FREE)
+    last = enqueue(cast.alice.id, content="something new", tier=Tier.FREE)
 
     assert queued["memory_ids"] == [existing]
+    assert last["status"] == "queued"
     with pytest.raises(QuotaExceeded):
-        enqueue(cast.alice.id, content="something new", tier=Tier.FREE)
+        enqueue(cast.alice.id, content="one too many", tier=Tier.FREE)
 
 
 def test_a_retry_with_the_same_idempotency_key_returns_the_first_job(cast):

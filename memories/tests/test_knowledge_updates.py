@@ -10,9 +10,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from django.db import DatabaseError, connection
+from django.utils import timezone
 
 from accounts.tiers import Tier
 from core import tenancy
@@ -247,6 +249,34 @@ def test_a_fact_stated_again_with_replaces_links_what_was_named(cast) -> None:
     assert again["replaces"] == [new]
     assert row(old).superseded_by is None
     assert decided(history(new)[-1])["decided_by"] == "explicit"
+
+
+def test_with_detection_off_a_fact_stated_again_is_current_and_links_nothing(
+    cast, settings
+) -> None:
+    settings.RECALL_SUPERSESSION = "off"
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW, replaces=old)["id"]  # the caller's own link
+
+    again = remember(cast.alice.id, OLD)
+
+    assert again == {"id": old, "deduped": True}
+    assert row(old).superseded_by is None
+    assert row(new).superseded_by is None  # both current: no link but the caller's
+    assert decided(history(old)[-1])["decided_by"] == "restated"
+
+
+def test_a_fact_stated_again_links_no_expired_memory(cast) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW, replaces=old)["id"]
+    with tenancy.operator():
+        Memory.objects.filter(id=new).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    again = remember(cast.alice.id, OLD)
+
+    assert again == {"id": old, "deduped": True}
+    assert row(old).superseded_by is None
+    assert row(new).superseded_by is None
 
 
 def test_a_fact_stated_again_by_another_writer_is_its_own_memory(cast, agents) -> None:
