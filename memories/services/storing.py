@@ -174,7 +174,8 @@ def store(
     """
     places = places_of(call)
     with tenancy.tenant(user_id, agent_id=agent_id):
-        existing = _ids_by_place(user_id, agent_id, call, places)
+        held = _held_by_place(user_id, agent_id, call, places)
+    existing = {place: id for place, (id, _) in held.items()}
     fresh = sorted({i for i, place in enumerate(places) if place not in existing})
     embedder = embeddings.get_embedder()
     vectors = embed_texts(embedder, [call.items[i].content for i in fresh]) if fresh else []
@@ -188,11 +189,8 @@ def store(
         check_quota(user_id, tier, adding=len(fresh))
         # A replaced note stated again is made current first: its rows are
         # the first this transaction locks (superseding.restate).
-        again = (
-            superseding.restate(user_id, existing[places[0]])
-            if call.note and places[0] in existing
-            else []
-        )
+        first = held.get(places[0])
+        again = superseding.restate(user_id, first[0]) if call.note and first and first[1] else []
         links: list[superseding.Link] = []
         if call.replaces is not None:
             superseding.check_replaces(user_id, agent_id, call.namespace, call.replaces)
@@ -449,7 +447,17 @@ def _ids_by_place(
     call: Remembering,
     places: list[Place],
 ) -> dict[Place, uuid.UUID]:
-    """Return the live memories already holding these places (memories_dedup's columns).
+    """Return the live memories already holding these places (memories_dedup's columns)."""
+    return {place: id for place, (id, _) in _held_by_place(user_id, agent_id, call, places).items()}
+
+
+def _held_by_place(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    call: Remembering,
+    places: list[Place],
+) -> dict[Place, tuple[uuid.UUID, bool]]:
+    """Return the live memories already holding these places, and whether each is replaced.
 
     A task-shared memory of another agent is visible to an agent, but it is
     not this writer's copy: ``written_by`` leaves it out.
@@ -464,11 +472,13 @@ def _ids_by_place(
             task_id=call.task_id,
             content_hash__in={digest for _, _, digest in places},
         )
-        .values_list("position", "path", "content_hash", "id")
+        .values_list("position", "path", "content_hash", "id", "superseded_by")
     )
     wanted = set(places)
     return {
-        (pos, path, digest): id for pos, path, digest, id in rows if (pos, path, digest) in wanted
+        (pos, path, digest): (id, by is not None)
+        for pos, path, digest, id, by in rows
+        if (pos, path, digest) in wanted
     }
 
 

@@ -386,25 +386,22 @@ def restate(user_id: uuid.UUID | str, memory_id: uuid.UUID) -> list[Link]:
     replaced that since) is to be replaced by it. A link means one slot, so
     no rule is asked again. With detection ``off`` the memory is made
     current and nothing is linked: links are then only the caller's.
-    Returns [] when the memory is current (nothing to do).
+    Returns [] when the memory is current by the time it is locked (nothing
+    to do); the caller calls it only for a memory it read as replaced.
 
     The memory and the chain's end are locked in one statement, in id order,
     as ``lock`` does; an end another write replaced meanwhile sends the walk
     round again. A memory another write restored meanwhile is left as it is.
     """
     user = str(user_id)
+    linking = mode() != "off"
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT superseded_by FROM memories WHERE id = %s AND user_id = %s",
-            [memory_id, user],
-        )
-        row = cursor.fetchone()
-        if row is None or row[0] is None:
-            return []
         holder: uuid.UUID | None = None
         for _ in range(RESTATE_ATTEMPTS):
-            cursor.execute(CHAIN_END, {"start": memory_id, "user": user})
-            end = cursor.fetchone()
+            end = None
+            if linking:
+                cursor.execute(CHAIN_END, {"start": memory_id, "user": user})
+                end = cursor.fetchone()
             cursor.execute(
                 "SELECT id, superseded_by FROM memories WHERE user_id = %s AND id = ANY(%s)"
                 " ORDER BY id FOR NO KEY UPDATE",
@@ -418,8 +415,6 @@ def restate(user_id: uuid.UUID | str, memory_id: uuid.UUID) -> list[Link]:
             if held[end[0]] is None:
                 holder = end[0]
                 break
-        if mode() == "off":
-            holder = None
         why = {
             "decided_by": "restated",
             "reason": "stated again"
