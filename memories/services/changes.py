@@ -167,9 +167,7 @@ def forget_by_id(
     memory_id = validation.memory_id(id)
     wipe = validation.flag(purge, field="purge")
     with tenancy.tenant(user_id, agent_id=agent_id):
-        deleted, _ = Memory.objects.filter(id=memory_id, user_id=user_id).delete()
-        if deleted and wipe:
-            _purge_history([memory_id])
+        deleted = _delete_ids(user_id, [memory_id], wipe)
     if not deleted:
         raise NotFound(f"No memory with id {memory_id}.")
     return {"success": True, "purged": True} if wipe else {"success": True}
@@ -370,24 +368,30 @@ def forget_namespace(
     return {"deleted_count": deleted, "namespace": ns, "purged": wipe}
 
 
-# A bulk delete locks its rows first, by id, then deletes them. A write that
-# replaces several memories locks them in that order (``superseding.lock``); a
-# delete taking them in the order it finds them could hold one the write needs
-# next while it waits for one the write holds: a deadlock (40P01) that fails
-# one of the two calls. RETURNING rather than Django's ``delete()``, to purge
-# exactly what went. Each names the user, and row-level security adds the
-# user's own condition on top.
-_DELETE_LOCKED = (
-    "DELETE FROM memories WHERE id IN (SELECT id FROM memories WHERE user_id = %s AND {}"
-    " ORDER BY id FOR UPDATE) RETURNING id"
+# A delete locks its rows first, by id, then deletes them; with them, the
+# memories they replace. Deleting a memory clears the link of the memory it
+# replaced (ON DELETE SET NULL), an update of that row too. A write that
+# takes two memories (``superseding.lock``, ``link``, ``restate``: a replaced
+# memory and the end of its chain) locks them in id order; a delete taking
+# its own row and then, in the cascade, the row it replaced could hold one
+# the write needs next while it waits for one the write holds: a deadlock
+# (40P01) that fails one of the two calls. So every row the statement will
+# change is locked in one statement, in id order. RETURNING rather than
+# Django's ``delete()``, to purge exactly what went. Each names the user, and
+# row-level security adds the user's own condition on top.
+_DOOMED = "SELECT id FROM memories WHERE user_id = %s AND {}"
+_LOCK_DOOMED = (
+    "SELECT id FROM memories WHERE user_id = %s AND (id IN ({doomed})"
+    " OR superseded_by IN ({doomed})) ORDER BY id FOR UPDATE"
 )
-DELETE_IDS = _DELETE_LOCKED.format("id = ANY(%s)")
-DELETE_NAMESPACE = _DELETE_LOCKED.format("namespace = %s")
-DELETE_NAMESPACE_UNTIL = _DELETE_LOCKED.format("namespace = %s AND created_at <= %s")
+_DELETE_LOCKED = "DELETE FROM memories WHERE id IN ({doomed}) RETURNING id"
+BY_IDS = "id = ANY(%s)"
+IN_NAMESPACE = "namespace = %s"
+IN_NAMESPACE_UNTIL = "namespace = %s AND created_at <= %s"
 
 
 def _delete_ids(user_id: uuid.UUID | str, memory_ids: list[uuid.UUID], purge: bool) -> int:
-    return _delete(DELETE_IDS, [str(user_id), list(memory_ids)], purge)
+    return _delete(BY_IDS, [str(user_id), list(memory_ids)], purge)
 
 
 def _delete_namespace(
@@ -395,13 +399,16 @@ def _delete_namespace(
 ) -> int:
     """Delete one user's memories in one namespace (created up to ``cutoff``)."""
     if cutoff is None:
-        return _delete(DELETE_NAMESPACE, [str(user_id), namespace], purge)
-    return _delete(DELETE_NAMESPACE_UNTIL, [str(user_id), namespace, cutoff], purge)
+        return _delete(IN_NAMESPACE, [str(user_id), namespace], purge)
+    return _delete(IN_NAMESPACE_UNTIL, [str(user_id), namespace, cutoff], purge)
 
 
-def _delete(sql: str, params: list[Any], purge: bool) -> int:
+def _delete(condition: str, params: list[Any], purge: bool) -> int:
+    """Delete the memories ``condition`` selects (``params``: the user, then its own)."""
+    doomed = _DOOMED.format(condition)
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_LOCK_DOOMED.format(doomed=doomed), [params[0], *params, *params])
+        cursor.execute(_DELETE_LOCKED.format(doomed=doomed), params)
         gone = [row[0] for row in cursor.fetchall()]
     if purge and gone:
         _purge_history(gone)

@@ -498,3 +498,43 @@ def test_an_import_and_a_live_write_of_the_same_content_keep_one_memory(cast, mo
             )
         )
     assert histories == {m.id for m in rows}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("how", ["by_id", "namespace"])
+def test_forgetting_a_replacing_memory_while_a_write_holds_the_pair_answers_both(
+    cast, monkeypatch, how
+) -> None:
+    # A restatement (or a link) locks the replaced memory and the one that
+    # replaced it, in id order. Deleting the replacing memory also clears the
+    # older one's link (the key's cascade): a delete that took its own row
+    # first and the older one in the cascade waited on the write while the
+    # write waited on it. LOW is the older memory, so the write takes it first.
+    ids = iter([LOW, HIGH])
+    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
+    remember(cast.alice.id, OLD)
+    remember(cast.alice.id, NEW, replaces=str(LOW))
+    monkeypatch.undo()
+
+    def call() -> Any:
+        if how == "by_id":
+            return services.forget(user_id=cast.alice.id, mode="by_id", id=str(HIGH))
+        return services.forget_namespace(user_id=cast.alice.id, namespace="default")
+
+    deleter = Background(call)
+    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [LOW])
+        deleter.start()
+        deleter.until_waiting()
+        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [HIGH])
+    done = deleter.outcome()
+
+    if how == "by_id":
+        assert done == {"success": True}
+        with tenancy.operator():
+            older = Memory.objects.get(id=LOW)
+        assert (older.superseded_by, older.superseded_at) == (None, None)
+        assert actions(str(LOW)) == ["created", "superseded", "restored"]
+    else:
+        assert done["deleted_count"] == 2
+    assert dangling_links(cast.alice.id) == []
