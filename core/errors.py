@@ -119,10 +119,32 @@ def is_outage(exc: BaseException) -> bool:
     return False
 
 
+# SQLSTATEs that mean "this transaction lost a race and was rolled back":
+# 40P01 deadlock detected, 40001 serialization failure. Nothing of it was
+# written, and the same call again normally succeeds.
+_CONTENTION_SQLSTATES = frozenset({"40P01", "40001"})
+
+
+def is_contention(exc: BaseException) -> bool:
+    """Return whether ``exc`` is a transaction PostgreSQL rolled back to settle a race."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, psycopg.Error):
+            return seen.sqlstate in _CONTENTION_SQLSTATES
+        seen = seen.__cause__
+    return False
+
+
 def from_exception(exc: BaseException) -> RecallError:
-    """Return the error a client sees for ``exc``: itself, ``unavailable`` or ``internal_error``."""
+    """Return the error a client sees for ``exc``: itself, ``unavailable``, ``conflict``
+    (a lost race) or ``internal_error``."""
     if isinstance(exc, RecallError):
         return exc
+    if is_contention(exc):
+        return Conflict(
+            "Another change to the same memories ran at the same moment, and nothing of"
+            " this call was written. Make the call again."
+        )
     if is_outage(exc):
         return Unavailable("The database is unavailable right now. Retry in a few seconds.")
     return InternalError("Something went wrong on our side. Try again shortly.")

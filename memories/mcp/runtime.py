@@ -4,8 +4,9 @@
 wraps a tool function so that each call gets fresh database connection
 state, finds its caller (set by the HTTP gate or the stdio runner, never from
 tool arguments) through ``caller()``, and turns every error into an error
-result: a ``RecallError`` as itself, anything else as ``internal_error`` or
-``unavailable``, logged without its text. The wrapper keeps the function's
+result: a ``RecallError`` as itself, anything else as ``internal_error``,
+``unavailable`` or (a race PostgreSQL settled by rolling the call back, met
+on each of three runs) ``conflict``, logged without its text. The wrapper keeps the function's
 name, docstring and signature, which the SDK publishes as the tool.
 
 Tools are synchronous: the SDK runs them in worker threads, where Django's
@@ -18,6 +19,8 @@ import functools
 import inspect
 import json
 import logging
+import random
+import time
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec
@@ -109,11 +112,17 @@ def arguments_of(
     return decorate
 
 
+# How many times a tool body runs when PostgreSQL rolls it back to settle a
+# race (a deadlock, a serialization failure): the whole body again, since
+# nothing of it was written. Usage is recorded by the gate, once per call.
+CONTENDED_ATTEMPTS = 3
+
+
 def _run(name: str, call: Callable[[], CallToolResult], shape: Shape) -> CallToolResult:
     """Run one tool body: fresh DB connection state, errors as results, nothing leaked."""
     try:
         _tidy_connections()
-        result = call()
+        result = _again_when_contended(name, call)
     except RecallError as error:
         return shape(error)
     except Exception as exc:
@@ -129,6 +138,22 @@ def _run(name: str, call: Callable[[], CallToolResult], shape: Shape) -> CallToo
         return result
     finally:
         _tidy_connections()
+
+
+def _again_when_contended(name: str, call: Callable[[], CallToolResult]) -> CallToolResult:
+    attempt = 1
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            # Inside an outer transaction (a test's) the rollback was not the
+            # body's own: the connection is unusable until that one ends.
+            again = attempt < CONTENDED_ATTEMPTS and not connection.in_atomic_block
+            if not (again and errors.is_contention(exc)):
+                raise
+        logger.info("tool ran again after a lost race", extra={"tool": name})
+        time.sleep(random.uniform(0.005, 0.05) * attempt)  # noqa: S311 (a jitter, not a secret)
+        attempt += 1
 
 
 def _tidy_connections() -> None:

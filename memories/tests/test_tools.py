@@ -7,6 +7,7 @@ import logging
 
 import pytest
 from django.db import connection, transaction
+from psycopg import errors as psycopg_errors
 
 from accounts import auth
 from memories import services
@@ -93,3 +94,75 @@ def test_recall_text_is_memory_tags_and_structured_content_is_an_object(as_alice
     assert payload(result)["count"] == 1
     empty = tools.recall(query="favourite colour", namespace="elsewhere")
     assert empty.content[0].text == "No memories matched this query."
+
+
+def lost_race(sqlstate_error: type[Exception]) -> Exception:
+    """What Django raises when PostgreSQL rolls a transaction back to settle a race."""
+    from django.db import utils
+
+    error = utils.OperationalError("deadlock detected")
+    error.__cause__ = sqlstate_error("deadlock detected")
+    return error
+
+
+@pytest.fixture
+def alice_outside_a_transaction(transactional_db, cast):
+    token = auth.current.set(
+        auth.AuthContext(user_id=cast.alice.id, api_key_id=cast.alice_key.key.id, tier="free")
+    )
+    yield cast
+    auth.current.reset(token)
+
+
+@pytest.mark.parametrize(
+    "lost", [psycopg_errors.DeadlockDetected, psycopg_errors.SerializationFailure]
+)
+def test_a_call_that_lost_a_race_runs_again_and_writes_once(
+    alice_outside_a_transaction, monkeypatch, lost
+):
+    real = services.remember
+    calls = []
+
+    def racing(**kwargs):
+        calls.append(kwargs)
+        with transaction.atomic():
+            done = real(**kwargs)
+            if len(calls) == 1:  # rolled back with what it wrote
+                raise lost_race(lost)
+        return done
+
+    monkeypatch.setattr(services, "remember", racing)
+    result = tools.remember(content="The office wifi password is tulip-42.")
+
+    assert not result.is_error, payload(result)
+    assert len(calls) == 2
+    listed = payload(tools.list_memories())
+    assert [m["id"] for m in listed["memories"]] == [payload(result)["id"]]
+
+
+def test_a_call_that_keeps_losing_is_a_conflict_to_retry(alice_outside_a_transaction, monkeypatch):
+    calls = []
+
+    def racing(**kwargs):
+        calls.append(kwargs)
+        raise lost_race(psycopg_errors.DeadlockDetected)
+
+    monkeypatch.setattr(services, "recall", racing)
+    result = tools.recall(query="anything")
+
+    assert len(calls) == 3
+    error = payload(result)["error"]
+    assert error["code"] == "conflict"
+    assert "Make the call again" in error["message"]
+
+
+def test_other_database_errors_run_once(alice_outside_a_transaction, monkeypatch):
+    calls = []
+
+    def failing(**kwargs):
+        calls.append(kwargs)
+        raise lost_race(psycopg_errors.UniqueViolation)
+
+    monkeypatch.setattr(services, "recall", failing)
+    assert payload(tools.recall(query="anything"))["error"]["code"] == "internal_error"
+    assert len(calls) == 1
