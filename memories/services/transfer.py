@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -389,9 +389,7 @@ def _import_links(
     first link and a later row after it, the other way round, and deadlock
     with a live ``update_memory`` or ``forget`` of that later memory.
     """
-    # Each older memory to what replaced it, in the file's order (a chain's
-    # older link first, as the export writes them: the database refuses a
-    # link to a memory that is replaced already).
+    # Each older memory to what replaced it.
     pairs: dict[uuid.UUID, tuple[uuid.UUID, datetime | None]] = {}
     for item in links:
         old, new = stored.get(item.id), stored.get(item.superseded_by)  # type: ignore[arg-type]
@@ -410,18 +408,49 @@ def _import_links(
             [str(user_id), touched],
         )
         present = {row[0] for row in cursor.fetchall()}
-        for old, (new, at) in pairs.items():
+        for old in _chain_order(pairs):
+            new, at = pairs[old]
             if old not in present or new not in present:
                 report.unlinked += 1
                 continue
+            # The database refuses a link to a memory that is replaced
+            # already; a file whose links loop (edited by hand) would ask
+            # for one. That link is dropped, not the import.
             cursor.execute(
                 "UPDATE memories SET superseded_by = %s,"
                 " superseded_at = coalesce(%s, statement_timestamp())"
-                " WHERE id = %s AND user_id = %s AND superseded_by IS NULL",
-                [new, at, old, str(user_id)],
+                " WHERE id = %s AND user_id = %s AND superseded_by IS NULL"
+                " AND NOT EXISTS (SELECT 1 FROM memories r WHERE r.id = %s"
+                " AND r.user_id = %s AND r.superseded_by IS NOT NULL)",
+                [new, at, old, str(user_id), new, str(user_id)],
             )
-            report.linked += cursor.rowcount
+            if cursor.rowcount:
+                report.linked += cursor.rowcount
+            else:
+                report.unlinked += 1
         cursor.execute("SELECT set_config('app.importing', '', true)")
+
+
+def _chain_order(pairs: Mapping[uuid.UUID, tuple[uuid.UUID, Any]]) -> list[uuid.UUID]:
+    """The older memories of ``pairs`` in the order their links can be written.
+
+    A link to a memory that is replaced already is refused, so X -> Y goes in
+    before Y -> Z: the farther a memory stands from its chain's end, the
+    earlier. The file's order is creation order, which is not chain order
+    once a fact changed back (an older memory then replaces a newer one).
+    """
+
+    def distance(start: uuid.UUID) -> int:
+        steps, at, seen = 0, start, {start}
+        while at in pairs:
+            at = pairs[at][0]
+            if at in seen:  # a loop: no end
+                break
+            seen.add(at)
+            steps += 1
+        return steps
+
+    return sorted(pairs, key=distance, reverse=True)
 
 
 def _import_agents(user_id: uuid.UUID | str, names: set[str], agents: dict[str, uuid.UUID]) -> None:

@@ -230,6 +230,52 @@ def test_a_fact_stated_again_replaces_the_end_of_its_chain(cast) -> None:
     assert ids(services.list_memories(user_id=cast.alice.id)) == [first]
 
 
+def links_by_content(user_id) -> dict[str, str | None]:
+    with tenancy.operator():
+        rows = list(Memory.objects.filter(user_id=user_id))
+    content = {m.id: m.content for m in rows}
+    return {m.content: content.get(m.superseded_by) for m in rows}  # type: ignore[arg-type]
+
+
+def test_a_fact_that_changed_back_keeps_its_chain_through_export_and_import(cast) -> None:
+    # The file lists memories by creation, the older first; here the older
+    # replaces the newer, and was replaced again since: linked in the file's
+    # order, the second link named a memory already replaced and the
+    # database refused it, and with it every link of the import.
+    first = remember(cast.alice.id, "The team standup is at 9:30.")["id"]
+    remember(cast.alice.id, "The team standup moved to 10:00.", replaces=first)
+    remember(cast.alice.id, "The team standup is at 9:30.")  # changed back
+    latest = remember(cast.alice.id, "The team standup is at 11:00 now.", replaces=first)
+    assert latest["replaces"] == [first]
+    records = list(services.export_memories(user_id=cast.alice.id))
+
+    report = services.import_memories(user_id=cast.charlie.id, records=records)
+
+    assert (report.imported, report.linked, report.unlinked) == (3, 2, 0)
+    assert links_by_content(cast.charlie.id) == links_by_content(cast.alice.id)
+    assert links_by_content(cast.charlie.id) == {
+        "The team standup moved to 10:00.": "The team standup is at 9:30.",
+        "The team standup is at 9:30.": "The team standup is at 11:00 now.",
+        "The team standup is at 11:00 now.": None,
+    }
+
+
+def test_an_import_whose_links_loop_drops_a_link_not_the_import(cast) -> None:
+    one = remember(cast.alice.id, OLD)["id"]
+    two = remember(cast.alice.id, "The office wifi password is tulip-42.")["id"]
+    records = list(services.export_memories(user_id=cast.alice.id))
+    # Edited by hand: each replaces the other.
+    for record in records:
+        record["superseded_by"] = two if record["id"] == one else one
+        record["superseded_at"] = "2026-12-01T10:00:00Z"
+
+    report = services.import_memories(user_id=cast.charlie.id, records=records)
+
+    assert (report.imported, report.linked, report.unlinked) == (2, 1, 1)
+    linked = links_by_content(cast.charlie.id)
+    assert sorted(v is None for v in linked.values()) == [False, True]
+
+
 def test_a_current_fact_stated_again_changes_nothing(cast) -> None:
     old = remember(cast.alice.id, OLD)["id"]
     versions = len(history(old))
