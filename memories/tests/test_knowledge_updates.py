@@ -276,6 +276,19 @@ def test_an_import_whose_links_loop_drops_a_link_not_the_import(cast) -> None:
     assert sorted(v is None for v in linked.values()) == [False, True]
 
 
+def test_a_replaced_memory_shown_on_request_marks_and_moves_nothing(cast) -> None:
+    first = remember(cast.alice.id, "The primary database host is pg-1.")["id"]
+    second = remember(cast.alice.id, "The primary database host is pg-2.", replaces=first)["id"]
+    remember(cast.alice.id, "The primary database host is pg-1.")  # changed back
+
+    found = recalled(cast.alice.id, "What is the primary database host?", include_superseded=True)
+
+    assert ids(found) == [first, second]
+    current, replaced = found
+    assert "may_be_replaced_by" not in current and "superseded_by" not in current
+    assert replaced["superseded_by"] == first
+
+
 def test_a_current_fact_stated_again_changes_nothing(cast) -> None:
     old = remember(cast.alice.id, OLD)["id"]
     versions = len(history(old))
