@@ -21,6 +21,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from core import tenancy
+from core.logging import describe_exception
 from memories import embeddings, validation
 from memories.embeddings.failures import embed_texts
 from memories.indexes import vector_literal
@@ -250,10 +251,19 @@ def _settle(
     new: uuid.UUID,
     pending: superseding.Pending,
 ) -> None:
-    """After the write commits, let the chat model settle what the rules left open."""
-    replaced = superseding.settle_with_model(
-        user_id=user_id, agent_id=agent_id, new=new, pending=pending
-    )
+    """After the write commits, let the chat model settle what the rules left open.
+
+    The write stands whatever happens here: a failure to link (the database
+    away, a lost race) leaves both memories current, as a model that timed
+    out does, and is logged; the caller gets the write's own result.
+    """
+    try:
+        replaced = superseding.settle_with_model(
+            user_id=user_id, agent_id=agent_id, new=new, pending=pending
+        )
+    except Exception as exc:
+        logger.warning("linking what the model decided failed", extra=describe_exception(exc))
+        return
     if not replaced:
         return
     result["replaces"] = [*result.get("replaces", []), *replaced]

@@ -303,10 +303,19 @@ def settle_with_model(
     ]
     if not links:
         return []
-    with tenancy.tenant(user_id, agent_id=agent_id):
-        if not Memory.objects.filter(user_id=user_id, id=new, superseded_by__isnull=True).exists():
-            return []
-        return apply(user_id, new, links)
+    with tenancy.tenant(user_id, agent_id=agent_id), connection.cursor() as cursor:
+        # The new memory and those it would replace, locked in one statement
+        # in id order before anything is written, as every writer of two
+        # memories takes them; each must still be current.
+        cursor.execute(
+            "SELECT id FROM memories WHERE user_id = %s AND id = ANY(%s)"
+            " AND superseded_by IS NULL ORDER BY id FOR NO KEY UPDATE",
+            [str(user_id), [new, *(link.old for link in links)]],
+        )
+        held = {row[0] for row in cursor.fetchall()}
+        if new not in held:
+            return []  # forgotten or replaced meanwhile
+        return apply(user_id, new, [link for link in links if link.old in held])
 
 
 def link(
@@ -447,8 +456,11 @@ def restore(
     """
     memory_id = validation.memory_id(id)
     with tenancy.tenant(user_id, agent_id=agent_id):
+        # Locked: a concurrent forget, restore or link of it waits, and then
+        # finds what this one did.
         row = (
-            Memory.objects.filter(user_id=user_id, id=memory_id)
+            Memory.objects.select_for_update(no_key=True)
+            .filter(user_id=user_id, id=memory_id)
             .values("superseded_by", "superseded_at")
             .first()
         )

@@ -586,6 +586,54 @@ def test_a_slow_model_times_out_and_both_memories_stay(cast, chat) -> None:
     assert [hint["id"] for hint in new["may_replace"]] == [old]  # still the caller's to judge
 
 
+def test_a_model_that_names_a_memory_forgotten_meanwhile_links_nothing(
+    cast, chat, monkeypatch
+) -> None:
+    from memories.supersession import llm
+
+    chat.reply = '{"decisions": [{"n": 1, "verdict": "replace", "reason": "new preference"}]}'
+    old = remember(cast.alice.id, AMBIGUOUS_OLD)["id"]
+    asked = llm.settle
+
+    def forgotten_while_thinking(*args, **kwargs):
+        services.forget(user_id=cast.alice.id, mode="by_id", id=old)
+        return asked(*args, **kwargs)
+
+    monkeypatch.setattr(llm, "settle", forgotten_while_thinking)
+    new = remember(cast.alice.id, AMBIGUOUS_NEW)
+
+    assert chat.requests
+    assert "replaces" not in new
+    assert [m["id"] for m in services.list_memories(user_id=cast.alice.id)] == [new["id"]]
+
+
+def test_a_failure_to_link_what_the_model_decided_leaves_the_write_standing(
+    cast, chat, monkeypatch, caplog
+) -> None:
+    from django.db import utils
+    from psycopg import errors as pg
+
+    from memories.services import superseding
+
+    chat.reply = '{"decisions": [{"n": 1, "verdict": "replace", "reason": "new preference"}]}'
+    old = remember(cast.alice.id, AMBIGUOUS_OLD)["id"]
+
+    def lost(*args, **kwargs):
+        error = utils.OperationalError("deadlock detected")
+        error.__cause__ = pg.DeadlockDetected("deadlock detected")
+        raise error
+
+    monkeypatch.setattr(superseding, "apply", lost)
+    with caplog.at_level("WARNING", logger="memories.services"):
+        new = remember(cast.alice.id, AMBIGUOUS_NEW)
+
+    assert new["deduped"] is False and "replaces" not in new
+    assert [hint["id"] for hint in new["may_replace"]] == [old]  # the caller's to judge
+    assert row(old).superseded_by is None
+    assert "linking what the model decided failed" in caplog.text
+    assert AMBIGUOUS_NEW not in caplog.text
+
+
 def test_without_llm_mode_the_model_is_never_asked(cast, chat, settings) -> None:
     settings.RECALL_SUPERSESSION = "offline"
     chat.reply = '{"decisions": [{"n": 1, "verdict": "replace", "reason": "x"}]}'
