@@ -11,7 +11,8 @@ likely state the same slot for this query:
 
 * both are notes of one writer, as detection on write compares them:
   conversation turns and document chunks do not replace each other, and
-  one agent's memory does not restate another's (or the user-wide ones);
+  one agent's memory does not restate another's (or the user-wide ones),
+  nor a note of one task a note of another (or of none);
 * the newer is current: a replaced one (``include_superseded``) has
   handed its slot on, perhaps to the older memory itself;
 * the texts pass every rule that keeps look-alikes apart
@@ -104,6 +105,7 @@ def _restates(older: Ranked, newer: Ranked) -> bool:
         newer.memory.created_at > older.memory.created_at
         and older.memory.source_kind == newer.memory.source_kind == SourceKind.NOTE
         and older.memory.agent_id == newer.memory.agent_id
+        and older.memory.task_id == newer.memory.task_id
         # A replaced memory (shown with include_superseded) restates nothing:
         # what replaced it holds the slot, and may be the older memory here.
         and newer.memory.superseded_by is None

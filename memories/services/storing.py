@@ -212,7 +212,7 @@ def store(
                 hints: tuple[Hinted, ...] = ()
                 if detecting:
                     detected = superseding.detect(
-                        user_id, agent_id, call.namespace, item.content, vector_for[i]
+                        user_id, agent_id, call.namespace, item.content, vector_for[i], call.task_id
                     )
                     links, waiting, hints = detected.links, detected.pending, detected.hints
                 if links:

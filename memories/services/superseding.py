@@ -136,11 +136,17 @@ def nearest(
     agent_id: uuid.UUID | str | None,
     namespace: str,
     vector: np.ndarray,
+    task_id: str | None = None,
 ) -> list[Candidate]:
-    """Return the nearest current notes of the namespace and writer, with their cosine.
+    """Return the nearest current notes of the namespace, writer and task, with their cosine.
 
     The dense half of the search (exact under the cut-off, HNSW above it),
     ids, texts and similarities only, in the caller's open transaction.
+
+    Of one task (or of none, as the new note): a note filed under a task is
+    lent to every agent that names the task, and a note of another task (or
+    of none) that replaced it would hide it from them without showing them
+    what replaced it.
     """
     embedder = embeddings.get_embedder()
     probe = search.Search(
@@ -157,11 +163,13 @@ def nearest(
     # S608: the CTEs are built from constants; values are parameters.
     sql = (
         f"WITH {ctes} SELECT id, content, 1 - distance FROM nearest"  # noqa: S608
-        f" WHERE {writer} AND source_kind = %(note)s ORDER BY distance LIMIT %(top)s"
+        f" WHERE {writer} AND source_kind = %(note)s AND task_id IS NOT DISTINCT FROM %(task)s"
+        " ORDER BY distance LIMIT %(top)s"
     )
     params.update(
         user=str(user_id),
         writer=str(agent_id) if agent_id else None,
+        task=task_id,
         note=SourceKind.NOTE.value,
         top=CANDIDATES,
     )
@@ -185,6 +193,7 @@ def detect(
     namespace: str,
     content: str,
     vector: np.ndarray,
+    task_id: str | None = None,
 ) -> Detected:
     """Decide, in the writing transaction, which current notes a new note replaces.
 
@@ -196,7 +205,7 @@ def detect(
     if mode() == "off":
         return Detected([])
     # The transaction opened with SETTINGS (store() does).
-    candidates = nearest(user_id, agent_id, namespace, vector)
+    candidates = nearest(user_id, agent_id, namespace, vector, task_id)
     if not candidates:
         return Detected([])
     decisions = decide(content, candidates)

@@ -501,6 +501,33 @@ def test_links_stay_inside_an_agent(cast, agents) -> None:
     assert row(user_wide).superseded_by is None
 
 
+def test_detection_links_notes_of_one_task_only(cast, agents) -> None:
+    # A note filed under a task is lent to the agents that name the task; a
+    # later note of the same writer outside the task replacing it hid it from
+    # them, and they could not see what replaced it.
+    def add(content, **kwargs):
+        return services.add(
+            user_id=cast.alice.id,
+            agent_id=agents.research.id,
+            tier=Tier.PRO,
+            content=content,
+            **kwargs,
+        )[0]
+
+    shared = add(OLD, task_id="launch")["id"]
+    own = add(NEW)
+    assert "replaces" not in own
+    assert row(shared).superseded_by is None
+    seen = services.search_sources(
+        user_id=cast.alice.id, agent_id=agents.writer.id, query=QUESTION, task_id="launch"
+    )
+    assert ids(seen) == [shared]
+
+    # Within the task, as anywhere: a new value replaces the old one.
+    update = add("Staging Postgres moved to pg-staging-9 yesterday.", task_id="launch")
+    assert update["replaces"] == [shared]
+
+
 def test_the_database_refuses_a_link_across_a_boundary(cast, agents) -> None:
     writer = services.remember(
         user_id=cast.alice.id, agent_id=agents.writer.id, tier=Tier.PRO, content=OLD

@@ -306,6 +306,22 @@ def test_another_writers_memory_neither_moves_nor_marks() -> None:
     assert ordering.newer_first([own, agents], close) == ([agents, own], {_id(own): _id(agents)})
 
 
+def test_a_note_of_another_task_neither_moves_nor_marks() -> None:
+    shared, own = hit(OLDER, 0, 0.9), hit(NEWER, 5, 0.88)
+    shared.memory.task_id = "launch"
+
+    assert ordering.newer_first([shared, own], close) == ([shared, own], {})
+    own.memory.task_id = "launch"
+    assert ordering.newer_first([shared, own], close) == ([own, shared], {_id(shared): _id(own)})
+
+
+def test_a_replaced_newer_memory_neither_moves_nor_marks() -> None:
+    older, newer = hit(OLDER, 0, 0.9), hit(NEWER, 5, 0.9)
+    newer.memory.superseded_by = older.memory.id  # a fact that changed back
+
+    assert ordering.newer_first([older, newer], close) == ([older, newer], {})
+
+
 def test_a_replaced_memory_keeps_its_own_mark_only() -> None:
     older, newer = hit(OLDER, 0, 0.9), hit(NEWER, 5, 0.9)
     older.memory.superseded_by = uuid.uuid4()
