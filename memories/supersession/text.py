@@ -329,9 +329,34 @@ def _parts(lower: str) -> set[str]:
     return {p for p in pieces if len(p) >= 2 and p not in STOP and p not in CHANGE}
 
 
-@lru_cache(maxsize=4096)
+# Readings are cached for texts up to this length: a fact is a sentence or
+# two (the rules compare at most 45 words), while a note may hold 50,000
+# characters, and 4,096 of those would keep hundreds of megabytes of memory
+# content in every process. A longer text is read each time it is compared.
+CACHED_CHARS = 2_000
+
+
 def read(text: str) -> Reading:
     """Return what ``text`` says, for comparing it with another memory."""
+    return _read_cached(text) if len(text) <= CACHED_CHARS else _read(text)
+
+
+@lru_cache(maxsize=4096)
+def _read_cached(text: str) -> Reading:
+    return _read(text)
+
+
+def cached_readings() -> int:
+    """How many readings the cache holds."""
+    return _read_cached.cache_info().currsize
+
+
+def clear_readings() -> None:
+    """Empty the cache of readings."""
+    _read_cached.cache_clear()
+
+
+def _read(text: str) -> Reading:
     label = ""
     text = text.replace(QUOTE, "'")
     found = re.match(r"\s*([A-Z][\w']{0,30}):\s+(?=\S)", text)

@@ -12,7 +12,7 @@ import pytest
 
 from memories.supersession import Candidate, decide, judge, read
 from memories.supersession.decide import FLOOR, MAX_WORDS, Decision, hints
-from memories.supersession.text import contrast_conflict
+from memories.supersession.text import cached_readings, clear_readings, contrast_conflict
 
 
 def verdict(old: str, new: str, similarity: float) -> str:
@@ -392,16 +392,28 @@ def test_it_decides_five_candidates_in_well_under_a_millisecond_each() -> None:
         Candidate(str(n), f"The cluster number {n} runs Kubernetes 1.2{n}.", 0.8) for n in range(5)
     ]
     decide(new, candidates)  # warm the reading cache as a server would be
-    read.cache_clear()
+    clear_readings()
 
     started = time.perf_counter()
     for _ in range(20):
-        read.cache_clear()
+        clear_readings()
         decide(new, candidates)
     per_call = (time.perf_counter() - started) / 20
 
     # A bound far above the measured ~0.3 ms, only to catch a pathological regression.
     assert per_call < 0.05
+
+
+def test_only_texts_of_fact_size_are_kept_read() -> None:
+    clear_readings()
+    short = "The office wifi password is tulip-42."
+    long = "The runbook for the staging cluster, step by step. " * 100  # 5,100 characters
+
+    judge(short, Candidate("a", long, 0.8))
+    judge(long, Candidate("b", short, 0.8))
+
+    assert read(long) == read(long)  # read each time, the same reading
+    assert cached_readings() == 1
 
 
 @pytest.mark.parametrize(
