@@ -89,6 +89,26 @@ def test_both_sides_of_a_link_are_in_the_history(cast) -> None:
     assert newer[0]["replaces"] == [old]
 
 
+def test_purging_one_memory_of_a_pair_withholds_the_link_reasons_that_quote_it(cast) -> None:
+    older = remember(cast.alice.id, OLD)["id"]
+    newer = remember(cast.alice.id, NEW)
+    assert newer["replaces"] == [older]  # linked offline, with its reason
+    [linked] = [v for v in history(older) if v.action == "superseded"]
+    assert "pg-staging-7" in decided(linked)["reason"]
+
+    services.forget(user_id=cast.alice.id, mode="by_id", id=newer["id"], purge=True)
+
+    kept = history(older)
+    assert [v.action for v in kept] == ["created", "superseded", "restored"]
+    assert not any("pg-staging-7" in str(v.decision) for v in kept)
+    assert decided(kept[1]) == {
+        "decided_by": "offline",
+        "reason": "withheld: a memory it named was purged",
+        "score": decided(linked)["score"],
+    }
+    assert history(newer["id"]) == []
+
+
 def test_a_wrong_replaces_writes_nothing(cast) -> None:
     theirs = remember(cast.charlie.id, "Charlie's gym is on Elm Street.")["id"]
     elsewhere = remember(cast.alice.id, "The bakery opens at 7.", namespace="errands")["id"]
