@@ -212,7 +212,10 @@ def test_a_fact_that_changes_back_over_v1_is_the_first_memory_again(live, cast) 
     [newer] = [r for r in marked if r["id"] == new["memory_id"]]
     assert newer["superseded_by"] == old["memory_id"]
     history = structured(call(url, key, "get_memory_history", {"memory_id": old["memory_id"]}))
-    assert history["history"][-1]["action"] == "restored"
+    # Current again, then the replacement of what had replaced it.
+    restored, replacing = history["history"][-2:]
+    assert (restored["action"], replacing["action"]) == ("restored", "updated")
+    assert replacing["replaces"] == [new["memory_id"]]
 
 
 def test_a_chain_over_the_agent_endpoint_stays_inside_the_agent(live, cast, agents) -> None:

@@ -281,7 +281,7 @@ def _linked(
     """Link what ``found`` replaces (in the writing transaction) and say so in its result."""
     result: Stored = {"id": str(found), "deduped": deduped}
     others = [x for x in links if x.old != found]
-    replaced = superseding.apply(user_id, found, others) if others else []
+    replaced = superseding.apply(user_id, found, others, stored_before=deduped) if others else []
     if replaced:
         result["replaces"] = replaced
     return result

@@ -262,10 +262,16 @@ def announce(links: Sequence[Link]) -> None:
         )
 
 
-def apply(user_id: uuid.UUID | str, new: uuid.UUID, links: Sequence[Link]) -> list[str]:
+def apply(
+    user_id: uuid.UUID | str, new: uuid.UUID, links: Sequence[Link], *, stored_before: bool = True
+) -> list[str]:
     """Link each older memory to ``new``, in the caller's transaction; return those linked.
 
     A memory another write replaced first stays with that one (no error).
+    Each linked memory's history gets a ``superseded`` row. ``new`` names
+    what it replaced on its ``created`` row when this transaction inserted
+    it (``announce``; ``stored_before`` False); a memory stored before gets
+    an ``updated`` row of its own, its content unchanged (migration 0019).
     """
     done: list[str] = []
     with connection.cursor() as cursor:
@@ -281,6 +287,17 @@ def apply(user_id: uuid.UUID | str, new: uuid.UUID, links: Sequence[Link]) -> li
             )
             if cursor.fetchone():
                 done.append(str(link.old))
+        if done and stored_before:
+            first = next(link for link in links if str(link.old) == done[0])
+            cursor.execute(
+                "SELECT set_config('app.replaces', %s, true),"
+                " set_config('app.supersession', %s, true)",
+                ["{" + ",".join(done) + "}", json.dumps(first.decision)],
+            )
+            cursor.execute(
+                "UPDATE memories SET version = version + 1 WHERE id = %s AND user_id = %s",
+                [new, str(user_id)],
+            )
         cursor.execute(
             "SELECT set_config('app.replaces', '', true), set_config('app.supersession', '', true)"
         )

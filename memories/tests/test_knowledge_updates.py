@@ -228,12 +228,37 @@ def test_a_replaced_fact_stated_again_is_current_again(cast) -> None:
     assert new["id"] not in ids(recalled(cast.alice.id))
     listed = services.list_memories(user_id=cast.alice.id)
     assert ids(listed) == [old]
-    last = history(old)[-1]
-    assert (last.action, decided(last)["decided_by"]) == ("restored", "restated")
-    assert new["id"] in decided(last)["reason"]
+    restored, replacing = history(old)[-2:]
+    assert (restored.action, decided(restored)["decided_by"]) == ("restored", "restated")
+    assert new["id"] in decided(restored)["reason"]
+    # Both sides of the new link, as of any link.
+    assert (replacing.action, replacing.content) == ("updated", OLD)
+    assert [str(x) for x in replacing.replaces or []] == [new["id"]]
+    assert decided(replacing)["decided_by"] == "restated"
     replaced = history(new["id"])[-1]
     assert (replaced.action, str(replaced.superseded_by)) == ("superseded", old)
     assert decided(replaced)["decided_by"] == "restated"
+
+
+def test_a_link_made_after_both_were_stored_is_in_both_histories(cast) -> None:
+    old = remember(cast.alice.id, AMBIGUOUS_OLD)["id"]
+    hinted = remember(cast.alice.id, AMBIGUOUS_NEW)
+    assert "replaces" not in hinted and hinted["may_replace"][0]["id"] == old
+    new = hinted["id"]
+    versions = len(history(new))
+
+    # As an agent links a hint: the same content again, naming what it replaces.
+    linked = remember(cast.alice.id, AMBIGUOUS_NEW, replaces=old)
+
+    assert linked == {"id": new, "deduped": True, "replaces": [old]}
+    assert history(old)[-1].action == "superseded"
+    later = history(new)
+    assert len(later) == versions + 1
+    assert (later[-1].action, [str(x) for x in later[-1].replaces or []]) == ("updated", [old])
+    assert decided(later[-1]) == {"decided_by": "explicit"}
+    assert later[-1].content == later[-2].content
+    shown = services.memory_history(user_id=cast.alice.id, id=new)
+    assert shown[-1]["replaces"] == [old]
 
 
 def test_a_fact_stated_again_replaces_the_end_of_its_chain(cast) -> None:
