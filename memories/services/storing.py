@@ -191,7 +191,12 @@ def store(
         # A replaced note stated again is made current first: its rows are
         # the first this transaction locks (superseding.restate).
         first = held.get(places[0])
-        again = superseding.restate(user_id, first[0]) if call.note and first and first[1] else []
+        naming = [call.replaces] if call.replaces is not None else []
+        again = (
+            superseding.restate(user_id, first[0], naming)
+            if call.note and first and first[1]
+            else []
+        )
         links: list[superseding.Link] = []
         if call.replaces is not None:
             superseding.check_replaces(user_id, agent_id, call.namespace, call.replaces)

@@ -409,7 +409,9 @@ CHAIN_END = """
 RESTATE_ATTEMPTS = 3
 
 
-def restate(user_id: uuid.UUID | str, memory_id: uuid.UUID) -> list[Link]:
+def restate(
+    user_id: uuid.UUID | str, memory_id: uuid.UUID, also: Sequence[uuid.UUID] = ()
+) -> list[Link]:
     """A replaced memory stated again is current again, and replaces its slot's holder.
 
     Called in the writing transaction, before any other row is locked, when
@@ -425,8 +427,10 @@ def restate(user_id: uuid.UUID | str, memory_id: uuid.UUID) -> list[Link]:
     to do); the caller calls it only for a memory it read as replaced.
 
     The memory and the chain's end are locked in one statement, in id order,
-    as ``lock`` does; an end another write replaced meanwhile sends the walk
-    round again. A memory another write restored meanwhile is left as it is.
+    as ``lock`` does, with ``also`` (a memory the write names in
+    ``replaces``): every row the write takes, before it changes any. An end
+    another write replaced meanwhile sends the walk round again. A memory
+    another write restored meanwhile is left as it is.
     """
     user = str(user_id)
     linking = mode() != "off"
@@ -440,7 +444,7 @@ def restate(user_id: uuid.UUID | str, memory_id: uuid.UUID) -> list[Link]:
             cursor.execute(
                 "SELECT id, superseded_by FROM memories WHERE user_id = %s AND id = ANY(%s)"
                 " ORDER BY id FOR NO KEY UPDATE",
-                [user, [memory_id, *([end[0]] if end else [])]],
+                [user, [memory_id, *([end[0]] if end else []), *also]],
             )
             held = dict(cursor.fetchall())
             if held.get(memory_id) is None:

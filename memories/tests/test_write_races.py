@@ -538,3 +538,27 @@ def test_forgetting_a_replacing_memory_while_a_write_holds_the_pair_answers_both
     else:
         assert done["deleted_count"] == 2
     assert dangling_links(cast.alice.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fact_stated_again_naming_a_replacement_and_an_update_of_it_both_finish(cast) -> None:
+    # Stated again, the memory is made current (an update: the namespace's
+    # generation) and the memory named in ``replaces`` was locked after it;
+    # an update of that memory holds its row and then needs the generation.
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW, replaces=old)["id"]
+    named = remember(cast.alice.id, "The office wifi password is harbour-lights-42.")["id"]
+    writer = Background(lambda: remember(cast.alice.id, OLD, replaces=named))
+    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [named])
+        writer.start()
+        writer.until_waiting()
+        cursor.execute("UPDATE memories SET priority = 'high' WHERE id = %s", [named])
+    done = writer.outcome()
+
+    assert done["id"] == old and sorted(done["replaces"]) == sorted([named, new])
+    with tenancy.operator():
+        assert Memory.objects.get(id=old).superseded_by is None
+        assert str(Memory.objects.get(id=named).superseded_by) == old
+        assert Memory.objects.get(id=named).priority == "high"
+    assert dangling_links(cast.alice.id) == []
