@@ -21,6 +21,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from core import tenancy
+from core.errors import Conflict
 from core.logging import describe_exception
 from memories import embeddings, validation
 from memories.embeddings.failures import embed_texts
@@ -172,7 +173,43 @@ def store(
     new memories (a queued job announced them); ``finish`` runs inside the
     writing transaction with the results, so a job is settled atomically with
     what it stored.
+
+    What is stored already is read before the transaction (what is new must
+    be embedded first, outside it), and read again inside it: a memory
+    forgotten or replaced in between sends the call round again, so that it
+    never answers with a memory that is gone, nor links to one replaced.
     """
+    for _ in range(PLACE_ATTEMPTS - 1):
+        try:
+            return _store(user_id, tier, call, agent_id, ids, finish)
+        except _PlaceChanged:
+            continue
+    try:
+        return _store(user_id, tier, call, agent_id, ids, finish)
+    except _PlaceChanged:
+        raise Conflict(
+            "The memories this call would find were changed by other calls meanwhile;"
+            " nothing was written. Make the call again."
+        ) from None
+
+
+# How many times ``store`` reads what is stored already when other calls
+# keep changing it between its two reads.
+PLACE_ATTEMPTS = 3
+
+
+class _PlaceChanged(Exception):
+    """A memory store() found before its transaction was forgotten or replaced meanwhile."""
+
+
+def _store(
+    user_id: uuid.UUID | str,
+    tier: str,
+    call: Remembering,
+    agent_id: uuid.UUID | str | None,
+    ids: list[uuid.UUID] | None,
+    finish: Callable[[list[Stored]], None] | None,
+) -> list[Stored]:
     places = places_of(call)
     with tenancy.tenant(user_id, agent_id=agent_id):
         held = _held_by_place(user_id, agent_id, call, places)
@@ -187,6 +224,7 @@ def store(
     detecting = superseding.detects(call.note and bool(fresh), call.replaces is not None)
     opening = dict(superseding.SETTINGS) if detecting else None
     with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
+        _still_held(user_id, held)
         check_quota(user_id, tier, adding=len(fresh))
         # A replaced note stated again is made current first: its rows are
         # the first this transaction locks (superseding.restate).
@@ -464,6 +502,25 @@ def _ids_by_place(
 ) -> dict[Place, uuid.UUID]:
     """Return the live memories already holding these places (memories_dedup's columns)."""
     return {place: id for place, (id, _) in _held_by_place(user_id, agent_id, call, places).items()}
+
+
+def _still_held(user_id: uuid.UUID | str, held: Mapping[Place, tuple[uuid.UUID, bool]]) -> None:
+    """Check, in the writing transaction, that what was found is there and as it was.
+
+    Its rows are share-locked (``FOR KEY SHARE``, in id order) until the
+    write commits: a delete waits, a write that links or edits them does not.
+    """
+    if not held:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, superseded_by IS NOT NULL FROM memories WHERE user_id = %s"
+            " AND id = ANY(%s) ORDER BY id FOR KEY SHARE",
+            [str(user_id), [memory_id for memory_id, _ in held.values()]],
+        )
+        now = dict(cursor.fetchall())
+    if now != dict(held.values()):
+        raise _PlaceChanged
 
 
 def _held_by_place(

@@ -334,6 +334,47 @@ def test_a_replaced_memory_shown_on_request_marks_and_moves_nothing(cast) -> Non
     assert replaced["superseded_by"] == first
 
 
+def first_read_then(monkeypatch, meanwhile) -> None:
+    """Run ``meanwhile`` once, just after store() first reads what is stored already."""
+    from memories.services import storing
+
+    original = storing._held_by_place
+    ran = []
+
+    def read_then(*args, **kwargs):
+        found = original(*args, **kwargs)
+        if not ran:
+            ran.append(True)
+            meanwhile()
+        return found
+
+    monkeypatch.setattr(storing, "_held_by_place", read_then)
+
+
+def test_content_forgotten_while_it_is_stated_again_is_stored_anew(cast, monkeypatch) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    first_read_then(
+        monkeypatch, lambda: services.forget(user_id=cast.alice.id, mode="by_id", id=old)
+    )
+
+    again = remember(cast.alice.id, OLD)
+
+    # Not "stored already" under the id that was just deleted.
+    assert again["deduped"] is False and again["id"] != old
+    assert ids(services.list_memories(user_id=cast.alice.id)) == [again["id"]]
+
+
+def test_content_replaced_while_it_is_stated_again_is_current_again(cast, monkeypatch) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    new: list[str] = []
+    first_read_then(monkeypatch, lambda: new.append(remember(cast.alice.id, NEW)["id"]))
+
+    again = remember(cast.alice.id, OLD)
+
+    assert again == {"id": old, "deduped": True, "replaces": new}
+    assert row(old).superseded_by is None
+
+
 def test_a_current_fact_stated_again_changes_nothing(cast) -> None:
     old = remember(cast.alice.id, OLD)["id"]
     versions = len(history(old))
