@@ -339,7 +339,7 @@ def first_read_then(monkeypatch, meanwhile) -> None:
     from memories.services import storing
 
     original = storing._held_by_place
-    ran = []
+    ran: list[bool] = []
 
     def read_then(*args, **kwargs):
         found = original(*args, **kwargs)
