@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from memories.supersession.text import Reading, Value, contrast_conflict, read
+from memories.supersession.text import CACHED_CHARS, Reading, Value, contrast_conflict, read
 
 Verdict = Literal["supersede", "keep", "duplicate"]
 
@@ -109,6 +109,7 @@ HINT = 0.2
 HINTS = 2
 # Why two memories are kept apart when they hold no subject word in common.
 NO_SUBJECT = "no subject word in common"
+LONGER = "one of them is longer than a single fact"
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
     if evidence.similarity < FLOOR:
         return f"similarity {evidence.similarity:.2f} is below {FLOOR}"
     if max(old.length, new.length) > MAX_WORDS or max(old.sentences, new.sentences) > 2:
-        return "one of them is longer than a single fact"
+        return LONGER
     if old.question or new.question:
         return "a question states no fact"
     if old.exclaims or new.exclaims:
@@ -335,6 +336,8 @@ def apart(old: str, new: str) -> str | None:
     slot perhaps in other words, ``_reworded``): then the caller's cosine
     must decide, at ``RENAMED`` or more.
     """
+    if _long(old, new):
+        return LONGER
     evidence = compare(read(old), read(new), 1.0)
     reason = _apart(old, new, evidence)
     if reason == NO_SUBJECT and _reworded(evidence):
@@ -342,11 +345,25 @@ def apart(old: str, new: str) -> str | None:
     return reason
 
 
+def _long(*texts: str) -> bool:
+    """Whether a text is too long to be one fact, judged by its length alone.
+
+    Past ``CACHED_CHARS`` a text is not kept read (``text.read``), and reading
+    50,000 characters takes a tenth of a second: each search's pairs and each
+    write's candidates would pay it again. Such a text is far beyond
+    ``MAX_WORDS``, and two memories are then kept apart, as reading it
+    would decide.
+    """
+    return any(len(text) > CACHED_CHARS for text in texts)
+
+
 def judge(new: str, candidate: Candidate) -> Decision:
     """Decide one candidate against the new memory's text."""
-    old_reading, new_reading = read(candidate.content), read(new)
     if " ".join(candidate.content.split()).lower() == " ".join(new.split()).lower():
         return Decision(candidate.id, "duplicate", "the same text", 0.0)
+    if _long(candidate.content, new):
+        return Decision(candidate.id, "keep", LONGER, 0.0)
+    old_reading, new_reading = read(candidate.content), read(new)
     evidence = compare(old_reading, new_reading, float(candidate.similarity))
     reason = _apart(candidate.content, new, evidence)
     if reason is not None:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from memories.supersession import Candidate, decide, judge, read
+from memories.supersession import Candidate, apart, decide, judge, read
 from memories.supersession.decide import FLOOR, MAX_WORDS, Decision, hints
 from memories.supersession.text import cached_readings, clear_readings, contrast_conflict
 
@@ -409,11 +409,16 @@ def test_only_texts_of_fact_size_are_kept_read() -> None:
     short = "The office wifi password is tulip-42."
     long = "The runbook for the staging cluster, step by step. " * 100  # 5,100 characters
 
-    judge(short, Candidate("a", long, 0.8))
-    judge(long, Candidate("b", short, 0.8))
+    kept = judge(short, Candidate("a", long, 0.8))
+    again = judge(long, Candidate("b", short, 0.8))
 
-    assert read(long) == read(long)  # read each time, the same reading
-    assert cached_readings() == 1
+    # Decided by its length alone, as reading it would decide, and not kept read.
+    assert (kept.verdict, kept.reason) == ("keep", "one of them is longer than a single fact")
+    assert (again.verdict, again.reason) == (kept.verdict, kept.reason)
+    assert apart(long, short) == apart(short, long) == kept.reason
+    assert cached_readings() == 0
+    assert read(long) == read(long)  # read when asked, each time
+    assert cached_readings() == 0
 
 
 @pytest.mark.parametrize(
