@@ -136,6 +136,19 @@ def test_the_purge_function_spares_the_history_of_a_live_memory(cast):
     assert len(history_rows(memory_id)) == 1
 
 
+def test_the_purge_function_leaves_the_reasons_of_a_live_memorys_links(cast):
+    old = remember(cast.alice.id, "Staging Postgres runs on pg-staging-3.")
+    new = remember(cast.alice.id, "Staging Postgres was migrated to pg-staging-7 last week.")
+
+    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
+        cursor.execute("SELECT recall_purge_history(ARRAY[%s]::uuid[])", [new])
+        assert cursor.fetchone()[0] == 0
+
+    [linked] = [row for row in history_rows(old) if row.action == "superseded"]
+    assert str(linked.superseded_by) == new
+    assert "pg-staging-7" in linked.decision["reason"]
+
+
 def test_the_purge_function_cannot_reach_another_tenants_history(cast):
     memory_id = remember(cast.alice.id, "Alice's, deleted")
     services.forget_by_id(user_id=cast.alice.id, id=memory_id)
