@@ -38,7 +38,13 @@ from memories.models import (
 )
 from memories.services.quota import check_quota
 from memories.services.shapes import Queued, QueueDepth, Stored
-from memories.services.storing import Remembering, store, stored_already, written_by
+from memories.services.storing import (
+    PlacesChanged,
+    Remembering,
+    store,
+    stored_already,
+    written_by,
+)
 
 logger = logging.getLogger("memories.services")
 
@@ -246,7 +252,7 @@ def _run_job(job: Taken) -> None:
             ids=ids,
             finish=settle,
         )
-    except (EmbeddingUnavailable, InternalError) as error:
+    except (EmbeddingUnavailable, InternalError, PlacesChanged) as error:
         _retry_or_fail(job, error)
     except RecallError as error:
         _fail(job, error)

@@ -179,15 +179,16 @@ def store(
     forgotten or replaced in between sends the call round again, so that it
     never answers with a memory that is gone, nor links to one replaced.
     """
+    vectors: dict[str, np.ndarray] = {}  # by content, kept across attempts
     for _ in range(PLACE_ATTEMPTS - 1):
         try:
-            return _store(user_id, tier, call, agent_id, ids, finish)
+            return _store(user_id, tier, call, agent_id, ids, finish, vectors)
         except _PlaceChanged:
             continue
     try:
-        return _store(user_id, tier, call, agent_id, ids, finish)
+        return _store(user_id, tier, call, agent_id, ids, finish, vectors)
     except _PlaceChanged:
-        raise Conflict(
+        raise PlacesChanged(
             "The memories this call would find were changed by other calls meanwhile;"
             " nothing was written. Make the call again."
         ) from None
@@ -202,6 +203,10 @@ class _PlaceChanged(Exception):
     """A memory store() found before its transaction was forgotten or replaced meanwhile."""
 
 
+class PlacesChanged(Conflict):
+    """What store() found kept changing under it: the same call again can succeed."""
+
+
 def _store(
     user_id: uuid.UUID | str,
     tier: str,
@@ -209,15 +214,14 @@ def _store(
     agent_id: uuid.UUID | str | None,
     ids: list[uuid.UUID] | None,
     finish: Callable[[list[Stored]], None] | None,
+    vectors: dict[str, np.ndarray],
 ) -> list[Stored]:
     places = places_of(call)
     with tenancy.tenant(user_id, agent_id=agent_id):
         held = _held_by_place(user_id, agent_id, call, places)
     existing = {place: id for place, (id, _) in held.items()}
     fresh = sorted({i for i, place in enumerate(places) if place not in existing})
-    embedder = embeddings.get_embedder()
-    vectors = embed_texts(embedder, [call.items[i].content for i in fresh]) if fresh else []
-    vector_for = dict(zip(fresh, vectors, strict=True))
+    vector_for = _vectors(call, fresh, vectors)
 
     results: list[Stored] = []
     pending: tuple[uuid.UUID, superseding.Pending] | None = None
@@ -504,18 +508,33 @@ def _ids_by_place(
     return {place: id for place, (id, _) in _held_by_place(user_id, agent_id, call, places).items()}
 
 
+def _vectors(
+    call: Remembering, fresh: list[int], known: dict[str, np.ndarray]
+) -> dict[int, np.ndarray]:
+    """The vectors of the items ``fresh`` by index, embedding only texts ``known`` lacks."""
+    texts = (call.items[i].content for i in fresh)
+    unread = list(dict.fromkeys(text for text in texts if text not in known))
+    if unread:
+        embedder = embeddings.get_embedder()
+        known.update(zip(unread, embed_texts(embedder, unread), strict=True))
+    return {i: known[call.items[i].content] for i in fresh}
+
+
 def _still_held(user_id: uuid.UUID | str, held: Mapping[Place, tuple[uuid.UUID, bool]]) -> None:
     """Check, in the writing transaction, that what was found is there and as it was.
 
-    Its rows are share-locked (``FOR KEY SHARE``, in id order) until the
-    write commits: a delete waits, a write that links or edits them does not.
+    A read, not a lock: the rows this write changes are locked later, all in
+    one statement in id order (``superseding.restate``, ``lock``), as every
+    writer of two memories takes them; a lock here would be a second round
+    and could deadlock with a delete. What a call changes after this read
+    comes after this write, as if it had begun after it.
     """
     if not held:
         return
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT id, superseded_by IS NOT NULL FROM memories WHERE user_id = %s"
-            " AND id = ANY(%s) ORDER BY id FOR KEY SHARE",
+            " AND id = ANY(%s)",
             [str(user_id), [memory_id for memory_id, _ in held.values()]],
         )
         now = dict(cursor.fetchall())
