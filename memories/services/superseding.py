@@ -156,7 +156,9 @@ def nearest(
         mode="semantic",
         limit=NEAREST,
         minimum=0.0,
-        filters=search.Filters(namespace),
+        # A task's notes are found inside the scan, so that other notes do
+        # not take the nearest places; notes of no task are told apart below.
+        filters=search.Filters(namespace, sources={"task_id": task_id} if task_id else {}),
     )
     ctes, params = search.nearest_ctes(probe, NEAREST, agent=agent_id is not None)
     writer = "agent_id = %(writer)s" if agent_id else "agent_id IS NULL"

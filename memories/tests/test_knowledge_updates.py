@@ -614,6 +614,21 @@ def test_detection_links_notes_of_one_task_only(cast, agents) -> None:
     assert update["replaces"] == [shared]
 
 
+def test_a_tasks_note_is_found_among_many_closer_notes_of_another_task(cast) -> None:
+    def add(content, task_id):
+        return services.add(
+            user_id=cast.alice.id, agent_id=None, tier=Tier.PRO, content=content, task_id=task_id
+        )[0]
+
+    for n in range(10):
+        add(f"{NEW} Ticket {n} says so.", "other")
+    old = add(OLD, "launch")["id"]
+
+    new = add(NEW, "launch")
+
+    assert new["replaces"] == [old]
+
+
 def test_the_database_refuses_a_link_across_a_boundary(cast, agents) -> None:
     writer = services.remember(
         user_id=cast.alice.id, agent_id=agents.writer.id, tier=Tier.PRO, content=OLD
