@@ -26,6 +26,19 @@ def test_a_memorys_history_page_shows_every_version_newest_first(cast, alice_cli
     assert "alice laptop" in text
 
 
+def test_a_history_page_shows_both_sides_of_a_link_and_who_decided(cast, alice_client):
+    old = remember(cast.alice, "Staging Postgres runs on pg-staging-3.")
+    new = remember(cast.alice, "Staging Postgres was migrated to pg-staging-7 last week.")
+
+    older = alice_client.get(f"/memories/{old}/history/").content.decode()
+    newer = alice_client.get(f"/memories/{new}/history/").content.decode()
+
+    assert "v2 superseded" in older
+    assert f'replaced by <a href="/memories/{new}/history/">' in older
+    assert "decided by offline: same subject" in older
+    assert f'replaces <a href="/memories/{old}/history/">' in newer
+
+
 def test_the_memories_page_links_to_history_and_download(cast, alice_client):
     memory_id = remember(cast.alice, "linked")
 
