@@ -162,16 +162,15 @@ def nearest(
     )
     ctes, params = search.nearest_ctes(probe, NEAREST, agent=agent_id is not None)
     writer = "agent_id = %(writer)s" if agent_id else "agent_id IS NULL"
+    untasked = "" if task_id else " AND task_id IS NULL"
     # S608: the CTEs are built from constants; values are parameters.
     sql = (
         f"WITH {ctes} SELECT id, content, 1 - distance FROM nearest"  # noqa: S608
-        f" WHERE {writer} AND source_kind = %(note)s AND task_id IS NOT DISTINCT FROM %(task)s"
-        " ORDER BY distance LIMIT %(top)s"
+        f" WHERE {writer} AND source_kind = %(note)s{untasked} ORDER BY distance LIMIT %(top)s"
     )
     params.update(
         user=str(user_id),
         writer=str(agent_id) if agent_id else None,
-        task=task_id,
         note=SourceKind.NOTE.value,
         top=CANDIDATES,
     )
