@@ -180,18 +180,15 @@ def store(
     never answers with a memory that is gone, nor links to one replaced.
     """
     vectors: dict[str, np.ndarray] = {}  # by content, kept across attempts
-    for _ in range(PLACE_ATTEMPTS - 1):
+    for _ in range(PLACE_ATTEMPTS):
         try:
             return _store(user_id, tier, call, agent_id, ids, finish, vectors)
         except _PlaceChanged:
-            continue
-    try:
-        return _store(user_id, tier, call, agent_id, ids, finish, vectors)
-    except _PlaceChanged:
-        raise PlacesChanged(
-            "The memories this call would find were changed by other calls meanwhile;"
-            " nothing was written. Make the call again."
-        ) from None
+            pass
+    raise PlacesChanged(
+        "The memories this call would find were changed by other calls meanwhile;"
+        " nothing was written. Make the call again."
+    )
 
 
 # How many times ``store`` reads what is stored already when other calls

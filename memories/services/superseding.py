@@ -235,14 +235,19 @@ def lock(user_id: uuid.UUID | str, links: Sequence[Link]) -> list[Link]:
     """
     if not links:
         return []
+    held = _lock_current(user_id, [link.old for link in links])
+    return [link for link in links if link.old in held]
+
+
+def _lock_current(user_id: uuid.UUID | str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Lock the memories ``ids`` that are current, in one statement in id order; return them."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT id FROM memories WHERE user_id = %s AND id = ANY(%s)"
             " AND superseded_by IS NULL ORDER BY id FOR NO KEY UPDATE",
-            [str(user_id), [link.old for link in links]],
+            [str(user_id), list(ids)],
         )
-        held = {row[0] for row in cursor.fetchall()}
-    return [link for link in links if link.old in held]
+        return {row[0] for row in cursor.fetchall()}
 
 
 def _decision(by: str, d: Decision, model: str | None = None) -> dict[str, Any]:
@@ -330,16 +335,11 @@ def settle_with_model(
     ]
     if not links:
         return []
-    with tenancy.tenant(user_id, agent_id=agent_id), connection.cursor() as cursor:
+    with tenancy.tenant(user_id, agent_id=agent_id):
         # The new memory and those it would replace, locked in one statement
-        # in id order before anything is written, as every writer of two
-        # memories takes them; each must still be current.
-        cursor.execute(
-            "SELECT id FROM memories WHERE user_id = %s AND id = ANY(%s)"
-            " AND superseded_by IS NULL ORDER BY id FOR NO KEY UPDATE",
-            [str(user_id), [new, *(link.old for link in links)]],
-        )
-        held = {row[0] for row in cursor.fetchall()}
+        # before anything is written, as every writer of two memories takes
+        # them; each must still be current.
+        held = _lock_current(user_id, [new, *(link.old for link in links)])
         if new not in held:
             return []  # forgotten or replaced meanwhile
         return apply(user_id, new, [link for link in links if link.old in held])

@@ -375,6 +375,23 @@ def test_content_replaced_while_it_is_stated_again_is_current_again(cast, monkey
     assert row(old).superseded_by is None
 
 
+def test_content_that_keeps_changing_under_a_call_is_a_conflict_to_retry(cast, monkeypatch) -> None:
+    from memories.services import storing
+
+    old = remember(cast.alice.id, OLD)["id"]
+    reads = []
+
+    def always_changed(user_id, held):
+        reads.append(held)
+        raise storing._PlaceChanged
+
+    monkeypatch.setattr(storing, "_still_held", always_changed)
+    with pytest.raises(Conflict, match="Make the call again"):
+        remember(cast.alice.id, OLD)
+    assert len(reads) == storing.PLACE_ATTEMPTS
+    assert ids(services.list_memories(user_id=cast.alice.id)) == [old]
+
+
 def test_a_current_fact_stated_again_changes_nothing(cast) -> None:
     old = remember(cast.alice.id, OLD)["id"]
     versions = len(history(old))
