@@ -33,6 +33,7 @@ STOP = _set(
     must just also still yet again ever even not no nor s t d ll re ve m o y let lets get gets
     got getting go goes going went gone make makes made one ones thing things way week weeks day
     days month months year years time times last next ago lot bit
+    mr mrs ms mx dr prof
     """
 )
 
@@ -304,8 +305,16 @@ def _contrast(token: str, lower: str, *, inside: bool) -> str | None:
     return word
 
 
+# Abbreviations whose full stop ends no sentence: "Dr. Osei", "Mr. Patel".
+_TITLE = re.compile(
+    r"(?:^|[^\w.])(?:mr|mrs|ms|mx|dr|prof|st|fr|rev|sr|jr|e\.g|i\.e|vs|approx)\.$", re.IGNORECASE
+)
+
+
 def _starts_sentence(body: str, start: int) -> bool:
     before = body[max(0, start - 8) : start].rstrip(" \t\n\"'([")
+    if before.endswith(".") and _TITLE.search(before):
+        return False
     return start == 0 or (not before.strip() and start < 8) or before[-1:] in ".!?\n"
 
 

@@ -222,6 +222,22 @@ def test_it_says_which_values_changed_in_its_reason() -> None:
     assert "'migrated'" in decision.reason
 
 
+def test_a_title_ends_no_sentence_and_names_the_person_after_it() -> None:
+    # "Mr." once ended the sentence: "Patel" was a first word, not a name,
+    # and a one-line fact counted as two sentences.
+    reading = read("Our landlord is Mr. Patel.")
+    assert reading.sentences == 1
+    assert ("name", "patel") in {(v.kind, v.text) for v in reading.values}
+    assert "mr" not in reading.words
+    assert read("Dr. Osei moved. She is in Leeds now.").sentences == 2
+
+    decision = judge(
+        "The flat was sold; our landlord is a company called Keystone Lettings.",
+        Candidate("old", "Our landlord is Mr. Patel.", 0.41),
+    )
+    assert "patel -> " in decision.reason
+
+
 # Look-alikes that are both true -----------------------------------------------------
 
 
