@@ -562,3 +562,33 @@ def test_a_fact_stated_again_naming_a_replacement_and_an_update_of_it_both_finis
         assert str(Memory.objects.get(id=named).superseded_by) == old
         assert Memory.objects.get(id=named).priority == "high"
     assert dangling_links(cast.alice.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("meanwhile", ["restored", "forgotten"])
+def test_an_undo_waits_for_a_concurrent_undo_or_forget_and_reports_what_it_found(
+    cast, meanwhile
+) -> None:
+    # Read without a lock, two undos of one replacement both reported
+    # success, and an undo of a memory forgotten meanwhile met no row to
+    # update: a TypeError, ``internal_error`` to the caller. The undo now
+    # locks the memory first and answers from what the other call left.
+    from core.errors import Conflict, NotFound
+
+    old = remember(cast.alice.id, OLD)["id"]
+    remember(cast.alice.id, NEW, replaces=old)
+    undo = Background(lambda: services.restore(user_id=cast.alice.id, id=old))
+    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
+        if meanwhile == "restored":
+            cursor.execute("UPDATE memories SET superseded_by = NULL WHERE id = %s", [old])
+        else:
+            cursor.execute("DELETE FROM memories WHERE id = %s", [old])
+        undo.start()
+        undo.until_waiting()
+        waited = undo.is_alive()
+
+    assert waited, "the undo did not wait for the memory's row"
+    with pytest.raises(Conflict if meanwhile == "restored" else NotFound):
+        undo.outcome()
+    if meanwhile == "restored":
+        assert actions(old) == ["created", "superseded", "restored"]
