@@ -39,6 +39,10 @@ def remembering(**given: Unpack[RememberArguments]) -> Remembering:
     Either ``content`` (one memory) or ``messages`` (a conversation: one
     memory per message, in order, all in one thread).
     """
+    unknown = sorted(set(given) - set(RememberArguments.__annotations__))
+    if unknown:
+        # A programming error, not a caller's: the tools pass only these.
+        raise TypeError(f"remember() got unexpected keyword arguments: {', '.join(unknown)}")
     content, messages = given.get("content"), given.get("messages")
     namespace, metadata = given.get("namespace", "default"), given.get("metadata")
     priority, thread_id = given.get("priority"), given.get("thread_id")

@@ -37,6 +37,15 @@ def test_it_stores_a_memory_and_returns_its_id(cast):
     assert len(memory.embedding) == 384
 
 
+def test_an_argument_it_does_not_take_is_refused_and_nothing_is_stored(cast):
+    # A Python caller's typo or a field of another call ("task_id" is a
+    # note's, not remember's) was dropped silently, the memory stored without it.
+    with pytest.raises(TypeError, match="task_id"):
+        remember(cast, task_id="release-42")
+
+    assert count_rows(cast.alice.id) == 0
+
+
 def test_it_defaults_to_the_default_namespace(cast):
     result = remember(cast)
     with tenancy.tenant(cast.alice.id):
