@@ -44,6 +44,24 @@ _MAINTENANCE_LOCK = 0x7265_6361_6D61
 
 CLEAN_UP_BATCH = 1000
 
+# Expired memories, and the memories each replaced, whose link the delete
+# clears (the key's ON DELETE SET NULL). All are locked with SKIP LOCKED
+# before anything is written: a memory a live write holds, or one whose
+# replaced memory it holds, is left for the next run. So the purge never
+# waits, and never sits in a lock order of its own; taking the replaced
+# rows in the cascade, after the expired one, waited on a live write that
+# holds the pair in id order (a restatement) and could deadlock with it.
+_PURGE_EXPIRED = (
+    "WITH doomed AS MATERIALIZED ("
+    " SELECT id FROM memories WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED),"
+    " held AS MATERIALIZED ("
+    " SELECT id FROM memories WHERE superseded_by IN (SELECT id FROM doomed)"
+    " FOR NO KEY UPDATE SKIP LOCKED)"
+    " DELETE FROM memories gone USING doomed WHERE gone.id = doomed.id"
+    " AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.superseded_by = gone.id"
+    " AND m.id NOT IN (SELECT id FROM held))"
+)
+
 
 def clean_up(*, now: datetime | None = None) -> CleanUp | None:
     """Purge what has outlived its time, across users (operator path).
@@ -64,13 +82,7 @@ def clean_up(*, now: datetime | None = None) -> CleanUp | None:
         if not locked:
             return None
         with context.acting_as("maintenance"):
-            expired = _in_batches(
-                # SKIP LOCKED: a memory a live write holds is left for the
-                # next run, so the purge never waits in a lock order of its own.
-                "DELETE FROM memories WHERE id IN (SELECT id FROM memories"
-                " WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED)",
-                [moment],
-            )
+            expired = _in_batches(_PURGE_EXPIRED, [moment])
             horizon = moment - timedelta(days=settings.HISTORY_RETENTION_DAYS)
             history = _in_batches(
                 "DELETE FROM memory_history WHERE memory_id IN ("

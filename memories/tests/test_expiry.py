@@ -99,6 +99,23 @@ def test_an_expired_memory_does_not_count_as_a_duplicate(cast):
     assert (listed["id"], listed["expires_at"]) == (again["id"], None)
 
 
+def test_an_expired_replacement_stored_again_takes_its_place_and_frees_what_it_replaced(cast):
+    older = remember(cast.alice.id, "The user's desk is 4B.")["id"]
+    expiring = remember(
+        cast.alice.id, "The user moved to desk 7C.", replaces=older, ttl_seconds=60
+    )["id"]
+    expire_now(expiring)
+
+    again = remember(cast.alice.id, "The user moved to desk 7C.")
+
+    assert again["deduped"] is False and again["id"] != expiring
+    with tenancy.tenant(cast.alice.id):
+        assert not Memory.objects.filter(id=expiring).exists()
+        # Freed by the delete; detection may link it to the new copy.
+        link = Memory.objects.get(id=older).superseded_by
+    assert link is None or str(link) == again["id"]
+
+
 def test_maintenance_purges_expired_memories_leaving_a_deletion_in_their_history(cast):
     gone = remember(cast.alice.id, "temporary", ttl_seconds=60)["id"]
     remember(cast.alice.id, "permanent")

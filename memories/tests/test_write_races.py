@@ -468,6 +468,36 @@ def test_the_expiry_purge_passes_over_a_memory_a_live_write_holds(cast) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_expiry_purge_passes_over_an_expired_memory_whose_replaced_one_a_write_holds(
+    cast,
+) -> None:
+    # Deleting the expired memory clears the link of the one it replaced
+    # (the key's cascade), which a restatement holding that pair has locked:
+    # the purge waited there, inside a lock order of its own.
+    old = remember(cast.alice.id, OLD)["id"]
+    expiring = remember(cast.alice.id, NEW, replaces=old, ttl_seconds=60)["id"]
+    later = timezone.now() + timedelta(minutes=2)
+    purge = Background(lambda: services.clean_up(now=later))
+    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [old])
+        purge.start()
+        purge.until_waiting()
+        waited = purge.is_alive()
+    done = purge.outcome()
+
+    assert not waited, "the purge waited for a replaced memory a live write holds"
+    assert done.expired_memories == 0
+    with tenancy.operator():
+        assert Memory.objects.filter(id=expiring).exists()
+    again = services.clean_up(now=later)
+    assert again is not None and again.expired_memories == 1
+    with tenancy.operator():
+        assert [str(i) for i in Memory.objects.values_list("id", flat=True)] == [old]
+        assert Memory.objects.get(id=old).superseded_by is None
+    assert dangling_links(cast.alice.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_import_and_a_live_write_of_the_same_content_keep_one_memory(cast, monkeypatch) -> None:
     # The live write has stored the memory but not committed: the import
     # does not see it, and its insert waits on the dedup index. Once the
