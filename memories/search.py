@@ -83,6 +83,7 @@ from django.conf import settings
 from django.db import connection
 
 from core import pooling, tenancy
+from core.errors import ValidationFailed
 from memories import embeddings, loading, ordering, results, scoring, validation
 from memories.embeddings import cache, failures
 from memories.filters import COLUMNS, LIVE, PRIORITY_ORDER, Filters
@@ -255,6 +256,12 @@ class SearchArgs:
             given.get("include_superseded", False), field="include_superseded"
         )
         as_of = validation.moment(given.get("as_of"), field="as_of")
+        if replaced and as_of is not None:
+            # Left out silently before: what was replaced by T was not held then.
+            raise ValidationFailed(
+                "Pass as_of or include_superseded, not both: as_of shows what was held "
+                "true at that moment, and a memory replaced by then was not."
+            )
         filters = Filters(
             namespace, where, after, before, levels, dict(sources or {}), replaced, as_of
         )

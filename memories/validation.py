@@ -141,7 +141,7 @@ def moment(value: Any, *, field: str) -> datetime | None:
         parsed = value
     elif isinstance(value, date):
         parsed = datetime.combine(value, time())
-    elif isinstance(value, str) and 0 < len(value) <= 64:
+    elif isinstance(value, str) and 0 < len(value) <= 64 and value.isprintable():
         try:
             parsed = datetime.fromisoformat(value.strip())
         except ValueError:
@@ -151,7 +151,22 @@ def moment(value: Any, *, field: str) -> datetime | None:
             ) from None
     else:
         raise ValidationFailed(f"{field} must be an ISO 8601 date or date-time string.")
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    return _in_range(parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC), field)
+
+
+def _in_range(moment: datetime, field: str) -> datetime:
+    """Return ``moment``, refusing one whose UTC time, or a millisecond either side, is past
+    what a datetime holds ("9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00+05:00"):
+    as_of is applied as the bound a millisecond later."""
+    try:
+        utc = moment.astimezone(UTC)
+        utc - timedelta(milliseconds=1)
+        utc + timedelta(milliseconds=1)
+    except OverflowError:
+        raise ValidationFailed(
+            f"{field} is out of range: give a time between the years 1 and 9999."
+        ) from None
+    return moment
 
 
 def created_range(after: Any, before: Any) -> tuple[datetime | None, datetime | None]:
@@ -260,7 +275,7 @@ def priorities(value: Any) -> list[str]:
 def timestamp(value: Any, *, field: str) -> datetime:
     """Return an ISO 8601 timestamp as an aware datetime (UTC when no offset is given)."""
     parsed = None
-    if isinstance(value, str) and len(value) <= 64:
+    if isinstance(value, str) and len(value) <= 64 and value.isprintable():
         try:
             parsed = parse_datetime(value.strip())
         except ValueError:
@@ -269,7 +284,7 @@ def timestamp(value: Any, *, field: str) -> datetime:
         raise ValidationFailed(f"{field} must be an ISO 8601 time such as 2026-12-31T23:59:00Z.")
     if timezone.is_naive(parsed):
         parsed = timezone.make_aware(parsed, UTC)
-    return parsed
+    return _in_range(parsed, field)
 
 
 def expiry(expires_at: Any, ttl_seconds: Any) -> datetime | None:

@@ -8,6 +8,8 @@ undo brings it back, and an agent never links across another agent.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from memories import services
@@ -123,6 +125,9 @@ def test_as_of_over_mcp_and_v1_shows_each_memory_as_it_was_then(live, cast) -> N
     )
     [created] = structured(call(url, key, "memory_history", {"id": look["id"]}))["history"]
     then = created["timestamp"]
+    # The id as every tool gives it, however the caller spelled it.
+    shown = structured(call(url, key, "memory_history", {"id": look["id"].upper()}))
+    assert shown["id"] == look["id"]
     edited = "The staging Postgres database runs on pg-staging-5 after the disk failure."
     # Edited after T through seed 001's tool, then replaced.
     updated = call(v1, key, "update_memory", {"memory_id": old["id"], "content": edited})
@@ -270,3 +275,32 @@ def test_every_endpoint_names_a_likely_older_statement_and_links_it_when_asked(
     [note] = structured(call(agent, research, "memory_add", {"content": UNSURE_NEW}))["memories"]
     # The agent's own older note only: alice's key-written ones are another writer's.
     assert note["may_replace"] == [{"id": mine["id"], "content": UNSURE_OLD}]
+
+
+def test_the_new_arguments_take_only_their_own_types_on_every_endpoint(live, cast) -> None:
+    # The schema says boolean and number: "yes", 1 or "0.5" were converted
+    # and taken (include_superseded "yes" on, threshold true as 1.0).
+    url, v1, key = f"{live.url}/mcp", f"{live.url}/v1/mcp", cast.alice_key.raw
+    refused: list[tuple[str, str, dict[str, Any]]] = [
+        (url, "recall", {"query": QUESTION, "include_superseded": "yes"}),
+        (url, "recall", {"query": QUESTION, "include_superseded": 1}),
+        (url, "recall", {"query": QUESTION, "threshold": True}),
+        (url, "recall", {"query": QUESTION, "threshold": "0.5"}),
+        (url, "forget", {"mode": "all", "purge": "true"}),
+        (url, "remember", {"content": OLD, "async": "false"}),
+        (v1, "search_memory", {"query": QUESTION, "include_superseded": "true"}),
+        (v1, "search_memory", {"query": QUESTION, "prefer_cache": "no"}),
+        (v1, "add_memory", {"content": OLD, "async": 0}),
+        (url, "recall", {"query": QUESTION, "as_of": "2030-01-01", "include_superseded": True}),
+    ]
+    for endpoint, tool, arguments in refused:
+        result = call(endpoint, key, tool, arguments)
+        assert result.is_error, (tool, arguments)
+        said = text(result)
+        assert "internal" not in said.lower(), (tool, arguments)
+        # In our words, naming the argument: never the validation library's.
+        named = [k for k in arguments if k not in ("query", "content", "mode")]
+        assert any(k in said for k in named) and "Input should" not in said, said
+    assert services.list_memories(user_id=cast.alice.id) == []
+    # An integer is still a number.
+    assert not call(url, key, "recall", {"query": QUESTION, "threshold": 0}).is_error

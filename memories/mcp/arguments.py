@@ -61,6 +61,9 @@ Threshold = Annotated[
     Field(
         ge=0.0,
         le=1.0,
+        # Strict, as the schema says: true or "0.5" was taken as 1.0 or 0.5
+        # (an integer is still a number).
+        strict=True,
         description=(
             "Minimum score, 0-1: memories scoring less are left out. Leave unset for the "
             "server's default (0.15: drops what is almost surely unrelated); 0.5 keeps what is "
@@ -130,6 +133,7 @@ Background = Annotated[
     bool,
     Field(
         alias="async",
+        strict=True,  # "yes" or 1 is no boolean
         description="Store in the background and return at once with a job_id; "
         "check it with job_status. Validation and the quota are checked before it returns.",
     ),
@@ -165,8 +169,9 @@ class Message(BaseModel):
 Purge = Annotated[
     bool,
     Field(
+        strict=True,
         description="Also erase the deleted memories' history now. Without it, history is "
-        "kept for the retention period (30 days by default) so deletions can be reviewed."
+        "kept for the retention period (30 days by default) so deletions can be reviewed.",
     ),
 ]
 # Knowledge updates (issue 22).
@@ -201,17 +206,19 @@ MAY_BE_REPLACED_BY = (
 IncludeSuperseded = Annotated[
     bool,
     Field(
+        strict=True,
         description="Also return memories a later memory replaced, each marked with "
-        "superseded_by and superseded_at. Off by default: only current memories."
+        "superseded_by and superseded_at. Off by default: only current memories.",
     ),
 ]
 AsOf = Annotated[
     str | None,
     Field(
         max_length=64,
-        description="Answer from what was held true at this moment (ISO 8601): memories "
-        "created by then and not yet replaced then, marked if replaced since, each shown "
-        "as its version then.",
+        description="Answer from what was held true at this moment (ISO 8601; without a "
+        "time zone, UTC; a date alone, its midnight): memories created by then and not yet "
+        "replaced then, marked if replaced since, each shown as its version then. Not with "
+        "include_superseded.",
     ),
 ]
 # An as_of result's version field (an output field; its argument is AsOf).

@@ -604,7 +604,9 @@ def memory_history(id: MemoryId) -> Annotated[CallToolResult, HistoryOutput]:
     """
     caller = runtime.caller()
     versions = services.memory_history(user_id=caller.user_id, agent_id=caller.agent_id, id=id)
-    return success({"id": id, "history": versions, "count": len(versions)})
+    return success(
+        {"id": str(validation.memory_id(id)), "history": versions, "count": len(versions)}
+    )
 
 
 @tool

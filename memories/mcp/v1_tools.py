@@ -281,7 +281,8 @@ def add_memory(
     ] = None,
     metadata: Annotated[dict[str, Any] | None, Field(description="Additional context.")] = None,
     async_: Annotated[
-        bool, Field(alias="async", description="Process in the background (default: true).")
+        bool,
+        Field(alias="async", strict=True, description="Process in the background (default: true)."),
     ] = True,
     replaces: Replaces = None,
 ) -> Annotated[CallToolResult, AddOutput]:
@@ -341,7 +342,11 @@ def search_memory(
         int, Field(ge=1, le=validation.RECALL_LIMIT_MAX, description="Max results (default: 10).")
     ] = 10,
     prefer_cache: Annotated[
-        bool, Field(description="Use the cached query vector when there is one (default: true).")
+        bool,
+        Field(
+            strict=True,
+            description="Use the cached query vector when there is one (default: true).",
+        ),
     ] = True,
     metadata_filter: MetadataFilter = None,
     include_superseded: IncludeSuperseded = False,
@@ -525,7 +530,7 @@ def cache_stats() -> Annotated[CallToolResult, CacheStatsOutput]:
 @v1_tool
 def optimize_cache(
     force_refresh: Annotated[
-        bool, Field(description="Empty the cache so every query is embedded afresh.")
+        bool, Field(strict=True, description="Empty the cache so every query is embedded afresh.")
     ] = False,
     max_memories: Annotated[
         int, Field(ge=0, le=10_000_000, description="Entries to keep (default: 1000).")

@@ -21,7 +21,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from core import tenancy
-from core.errors import Conflict
+from core.errors import Conflict, ValidationFailed
 from core.logging import describe_exception
 from memories import embeddings, validation
 from memories.embeddings.failures import embed_texts
@@ -230,6 +230,7 @@ def _store(
         # A replaced note stated again is made current first: its rows are
         # the first this transaction locks (superseding.restate).
         first = held.get(places[0])
+        _not_itself(first[0] if first else None, call.replaces)
         naming = [call.replaces] if call.replaces is not None else []
         again = (
             superseding.restate(user_id, first[0], naming)
@@ -286,6 +287,18 @@ def _store(
         [only] = results
         _settle(user_id, agent_id, only, *pending)
     return results
+
+
+def _not_itself(found: uuid.UUID | None, replaces: uuid.UUID | None) -> None:
+    """Refuse content already stored as the very memory ``replaces`` names.
+
+    It was answered as a plain repeat, nothing linked and nothing said.
+    """
+    if found is not None and found == replaces:
+        raise ValidationFailed(
+            f"A memory cannot replace itself: this content is already stored as "
+            f"{replaces}. Name the older memory it replaces."
+        )
 
 
 def _settle(

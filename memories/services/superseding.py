@@ -491,6 +491,7 @@ def restore(
         # finds what this one did.
         row = (
             Memory.objects.select_for_update(no_key=True)
+            .live()  # an expired memory is gone to every tool, as to update_memory
             .filter(user_id=user_id, id=memory_id)
             .values("superseded_by", "superseded_at")
             .first()

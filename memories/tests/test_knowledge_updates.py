@@ -213,6 +213,32 @@ def test_an_undo_restores_the_older_memory(cast) -> None:
         services.restore(user_id=cast.charlie.id, id=old)
 
 
+def test_an_expired_memory_is_not_restored(cast) -> None:
+    old = remember(cast.alice.id, OLD, ttl_seconds=60)["id"]
+    remember(cast.alice.id, NEW, replaces=old)
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memories SET expires_at = statement_timestamp() - interval '1 second'"
+            " WHERE id = %s",
+            [old],
+        )
+    versions = len(history(old))
+
+    # Gone to every tool, as to update_memory: not "current again", unseen.
+    with pytest.raises(NotFound):
+        services.restore(user_id=cast.alice.id, id=old)
+    assert len(history(old)) == versions
+
+
+def test_a_memory_named_as_replacing_itself_is_refused(cast) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+
+    with pytest.raises(ValidationFailed, match="cannot replace itself"):
+        remember(cast.alice.id, OLD, replaces=old)
+    assert row(old).superseded_by is None
+    assert [h.action for h in history(old)] == ["created"]
+
+
 def test_a_replaced_fact_stated_again_is_current_again(cast) -> None:
     # The host moved, then moved back: the first statement, word for word.
     old = remember(cast.alice.id, OLD)["id"]

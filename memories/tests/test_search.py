@@ -265,6 +265,13 @@ def test_the_date_filter_applies_before_ranking(cast, dated):
             {"created_after": "2025-03-01", "created_before": "2025-03-01T00:00:00Z"},
             "created_after must be earlier than created_before",
         ),
+        # as_of is applied as the bound a millisecond later: past what a
+        # datetime holds, it was an OverflowError and internal_error.
+        ({"as_of": "9999-12-31T23:59:59.999Z"}, "as_of is out of range"),
+        ({"as_of": "0001-01-01T00:00:00+05:00"}, "as_of is out of range"),
+        # What follows a NUL byte was never read.
+        ({"as_of": "2030-01-01T00:00:00Z\x00junk"}, "as_of must be an ISO 8601 date"),
+        ({"as_of": "2030-01-01", "include_superseded": True}, "not both"),
     ],
 )
 def test_it_refuses_bad_search_arguments(cast, arguments, fragment):
