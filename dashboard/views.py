@@ -326,6 +326,10 @@ def _memories_page(
                 }
             ),
             "replaced": replaced,
+            # Replaced memories the list hides here: the empty page says so.
+            "hidden": 0
+            if replaced
+            else next((row["replaced"] for row in namespaces if row["namespace"] == namespace), 0),
             "query": query,
             "results": results,
             "error": error,
@@ -408,16 +412,22 @@ def _back_to_memories(request: AuthenticatedRequest) -> HttpResponse:
     return redirect("dashboard:memories")
 
 
+# A button on a page drawn before its memory was deleted (by an agent, or by
+# expiry) meets no memory; nor does one with an id the user never had.
+GONE = "That memory no longer exists: it was deleted or has expired. Nothing was changed."
+
+
 def _supersession_button(
     request: AuthenticatedRequest, act: Callable[[], object], done: str
 ) -> HttpResponse:
-    """Run a memory's Restore or Replaced button as the dashboard: a memory the user
-    cannot see is a 404, a refusal is shown with its reason, and the page comes back."""
+    """Run a memory's Restore or Replaced button as the dashboard: a refusal is shown
+    with its reason (a memory deleted or expired since the page was drawn too), and the
+    page comes back."""
     try:
         with context.acting_as("dashboard"):
             act()
     except NotFound:
-        raise Http404("No such memory.") from None
+        messages.error(request, GONE)
     except RecallError as exc:
         messages.error(request, exc.message)
     else:
@@ -453,18 +463,26 @@ def link_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResp
 @require_POST
 def delete_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
     purge = request.POST.get("purge") == "1"
+    # What it replaced is current again once it is gone (the key clears the link).
+    freed = memory_services.replaced_by_each(user_id=request.user.id, ids=[str(memory_id)])
     try:
         with context.acting_as("dashboard"):
             memory_services.forget_by_id(user_id=request.user.id, id=str(memory_id), purge=purge)
     except NotFound:
-        raise Http404("No such memory.") from None
+        messages.error(request, GONE)
+        return _back_to_memories(request)
     if purge:
-        messages.success(request, "Memory deleted, and its history erased.")
+        said = "Memory deleted, and its history erased."
     else:
-        messages.success(
-            request,
-            f"Memory deleted. Its history stays for {settings.HISTORY_RETENTION_DAYS} days.",
+        said = f"Memory deleted. Its history stays for {settings.HISTORY_RETENTION_DAYS} days."
+    count = len(freed.get(str(memory_id), []))
+    if count:
+        said += (
+            " The memory it replaced is current again."
+            if count == 1
+            else f" The {count} memories it replaced are current again."
         )
+    messages.success(request, said)
     return _back_to_memories(request)
 
 

@@ -5,6 +5,7 @@ import json
 import re
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from accounts.models import Agent
@@ -118,7 +119,8 @@ def test_charlie_never_sees_or_deletes_alices_memories(cast, alice_client, charl
 
     assert "4512" not in charlie_client.get(URL).content.decode()
     assert "4512" not in charlie_client.get(URL, {"q": "door code"}).content.decode()
-    assert charlie_client.post(f"/memories/{memory.id}/delete/").status_code == 404
+    refused = charlie_client.post(f"/memories/{memory.id}/delete/", follow=True)
+    assert "no longer exists" in refused.content.decode()
     with tenancy.operator():
         assert Memory.objects.filter(id=memory.id).exists()
 
@@ -258,7 +260,8 @@ def test_a_search_marks_an_older_memory_a_newer_one_likely_restates(cast, alice_
     # Charlie cannot link Alice's memories: they do not exist for him.
     charlie = Client()
     charlie.force_login(cast.charlie)
-    assert charlie.post(f"/memories/{older}/link/", {"by": newer}).status_code == 404
+    refused = charlie.post(f"/memories/{older}/link/", {"by": newer}, follow=True)
+    assert "no longer exists" in refused.content.decode()
     # A wrong pair is refused with the reason, and nothing changes.
     refused = alice_client.post(f"/memories/{newer}/link/", {"by": newer}, follow=True)
     assert "cannot replace itself" in refused.content.decode()
@@ -279,4 +282,46 @@ def test_the_restore_button_makes_a_replaced_memory_current(cast, alice_client):
     # Charlie cannot restore Alice's memory: it does not exist for him.
     charlie = Client()
     charlie.force_login(cast.charlie)
-    assert charlie.post(f"/memories/{old}/restore/").status_code == 404
+    refused = charlie.post(f"/memories/{old}/restore/", follow=True)
+    assert "no longer exists" in refused.content.decode()
+
+
+def test_deleting_a_replacement_says_the_memory_it_replaced_is_current_again(cast, alice_client):
+    old = services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="Gym is on Elm St.")["id"]
+    new = services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="Gym moved to Oak St.", replaces=old
+    )["id"]
+
+    page = alice_client.post(f"/memories/{new}/delete/", {"next": URL}, follow=True)
+
+    assert "The memory it replaced is current again." in page.content.decode()
+    assert listed(page) == [old]
+    # A stale page's button on a memory deleted since: a message, not an error page.
+    again = alice_client.post(f"/memories/{new}/restore/", {"next": URL}, follow=True)
+    assert again.status_code == 200 and "no longer exists" in again.content.decode()
+
+
+def test_a_namespace_counts_its_current_memories_and_says_when_all_were_replaced(
+    cast, alice_client
+):
+    old = services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="Gym is on Elm St.")["id"]
+    services.remember(
+        user_id=cast.alice.id,
+        tier=Tier.PRO,
+        content="Gym moved to Oak St.",
+        replaces=old,
+        ttl_seconds=60,
+        namespace="default",
+    )
+    text = alice_client.get(URL).content.decode()
+    assert "default (1 + 1 replaced)" in text
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memories SET expires_at = statement_timestamp() - interval '1 second'"
+            " WHERE superseded_by IS NULL"
+        )
+
+    # The replacing memory expired, unpurged: the old one is still replaced.
+    text = alice_client.get(URL).content.decode()
+    assert "default (0 + 1 replaced)" in text
+    assert "Tick <em>Show replaced</em> to see it." in text

@@ -35,6 +35,7 @@ from memories.models import (
     Memory,
     MemoryHistory,
 )
+from memories.services import superseding
 from memories.services.shapes import Change, Deleted, Forgotten, Match, Version
 from memories.services.storing import holder
 
@@ -408,8 +409,10 @@ def _delete(condition: str, params: list[Any], purge: bool) -> int:
     doomed = _DOOMED.format(condition)
     with connection.cursor() as cursor:
         cursor.execute(_LOCK_DOOMED.format(doomed=doomed), [params[0], *params, *params])
+        superseding.freeing(cursor, superseding.FREED)
         cursor.execute(_DELETE_LOCKED.format(doomed=doomed), params)
         gone = [row[0] for row in cursor.fetchall()]
+        superseding.freeing(cursor, None)
     if purge and gone:
         _purge_history(gone)
     return len(gone)

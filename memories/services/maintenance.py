@@ -18,6 +18,7 @@ from memories import embeddings, indexes
 from memories.models import (
     Memory,
 )
+from memories.services import superseding
 from memories.services.changes import EXPIRED_KEPT
 
 logger = logging.getLogger("memories.services")
@@ -82,7 +83,7 @@ def clean_up(*, now: datetime | None = None) -> CleanUp | None:
         if not locked:
             return None
         with context.acting_as("maintenance"):
-            expired = _in_batches(_PURGE_EXPIRED, [moment])
+            expired = _in_batches(_PURGE_EXPIRED, [moment], freeing=True)
             horizon = moment - timedelta(days=settings.HISTORY_RETENTION_DAYS)
             history = _in_batches(
                 "DELETE FROM memory_history WHERE memory_id IN ("
@@ -105,10 +106,15 @@ def clean_up(*, now: datetime | None = None) -> CleanUp | None:
     return CleanUp(expired, history, finished, confirmations)
 
 
-def _in_batches(sql: str, params: list[Any]) -> int:
+def _in_batches(sql: str, params: list[Any], *, freeing: bool = False) -> int:
+    """Run a delete of at most ``CLEAN_UP_BATCH`` rows until it deletes fewer, each batch
+    its own transaction; ``freeing``: it deletes memories, and those they replaced are
+    current again, which their history says."""
     total = 0
     while True:
         with tenancy.operator(), connection.cursor() as cursor:
+            if freeing:
+                superseding.freeing(cursor, superseding.FREED_BY_EXPIRY)
             cursor.execute(sql, [*params, CLEAN_UP_BATCH])
             done = cursor.rowcount
         total += done

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, Unpack
 
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from core import tenancy
 from core.errors import ValidationFailed
@@ -214,15 +214,23 @@ def memory_agents(*, user_id: uuid.UUID | str, ids: Iterable[str]) -> dict[str, 
 
 
 def list_namespaces(*, user_id: uuid.UUID | str) -> list[NamespaceCount]:
-    """Return the user's namespaces with how many memories each holds, by name."""
+    """Return the user's namespaces by name, with how many current memories each holds and
+    how many replaced ones; expired memories, gone to every tool, count in neither."""
     with tenancy.tenant(user_id):
         rows = (
-            Memory.objects.filter(user_id=user_id)
+            Memory.objects.live()
+            .filter(user_id=user_id)
             .values("namespace")
-            .annotate(count=Count("id"))
+            .annotate(
+                count=Count("id", filter=Q(superseded_by__isnull=True)),
+                replaced=Count("id", filter=Q(superseded_by__isnull=False)),
+            )
             .order_by("namespace")
         )
-        return [{"namespace": row["namespace"], "count": row["count"]} for row in rows]
+        return [
+            {"namespace": row["namespace"], "count": row["count"], "replaced": row["replaced"]}
+            for row in rows
+        ]
 
 
 def count_namespace(

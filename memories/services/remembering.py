@@ -112,7 +112,9 @@ def remember(
             # Checked now, so a wrong id is refused before anything is queued;
             # the job checks again when it stores the memory.
             with tenancy.tenant(user_id, agent_id=agent_id):
-                superseding.check_replaces(user_id, agent_id, call.namespace, call.replaces)
+                superseding.check_replaces(
+                    user_id, agent_id, call.namespace, call.replaces, call.task_id
+                )
         queued = enqueue_remember(
             user_id=user_id,
             agent_id=agent_id,

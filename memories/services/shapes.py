@@ -235,4 +235,5 @@ class Health(TypedDict):
 
 class NamespaceCount(TypedDict):
     namespace: str
-    count: int
+    count: int  # current memories
+    replaced: int  # replaced ones, shown only when asked

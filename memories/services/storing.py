@@ -239,7 +239,9 @@ def _store(
         )
         links: list[superseding.Link] = []
         if call.replaces is not None:
-            superseding.check_replaces(user_id, agent_id, call.namespace, call.replaces)
+            superseding.check_replaces(
+                user_id, agent_id, call.namespace, call.replaces, call.task_id
+            )
             links = [superseding.Link(call.replaces, {"decided_by": "explicit"})]
         stored: dict[Place, uuid.UUID] = {}
         new_ids = {i: ids[i] if ids else uuid.uuid4() for i in fresh}
@@ -629,7 +631,9 @@ def _drop_expired(
             " AND (id = ANY(%s) OR superseded_by = ANY(%s)) ORDER BY id FOR UPDATE",
             [str(user_id), doomed, doomed],
         )
+        superseding.freeing(cursor, superseding.FREED_BY_EXPIRY)
         cursor.execute("DELETE FROM memories WHERE id = ANY(%s) AND expires_at <= now()", [doomed])
+        superseding.freeing(cursor, None)
 
 
 def written_by(agent_id: uuid.UUID | str | None) -> Q:

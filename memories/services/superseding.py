@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,12 +101,14 @@ def check_replaces(
     agent_id: uuid.UUID | str | None,
     namespace: str,
     old: uuid.UUID,
+    task_id: str | None = None,
 ) -> None:
     """Check, inside the caller's tenant transaction, that a write may replace ``old``.
 
     It must be a memory the caller can see (else NotFound: another tenant's
     or agent's id is indistinguishable from none), of the same namespace and
-    writer, and current.
+    writer, a note of the same task as the write (``task_id``) or of none,
+    and current: the pairs detection and newer first take.
     """
     # Locked, as ``lock`` does, before the write stores anything: the answer
     # holds until the link is written, and the lock order stays rows first.
@@ -114,7 +116,7 @@ def check_replaces(
         Memory.objects.live()
         .select_for_update(no_key=True)
         .filter(user_id=user_id, id=old)
-        .values("namespace", "agent_id", "superseded_by")
+        .values("namespace", "agent_id", "superseded_by", "source_kind", "task_id")
         .first()
     )
     if row is None:
@@ -125,9 +127,28 @@ def check_replaces(
         raise ValidationFailed(
             "replaces must name a memory of the same namespace, written by the same writer."
         )
+    _replaceable(old, row, task_id)
     if row["superseded_by"] is not None:
         raise Conflict(
             f"Memory {old} is already replaced by {row['superseded_by']}; replace that one."
+        )
+
+
+def _replaceable(memory_id: object, row: Mapping[str, Any], task_id: str | None) -> None:
+    """Refuse to replace what no later note replaces: a conversation's message or a
+    document's chunk (a later message adds to a conversation), or a note of another task
+    (a task's notes are lent to every agent naming it; replaced from outside the task, one
+    would vanish for them without showing what replaced it)."""
+    if row["source_kind"] != SourceKind.NOTE:
+        kind = {"conversation": "a conversation's message", "document": "a document's chunk"}
+        raise ValidationFailed(
+            f"Memory {memory_id} is {kind.get(row['source_kind'], 'not a note')}: "
+            "only a note replaces or is replaced."
+        )
+    if row["task_id"] != task_id:
+        raise ValidationFailed(
+            f"Memory {memory_id} is a note of another task: a note replaces only a note "
+            "of the same task, or of none."
         )
 
 
@@ -257,6 +278,20 @@ def _decision(by: str, d: Decision, model: str | None = None) -> dict[str, Any]:
     return out
 
 
+# What the history of a memory whose replacement is deleted says: the key's
+# ON DELETE SET NULL makes it current again, recorded as "restored".
+FREED = {"decided_by": "deletion", "reason": "the memory that replaced it was deleted"}
+FREED_BY_EXPIRY = {"decided_by": "expiry", "reason": "the memory that replaced it expired"}
+
+
+def freeing(cursor: Any, why: dict[str, str] | None) -> None:
+    """Name, for the delete that follows, why the memories it replaced are current again
+    (their ``restored`` history rows); None after it."""
+    cursor.execute(
+        "SELECT set_config('app.supersession', %s, true)", [json.dumps(why) if why else ""]
+    )
+
+
 def announce(links: Sequence[Link]) -> None:
     """Name, for the insert that follows, what it replaces: its ``created`` history row says so."""
     replaced = "{" + ",".join(str(link.old) for link in links) + "}" if links else ""
@@ -372,7 +407,7 @@ def link(
             .select_for_update(no_key=True)
             .filter(user_id=user_id, id__in=sorted([old_id, new_id]))
             .order_by("id")
-            .values("id", "namespace", "agent_id", "superseded_by")
+            .values("id", "namespace", "agent_id", "superseded_by", "source_kind", "task_id")
         }
         old, new = rows.get(old_id), rows.get(new_id)
         if old is None or new is None:
@@ -381,6 +416,8 @@ def link(
             raise ValidationFailed(
                 "A memory can be replaced only by one of the same namespace and writer."
             )
+        _replaceable(new_id, new, old["task_id"])
+        _replaceable(old_id, old, new["task_id"])
         for row in (old, new):
             if row["superseded_by"] is not None:
                 raise Conflict(f"Memory {row['id']} is already replaced by {row['superseded_by']}.")

@@ -213,6 +213,31 @@ def test_an_undo_restores_the_older_memory(cast) -> None:
         services.restore(user_id=cast.charlie.id, id=old)
 
 
+@pytest.mark.parametrize("how", ["forget", "expiry"])
+def test_a_memory_current_again_because_its_replacement_went_says_so(cast, how) -> None:
+    # The key clears the link when the replacing memory is deleted; the older
+    # memory's history read "restored" with no reason, like an undo by hand.
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW, replaces=old, ttl_seconds=60)["id"]
+    if how == "forget":
+        services.forget(user_id=cast.alice.id, mode="by_id", id=new)
+    else:
+        assert services.clean_up(now=timezone.now() + timedelta(minutes=2)) is not None
+
+    last = history(old)[-1]
+    assert (last.action, row(old).superseded_by) == ("restored", None)
+    assert (
+        decided(last)
+        == {
+            "forget": {
+                "decided_by": "deletion",
+                "reason": "the memory that replaced it was deleted",
+            },
+            "expiry": {"decided_by": "expiry", "reason": "the memory that replaced it expired"},
+        }[how]
+    )
+
+
 def test_an_expired_memory_is_not_restored(cast) -> None:
     old = remember(cast.alice.id, OLD, ttl_seconds=60)["id"]
     remember(cast.alice.id, NEW, replaces=old)
@@ -655,6 +680,41 @@ def test_detection_links_notes_of_one_task_only(cast, agents) -> None:
     # Within the task, as anywhere: a new value replaces the old one.
     update = add("Staging Postgres moved to pg-staging-9 yesterday.", task_id="launch")
     assert update["replaces"] == [shared]
+
+
+def test_replaces_and_link_name_only_notes_of_the_same_task(cast, agents) -> None:
+    # What detection and newer first never pair, a caller could name: a
+    # conversation's message (it left its thread's listing) or a task's note
+    # replaced from outside the task (it vanished for the task's agents).
+    def add(content, **kwargs):
+        return services.add(
+            user_id=cast.alice.id,
+            agent_id=agents.research.id,
+            tier=Tier.PRO,
+            **kwargs,
+            content=content,
+        )[0]
+
+    said = services.add(
+        user_id=cast.alice.id,
+        agent_id=agents.research.id,
+        tier=Tier.PRO,
+        messages=[{"role": "user", "content": OLD}],
+    )[0]["id"]
+    shared = add(OLD, task_id="launch")["id"]
+
+    with pytest.raises(ValidationFailed, match="a conversation's message"):
+        add(NEW, replaces=said)
+    with pytest.raises(ValidationFailed, match="another task"):
+        add(NEW, replaces=shared)
+    own = add("Staging Postgres moved to pg-staging-9 yesterday.")["id"]
+    for old, new in ((shared, own), (said, own)):
+        with pytest.raises(ValidationFailed):
+            services.link(user_id=cast.alice.id, agent_id=agents.research.id, id=old, by=new)
+    assert row(said).superseded_by is None and row(shared).superseded_by is None
+    # Within the task, as anywhere.
+    within = add(NEW, task_id="launch", replaces=shared)
+    assert within["replaces"] == [shared]
 
 
 def test_a_tasks_note_is_found_among_many_closer_notes_of_another_task(cast) -> None:
