@@ -655,18 +655,25 @@ def test_links_stay_inside_an_agent(cast, agents) -> None:
     assert row(user_wide).superseded_by is None
 
 
-def test_detection_links_notes_of_one_task_only(cast, agents) -> None:
-    # A note filed under a task is lent to the agents that name the task; a
-    # later note of the same writer outside the task replacing it hid it from
-    # them, and they could not see what replaced it.
-    def add(content, **kwargs):
-        return services.add(
+def research_note(cast, agents, content, **kwargs) -> dict:
+    """Store a note as Alice's research agent (seed 003's add); its result."""
+    return dict(
+        services.add(
             user_id=cast.alice.id,
             agent_id=agents.research.id,
             tier=Tier.PRO,
             content=content,
             **kwargs,
         )[0]
+    )
+
+
+def test_detection_links_notes_of_one_task_only(cast, agents) -> None:
+    # A note filed under a task is lent to the agents that name the task; a
+    # later note of the same writer outside the task replacing it hid it from
+    # them, and they could not see what replaced it.
+    def add(content, **kwargs):
+        return research_note(cast, agents, content, **kwargs)
 
     shared = add(OLD, task_id="launch")["id"]
     own = add(NEW)
@@ -687,13 +694,7 @@ def test_replaces_and_link_name_only_notes_of_the_same_task(cast, agents) -> Non
     # conversation's message (it left its thread's listing) or a task's note
     # replaced from outside the task (it vanished for the task's agents).
     def add(content, **kwargs):
-        return services.add(
-            user_id=cast.alice.id,
-            agent_id=agents.research.id,
-            tier=Tier.PRO,
-            **kwargs,
-            content=content,
-        )[0]
+        return research_note(cast, agents, content, **kwargs)
 
     said = services.add(
         user_id=cast.alice.id,

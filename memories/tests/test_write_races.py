@@ -444,6 +444,18 @@ def test_forgetting_a_namespace_while_a_write_holds_two_of_its_memories_answers_
     assert deleter.outcome()["deleted_count"] == 2
 
 
+def purge_while_held(user_id: Any, held: str, later: Any) -> tuple[bool, Any]:
+    """Run the expiry purge (as at ``later``) while this test's connection holds the
+    memory ``held`` as a live write would; whether the purge waited, and its outcome."""
+    purge = Background(lambda: services.clean_up(now=later))
+    with tenancy.tenant(user_id), connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [held])
+        purge.start()
+        purge.until_waiting()
+        waited = purge.is_alive()
+    return waited, purge.outcome()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_expiry_purge_passes_over_a_memory_a_live_write_holds(cast) -> None:
     # The purge spans every user's namespaces: waiting on a live write's row
@@ -451,13 +463,7 @@ def test_the_expiry_purge_passes_over_a_memory_a_live_write_holds(cast) -> None:
     held = remember(cast.alice.id, OLD, ttl_seconds=60)["id"]
     remember(cast.alice.id, "The office wifi password is harbour-lights-42.", ttl_seconds=60)
     later = timezone.now() + timedelta(minutes=2)
-    purge = Background(lambda: services.clean_up(now=later))
-    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [held])
-        purge.start()
-        purge.until_waiting()
-        waited = purge.is_alive()
-    done = purge.outcome()
+    waited, done = purge_while_held(cast.alice.id, held, later)
 
     assert not waited, "the purge waited for a row a live write holds"
     assert done.expired_memories == 1
@@ -477,13 +483,7 @@ def test_the_expiry_purge_passes_over_an_expired_memory_whose_replaced_one_a_wri
     old = remember(cast.alice.id, OLD)["id"]
     expiring = remember(cast.alice.id, NEW, replaces=old, ttl_seconds=60)["id"]
     later = timezone.now() + timedelta(minutes=2)
-    purge = Background(lambda: services.clean_up(now=later))
-    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [old])
-        purge.start()
-        purge.until_waiting()
-        waited = purge.is_alive()
-    done = purge.outcome()
+    waited, done = purge_while_held(cast.alice.id, old, later)
 
     assert not waited, "the purge waited for a replaced memory a live write holds"
     assert done.expired_memories == 0
