@@ -237,6 +237,8 @@ def import_memories(
     # Each record's id to the memory that holds it here, and the links to
     # restore once every memory is in (a link may name a later record).
     stored: dict[uuid.UUID, uuid.UUID] = {}
+    # The memories this import inserted, whose history came from the file.
+    inserted: set[uuid.UUID] = set()
     links: list[_Incoming] = []
     for record in records:
         report.read += 1
@@ -251,14 +253,15 @@ def import_memories(
         if incoming.superseded_by is not None:
             links.append(incoming)
         if len(batch) >= IMPORT_BATCH:
-            _import_batch(user_id, batch, embedder, report, agents, stored)
+            _import_batch(user_id, batch, embedder, report, agents, stored, inserted)
             batch = []
             if progress is not None:
                 progress(report)
     if batch:
-        _import_batch(user_id, batch, embedder, report, agents, stored)
+        _import_batch(user_id, batch, embedder, report, agents, stored, inserted)
     if links:
         _import_links(user_id, links, stored, report)
+    _map_history_ids(user_id, stored, inserted)
     if progress is not None:
         progress(report)
     return report
@@ -272,6 +275,8 @@ def _incoming(record: Any, embedder: embeddings.Embedder) -> _Incoming:
     if not isinstance(history, list) or len(history) > 10_000:
         raise ValidationFailed("history must be a list of versions.")
     versions = [_incoming_version(entry) for entry in history]
+    if len({v["version"] for v in versions}) < len(versions):
+        raise ValidationFailed("history has two entries of one version.")
     vector = None
     raw = record.get("embedding")
     if raw is not None and record.get("embedding_model") == embedder.model_id:
@@ -353,9 +358,19 @@ def _incoming_version(entry: Any) -> dict[str, Any]:
         "client": validation.label(client, field="client", maximum=32),
         "recorded_at": validation.timestamp(entry.get("timestamp"), field="timestamp"),
         "superseded_by": _optional_id(entry.get("superseded_by")),
-        "replaces": [r for r in map(_optional_id, entry.get("replaces") or []) if r] or None,
-        "decision": entry["decision"] if isinstance(entry.get("decision"), dict) else None,
+        "replaces": _replaces(entry.get("replaces")),
+        "decision": validation.metadata(entry["decision"])
+        if isinstance(entry.get("decision"), dict)
+        else None,
     }
+
+
+def _replaces(value: Any) -> list[uuid.UUID] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > 1_000:
+        raise ValidationFailed("a history entry's replaces must be a list of memory ids.")
+    return [r for r in map(_optional_id, value) if r] or None
 
 
 ACTIONS = ("created", "updated", "deleted", "superseded", "restored")
@@ -396,7 +411,10 @@ def _import_links(
         if old is None or new is None or old == new:
             report.unlinked += 1
             continue
-        pairs.setdefault(old, (new, item.superseded_at))
+        if old in pairs:  # two records of one memory here (a repeat, or one id twice)
+            report.unlinked += 1
+            continue
+        pairs[old] = (new, item.superseded_at)
     if not pairs:
         return
     touched = sorted({str(i) for i in pairs} | {str(new) for new, _ in pairs.values()})
@@ -416,12 +434,15 @@ def _import_links(
             # The database refuses a link to a memory that is replaced
             # already; a file whose links loop (edited by hand) would ask
             # for one. That link is dropped, not the import.
+            # So is one across a namespace or a writer, which the database
+            # refuses too (a hand-edited file): it used to stop every link.
             cursor.execute(
                 "UPDATE memories SET superseded_by = %s,"
                 " superseded_at = coalesce(%s, statement_timestamp())"
                 " WHERE id = %s AND user_id = %s AND superseded_by IS NULL"
-                " AND NOT EXISTS (SELECT 1 FROM memories r WHERE r.id = %s"
-                " AND r.user_id = %s AND r.superseded_by IS NOT NULL)",
+                " AND EXISTS (SELECT 1 FROM memories r WHERE r.id = %s AND r.user_id = %s"
+                " AND r.superseded_by IS NULL AND r.namespace = memories.namespace"
+                " AND r.agent_id IS NOT DISTINCT FROM memories.agent_id)",
                 [new, at, old, str(user_id), new, str(user_id)],
             )
             if cursor.rowcount:
@@ -429,6 +450,34 @@ def _import_links(
             else:
                 report.unlinked += 1
         cursor.execute("SELECT set_config('app.importing', '', true)")
+
+
+def _map_history_ids(
+    user_id: uuid.UUID | str, stored: Mapping[uuid.UUID, uuid.UUID], inserted: set[uuid.UUID]
+) -> None:
+    """Rewrite the ids the imported history names (``superseded_by``, ``replaces``) from the
+    file's to the memories that hold them here; an id of no imported memory becomes none.
+
+    A memory keeps its id unless the id is taken here, and a record whose content was here
+    already is that memory: the file's id then named another user's memory, or none, and a
+    purge, which finds the rows that quote a purged memory by its id, missed them. History
+    is append-only to the tenant; this runs on the operator path, on this import's memories.
+    """
+    if not inserted:
+        return
+    files, here = list(stored), [stored[file] for file in stored]
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "WITH map(file, here) AS (SELECT * FROM unnest(%s::uuid[], %s::uuid[]))"
+            " UPDATE memory_history h SET"
+            " superseded_by = (SELECT map.here FROM map WHERE map.file = h.superseded_by),"
+            " replaces = (SELECT array_agg(map.here ORDER BY r.n)"
+            "   FROM unnest(h.replaces) WITH ORDINALITY AS r(id, n)"
+            "   JOIN map ON map.file = r.id)"
+            " WHERE h.user_id = %s AND h.memory_id = ANY(%s::uuid[])"
+            " AND (h.superseded_by IS NOT NULL OR h.replaces IS NOT NULL)",
+            [files, here, str(user_id), list(inserted)],
+        )
 
 
 def _chain_order(pairs: Mapping[uuid.UUID, tuple[uuid.UUID, Any]]) -> list[uuid.UUID]:
@@ -440,17 +489,23 @@ def _chain_order(pairs: Mapping[uuid.UUID, tuple[uuid.UUID, Any]]) -> list[uuid.
     once a fact changed back (an older memory then replaces a newer one).
     """
 
-    def distance(start: uuid.UUID) -> int:
-        steps, at, seen = 0, start, {start}
-        while at in pairs:
+    # Each memory's steps to its chain's end, each worked out once: walking
+    # every chain afresh from each of its memories took the square of its length.
+    known: dict[uuid.UUID, int] = {}
+    for start in pairs:
+        path: list[uuid.UUID] = []
+        on_path: set[uuid.UUID] = set()
+        at = start
+        while at in pairs and at not in known and at not in on_path:
+            path.append(at)
+            on_path.add(at)
             at = pairs[at][0]
-            if at in seen:  # a loop: no end
-                break
-            seen.add(at)
+        # The end, a memory already measured, or a loop (no end: counted from here).
+        steps = known.get(at, 0)
+        for memory in reversed(path):
             steps += 1
-        return steps
-
-    return sorted(pairs, key=distance, reverse=True)
+            known[memory] = steps
+    return sorted(pairs, key=lambda memory: known[memory], reverse=True)
 
 
 def _import_agents(user_id: uuid.UUID | str, names: set[str], agents: dict[str, uuid.UUID]) -> None:
@@ -475,6 +530,7 @@ def _import_batch(
     report: Imported,
     agents: dict[str, uuid.UUID],
     stored: dict[uuid.UUID, uuid.UUID],
+    inserted: set[uuid.UUID],
 ) -> None:
     # Which ids are free on this server, whoever holds them (operator path).
     ids = [item.id for item in batch]
@@ -499,7 +555,9 @@ def _import_batch(
     for attempt in range(1, IMPORT_ATTEMPTS + 1):
         try:
             with context.acting_as("import"), tenancy.tenant(user_id):
-                counts, held = _store_batch(user_id, batch, agents, set(taken), vectors, embedder)
+                counts, held, fresh = _store_batch(
+                    user_id, batch, agents, set(taken), vectors, embedder
+                )
         except IntegrityError as error:
             constraint = getattr(getattr(error.__cause__, "diag", None), "constraint_name", None)
             if constraint != DEDUP or attempt == IMPORT_ATTEMPTS:
@@ -510,6 +568,7 @@ def _import_batch(
     report.deduplicated += counts.deduplicated
     report.embedded += counts.embedded
     stored.update(held)
+    inserted.update(fresh)
 
 
 def _store_batch(
@@ -519,10 +578,12 @@ def _store_batch(
     taken: set[uuid.UUID],
     vectors: dict[uuid.UUID, np.ndarray],
     embedder: embeddings.Embedder,
-) -> tuple[Imported, dict[uuid.UUID, uuid.UUID]]:
-    """Store a batch in the open transaction: what it counted, and each record's memory here."""
+) -> tuple[Imported, dict[uuid.UUID, uuid.UUID], set[uuid.UUID]]:
+    """Store a batch in the open transaction: what it counted, each record's memory here,
+    and the memories it inserted."""
     counts = Imported()
     stored: dict[uuid.UUID, uuid.UUID] = {}
+    fresh: set[uuid.UUID] = set()
     for item in batch:
         agent_id = agents[item.agent.casefold()] if item.agent else None
         place = {
@@ -592,6 +653,7 @@ def _store_batch(
                     item.updated_at,
                 ],
             )
+        fresh.add(memory_id)
         counts.imported += 1
         counts.embedded += item.vector is None
-    return counts, stored
+    return counts, stored, fresh

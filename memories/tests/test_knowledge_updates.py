@@ -372,6 +372,52 @@ def test_an_import_whose_links_loop_drops_a_link_not_the_import(cast) -> None:
     assert sorted(v is None for v in linked.values()) == [False, True]
 
 
+def test_an_import_names_its_own_ids_in_the_history_and_drops_a_link_across_namespaces(
+    cast,
+) -> None:
+    # Alice's export into Charlie on the same server: every id is taken, so
+    # each memory gets a new one, and the history still named Alice's. A
+    # link across a namespace (an edited file) stopped every link.
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW, replaces=old)["id"]
+    stray = remember(cast.alice.id, "The office wifi password is tulip-42.")["id"]
+    records = list(services.export_memories(user_id=cast.alice.id))
+    for record in records:
+        if record["id"] == stray:
+            record["namespace"] = "elsewhere"
+            record["superseded_by"], record["superseded_at"] = new, "2026-12-01T10:00:00Z"
+
+    report = services.import_memories(user_id=cast.charlie.id, records=records)
+
+    assert (report.imported, report.linked, report.unlinked) == (3, 1, 1)
+    with tenancy.operator():
+        mine = set(Memory.objects.filter(user_id=cast.charlie.id).values_list("id", flat=True))
+        named = set()
+        for version in MemoryHistory.objects.filter(user_id=cast.charlie.id):
+            named |= {version.superseded_by, *(version.replaces or [])} - {None}
+    assert named and named <= mine
+    assert links_by_content(cast.charlie.id)[OLD] == NEW
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda h: h[0].update(replaces=5), "replaces must be a list"),
+        (lambda h: h.append(dict(h[0])), "two entries of one version"),
+        (lambda h: h[0].update(decision={"reason": "a\x00b"}), "metadata"),
+    ],
+)
+def test_a_malformed_history_is_refused_not_a_crash(cast, edit, fragment) -> None:
+    remember(cast.alice.id, OLD)
+    [record] = list(services.export_memories(user_id=cast.alice.id))
+    edit(record["history"])
+
+    with pytest.raises(ValidationFailed, match=fragment):
+        services.import_memories(user_id=cast.charlie.id, records=[record])
+    with tenancy.operator():
+        assert not Memory.objects.filter(user_id=cast.charlie.id).exists()
+
+
 def test_a_replaced_memory_shown_on_request_marks_and_moves_nothing(cast) -> None:
     first = remember(cast.alice.id, "The primary database host is pg-1.")["id"]
     second = remember(cast.alice.id, "The primary database host is pg-2.", replaces=first)["id"]
