@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -607,7 +607,8 @@ def holder(current: Mapping[str, Any], digest: str) -> uuid.UUID | None:
 def _drop_expired(
     user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, call: Remembering, place: Place
 ) -> None:
-    doomed = list(
+    _delete_expired(
+        user_id,
         Memory.objects.filter(
             written_by(agent_id),
             user_id=user_id,
@@ -618,12 +619,29 @@ def _drop_expired(
             path=place[1],
             content_hash=place[2],
             expires_at__lte=Now(),
-        ).values_list("id", flat=True)
+        ),
     )
+
+
+def drop_expired_copies(user_id: uuid.UUID | str, digests: Sequence[str]) -> None:
+    """Delete the user's expired memories of these contents, wherever they are.
+
+    No tool returns them, yet until the purge runs one holds its place in
+    the dedup index, and an insert of the same content there conflicts.
+    One statement for a batch of contents (an import's).
+    """
+    _delete_expired(
+        user_id,
+        Memory.objects.filter(user_id=user_id, content_hash__in=digests, expires_at__lte=Now()),
+    )
+
+
+def _delete_expired(user_id: uuid.UUID | str, expired: Any) -> None:
+    doomed = list(expired.values_list("id", flat=True))
     if not doomed:
         return
     with connection.cursor() as cursor:
-        # With the memories it replaced, whose link the delete clears (the
+        # With the memories they replaced, whose links the delete clears (the
         # key's cascade), in one statement in id order, as every delete
         # takes them (changes._LOCK_DOOMED): not one by one in the cascade.
         cursor.execute(

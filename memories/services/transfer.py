@@ -29,7 +29,7 @@ from memories.models import (
     MemoryHistory,
     SourceKind,
 )
-from memories.services.storing import holder
+from memories.services.storing import drop_expired_copies, holder
 
 logger = logging.getLogger("memories.services")
 
@@ -584,6 +584,8 @@ def _store_batch(
     counts = Imported()
     stored: dict[uuid.UUID, uuid.UUID] = {}
     fresh: set[uuid.UUID] = set()
+    # An expired copy not yet purged still holds its place to the dedup index.
+    drop_expired_copies(user_id, sorted({item.content_hash for item in batch}))
     for item in batch:
         agent_id = agents[item.agent.casefold()] if item.agent else None
         place = {

@@ -399,6 +399,25 @@ def test_an_import_names_its_own_ids_in_the_history_and_drops_a_link_across_name
     assert links_by_content(cast.charlie.id)[OLD] == NEW
 
 
+def test_an_import_takes_the_place_of_an_expired_copy_not_yet_purged(cast) -> None:
+    # The copy no tool returns still held its place to the dedup index: the
+    # batch's insert conflicted three times and the import stopped.
+    remember(cast.alice.id, OLD)
+    records = list(services.export_memories(user_id=cast.alice.id))
+    expiring = remember(cast.charlie.id, OLD, ttl_seconds=60)["id"]
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memories SET expires_at = statement_timestamp() - interval '1 second'"
+            " WHERE id = %s",
+            [expiring],
+        )
+
+    report = services.import_memories(user_id=cast.charlie.id, records=records)
+
+    assert (report.imported, report.deduplicated) == (1, 0)
+    assert [m["content"] for m in services.list_memories(user_id=cast.charlie.id)] == [OLD]
+
+
 @pytest.mark.parametrize(
     ("edit", "fragment"),
     [
