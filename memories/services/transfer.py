@@ -260,7 +260,7 @@ def import_memories(
     if batch:
         _import_batch(user_id, batch, embedder, report, agents, stored, inserted)
     if links:
-        _import_links(user_id, links, stored, report)
+        _import_links(user_id, links, stored, inserted, report)
     _map_history_ids(user_id, stored, inserted)
     if progress is not None:
         progress(report)
@@ -387,6 +387,7 @@ def _import_links(
     user_id: uuid.UUID | str,
     links: list[_Incoming],
     stored: dict[uuid.UUID, uuid.UUID],
+    inserted: set[uuid.UUID],
     report: Imported,
 ) -> None:
     """Link each imported memory to the imported memory that replaced it, as exported.
@@ -436,6 +437,16 @@ def _import_links(
             # for one. That link is dropped, not the import.
             # So is one across a namespace or a writer, which the database
             # refuses too (a hand-edited file): it used to stop every link.
+            # A memory that was here before the import (the record's content
+            # found stored) has no history from the file: its link is a
+            # version of its own, recorded as the import's decision.
+            before = old not in inserted
+            if before:
+                cursor.execute(
+                    "SELECT set_config('app.importing', '', true),"
+                    " set_config('app.supersession', %s, true)",
+                    [json.dumps(IMPORTED_LINK)],
+                )
             cursor.execute(
                 "UPDATE memories SET superseded_by = %s,"
                 " superseded_at = coalesce(%s, statement_timestamp())"
@@ -445,11 +456,28 @@ def _import_links(
                 " AND r.agent_id IS NOT DISTINCT FROM memories.agent_id)",
                 [new, at, old, str(user_id), new, str(user_id)],
             )
-            if cursor.rowcount:
-                report.linked += cursor.rowcount
+            done = cursor.rowcount
+            if before:
+                cursor.execute(
+                    "SELECT set_config('app.importing', 'on', true),"
+                    " set_config('app.supersession', '', true)"
+                )
+            if not done:
+                # Linked so already (the same file imported again) counts as linked.
+                cursor.execute(
+                    "SELECT count(*) FROM memories WHERE id = %s AND superseded_by = %s",
+                    [old, new],
+                )
+                done = cursor.fetchone()[0]
+            if done:
+                report.linked += 1
             else:
                 report.unlinked += 1
         cursor.execute("SELECT set_config('app.importing', '', true)")
+
+
+# Who linked a memory that was here before an import, in its history.
+IMPORTED_LINK = {"decided_by": "import", "reason": "replaced as in the imported file"}
 
 
 def _map_history_ids(

@@ -399,6 +399,25 @@ def test_an_import_names_its_own_ids_in_the_history_and_drops_a_link_across_name
     assert links_by_content(cast.charlie.id)[OLD] == NEW
 
 
+def test_an_import_links_a_memory_it_found_here_with_history_and_counts_a_repeat(cast) -> None:
+    old = remember(cast.alice.id, OLD)["id"]
+    remember(cast.alice.id, NEW, replaces=old)
+    records = list(services.export_memories(user_id=cast.alice.id))
+    here = remember(cast.charlie.id, OLD)["id"]  # Charlie's own, before the import
+
+    first = services.import_memories(user_id=cast.charlie.id, records=records)
+    again = services.import_memories(user_id=cast.charlie.id, records=records)
+
+    assert (first.imported, first.deduplicated, first.linked, first.unlinked) == (1, 1, 1, 0)
+    # The same file again: every memory found, the link already there.
+    assert (again.imported, again.deduplicated, again.linked, again.unlinked) == (0, 2, 1, 0)
+    # Linked silently before: no version, no history row, held true at every moment.
+    last = history(here)[-1]
+    assert (last.action, last.version) == ("superseded", 2)
+    assert decided(last)["decided_by"] == "import"
+    assert links_by_content(cast.charlie.id)[OLD] == NEW
+
+
 def test_an_import_takes_the_place_of_an_expired_copy_not_yet_purged(cast) -> None:
     # The copy no tool returns still held its place to the dedup index: the
     # batch's insert conflicted three times and the import stopped.
