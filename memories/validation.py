@@ -158,15 +158,19 @@ def _in_range(moment: datetime, field: str) -> datetime:
     """Return ``moment``, refusing one whose UTC time, or a millisecond either side, is past
     what a datetime holds ("9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00+05:00"):
     as_of is applied as the bound a millisecond later."""
+    margin = timedelta(milliseconds=1)
     try:
         utc = moment.astimezone(UTC)
-        utc - timedelta(milliseconds=1)
-        utc + timedelta(milliseconds=1)
     except OverflowError:
+        utc = None
+    if utc is None or not _EARLIEST + margin <= utc <= _LATEST - margin:
         raise ValidationFailed(
             f"{field} is out of range: give a time between the years 1 and 9999."
-        ) from None
+        )
     return moment
+
+
+_EARLIEST, _LATEST = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
 
 
 def created_range(after: Any, before: Any) -> tuple[datetime | None, datetime | None]:

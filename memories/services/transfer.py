@@ -239,6 +239,7 @@ def import_memories(
     stored: dict[uuid.UUID, uuid.UUID] = {}
     # The memories this import inserted, whose history came from the file.
     inserted: set[uuid.UUID] = set()
+    naming = False  # whether any imported history names another memory
     links: list[_Incoming] = []
     for record in records:
         report.read += 1
@@ -250,6 +251,7 @@ def import_memories(
             report.expired += 1
             continue
         batch.append(incoming)
+        naming = naming or any(v["superseded_by"] or v["replaces"] for v in incoming.history)
         if incoming.superseded_by is not None:
             links.append(incoming)
         if len(batch) >= IMPORT_BATCH:
@@ -261,7 +263,8 @@ def import_memories(
         _import_batch(user_id, batch, embedder, report, agents, stored, inserted)
     if links:
         _import_links(user_id, links, stored, inserted, report)
-    _map_history_ids(user_id, stored, inserted)
+    if naming:
+        _map_history_ids(user_id, stored, inserted)
     if progress is not None:
         progress(report)
     return report

@@ -12,7 +12,7 @@ from accounts.tiers import Tier
 from core import tenancy
 from core.errors import NotFound, ValidationFailed
 from memories import services
-from memories.models import Memory
+from memories.models import Memory, MemoryHistory
 
 
 def remember(user_id, content, **kwargs):
@@ -111,9 +111,15 @@ def test_an_expired_replacement_stored_again_takes_its_place_and_frees_what_it_r
     assert again["deduped"] is False and again["id"] != expiring
     with tenancy.tenant(cast.alice.id):
         assert not Memory.objects.filter(id=expiring).exists()
-        # Freed by the delete; detection may link it to the new copy.
+        # Freed by the delete, which its history says; detection may then
+        # link it to the new copy.
         link = Memory.objects.get(id=older).superseded_by
+        freed = MemoryHistory.objects.get(memory_id=older, action="restored")
     assert link is None or str(link) == again["id"]
+    assert freed.decision == {
+        "decided_by": "expiry",
+        "reason": "the memory that replaced it expired",
+    }
 
 
 def test_maintenance_purges_expired_memories_leaving_a_deletion_in_their_history(cast):
