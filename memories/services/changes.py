@@ -369,23 +369,9 @@ def forget_namespace(
     return {"deleted_count": deleted, "namespace": ns, "purged": wipe}
 
 
-# A delete locks its rows first, by id, then deletes them; with them, the
-# memories they replace. Deleting a memory clears the link of the memory it
-# replaced (ON DELETE SET NULL), an update of that row too. A write that
-# takes two memories (``superseding.lock``, ``link``, ``restate``: a replaced
-# memory and the end of its chain) locks them in id order; a delete taking
-# its own row and then, in the cascade, the row it replaced could hold one
-# the write needs next while it waits for one the write holds: a deadlock
-# (40P01) that fails one of the two calls. So every row the statement will
-# change is locked in one statement, in id order. RETURNING rather than
-# Django's ``delete()``, to purge exactly what went. Each names the user, and
-# row-level security adds the user's own condition on top.
+# What a delete selects, by the user and a condition of its own; the lock
+# and the delete are ``superseding.delete_freeing``'s.
 _DOOMED = "SELECT id FROM memories WHERE user_id = %s AND {}"
-_LOCK_DOOMED = (
-    "SELECT id FROM memories WHERE user_id = %s AND (id IN ({doomed})"
-    " OR superseded_by IN ({doomed})) ORDER BY id FOR UPDATE"
-)
-_DELETE_LOCKED = "DELETE FROM memories WHERE id IN ({doomed}) RETURNING id"
 BY_IDS = "id = ANY(%s)"
 IN_NAMESPACE = "namespace = %s"
 IN_NAMESPACE_UNTIL = "namespace = %s AND created_at <= %s"
@@ -406,13 +392,10 @@ def _delete_namespace(
 
 def _delete(condition: str, params: list[Any], purge: bool) -> int:
     """Delete the memories ``condition`` selects (``params``: the user, then its own)."""
-    doomed = _DOOMED.format(condition)
     with connection.cursor() as cursor:
-        cursor.execute(_LOCK_DOOMED.format(doomed=doomed), [params[0], *params, *params])
-        superseding.freeing(cursor, superseding.FREED)
-        cursor.execute(_DELETE_LOCKED.format(doomed=doomed), params)
-        gone = [row[0] for row in cursor.fetchall()]
-        superseding.freeing(cursor, None)
+        gone = superseding.delete_freeing(
+            cursor, _DOOMED.format(condition), params, superseding.FREED
+        )
     if purge and gone:
         _purge_history(gone)
     return len(gone)

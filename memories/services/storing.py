@@ -641,17 +641,12 @@ def _delete_expired(user_id: uuid.UUID | str, expired: Any) -> None:
     if not doomed:
         return
     with connection.cursor() as cursor:
-        # With the memories they replaced, whose links the delete clears (the
-        # key's cascade), in one statement in id order, as every delete
-        # takes them (changes._LOCK_DOOMED): not one by one in the cascade.
-        cursor.execute(
-            "SELECT id FROM memories WHERE user_id = %s"
-            " AND (id = ANY(%s) OR superseded_by = ANY(%s)) ORDER BY id FOR UPDATE",
-            [str(user_id), doomed, doomed],
+        superseding.delete_freeing(
+            cursor,
+            "SELECT id FROM memories WHERE user_id = %s AND id = ANY(%s) AND expires_at <= now()",
+            [str(user_id), doomed],
+            superseding.FREED_BY_EXPIRY,
         )
-        superseding.freeing(cursor, superseding.FREED_BY_EXPIRY)
-        cursor.execute("DELETE FROM memories WHERE id = ANY(%s) AND expires_at <= now()", [doomed])
-        superseding.freeing(cursor, None)
 
 
 def written_by(agent_id: uuid.UUID | str | None) -> Q:

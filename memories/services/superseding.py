@@ -292,6 +292,42 @@ def freeing(cursor: Any, why: dict[str, str] | None) -> None:
     )
 
 
+# A delete locks its rows first, by id, then deletes them; with them, the
+# memories they replace. Deleting a memory clears the link of the memory it
+# replaced (ON DELETE SET NULL), an update of that row too. A write that
+# takes two memories (``lock``, ``link``, ``restate``: a replaced memory and
+# the end of its chain) locks them in id order; a delete taking its own row
+# and then, in the cascade, the row it replaced could hold one the write
+# needs next while it waits for one the write holds: a deadlock (40P01) that
+# fails one of the two calls. So every row the statement will change is
+# locked in one statement, in id order. RETURNING rather than Django's
+# ``delete()``, to purge exactly what went. Each names the user, and
+# row-level security adds the user's own condition on top. (The operator's
+# expiry purge, which must never wait, skips what is locked instead:
+# ``maintenance._PURGE_EXPIRED``.)
+_LOCK_DOOMED = (
+    "SELECT id FROM memories WHERE user_id = %s AND (id IN ({doomed})"
+    " OR superseded_by IN ({doomed})) ORDER BY id FOR UPDATE"
+)
+_DELETE_LOCKED = "DELETE FROM memories WHERE id IN ({doomed}) RETURNING id"
+
+
+def delete_freeing(
+    cursor: Any, doomed: str, params: Sequence[Any], why: dict[str, str]
+) -> list[uuid.UUID]:
+    """Delete the memories the query ``doomed`` selects and return their ids; those they
+    replaced are current again, their history saying ``why``.
+
+    ``params`` are ``doomed``'s, the user first. Runs in the caller's transaction.
+    """
+    cursor.execute(_LOCK_DOOMED.format(doomed=doomed), [params[0], *params, *params])
+    freeing(cursor, why)
+    cursor.execute(_DELETE_LOCKED.format(doomed=doomed), list(params))
+    gone = [row[0] for row in cursor.fetchall()]
+    freeing(cursor, None)
+    return gone
+
+
 def announce(links: Sequence[Link]) -> None:
     """Name, for the insert that follows, what it replaces: its ``created`` history row says so."""
     replaced = "{" + ",".join(str(link.old) for link in links) + "}" if links else ""
