@@ -153,6 +153,9 @@ class UserAdmin(auth_admin.UserAdmin):
         if change and "tier" in form.changed_data:
             # The user's keys follow, and the auth cache forgets the old tier.
             services.set_user_tier(user_id=obj.pk, tier=obj.tier)
+        elif change and "is_active" in form.changed_data:
+            # A deactivated user's keys stop at once, not when their cache entry runs out.
+            services.invalidate_cached_auth()
 
 
 class KeyStatusFilter(admin.SimpleListFilter):

@@ -76,6 +76,13 @@ def key_api(*methods: str) -> Callable[[View], View]:
                 response = view(request, caller, *args, **kwargs)
             except RecallError as exc:
                 response = error(exc)
+            except services.CallerGone:
+                # Revoked (or its user deactivated) since the cache read it.
+                return JsonResponse(
+                    UNAUTHORIZED,
+                    status=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="recall", error="invalid_token"'},
+                )
             for name, value in admitted.headers.items():
                 response.headers[name] = value
             # Responses may carry a secret; no cache may keep one.
@@ -141,6 +148,7 @@ def keys(request: HttpRequest, caller: AuthContext) -> HttpResponse:
         user_id=caller.user_id,
         agent_id=agent_id,
         max_tier=caller.tier,
+        by_key=caller.api_key_id,
         name=name,
         tier=body.get("tier"),
     )
@@ -149,5 +157,10 @@ def keys(request: HttpRequest, caller: AuthContext) -> HttpResponse:
 
 @key_api("DELETE")
 def key(request: HttpRequest, caller: AuthContext, key_id: str) -> HttpResponse:
-    services.revoke_own_key(user_id=caller.user_id, agent_id=caller.agent_id, key_id=key_id)
+    services.revoke_own_key(
+        user_id=caller.user_id,
+        agent_id=caller.agent_id,
+        key_id=key_id,
+        by_key=caller.api_key_id,
+    )
     return JsonResponse({"success": True})

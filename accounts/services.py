@@ -75,8 +75,36 @@ def revoke_keys(key_ids: Iterable[uuid.UUID | str]) -> int:
         revoked = ApiKey.objects.filter(id__in=list(key_ids), revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )
-    _invalidate()
+    invalidate_cached_auth()
     return revoked
+
+
+class CallerGone(Exception):
+    """The key a request came with was revoked, or its user deactivated, after the request
+    was authenticated from the cache (another server's change reaches this one's cache only
+    when its entry runs out)."""
+
+
+def _issuer_tier(user_id: uuid.UUID | str, by_key: uuid.UUID | str | None) -> str | None:
+    """The current tier of the key ``by_key``, read now in the caller's transaction, or None
+    without one (the dashboard: a signed-in user). Raises CallerGone if it is revoked."""
+    if by_key is None:
+        return None
+    tier = (
+        ApiKey.objects.filter(id=by_key, user_id=user_id, revoked_at__isnull=True)
+        .values_list("tier", flat=True)
+        .first()
+    )
+    if tier is None:
+        raise CallerGone
+    return tier
+
+
+def _check_active(user_id: uuid.UUID | str, by_key: uuid.UUID | str | None) -> None:
+    """Raise CallerGone if a key's request comes for a user deactivated since (users are
+    read outside the tenant path)."""
+    if by_key is not None and not User.objects.filter(id=user_id, is_active=True).exists():
+        raise CallerGone
 
 
 def revoke_own_key(
@@ -84,22 +112,26 @@ def revoke_own_key(
     user_id: uuid.UUID | str,
     key_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None = None,
+    by_key: uuid.UUID | str | None = None,
 ) -> None:
     """Revoke one of the caller's own keys (tenant path): another user's key is not found.
 
-    An agent's key sees, and so revokes, only that agent's keys.
+    An agent's key sees, and so revokes, only that agent's keys. ``by_key``: the key the
+    request came with, which must still be live.
     """
     try:
         key_uuid = uuid.UUID(str(key_id))
     except ValueError:
         raise NotFound("No such API key.") from None
+    _check_active(user_id, by_key)
     with tenancy.tenant(user_id, agent_id=agent_id):
+        _issuer_tier(user_id, by_key)
         key = ApiKey.objects.filter(id=key_uuid).first()
         if key is None:
             raise NotFound("No such API key.")
         if key.revoked_at is None:
             ApiKey.objects.filter(id=key_uuid).update(revoked_at=timezone.now())
-    _invalidate()
+    invalidate_cached_auth()
 
 
 def set_key_tier(key_ids: Iterable[uuid.UUID | str], tier: str) -> int:
@@ -107,7 +139,7 @@ def set_key_tier(key_ids: Iterable[uuid.UUID | str], tier: str) -> int:
     tier = check_tier(tier)
     with tenancy.operator():
         changed = ApiKey.objects.filter(id__in=list(key_ids)).update(tier=tier)
-    _invalidate()
+    invalidate_cached_auth()
     return changed
 
 
@@ -118,10 +150,10 @@ def set_user_tier(*, user_id: uuid.UUID | str, tier: str) -> None:
         User.objects.filter(id=user_id).update(tier=tier)
         with tenancy.operator():
             ApiKey.objects.filter(user_id=user_id).update(tier=tier)
-    _invalidate()
+    invalidate_cached_auth()
 
 
-def _invalidate() -> None:
+def invalidate_cached_auth() -> None:
     # Now, and again once the surrounding transaction (an admin request, a
     # webhook) commits: a request that authenticates in between still reads
     # the old row and would cache it until the TTL runs out.
@@ -139,19 +171,29 @@ def issue_own_key(
     name: str = "",
     tier: str | None = None,
     agent_id: uuid.UUID | str | None = None,
+    by_key: uuid.UUID | str | None = None,
 ) -> tuple[ApiKey, str]:
     """Issue a key for the caller, at most ``max_tier``. Returns the key and its secret, shown once.
 
     ``max_tier`` is the tier of the key making the request, or the user's own
     tier from the dashboard: no one can mint a key that does more than they can.
+    ``by_key``, the key making the request, is read again here: the caller's
+    tier came from the authentication cache, and a key revoked or lowered
+    since must not mint a live key at its old tier.
     """
-    tier = check_tier(tier or max_tier)
-    if tiers.rank(tier) > tiers.rank(max_tier):
-        raise ValidationFailed(f"tier must not be above {max_tier}, the tier of this key.")
+    asked = check_tier(tier) if tier else None
     name = key_name(name)
     user = User.objects.get(id=user_id)
+    if by_key is not None and not user.is_active:
+        raise CallerGone
     limit = settings.MAX_KEYS_PER_USER
     with tenancy.tenant(user_id):
+        current = _issuer_tier(user_id, by_key)
+        if current is not None and tiers.rank(current) < tiers.rank(max_tier):
+            max_tier = current
+        tier = asked or max_tier
+        if tiers.rank(tier) > tiers.rank(max_tier):
+            raise ValidationFailed(f"tier must not be above {max_tier}, the tier of this key.")
         agent = _own_agent(user_id, agent_id) if agent_id else None
         # Serialise this user's issuing so two concurrent requests at the cap
         # cannot both pass the count.
@@ -350,4 +392,4 @@ def delete_agent(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str) -> None
         agent = _own_agent(user_id, agent_id)
         with connection.cursor() as cursor:
             cursor.execute("DELETE FROM agents WHERE id = %s", [agent.id])
-    _invalidate()
+    invalidate_cached_auth()

@@ -89,6 +89,21 @@ def test_changing_the_tier_moves_every_key_and_the_auth_cache(cast, admin_client
     assert auth.authenticate(cast.bob_key.raw).tier == "team"
 
 
+def test_deactivating_a_user_stops_their_cached_keys_at_once(cast, admin_client):
+    assert auth.authenticate(cast.alice_key.raw) is not None  # cached now
+    form = admin_client.get(f"{URL}{cast.alice.id}/change/").context["adminform"].form
+    data = {k: v for k, v in form.initial.items() if v is not None and k != "password"}
+    data.pop("is_active")  # an unticked box is absent from the form
+    data.update(groups=[], user_permissions=[])
+    data["created_at_0"], data["created_at_1"] = "2026-01-01", "00:00:00"
+
+    response = admin_client.post(f"{URL}{cast.alice.id}/change/", data)
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert not User.objects.get(id=cast.alice.id).is_active
+    assert auth.authenticate(cast.alice_key.raw) is None
+
+
 def test_the_tier_action_sets_users_and_their_keys(cast, admin_client):
     auth.authenticate(cast.charlie_key.raw)
 

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from accounts import auth, keys
-from accounts.models import ApiKey
+from accounts.models import ApiKey, User
 from accounts.tests.api_client import call
 from conftest import issue_key
 from core import tenancy
@@ -179,3 +180,44 @@ def test_a_name_the_database_cannot_store_is_refused_before_anything_is_written(
     assert response.json()["error"]["message"] == message
     with tenancy.operator():
         assert ApiKey.objects.count() == before
+
+
+def behind_the_cache(key_id, **change) -> None:
+    """Change a key as another server does: its row, not this process's auth cache."""
+    with tenancy.operator():
+        ApiKey.objects.filter(id=key_id).update(**change)
+
+
+def test_a_key_revoked_elsewhere_mints_nothing_while_it_is_cached(cast, client):
+    pro = issue_key(cast.alice, "pro key", tier="pro")
+    assert auth.authenticate(pro.raw).tier == "pro"  # cached now
+    behind_the_cache(pro.key.id, revoked_at=timezone.now())
+
+    response = call(client, "POST", "/api/keys", pro.raw, {"name": "after revoke"})
+
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    with tenancy.operator():
+        assert not ApiKey.objects.filter(name="after revoke").exists()
+
+
+def test_a_key_lowered_elsewhere_mints_at_its_tier_now_not_the_cached_one(cast, client):
+    pro = issue_key(cast.alice, "pro key", tier="pro")
+    assert auth.authenticate(pro.raw).tier == "pro"
+    behind_the_cache(pro.key.id, tier="free")
+
+    default = call(client, "POST", "/api/keys", pro.raw, {"name": "default"})
+    asked = call(client, "POST", "/api/keys", pro.raw, {"name": "asked", "tier": "pro"})
+
+    assert (default.status_code, default.json()["tier"]) == (201, "free")
+    assert asked.status_code == 400
+    assert "free" in asked.json()["error"]["message"]
+
+
+def test_a_user_deactivated_elsewhere_mints_nothing_with_a_cached_key(cast, client):
+    assert auth.authenticate(cast.alice_key.raw) is not None
+    User.objects.filter(id=cast.alice.id).update(is_active=False)
+
+    response = call(client, "POST", "/api/keys", cast.alice_key.raw, {"name": "inactive"})
+
+    assert response.status_code == 401

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import uuid
 
+from django.utils import timezone
+
 from accounts import auth
 from accounts.models import ApiKey
 from accounts.tests.api_client import call
@@ -57,3 +59,15 @@ def test_only_delete_is_allowed_on_a_key(cast, client):
 
     assert response.status_code == 405
     assert response["Allow"] == "DELETE"
+
+
+def test_a_key_revoked_elsewhere_revokes_nothing_while_it_is_cached(cast, client):
+    assert auth.authenticate(cast.alice_key.raw) is not None  # cached now
+    with tenancy.operator():
+        ApiKey.objects.filter(id=cast.alice_key.key.id).update(revoked_at=timezone.now())
+
+    response = call(client, "DELETE", f"/api/keys/{cast.bob_key.key.id}", cast.alice_key.raw)
+
+    assert response.status_code == 401
+    with tenancy.operator():
+        assert ApiKey.objects.get(id=cast.bob_key.key.id).revoked_at is None
