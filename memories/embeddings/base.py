@@ -54,11 +54,20 @@ def text_list(texts: Sequence[str]) -> list[str]:
 
 
 def normalise(vectors: np.ndarray) -> np.ndarray:
-    vectors = vectors.astype(np.float32, copy=False)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    if not np.all(np.isfinite(vectors)) or not np.all(norms > 0):
+    """Scale each row to unit length, as float32; refuse a row that has none.
+
+    The length is taken in float64: a row of large but finite float32
+    values (1e20) has a length float32 cannot hold, and dividing by that
+    infinity stored a zero vector, which ranks first for every query.
+    """
+    wide = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(wide, axis=1, keepdims=True)
+    if not (np.all(np.isfinite(wide)) and np.all(np.isfinite(norms)) and np.all(norms > 0)):
         raise EmbeddingUnavailable("The embedding model returned an unusable vector.")
-    return vectors / norms
+    unit = (wide / norms).astype(np.float32)
+    if not np.all(np.isfinite(unit)) or not np.all(unit.any(axis=1)):
+        raise EmbeddingUnavailable("The embedding model returned an unusable vector.")
+    return unit
 
 
 def clean_model_id(name: str) -> str:

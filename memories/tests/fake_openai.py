@@ -49,6 +49,8 @@ class FakeOpenAI:
     always_float: bool = False
     # Drop the last vector from every answer.
     short_by_one: bool = False
+    # Multiply every vector: a length float32 cannot hold is still a direction.
+    scale: float = 1.0
     script: list[Reply] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
@@ -56,7 +58,7 @@ class FakeOpenAI:
         texts = body["input"]
         data = []
         for index, text in enumerate(texts):
-            vector = fake_vector(text, self.width)
+            vector = fake_vector(text, self.width) * self.scale
             if body.get("encoding_format") == "base64" and not self.always_float:
                 encoded: Any = base64.b64encode(vector.astype("<f4").tobytes()).decode()
             else:

@@ -665,6 +665,18 @@ def test_it_refuses_vectors_of_the_wrong_width(api):
         client(api).embed_one("a memory")
 
 
+def test_a_vector_too_long_for_float32_to_measure_is_still_its_direction(api):
+    # 1e20 in every one of 1536 places: each value fits float32, its length does not.
+    # Dividing by that infinity stored a zero vector, which ranked first for every query.
+    plain = client(api).embed_one("a memory")
+    api.scale = 1e20 / float(np.abs(fake_vector("a memory", api.width)).max())
+
+    scaled = client(api).embed_one("a memory")
+
+    assert np.isclose(np.linalg.norm(scaled), 1.0, atol=1e-5)
+    assert np.allclose(scaled, plain, atol=1e-6)
+
+
 def test_it_refuses_an_answer_with_missing_vectors(api):
     api.short_by_one = True
 
