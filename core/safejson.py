@@ -19,14 +19,19 @@ from typing import Any
 MAX_DEPTH = 100
 
 
+class TooDeep(ValueError):
+    """JSON nested deeper than ``MAX_DEPTH``: stdlib parsers would recurse on it."""
+
+
 def loads(data: bytes | str) -> Any:
-    """Return the JSON value in ``data``; raise ValueError if it is not JSON or nests too deep."""
+    """Return the JSON value in ``data``; raise ValueError if it is not JSON, TooDeep (a
+    ValueError) if it nests too deep."""
     if isinstance(data, bytes | bytearray) and _too_deep(data):
-        raise ValueError("JSON nested too deeply")
+        raise TooDeep("JSON nested too deeply")
     try:
         return json.loads(data)
     except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
+        raise TooDeep("JSON nested too deeply") from None
     except (UnicodeDecodeError, TypeError) as exc:
         raise ValueError("not JSON") from exc
 

@@ -36,6 +36,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from oauth2_provider import views as toolkit
 
+from core import safejson
 from oauth import redirects, services
 
 NAME_MAX = 100
@@ -154,9 +155,13 @@ def _refusal(error: str, description: str, status: int = 400) -> JsonResponse:
 
 
 def _checked(request: HttpRequest) -> JsonResponse | None:
-    """Refuse metadata we will not store; leave malformed JSON to the toolkit's own answer."""
+    """Refuse metadata we will not store, and JSON nested too deep for the toolkit's own
+    parse (it recursed until RecursionError, a 500); leave other malformed JSON to the
+    toolkit's answer, which comes after its credential check."""
     try:
-        data = json.loads(request.body)
+        data = safejson.loads(request.body)
+    except safejson.TooDeep:
+        return _refusal("invalid_client_metadata", "Request body must be valid JSON")
     except ValueError:
         return None
     if not isinstance(data, dict):

@@ -126,6 +126,32 @@ def test_it_refuses_metadata_it_could_not_use_or_show_safely(db, client, fields,
 
 
 @pytest.mark.parametrize(
+    ("method", "body", "status"),
+    [
+        ("post", "[" * 50_000, 400),
+        ("put", "[" * 50_000, 400),
+        ("post", "{not json", 400),
+        ("post", "\udc80", 400),
+        ("put", "{not json", 401),  # the toolkit asks for the credential first
+    ],
+)
+def test_a_body_that_is_not_json_is_refused_not_a_crash(db, client, method, body, status):
+    # Anonymous: the 50,000 brackets reached the toolkit's json.loads, which recursed
+    # until RecursionError, a 500 before any credential or limit was checked.
+    path = "/oauth/register/" if method == "post" else "/oauth/register/some-client/"
+    sent = body.encode("utf-8", "surrogatepass")
+
+    refused = getattr(client, method)(
+        path, data=sent, content_type="application/json", REMOTE_ADDR="192.0.2.10"
+    )
+
+    assert refused.status_code == status
+    if status == 400:
+        assert refused.json()["error"] == "invalid_client_metadata"
+    assert not Application.objects.exists()
+
+
+@pytest.mark.parametrize(
     "uri",
     [
         "https://claude.ai/api/mcp/auth_callback",
