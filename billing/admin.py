@@ -173,7 +173,7 @@ class UsageEventAdmin(ReadOnlyAdmin):
 
 @admin.register(BillingAccount)
 class BillingAccountAdmin(ReadOnlyAdmin):
-    list_display = ("user", "stripe_customer_id", "updated_at")
+    list_display = ("user", "stripe_customer_id", "mcpize_event_created", "updated_at")
     search_fields = ("user__email", "stripe_customer_id__exact")
     list_select_related = ("user",)
 

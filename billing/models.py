@@ -79,13 +79,16 @@ class UsageEvent(models.Model):
 
 
 class BillingAccount(models.Model):
-    """A user's link to Stripe. The tier itself lives on the user and their keys."""
+    """A user's link to Stripe and MCPize. The tier itself lives on the user and their keys."""
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="billing"
     )
     # Set by checkout.session.completed; the webhook finds users by it.
     stripe_customer_id = models.CharField(max_length=255, unique=True, null=True, blank=True)
+    # The signed timestamp of the newest MCPize delivery applied: MCPize, like
+    # Stripe, may deliver late, and an older delivery is stale.
+    mcpize_event_created = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(auto_now=True)
 

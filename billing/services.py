@@ -31,12 +31,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.db.models import Count, Q
 from django.db.models.functions import TruncDate
 from django.utils import timezone
@@ -307,8 +308,21 @@ def _user_by_email(email: object) -> User | None:
 # MCPize -------------------------------------------------------------------------
 
 
-def apply_mcpize_tier(*, user_id: object, tier: object, delivery_key: str | None) -> bool:
-    """Set a user's tier as MCPize says (operator path). Return False for a replayed delivery."""
+def apply_mcpize_tier(
+    *,
+    user_id: object,
+    tier: object,
+    delivery_keys: Sequence[str] = (),
+    signed_at: datetime | None = None,
+) -> str:
+    """Set a user's tier as MCPize says (operator path). Return what happened, as for Stripe.
+
+    ``"duplicate"`` when any of ``delivery_keys`` was handled before. Else
+    the keys are claimed, and a delivery signed (``signed_at``) before the
+    newest one applied to the user is ``"stale"``: it changes nothing. One
+    signed in the same second is applied, in arrival order; one without a
+    timestamp cannot be ordered, is applied, and leaves the newest as it was.
+    """
     if tier not in tiers.BILLABLE:
         raise ValidationFailed("tier must be one of " + ", ".join(tiers.BILLABLE) + ".")
     tier = str(tier)
@@ -320,16 +334,34 @@ def apply_mcpize_tier(*, user_id: object, tier: object, delivery_key: str | None
         user = accounts_services.get_user(user_id=uid)
         if user is None:
             raise NotFound("No user with this userId.")
-        if delivery_key and not claim_delivery(
-            source="mcpize", event_id=delivery_key, event_type="subscription"
+        # all() stops at the first key seen before: a replay claims no new key.
+        if not all(
+            claim_delivery(source="mcpize", event_id=key, event_type="subscription")
+            for key in delivery_keys
         ):
-            return False
+            return "duplicate"
+        if signed_at is not None:
+            _lock(f"mcpize-user:{uid}")
+            account, _ = BillingAccount.objects.get_or_create(user=user)
+            newest = account.mcpize_event_created
+            if newest is not None and signed_at < newest:
+                logger.info(
+                    "stale mcpize delivery ignored",
+                    extra={
+                        "user_id": str(uid),
+                        "signed_at": signed_at.isoformat(),
+                        "applied": newest.isoformat(),
+                    },
+                )
+                return "stale"
+            account.mcpize_event_created = signed_at
+            account.save(update_fields=["mcpize_event_created", "updated_at"])
         if not tiers.is_billable(user.tier):
             _leave_operator_grant(user, source="mcpize", billed=tier)
-            return True
+            return "applied"
         accounts_services.set_user_tier(user_id=uid, tier=tier)
     logger.info("tier changed by mcpize", extra={"user_id": str(uid), "to": tier})
-    return True
+    return "applied"
 
 
 def _leave_operator_grant(user: User, *, source: str, billed: str) -> None:
@@ -480,7 +512,38 @@ def save_usage_events(*, user_id: uuid.UUID | str, events: Sequence[Event]) -> N
 
     An event already stored (same ``event_id``) is skipped, so retrying a batch
     whose first write did commit, unacknowledged, stores each event once.
+
+    An event whose agent or API key was deleted while it waited (a call still
+    running when the agent went) is stored without it, as ON DELETE SET NULL
+    would have left it had it been written first: usage is billed. The batch
+    is then written again, in a new transaction, with those references NULL.
     """
+    while True:
+        try:
+            _insert_usage_events(user_id, events)
+            return
+        except IntegrityError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.ForeignKeyViolation):
+                raise
+            # Each round nulls at least one reference, so the loop ends.
+            gone = _gone_references(user_id, events)
+            if not gone:
+                raise  # the user, not an agent or a key
+            logger.info(
+                "usage events stored without a deleted agent or key",
+                extra={"user_id": str(user_id), "gone": len(gone)},
+            )
+            events = [
+                replace(
+                    e,
+                    agent_id=None if e.agent_id in gone else e.agent_id,
+                    api_key_id=None if e.api_key_id in gone else e.api_key_id,
+                )
+                for e in events
+            ]
+
+
+def _insert_usage_events(user_id: uuid.UUID | str, events: Sequence[Event]) -> None:
     with tenancy.tenant(user_id):
         UsageEvent.objects.bulk_create(
             (
@@ -501,6 +564,20 @@ def save_usage_events(*, user_id: uuid.UUID | str, events: Sequence[Event]) -> N
             ),
             ignore_conflicts=True,
         )
+
+
+def _gone_references(user_id: uuid.UUID | str, events: Sequence[Event]) -> set[uuid.UUID]:
+    """Return the agents and API keys these events name that no longer exist."""
+    gone: set[uuid.UUID] = set()
+    for agent_id in {e.agent_id for e in events if e.agent_id is not None}:
+        try:
+            accounts_services.get_agent(user_id=user_id, agent_id=agent_id)
+        except NotFound:
+            gone.add(agent_id)
+    for key_id in {e.api_key_id for e in events if e.api_key_id is not None}:
+        if not accounts_services.find_keys(id_or_prefix=str(key_id)):
+            gone.add(key_id)
+    return gone
 
 
 def count_usage_events(*, user_ids: Iterable[uuid.UUID | str]) -> int:

@@ -13,9 +13,13 @@ MCPize signature scheme
     Within those five minutes a replay is recognised by its signature and
     acknowledged without effect. ``Idempotency-Key`` (or an ``eventId`` in
     the body) names a delivery explicitly; a key already handled is
-    acknowledged without effect. Without a timestamp, an identical body is a
-    legitimate repeat (tier pro, then free, then pro again) and is applied;
-    set ``MCPIZE_REQUIRE_TIMESTAMP`` to refuse such deliveries.
+    acknowledged without effect. The header is not signed, so it never
+    replaces the signature: a timestamped delivery is known by both.
+    A timestamped delivery older than the newest one applied to its user (a
+    late retry) is acknowledged as ``"outcome": "stale"`` and changes
+    nothing, as a stale Stripe event does. Without a timestamp, an identical
+    body is a legitimate repeat (tier pro, then free, then pro again) and is
+    applied; set ``MCPIZE_REQUIRE_TIMESTAMP`` to refuse such deliveries.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import hmac
 import logging
 import re
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import stripe
@@ -146,18 +151,27 @@ def mcpize_webhook(request: HttpRequest) -> JsonResponse:
     if not isinstance(body, dict):
         return _refused("mcpize", 'the body must be {"userId": ..., "tier": ...}')
     key = request.headers.get("Idempotency-Key") or body.get("eventId")
-    if not key and timestamp is not None:
-        key = f"sig:{expected}"
     why = _key_problem(key)
     if why is not None:
         return _refused("mcpize", f"the idempotency key {why}", event_id=key)
+    # Idempotency-Key is not signed: a replay that adds a fresh one must still
+    # be known by its signature, so a timestamped delivery claims both.
+    signature_key = f"sig:{expected}" if timestamp is not None else None
+    keys = [k for k in (signature_key, key) if k]
+    signed_at = datetime.fromtimestamp(int(timestamp), UTC) if timestamp is not None else None
     try:
-        applied = services.apply_mcpize_tier(
-            user_id=body.get("userId"), tier=body.get("tier"), delivery_key=key
+        outcome = services.apply_mcpize_tier(
+            user_id=body.get("userId"),
+            tier=body.get("tier"),
+            delivery_keys=keys,
+            signed_at=signed_at,
         )
     except RecallError as exc:
         services.record_rejection(
-            source="mcpize", reason=exc.message, status=exc.http_status, event_id=key
+            source="mcpize",
+            reason=exc.message,
+            status=exc.http_status,
+            event_id=key or signature_key,
         )
         return JsonResponse(exc.as_dict(), status=exc.http_status)
-    return JsonResponse({"success": True, "duplicate": not applied})
+    return JsonResponse({"success": True, "duplicate": outcome == "duplicate", "outcome": outcome})

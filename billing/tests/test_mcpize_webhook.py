@@ -48,7 +48,7 @@ def test_a_signed_delivery_sets_the_tier_of_the_user_and_every_key(cast, client)
     response = post(client, {"userId": str(cast.alice.id), "tier": "pro"})
 
     assert response.status_code == 200
-    assert response.json() == {"success": True, "duplicate": False}
+    assert response.json() == {"success": True, "duplicate": False, "outcome": "applied"}
     assert tier_of(cast.alice) == "pro"
     with tenancy.operator():
         assert set(ApiKey.objects.filter(user=cast.alice).values_list("tier", flat=True)) == {"pro"}
@@ -108,6 +108,84 @@ def test_an_idempotency_key_is_handled_once(cast, client):
     assert again.json()["duplicate"] is True
     assert tier_of(cast.alice) == "free"
     assert WebhookEvent.objects.filter(source="mcpize", event_id="delivery-42").count() == 1
+
+
+def test_a_replay_with_a_fresh_idempotency_key_is_known_by_its_signature(cast, client):
+    # The header is not signed: anyone holding a captured delivery can add one.
+    now = int(time.time())
+    pro = json.dumps({"userId": str(cast.alice.id), "tier": "pro"}).encode()
+    post(client, None, raw=pro, timestamp=str(now))
+    post(client, {"userId": str(cast.alice.id), "tier": "free"}, timestamp=str(now + 1))
+
+    replay = post(client, None, raw=pro, timestamp=str(now), headers={"Idempotency-Key": "zz"})
+
+    assert replay.status_code == 200
+    assert replay.json() == {"success": True, "duplicate": True, "outcome": "duplicate"}
+    assert tier_of(cast.alice) == "free"
+    assert not WebhookEvent.objects.filter(source="mcpize", event_id="zz").exists()
+
+
+def test_a_timestamped_delivery_with_a_key_is_known_by_both(cast, client):
+    now = int(time.time())
+    pro = {"userId": str(cast.alice.id), "tier": "pro"}
+    headers = {"Idempotency-Key": "delivery-7"}
+    post(client, pro, timestamp=str(now), headers=headers)
+    User.objects.filter(id=cast.alice.id).update(tier="free")
+
+    # MCPize's own retry, signed again a second later: a new signature, the same key.
+    retry = post(client, pro, timestamp=str(now + 1), headers=headers)
+
+    assert retry.json()["outcome"] == "duplicate"
+    assert tier_of(cast.alice) == "free"
+
+
+def test_a_delivery_signed_before_the_last_one_applied_is_stale(cast, client):
+    now = int(time.time())
+    post(client, {"userId": str(cast.alice.id), "tier": "free"}, timestamp=str(now))
+
+    late = post(client, {"userId": str(cast.alice.id), "tier": "team"}, timestamp=str(now - 1))
+
+    assert late.status_code == 200
+    assert late.json() == {"success": True, "duplicate": False, "outcome": "stale"}
+    assert tier_of(cast.alice) == "free"
+    with tenancy.operator():
+        assert ApiKey.objects.filter(user=cast.alice, tier="team").count() == 0
+    # Claimed all the same, like a stale Stripe event: sent again, it is a duplicate.
+    again = post(client, {"userId": str(cast.alice.id), "tier": "team"}, timestamp=str(now - 1))
+    assert again.json()["outcome"] == "duplicate"
+
+
+def test_the_order_is_kept_per_user(cast, client):
+    now = int(time.time())
+    post(client, {"userId": str(cast.alice.id), "tier": "pro"}, timestamp=str(now))
+
+    team = {"userId": str(cast.charlie.id), "tier": "team"}
+    charlies = post(client, team, timestamp=str(now - 1))
+
+    assert charlies.json()["outcome"] == "applied"
+    assert (tier_of(cast.alice), tier_of(cast.charlie)) == ("pro", "team")
+
+
+def test_deliveries_signed_in_the_same_second_apply_in_arrival_order(cast, client):
+    now = str(int(time.time()))
+    post(client, {"userId": str(cast.alice.id), "tier": "pro"}, timestamp=now)
+
+    second = post(client, {"userId": str(cast.alice.id), "tier": "starter"}, timestamp=now)
+
+    assert second.json()["outcome"] == "applied"
+    assert tier_of(cast.alice) == "starter"
+
+
+def test_an_untimestamped_delivery_is_applied_and_does_not_move_the_order(cast, client):
+    now = int(time.time())
+    post(client, {"userId": str(cast.alice.id), "tier": "pro"}, timestamp=str(now))
+
+    unordered = post(client, {"userId": str(cast.alice.id), "tier": "starter"})
+    late = post(client, {"userId": str(cast.alice.id), "tier": "team"}, timestamp=str(now - 1))
+
+    assert unordered.json()["outcome"] == "applied"
+    assert late.json()["outcome"] == "stale"
+    assert tier_of(cast.alice) == "starter"
 
 
 def test_an_untimestamped_repeat_of_the_same_body_is_applied(cast, client):
