@@ -37,7 +37,7 @@ from memories.models import (
 )
 from memories.services import superseding
 from memories.services.shapes import Change, Deleted, Forgotten, Match, Version
-from memories.services.storing import holder
+from memories.services.storing import drop_expired_copy, holder
 
 logger = logging.getLogger("memories.services")
 
@@ -100,18 +100,28 @@ def update_memory(
         return {"success": True}
 
     with tenancy.tenant(user_id, agent_id=agent_id):
-        try:
-            with transaction.atomic():
-                updated = (
-                    Memory.objects.live().filter(id=memory_id, user_id=user_id).update(**changes)
-                )
-        except IntegrityError:
-            other = holder(current, changes["content_hash"])
-            raise Conflict(
-                f"Another memory in namespace '{current['namespace']}' already has this "
-                f"content (id {other}). Update or forget that one instead.",
-                conflicting_id=str(other),
-            ) from None
+        for attempt in (1, 2):
+            try:
+                with transaction.atomic():
+                    updated = (
+                        Memory.objects.live()
+                        .filter(id=memory_id, user_id=user_id)
+                        .update(**changes)
+                    )
+                break
+            except IntegrityError:
+                other = holder(current, changes["content_hash"])
+                if other is None and attempt == 1:
+                    # An expired copy the purge has not reached holds the place in
+                    # the dedup index; it goes, as before a write, and the update
+                    # is tried again.
+                    drop_expired_copy(current, changes["content_hash"])
+                    continue
+                raise Conflict(
+                    f"Another memory in namespace '{current['namespace']}' already has this "
+                    f"content (id {other}). Update or forget that one instead.",
+                    conflicting_id=str(other),
+                ) from None
     if not updated:
         raise NotFound(f"No memory with id {memory_id}.")
     return {"success": True}

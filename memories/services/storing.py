@@ -604,6 +604,28 @@ def holder(current: Mapping[str, Any], digest: str) -> uuid.UUID | None:
     )
 
 
+def drop_expired_copy(current: Mapping[str, Any], digest: str) -> None:
+    """Delete the expired memories holding ``current``'s place with content ``digest``.
+
+    No tool returns them, but until the purge runs one holds its place in the
+    dedup index, and an update to its content conflicts with nothing a caller can see.
+    """
+    _delete_expired(
+        current["user_id"],
+        Memory.objects.filter(
+            written_by(current["agent_id"]),
+            user_id=current["user_id"],
+            namespace=current["namespace"],
+            thread_id=current["thread_id"],
+            position=current["position"],
+            task_id=current["task_id"],
+            path=current["path"],
+            content_hash=digest,
+            expires_at__lte=Now(),
+        ),
+    )
+
+
 def _drop_expired(
     user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, call: Remembering, place: Place
 ) -> None:

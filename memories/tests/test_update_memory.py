@@ -4,6 +4,7 @@ import uuid
 
 import numpy as np
 import pytest
+from django.db import connection
 
 from accounts.tiers import Tier
 from core import tenancy
@@ -69,6 +70,29 @@ def test_it_refuses_content_that_duplicates_another_memory(cast):
     assert caught.value.code == "conflict"
     assert "already has this content" in caught.value.message
     assert load(cast.alice.id, other).content == "Other memory"
+
+
+def test_content_only_an_expired_memory_held_is_free_to_take(cast):
+    # Expired, not yet purged: it held the place in the dedup index, and the
+    # update answered "conflict ... (id None)", naming nothing the caller could change.
+    expired = services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="A passing fact", ttl_seconds=60
+    )["id"]
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memories SET expires_at = statement_timestamp() - interval '1 second'"
+            " WHERE id = %s",
+            [expired],
+        )
+    other = remember(cast.alice.id, "Other memory")
+
+    assert services.update_memory(user_id=cast.alice.id, id=other, content="A passing fact") == {
+        "success": True
+    }
+
+    assert load(cast.alice.id, other).content == "A passing fact"
+    with tenancy.operator():
+        assert not Memory.objects.filter(id=expired).exists()
 
 
 def test_setting_the_same_content_again_succeeds(cast):
