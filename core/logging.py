@@ -5,7 +5,8 @@ reduced before it gets here (see ``fingerprint``); the formatters print what
 they are given, except exception messages: the JSON formatter logs an
 exception's type and frames only, since database and provider errors can quote
 the content or query that caused them. The console formatter, for
-development, prints full tracebacks.
+development, prints the traceback's frames and type, without the message, for
+the same reason.
 """
 
 from __future__ import annotations
@@ -59,8 +60,13 @@ class ConsoleFormatter(logging.Formatter):
         line = f"{ts} {record.levelname:<7} {record.name}: {record.getMessage()}"
         if extras:
             line += f"  [{extras}]"
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
+        if record.exc_info and record.exc_info[1] is not None:
+            # The stack and the type, as the JSON formatter: not the message,
+            # which can quote the content or query that caused it.
+            exc = record.exc_info[1]
+            stack = "".join(traceback.format_tb(exc.__traceback__))
+            kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            line += f"\nTraceback (most recent call last):\n{stack}{kind} (message withheld)"
         return line
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
+import sys
 
 import pytest
 
-from core.logging import fingerprint
+from core.logging import ConsoleFormatter, JsonFormatter, fingerprint
 from tests.clients import calls, raw_call
 from tests.support import LiveServer
 
@@ -64,3 +66,23 @@ def test_a_full_session_logs_no_content_query_or_key(cast):
     assert not any(
         "embedding" in line and isinstance(line.get("embedding"), list) for line in lines
     )
+
+
+@pytest.mark.parametrize(
+    "formatter", [JsonFormatter(), ConsoleFormatter()], ids=["json", "console"]
+)
+def test_an_exception_is_logged_by_type_and_frames_never_its_message(formatter):
+    # A provider's or the database's error text can quote the memory it failed on.
+    content = "the text of a memory: Dad's landline is 01632 960 555"
+    try:
+        raise ValueError(content)
+    except ValueError:
+        record = logging.getLogger("memories.services").makeRecord(
+            "memories.services", logging.ERROR, __file__, 1, "embedding failed", (), sys.exc_info()
+        )
+
+    line = formatter.format(record)
+
+    assert "01632" not in line
+    assert "ValueError" in line
+    assert "test_an_exception_is_logged_by_type_and_frames_never_its_message" in line
