@@ -15,6 +15,12 @@ lifespan) and alone in ``recall worker``. Each worker thread:
   connection per process), or after ``JOB_POLL_SECONDS`` whatever happens,
   which also picks up jobs whose worker died (their lease ran out).
 
+A heartbeat thread extends the leases of the jobs this process's workers are
+running, three times a lease (``queue.extend_leases``), so a slow job, one
+embedding request after another, stays with the worker that is still
+running it; only a dead worker's job runs out of lease. Should one run out
+anyway, the queue keeps the job's writes to one run (``services/queue.py``).
+
 One thread also runs ``maintenance.clean_up()`` every ``MAINTENANCE_SECONDS``:
 expired memories, history past its retention, finished jobs and stale
 forget confirmations. A PostgreSQL advisory lock keeps that to one process
@@ -49,14 +55,21 @@ class Workers:
         self._stopping = threading.Event()
         self._running: list[threading.Thread] = []
         self._listener: _Listener | None = None
+        # Set once the workers have stopped: the heartbeat outlives them, so
+        # that a job finished during stop() keeps its lease to the end.
+        self._quiet = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     def start(self) -> Workers:
         if self.threads < 1 and not self.maintenance:
             return self
         self._stopping.clear()
+        self._quiet.clear()
         if self.threads:
             self._listener = _Listener(self._stopping)
             self._spawn(self._listener.run, "job-listener")
+            self._heartbeat = threading.Thread(target=self._beat, name="job-heartbeat", daemon=True)
+            self._heartbeat.start()
         for n in range(self.threads):
             self._spawn(self._work, f"job-worker-{n + 1}")
         if self.maintenance:
@@ -77,6 +90,10 @@ class Workers:
         for thread in self._running:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._running = []
+        self._quiet.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(max(0.0, deadline - time.monotonic()))
+            self._heartbeat = None
 
     def wait(self) -> None:
         """Block until ``stop()`` is called (from a signal handler, say)."""
@@ -102,6 +119,19 @@ class Workers:
                 continue
             queue.waiting.wait(settings.JOB_POLL_SECONDS)
             queue.waiting.clear()
+        _close_connection()
+
+    def _beat(self) -> None:
+        # A third of a lease: a beat missed (a slow statement, a short outage)
+        # leaves two more before the lease runs out.
+        while not self._quiet.wait(settings.JOB_LEASE_SECONDS / 3):
+            try:
+                close_old_connections()
+                queue.extend_leases()
+            except Exception as exc:
+                _trouble("job heartbeat", exc)
+            else:
+                outage.recovered("job heartbeat")
         _close_connection()
 
     def _maintain(self) -> None:

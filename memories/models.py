@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -319,7 +320,11 @@ class JobStatus(models.TextChoices):
 
 @dataclass(frozen=True)
 class Taken:
-    """A job a worker has just taken: who it runs as, and what to store."""
+    """A job a worker has just taken: who it runs as, and what to store.
+
+    ``attempts`` also names this run: only taking a job changes it, so the
+    job is still this run's while it is running with the same count.
+    """
 
     id: uuid.UUID
     user_id: uuid.UUID
@@ -338,7 +343,9 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     Each transition is one statement. Taking reads across tenants, so callers
     run it on the operator path; settling runs in the tenant transaction that
-    stored the job's memories.
+    stored the job's memories. A lease that ran out lets another worker take
+    the job while the first may still be running it, so a run's transitions
+    name it (``attempts``) and change nothing once the job is no longer its own.
     """
 
     def take_next(self, lease_seconds: float) -> Taken | None:
@@ -370,27 +377,68 @@ class JobQuerySet(models.QuerySet["Job"]):
             result = json.loads(result)
         return Taken(job_id, user_id, agent_id, payload, attempts, client, api_key_id, kind, result)
 
-    def settle(self, job_id: uuid.UUID, user_id: uuid.UUID, results: list[Any]) -> None:
-        """Mark a job done with what it stored: its payload (the content) goes."""
-        self.filter(id=job_id, user_id=user_id).update(
-            status=JobStatus.DONE,
-            payload=None,
-            result={"memories": results, "memory_ids": [r["id"] for r in results]},
-            finished_at=Now(),
-            lease_until=None,
+    def held(self, job_id: uuid.UUID, attempts: int | None) -> JobQuerySet:
+        """Return the job while the run that took it as attempt ``attempts`` still has it.
+
+        ``None`` names no run: the job, whoever runs it.
+        """
+        if attempts is None:
+            return self.filter(id=job_id)
+        return self.filter(id=job_id, status=JobStatus.RUNNING, attempts=attempts)
+
+    def extend_leases(self, runs: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> int:
+        """Extend the leases of the jobs these runs (id, attempts) still hold; return how many."""
+        theirs = models.Q()
+        for job_id, attempts in runs:
+            theirs |= models.Q(id=job_id, attempts=attempts)
+        if not theirs:
+            return 0
+        return self.filter(theirs, status=JobStatus.RUNNING).update(
+            lease_until=Now() + timedelta(seconds=lease_seconds)
         )
 
-    def retry_later(self, job_id: uuid.UUID, seconds: float) -> None:
-        """Queue a job again, due in ``seconds``."""
-        self.filter(id=job_id).update(
+    def settle(
+        self, job_id: uuid.UUID, user_id: uuid.UUID, results: list[Any], *, attempts: int
+    ) -> bool:
+        """Mark a job done with what it stored: its payload (the content) goes.
+
+        Return False, changing nothing, when the run is no longer the job's:
+        the caller must then roll back what it stored. The row stays locked
+        until the caller's transaction ends, so no other worker can take the
+        job meanwhile.
+        """
+        settled = (
+            self.held(job_id, attempts)
+            .filter(user_id=user_id)
+            .update(
+                status=JobStatus.DONE,
+                payload=None,
+                result={"memories": results, "memory_ids": [r["id"] for r in results]},
+                finished_at=Now(),
+                lease_until=None,
+            )
+        )
+        return settled == 1
+
+    def retry_later(
+        self, job_id: uuid.UUID, seconds: float, *, attempts: int | None = None
+    ) -> bool:
+        """Queue a job again, due in ``seconds``; False if the run no longer has it."""
+        queued = self.held(job_id, attempts).update(
             status=JobStatus.QUEUED,
             run_after=Now() + timedelta(seconds=seconds),
             lease_until=None,
         )
+        return queued == 1
 
-    def fail(self, job_id: uuid.UUID, code: str, message: str) -> None:
-        """Mark a job failed with an error code and message; its payload (the content) goes."""
-        self.filter(id=job_id).update(
+    def fail(
+        self, job_id: uuid.UUID, code: str, message: str, *, attempts: int | None = None
+    ) -> bool:
+        """Mark a job failed with an error code and message; its payload (the content) goes.
+
+        Return False, changing nothing, when the run no longer has the job.
+        """
+        failed = self.held(job_id, attempts).update(
             status=JobStatus.FAILED,
             payload=None,
             error_code=code,
@@ -398,6 +446,7 @@ class JobQuerySet(models.QuerySet["Job"]):
             finished_at=Now(),
             lease_until=None,
         )
+        return failed == 1
 
 
 class Job(models.Model):
@@ -448,7 +497,8 @@ class Job(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     run_after = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
-    # A running job whose lease has passed lost its worker, and is taken again.
+    # A worker's heartbeat extends it while the job runs (memories/jobs.py): a
+    # running job whose lease has passed lost its worker, and is taken again.
     lease_until = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -4,7 +4,16 @@ The queue is the ``memory_jobs`` table. ``enqueue_remember`` writes a job and
 wakes the workers (``wake()`` in this process, ``NOTIFY`` on ``CHANNEL`` in
 every other); ``run_next_job`` takes one with ``FOR UPDATE SKIP LOCKED`` and
 stores it through ``storing.store``, which settles the job in the same
-transaction. ``memories/jobs.py`` runs the workers that call it.
+transaction. ``memories/jobs.py`` runs the workers that call it, and their
+heartbeat, which calls ``extend_leases``.
+
+A job's writes happen at most once. A lease can still run out under a slow
+run (the heartbeat missed, the database away), and another worker then takes
+the job while the first is still embedding; each run is named by the
+``attempts`` it took the job with, and settles, requeues or fails the job only
+while the job is still running under that count. Settling is the last
+statement of the transaction that writes the memories, so a run that lost its
+job rolls its writes back.
 """
 
 from __future__ import annotations
@@ -55,6 +64,12 @@ CHANNEL = "recall_jobs"
 
 # Set by enqueues in this process, so in-process workers start at once.
 waiting = threading.Event()
+
+# The runs of jobs this process has in hand, (job id, attempts), whose leases
+# the workers' heartbeat extends. Two of this process's workers may run one
+# job (the first's lease ran out): each is its own run.
+_in_hand: set[tuple[uuid.UUID, int]] = set()
+_in_hand_lock = threading.Lock()
 
 
 def wake() -> None:
@@ -202,19 +217,43 @@ def run_next_job() -> bool:
     the same transaction that writes the memories. A job that fails for a
     reason a retry cannot fix fails at once; one that hits a passing problem
     (the embedder, the database) is retried with back-off, up to
-    ``JOB_MAX_ATTEMPTS`` times.
+    ``JOB_MAX_ATTEMPTS`` times. While it runs, the job is in hand: the
+    workers' heartbeat extends its lease (``extend_leases``).
     """
     with context.acting_as("worker"), tenancy.operator():
         taken = Job.objects.take_next(settings.JOB_LEASE_SECONDS)
     if taken is None:
         return False
-    runner = RUNNERS.get(taken.kind)
-    if runner is not None:
-        runner(taken)
-        return True
-    with context.acting_as(taken.client or "worker", taken.api_key_id):
-        _run_job(taken)
+    run = (taken.id, taken.attempts)
+    with _in_hand_lock:
+        _in_hand.add(run)
+    try:
+        runner = RUNNERS.get(taken.kind)
+        if runner is not None:
+            runner(taken)
+        else:
+            with context.acting_as(taken.client or "worker", taken.api_key_id):
+                _run_job(taken)
+    finally:
+        with _in_hand_lock:
+            _in_hand.discard(run)
     return True
+
+
+def extend_leases() -> int:
+    """Extend the lease of every job this process is running; return how many it still has.
+
+    The workers' heartbeat calls it (memories/jobs.py), on the operator path,
+    more often than a lease lasts: a live worker keeps its job however slow
+    the embedder is, and a dead one stops extending, so its job is taken
+    again when the lease runs out.
+    """
+    with _in_hand_lock:
+        runs = list(_in_hand)
+    if not runs:
+        return 0
+    with context.acting_as("worker"), tenancy.operator():
+        return Job.objects.extend_leases(runs, settings.JOB_LEASE_SECONDS)
 
 
 # Jobs of other kinds than a background add, each run by the module that owns
@@ -228,12 +267,18 @@ def runs(kind: str, runner: Callable[[Taken], None]) -> None:
     RUNNERS[kind] = runner
 
 
+class _Lost(Exception):
+    """Another run took the job (this run's lease ran out), or it ended, while this one ran."""
+
+
 def _run_job(job: Taken) -> None:
     def settle(results: list[Stored]) -> None:
         # A hint quotes another memory's content: a job's result, kept after
         # that memory is forgotten, keeps ids only.
         kept = [{k: v for k, v in r.items() if k != "may_replace"} for r in results]
-        Job.objects.settle(job.id, job.user_id, kept)
+        if not Job.objects.settle(job.id, job.user_id, kept, attempts=job.attempts):
+            # Rolls back what this run stored: the job is another run's to write.
+            raise _Lost
 
     try:
         call = Remembering.from_payload(job.payload)
@@ -252,6 +297,8 @@ def _run_job(job: Taken) -> None:
             ids=ids,
             finish=settle,
         )
+    except _Lost:
+        _lost(job)
     except (EmbeddingUnavailable, InternalError, PlacesChanged) as error:
         _retry_or_fail(job, error)
     except RecallError as error:
@@ -261,22 +308,41 @@ def _run_job(job: Taken) -> None:
             # The database is away: the worker backs off, and the job, still
             # running under its lease, is taken again when that runs out.
             raise
-        logger.error("job failed", extra={"job_id": str(job.id), **describe_exception(exc)})
-        _retry_or_fail(job, InternalError("Storing this memory failed on our side."))
+        # A run that lost its job may trip over the other run's memories (the
+        # same ids): that is no failure of the job's, and is logged as lost.
+        if _retry_or_fail(job, InternalError("Storing this memory failed on our side.")):
+            logger.error("job failed", extra={"job_id": str(job.id), **describe_exception(exc)})
 
 
-def _retry_or_fail(job: Taken, error: RecallError) -> None:
+def _retry_or_fail(job: Taken, error: RecallError) -> bool:
+    """Queue the job again, or fail it when out of attempts; False if this run lost it."""
     if job.attempts >= settings.JOB_MAX_ATTEMPTS:
-        _fail(job, error)
-        return
+        return _fail(job, error)
     with tenancy.operator():
-        Job.objects.retry_later(job.id, settings.JOB_POLL_SECONDS * 2**job.attempts)
+        queued = Job.objects.retry_later(
+            job.id, settings.JOB_POLL_SECONDS * 2**job.attempts, attempts=job.attempts
+        )
+    if not queued:
+        _lost(job)
+    return queued
 
 
-def _fail(job: Taken, error: RecallError) -> None:
+def _fail(job: Taken, error: RecallError) -> bool:
     # The payload goes: a failed job keeps its outcome, never the content.
     with tenancy.operator():
-        Job.objects.fail(job.id, error.code, error.message)
+        failed = Job.objects.fail(job.id, error.code, error.message, attempts=job.attempts)
+    if not failed:
+        _lost(job)
+    return failed
+
+
+def _lost(job: Taken) -> None:
+    # The other run's outcome stands, whatever this one met: it changes
+    # nothing, and says so once (ids only: the payload is content).
+    logger.warning(
+        "job lost to another run; this run wrote nothing",
+        extra={"job_id": str(job.id), "attempt": job.attempts},
+    )
 
 
 def queue_depth() -> QueueDepth:

@@ -1,0 +1,246 @@
+"""A job's lease: a slow run keeps its job, and a job taken over is written once.
+
+A run is held in its embedder (``Gate``) while the test plays the other
+worker: it expires the lease, as a missed heartbeat would, and takes the
+job over with ``run_next_job``. The tests run on committed rows
+(``transaction=True``), since each run has its own connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from django.db import connection
+
+from accounts.tiers import Tier
+from core import tenancy
+from memories import embeddings, jobs, services
+from memories.models import Job
+from memories.services import queue
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MESSAGES = [
+    {"role": "user", "content": "I moved to Lisbon in May."},
+    {"role": "assistant", "content": "Noted: you live in Lisbon now."},
+]
+
+
+class Gate(embeddings.Embedder):
+    """The real embedder, except that the threads named ``slow`` wait in it to be let go."""
+
+    def __init__(self, real: embeddings.Embedder, *slow: str, fail: bool = False) -> None:
+        self.real = real
+        self.fail = fail
+        self.model_id = real.model_id
+        self.default_threshold = real.default_threshold
+        self.entered = {name: threading.Event() for name in slow}
+        self.released = {name: threading.Event() for name in slow}
+
+    def wait_for(self, name: str) -> None:
+        assert self.entered[name].wait(30), f"{name} never reached the embedder"
+
+    def let_go(self, name: str) -> None:
+        self.released[name].set()
+
+    @property
+    def dimensions(self) -> int:
+        return self.real.dimensions
+
+    @property
+    def is_loaded(self) -> bool:
+        return self.real.is_loaded
+
+    def load(self) -> None:
+        self.real.load()
+
+    def embed(self, texts):
+        name = threading.current_thread().name
+        if name in self.released:
+            self.entered[name].set()
+            assert self.released[name].wait(30), f"the test never let {name} go"
+            if self.fail:
+                raise RuntimeError("the model fell over")
+        return self.real.embed(texts)
+
+
+@pytest.fixture
+def gate(monkeypatch) -> Iterator[Callable[..., Gate]]:
+    """Return a function that puts a Gate in the embedder's place; all are let go at the end."""
+    made: list[Gate] = []
+
+    def install(*slow: str, fail: bool = False) -> Gate:
+        held = Gate(embeddings.get_embedder(), *slow, fail=fail)
+        monkeypatch.setattr(embeddings, "get_embedder", lambda: held)
+        made.append(held)
+        return held
+
+    yield install
+    for held in made:
+        for name in held.released:
+            held.let_go(name)
+
+
+def run_in_thread(name: str) -> threading.Thread:
+    def run() -> None:
+        try:
+            services.run_next_job()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, name=name)
+    thread.start()
+    return thread
+
+
+def expire_lease(job_id: str) -> None:
+    # What a heartbeat missed for a whole lease leaves behind.
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memory_jobs SET lease_until = statement_timestamp() - interval '1 second'"
+            " WHERE id = %s",
+            [job_id],
+        )
+
+
+def job_row(job_id: str) -> Job:
+    with tenancy.operator():
+        return Job.objects.get(id=job_id)
+
+
+def lost_lines(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage().startswith("job lost")]
+
+
+def queue_conversation(cast) -> dict:
+    return dict(
+        services.remember(user_id=cast.alice.id, tier=Tier.PRO, messages=MESSAGES, background=True)
+    )
+
+
+def test_memories_forgotten_after_a_taken_over_job_is_done_stay_forgotten(cast, gate, caplog):
+    slow = gate("first-run")
+    queued = queue_conversation(cast)
+    first = run_in_thread("first-run")
+    slow.wait_for("first-run")
+
+    expire_lease(queued["job_id"])
+    assert services.run_next_job() is True  # a second worker takes the job over
+    done = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert (done["status"], done["attempts"]) == ("done", 2)
+    for memory_id in queued["memory_ids"]:
+        services.forget(user_id=cast.alice.id, mode="by_id", id=memory_id)
+
+    with caplog.at_level(logging.INFO, logger="memories"):
+        slow.let_go("first-run")  # it finishes embedding, late
+        first.join(30)
+
+    assert not first.is_alive()
+    assert services.list_memories(user_id=cast.alice.id) == []
+    # Its result, started_at and finished_at are still the second run's.
+    assert services.job_status(user_id=cast.alice.id, job_id=queued["job_id"]) == done
+    [line] = lost_lines(caplog)
+    assert (vars(line)["job_id"], vars(line)["attempt"]) == (queued["job_id"], 1)
+    assert "Lisbon" not in str(vars(line))
+
+
+def test_a_run_that_lost_its_job_writes_nothing_and_leaves_it_to_the_new_run(cast, gate):
+    slow = gate("first-run", "second-run")
+    queued = queue_conversation(cast)
+    first = run_in_thread("first-run")
+    slow.wait_for("first-run")
+    expire_lease(queued["job_id"])
+    second = run_in_thread("second-run")
+    slow.wait_for("second-run")
+
+    slow.let_go("first-run")  # the run that lost the job finishes first
+    first.join(30)
+
+    assert services.list_memories(user_id=cast.alice.id) == []
+    row = job_row(queued["job_id"])
+    assert (row.status, row.attempts, row.error_code, row.result) == ("running", 2, None, None)
+    assert row.payload is not None  # the content is still the new run's to store
+
+    slow.let_go("second-run")
+    second.join(30)
+
+    status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert (status["status"], status["attempts"]) == ("done", 2)
+    stored = services.list_memories(user_id=cast.alice.id)
+    assert sorted(m["id"] for m in stored) == sorted(queued["memory_ids"])
+    assert {m["version"] for m in stored} == {1}
+
+
+# With one attempt allowed, the failing run would fail the job; with three,
+# queue it again.
+@pytest.mark.parametrize("max_attempts", [1, 3])
+def test_a_run_that_fails_after_losing_its_job_neither_requeues_nor_fails_it(
+    cast, gate, settings, caplog, max_attempts
+):
+    settings.JOB_MAX_ATTEMPTS = max_attempts
+    slow = gate("first-run", fail=True)
+    queued = queue_conversation(cast)
+    first = run_in_thread("first-run")
+    slow.wait_for("first-run")
+    expire_lease(queued["job_id"])
+    assert services.run_next_job() is True
+    done = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert (done["status"], done["attempts"]) == ("done", 2)
+
+    with caplog.at_level(logging.INFO, logger="memories"):
+        slow.let_go("first-run")  # the embedder fails the run that lost the job
+        first.join(30)
+
+    assert services.job_status(user_id=cast.alice.id, job_id=queued["job_id"]) == done
+    assert services.run_next_job() is False  # not queued again
+    assert len(services.list_memories(user_id=cast.alice.id)) == 2
+    assert len(lost_lines(caplog)) == 1
+
+
+def test_the_heartbeat_extends_a_job_in_hand_only_while_its_run_has_it(cast, gate, settings):
+    slow = gate("first-run")
+    queued = queue_conversation(cast)
+    first = run_in_thread("first-run")
+    slow.wait_for("first-run")
+    taken_until = job_row(queued["job_id"]).lease_until
+    assert taken_until is not None
+
+    settings.JOB_LEASE_SECONDS = 3600
+    assert queue.extend_leases() == 1
+
+    extended = job_row(queued["job_id"]).lease_until
+    assert extended is not None and (extended - taken_until).total_seconds() > 3000
+    expire_lease(queued["job_id"])
+    services.run_next_job()  # taken over
+    # The first run is still in hand, but the job is no longer its own.
+    assert queue.extend_leases() == 0
+    assert job_row(queued["job_id"]).lease_until is None
+    slow.let_go("first-run")
+    first.join(30)
+
+
+def test_a_slow_job_keeps_its_worker_past_its_lease(cast, gate, settings):
+    settings.JOB_LEASE_SECONDS = 1
+    settings.JOB_POLL_SECONDS = 0.1
+    slow = gate("job-worker-1")
+    queued = queue_conversation(cast)
+
+    running = jobs.Workers(threads=1, maintenance=False).start()
+    try:
+        slow.wait_for("job-worker-1")
+        time.sleep(2.5)  # over two leases, each extended by the heartbeat
+        assert services.run_next_job() is False  # nothing due: the job is still held
+        slow.let_go("job-worker-1")
+        deadline = time.monotonic() + 30
+        while job_row(queued["job_id"]).status != "done" and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        slow.let_go("job-worker-1")
+        running.stop()
+
+    status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert (status["status"], status["attempts"]) == ("done", 1)
