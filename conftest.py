@@ -19,6 +19,7 @@ import pytest
 from accounts import auth
 from accounts.models import Agent, ApiKey, User
 from core import tenancy
+from memories.embeddings.failures import outcomes
 
 
 @dataclass
@@ -52,6 +53,12 @@ def fresh_auth_cache() -> Iterator[None]:
     auth.reset()
     yield
     auth.reset()
+
+
+@pytest.fixture(autouse=True)
+def embedder_not_failing() -> None:
+    """Start every test with no failed embedding call on record (health_check reads it)."""
+    outcomes.succeeded()
 
 
 @dataclass

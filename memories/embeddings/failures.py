@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -22,17 +24,56 @@ from memories.embeddings.cache import QueryCache
 logger = logging.getLogger("memories.services")
 
 
+class Outcomes:
+    """How this process's embedding calls have gone lately, for ``health_check``.
+
+    A model that loaded can still fail every call (a provider down, a key
+    revoked); the latest outcome says so. Failing means the latest call
+    failed, within ``window`` seconds: a success, or a quiet spell, clears it.
+    """
+
+    def __init__(self, window: float = 300.0) -> None:
+        self.window = window
+        self._lock = threading.Lock()
+        self._failed_at: float | None = None
+
+    def succeeded(self) -> None:
+        with self._lock:
+            self._failed_at = None
+
+    def failed(self) -> None:
+        with self._lock:
+            self._failed_at = time.monotonic()
+
+    def failing_for(self) -> float | None:
+        """Seconds since the latest call failed, if it did within the window; else None."""
+        with self._lock:
+            failed_at = self._failed_at
+        if failed_at is None:
+            return None
+        ago = time.monotonic() - failed_at
+        return ago if ago <= self.window else None
+
+
+outcomes = Outcomes()
+
+
 @contextlib.contextmanager
 def unavailable_on_failure(embedder: Embedder) -> Iterator[None]:
     try:
         yield
+    except EmbeddingUnavailable:
+        outcomes.failed()
+        raise
     except RecallError:
         raise
     except Exception:
+        outcomes.failed()
         logger.exception("embedding failed", extra={"model": embedder.model_id})
         raise EmbeddingUnavailable(
             "The embedding model could not process this request. Try again shortly."
         ) from None
+    outcomes.succeeded()
 
 
 def embed_texts(embedder: Embedder, texts: list[str]) -> list[np.ndarray]:

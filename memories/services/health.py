@@ -15,6 +15,7 @@ from core.logging import describe_exception
 from core.timestamps import iso
 from memories import embeddings, results, validation
 from memories.embeddings import cache as query_cache
+from memories.embeddings.failures import outcomes
 from memories.models import (
     Job,
     JobStatus,
@@ -22,7 +23,14 @@ from memories.models import (
     MemoryHistory,
 )
 from memories.services.queue import queue_depth
-from memories.services.shapes import CacheStats, DatabaseHealth, Health, Optimized, QueueDepth
+from memories.services.shapes import (
+    CacheStats,
+    DatabaseHealth,
+    EmbedderHealth,
+    Health,
+    Optimized,
+    QueueDepth,
+)
 
 logger = logging.getLogger("memories.services")
 
@@ -234,11 +242,21 @@ def health(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None)
     scope = query_cache.scope(user_id, agent_id)
     stats = cached.stats(scope)
     redis = _redis_health()
-    ok = database["ok"] and embedder.is_loaded and redis is not False
+    model: EmbedderHealth = {"ok": embedder.is_loaded, "model": embedder.model_id}
+    failing = outcomes.failing_for()
+    if failing is not None:
+        model = {
+            **model,
+            "ok": False,
+            "error": f"the latest embedding call failed {failing:.0f} s ago",
+        }
+    elif not embedder.is_loaded:
+        model = {**model, "error": "the model is not loaded"}
+    ok = database["ok"] and model["ok"] and redis is not False
     return {
         "status": "ok" if ok else "degraded",
         "database": database,
-        "embedder": {"ok": embedder.is_loaded, "model": embedder.model_id},
+        "embedder": model,
         "queue": queue,
         "redis": redis,
         "cache": {

@@ -212,6 +212,7 @@ class DatabaseHealth(TypedDict, total=False):
 class EmbedderHealth(TypedDict):
     ok: bool
     model: str
+    error: NotRequired[str]  # why not ok: not loaded, or the latest call failed
 
 
 class CacheHealth(TypedDict):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from django.utils import timezone
 
 from accounts.tiers import Tier
 from billing import services as billing_services
 from billing.usage import Event
+from core.errors import EmbeddingUnavailable
 from memories import embeddings, services
 
 
@@ -75,6 +77,34 @@ def test_health_reports_each_part_and_no_secrets(cast, settings):
     text = str(health)
     assert settings.SECRET_KEY not in text
     assert settings.API_KEY_SECRET not in text
+
+
+def test_health_says_so_while_the_embedder_fails_and_recovers_with_it(cast, monkeypatch):
+    # Loaded is not working: a provider that fails every call (down, a key revoked)
+    # left health_check saying ok.
+    embedder = embeddings.get_embedder()
+    embedder.load()
+    real = embedder.embed_one
+
+    def broken(text):
+        raise RuntimeError("provider down")
+
+    monkeypatch.setattr(embedder, "embed_one", broken)
+    with pytest.raises(EmbeddingUnavailable):
+        services.remember(user_id=cast.alice.id, tier="pro", content="Will not be stored")
+
+    failing = services.health(user_id=cast.alice.id)
+    assert failing["status"] == "degraded"
+    assert failing["embedder"]["ok"] is False
+    assert "latest embedding call failed" in failing["embedder"]["error"]
+
+    monkeypatch.setattr(embedder, "embed_one", real)
+    services.remember(user_id=cast.alice.id, tier="pro", content="Stored once it works")
+
+    assert services.health(user_id=cast.alice.id)["embedder"] == {
+        "ok": True,
+        "model": embedder.model_id,
+    }
 
 
 def test_optimize_cache_reports_what_it_did(cast):
