@@ -89,6 +89,10 @@ class BillingAccount(models.Model):
     # The signed timestamp of the newest MCPize delivery applied: MCPize, like
     # Stripe, may deliver late, and an older delivery is stale.
     mcpize_event_created = models.DateTimeField(null=True, blank=True)
+    # The tier MCPize last billed the user for. A Stripe subscription may bill
+    # them too: the user's tier is the higher of the two, so neither source's
+    # event lowers a tier the other is paid for.
+    mcpize_tier = models.CharField(max_length=16, blank=True, default="")
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(auto_now=True)
 

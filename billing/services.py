@@ -241,20 +241,13 @@ def sync_tier(*, user_id: uuid.UUID | str) -> str | None:
     """Set the user's tier from their Stripe subscriptions (operator path). Return the new tier.
 
     Leaves the tier alone for a user with no subscriptions (an operator may
-    have set it), and while any live subscription has an unmapped price.
+    have set it), and while any live subscription has an unmapped price. A
+    tier MCPize bills the user for stands beside it: the higher of the two.
     """
-    subscriptions = list(Subscription.objects.filter(user_id=user_id))
-    if not subscriptions:
+    billed = _stripe_tier(user_id)
+    if billed is None:
         return None
-    best = tiers.Tier.FREE.value
-    for sub in subscriptions:
-        if sub.status not in GRANTING:
-            continue
-        tier = tier_for_price(sub.price_id)
-        if tier is None:
-            return None
-        if tiers.rank(tier) > tiers.rank(best):
-            best = tier
+    best = _higher(billed, _mcpize_tier(user_id))
     user = accounts_services.get_user(user_id=user_id)
     if user is not None and not tiers.is_billable(user.tier):
         _leave_operator_grant(user, source="stripe", billed=best)
@@ -265,6 +258,35 @@ def sync_tier(*, user_id: uuid.UUID | str) -> str | None:
             "tier changed by stripe", extra={"user_id": str(user_id), "from": user.tier, "to": best}
         )
     return best
+
+
+def _stripe_tier(user_id: uuid.UUID | str) -> str | None:
+    """The tier the user's Stripe subscriptions grant: None with none, or while a live one
+    has a price STRIPE_PRICE_TO_TIER does not map."""
+    subscriptions = list(Subscription.objects.filter(user_id=user_id))
+    if not subscriptions:
+        return None
+    best = tiers.Tier.FREE.value
+    for sub in subscriptions:
+        if sub.status not in GRANTING:
+            continue
+        tier = tier_for_price(sub.price_id)
+        if tier is None:
+            return None
+        best = _higher(best, tier)
+    return best
+
+
+def _mcpize_tier(user_id: uuid.UUID | str) -> str | None:
+    """The tier MCPize last said it bills the user for, if it ever did."""
+    billed = (
+        BillingAccount.objects.filter(user_id=user_id).values_list("mcpize_tier", flat=True).first()
+    )
+    return billed or None
+
+
+def _higher(tier: str, other: str | None) -> str:
+    return other if other is not None and tiers.rank(other) > tiers.rank(tier) else tier
 
 
 def _price_ids(sub: dict[str, Any]) -> list[str]:
@@ -340,28 +362,39 @@ def apply_mcpize_tier(
             for key in delivery_keys
         ):
             return "duplicate"
-        if signed_at is not None:
-            _lock(f"mcpize-user:{uid}")
-            account, _ = BillingAccount.objects.get_or_create(user=user)
-            newest = account.mcpize_event_created
-            if newest is not None and signed_at < newest:
-                logger.info(
-                    "stale mcpize delivery ignored",
-                    extra={
-                        "user_id": str(uid),
-                        "signed_at": signed_at.isoformat(),
-                        "applied": newest.isoformat(),
-                    },
-                )
-                return "stale"
-            account.mcpize_event_created = signed_at
-            account.save(update_fields=["mcpize_event_created", "updated_at"])
+        if not _record_mcpize(user, tier, signed_at):
+            return "stale"
+        # A Stripe subscription the user also pays for stands beside it.
+        best = _higher(tier, _stripe_tier(uid))
         if not tiers.is_billable(user.tier):
-            _leave_operator_grant(user, source="mcpize", billed=tier)
+            _leave_operator_grant(user, source="mcpize", billed=best)
             return "applied"
-        accounts_services.set_user_tier(user_id=uid, tier=tier)
-    logger.info("tier changed by mcpize", extra={"user_id": str(uid), "to": tier})
+        accounts_services.set_user_tier(user_id=uid, tier=best)
+    logger.info("tier changed by mcpize", extra={"user_id": str(uid), "to": best})
     return "applied"
+
+
+def _record_mcpize(user: User, tier: str, signed_at: datetime | None) -> bool:
+    """Record the tier MCPize bills ``user`` for; False, recording nothing, for a delivery
+    signed before the newest one recorded (stale)."""
+    _lock(f"mcpize-user:{user.id}")
+    account, _ = BillingAccount.objects.get_or_create(user=user)
+    newest = account.mcpize_event_created
+    if signed_at is not None and newest is not None and signed_at < newest:
+        logger.info(
+            "stale mcpize delivery ignored",
+            extra={
+                "user_id": str(user.id),
+                "signed_at": signed_at.isoformat(),
+                "applied": newest.isoformat(),
+            },
+        )
+        return False
+    account.mcpize_tier = tier
+    if signed_at is not None:
+        account.mcpize_event_created = signed_at
+    account.save(update_fields=["mcpize_tier", "mcpize_event_created", "updated_at"])
+    return True
 
 
 def _leave_operator_grant(user: User, *, source: str, billed: str) -> None:

@@ -1,0 +1,67 @@
+"""A user billed through both Stripe and MCPize: the tier is the higher of the two.
+
+Each source's events describe only what that source bills. A cancelled
+Stripe subscription arriving after an MCPize upgrade used to set the user to
+free, and an MCPize "free" lowered a user still paying through Stripe.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from accounts.models import User
+from billing.tests.stripe_events import PRICES, checkout_completed, deliver, subscription
+from billing.tests.stripe_events import SECRET as STRIPE_SECRET
+from billing.tests.test_mcpize_webhook import SECRET as MCPIZE_SECRET
+from billing.tests.test_mcpize_webhook import post as mcpize
+
+
+@pytest.fixture(autouse=True)
+def both_sources(settings):
+    settings.STRIPE_WEBHOOK_SECRET = STRIPE_SECRET
+    settings.STRIPE_PRICE_TO_TIER = PRICES
+    settings.MCPIZE_BILLING_WEBHOOK_SECRET = MCPIZE_SECRET
+
+
+def tier_of(user: User) -> str:
+    return User.objects.get(id=user.id).tier
+
+
+def test_a_late_stripe_cancellation_keeps_the_tier_mcpize_bills(cast, client):
+    now = int(time.time())
+    deliver(client, checkout_completed(client_reference_id=str(cast.alice.id)))
+    deliver(client, subscription(price="price_pro", created=now - 20))
+    deliver(
+        client, subscription("customer.subscription.deleted", status="canceled", created=now - 10)
+    )
+    assert mcpize(client, {"userId": str(cast.alice.id), "tier": "team"}).status_code == 200
+
+    late = deliver(
+        client,
+        subscription("customer.subscription.updated", status="canceled", created=now),
+    )
+
+    assert json.loads(late.content)["outcome"] == "applied"
+    assert tier_of(cast.alice) == "team"
+
+
+def test_mcpize_going_free_keeps_the_tier_stripe_still_bills(cast, client):
+    deliver(client, checkout_completed(client_reference_id=str(cast.alice.id)))
+    deliver(client, subscription(price="price_pro"))
+    mcpize(client, {"userId": str(cast.alice.id), "tier": "team"})
+    assert tier_of(cast.alice) == "team"
+
+    mcpize(client, {"userId": str(cast.alice.id), "tier": "free"})
+
+    assert tier_of(cast.alice) == "pro"
+
+
+def test_with_one_source_each_sets_the_tier_as_before(cast, client):
+    mcpize(client, {"userId": str(cast.alice.id), "tier": "starter"})
+    mcpize(client, {"userId": str(cast.charlie.id), "tier": "team"})
+    mcpize(client, {"userId": str(cast.charlie.id), "tier": "free"})
+
+    assert (tier_of(cast.alice), tier_of(cast.charlie)) == ("starter", "free")
