@@ -33,10 +33,12 @@ default allows only localhost), POST only, bearer credential: an API key
 where the endpoint takes keys, else an OAuth access token for this very
 endpoint (401 with a challenge naming the endpoint's metadata; 503 with
 ``Retry-After`` when the database cannot say), JSON content type (415), body
-size (413), one well-formed JSON-RPC message (400, ``recall/jsonrpc.py``), and
-for ``tools/call`` the key's rate-limit admission (``accounts/admission.py``:
-429 with ``Retry-After``, recorded as a ``rate_limited`` usage event; the tool
-never runs). Every refusal, the SDK's included, is a JSON-RPC error body.
+size (413), one well-formed JSON-RPC message (400, ``recall/jsonrpc.py``), an
+``MCP-Protocol-Version`` the server speaks (400), and for a ``tools/call``
+request (a notification runs no tool) the key's rate-limit admission
+(``accounts/admission.py``: 429 with ``Retry-After``, recorded as a
+``rate_limited`` usage event; the tool never runs). Every refusal, the SDK's
+included, is a JSON-RPC error body.
 """
 
 from __future__ import annotations
@@ -355,10 +357,12 @@ async def receive_message(
         await send_json(respond, 413, refusal("validation_failed", "Request body too large."))
         return None
     try:
-        return body, jsonrpc.parse(body)
+        parsed = jsonrpc.parse(body)
+        jsonrpc.check_version(header(scope, b"mcp-protocol-version"), parsed)
     except jsonrpc.Invalid as invalid:
         await send_json(respond, 400, invalid.body())
         return None
+    return body, parsed
 
 
 # helpers ---------------------------------------------------------------------------
@@ -526,11 +530,12 @@ def replay(body: bytes) -> Receive:
 
 
 def tool_called(message: dict[str, Any]) -> tuple[str | None, Any]:
-    """Return the tool a JSON-RPC ``tools/call`` names and the call's id.
+    """Return the tool a JSON-RPC ``tools/call`` request names and the call's id.
 
-    Other messages give (None, None) and are left to the SDK to answer.
+    Other messages give (None, None) and are left to the SDK to answer: a
+    notification named ``tools/call`` too, which runs nothing.
     """
-    if message.get("method") != "tools/call":
+    if message.get("method") != "tools/call" or "id" not in message:
         return None, None
     params = message.get("params") or {}
     name = params.get("name")

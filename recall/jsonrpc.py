@@ -1,9 +1,11 @@
 """JSON-RPC envelopes at /mcp: what the gate accepts, and every refusal's body.
 
 The gate parses each body once (``parse``) and refuses, in its own words,
-anything that is not a single JSON-RPC 2.0 message (``problem``): the SDK's
-own refusals quote pydantic's validation dump (union member names, the
-echoed input, the pydantic version and a URL). ``Clean`` rewrites whatever
+anything that is not a single JSON-RPC 2.0 message, and a 2025-era request
+under a protocol version header this server does not speak (``check_version``):
+the SDK's own refusals quote pydantic's validation dump (union member names,
+the echoed input, the pydantic version and a URL), and word an unknown header
+as a missing 2026-era ``params._meta`` envelope. ``Clean`` rewrites whatever
 error the SDK still answers with (a wrong ``Accept``, a string pydantic-core
 refuses that Python's parser takes) into the same shape, so no library text
 and no plain-text body ever reaches a client. A 406 or 415 gets one message
@@ -16,6 +18,9 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from mcp_types import PROTOCOL_VERSION_META_KEY
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
 from core import errors, safejson
 
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
@@ -23,6 +28,9 @@ Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
+# MCP's code (2026-07-28) for a protocol version the server does not speak;
+# its data names the versions it does, which clients retry with.
+UNSUPPORTED_PROTOCOL_VERSION = -32022
 # Refusals by the gate, outside the SDK's own codes.
 RPC_UNAUTHORIZED = -32050
 RPC_RATE_LIMITED = -32051
@@ -33,27 +41,42 @@ RPC_UNAVAILABLE = -32053
 class Invalid(Exception):
     """A body the gate refuses with 400: a JSON-RPC code and a message for the caller."""
 
-    def __init__(self, message: str, *, rpc_code: int = INVALID_REQUEST, call_id: Any = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        rpc_code: int = INVALID_REQUEST,
+        call_id: Any = None,
+        data: Mapping[str, Any] | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.rpc_code = rpc_code
         self.call_id = call_id
+        self.data = data
 
     def body(self) -> dict[str, Any]:
-        return refusal("validation_failed", self.message, self.call_id, self.rpc_code)
+        return refusal("validation_failed", self.message, self.call_id, self.rpc_code, self.data)
 
 
 def refusal(
-    code: str, message: str, call_id: Any = None, rpc_code: int = RPC_REFUSED
+    code: str,
+    message: str,
+    call_id: Any = None,
+    rpc_code: int = RPC_REFUSED,
+    data: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A JSON-RPC error body, so MCP clients surface the message, carrying our error shape."""
+    """A JSON-RPC error body, so MCP clients surface the message, carrying our error shape.
+
+    ``data`` joins our shape in the error's data: keys a protocol defines there.
+    """
     return {
         "jsonrpc": "2.0",
         "id": call_id,
         "error": {
             "code": rpc_code,
             "message": message,
-            "data": errors.body(code, message),
+            "data": {**errors.body(code, message), **(data or {})},
         },
     }
 
@@ -72,27 +95,93 @@ def parse(body: bytes) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise Invalid("The body must be a JSON-RPC 2.0 message: a JSON object.")
     call_id = message.get("id")
-    if not _valid_id(call_id):
+    if call_id is not None and not _valid_id(call_id):
         raise Invalid("id must be a string or an integer.")
     if message.get("jsonrpc") != "2.0":
         raise Invalid('jsonrpc must be "2.0".', call_id=call_id)
     if "method" in message:
-        if not isinstance(message["method"], str) or not message["method"]:
-            raise Invalid("method must be a non-empty string.", call_id=call_id)
-        if "params" in message and not isinstance(message["params"], dict):
-            raise Invalid("params must be a JSON object.", rpc_code=INVALID_PARAMS, call_id=call_id)
-    elif "result" not in message and "error" not in message:
-        raise Invalid("A JSON-RPC request needs a method.", call_id=call_id)
+        _check_request(message, call_id)
+    else:
+        _check_response(message, call_id)
     return message
 
 
+def _check_request(message: dict[str, Any], call_id: Any) -> None:
+    if not isinstance(message["method"], str) or not message["method"]:
+        raise Invalid("method must be a non-empty string.", call_id=call_id)
+    # MCP: a request id MUST NOT be null. The SDK's 2025-era transport took
+    # one for a notification: 202, and the request never ran.
+    if "id" in message and call_id is None:
+        raise Invalid("id must be a string or an integer, not null (a notification has no id).")
+    if "params" in message and not isinstance(message["params"], dict):
+        raise Invalid("params must be a JSON object.", rpc_code=INVALID_PARAMS, call_id=call_id)
+
+
+def _check_response(message: dict[str, Any], call_id: Any) -> None:
+    """Refuse a response that is not one JSON-RPC 2.0 allows (section 5)."""
+    has_result, has_error = "result" in message, "error" in message
+    if not has_result and not has_error:
+        raise Invalid("A JSON-RPC request needs a method.", call_id=call_id)
+    if has_result and has_error:
+        raise Invalid("A JSON-RPC response has a result or an error, not both.", call_id=call_id)
+    # Only an error may answer a request whose id could not be read: with null.
+    if "id" not in message or (has_result and call_id is None):
+        raise Invalid("A JSON-RPC response needs the id of the request it answers.")
+    if has_result and not isinstance(message["result"], dict):
+        raise Invalid("result must be a JSON object.", call_id=call_id)
+    error = message.get("error")
+    if has_error and not (
+        isinstance(error, dict)
+        and _valid_code(error.get("code"))
+        and isinstance(error.get("message"), str)
+    ):
+        raise Invalid(
+            "error must be an object with an integer code and a string message.",
+            call_id=call_id,
+        )
+
+
 def _valid_id(value: object) -> bool:
-    return value is None or (isinstance(value, str | int) and not isinstance(value, bool))
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
+def _valid_code(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def call_id(message: dict[str, Any]) -> Any:
     value = message.get("id")
     return value if _valid_id(value) else None
+
+
+# Every version the SDK serves: the initialize handshake's, then the 2026-era ones.
+SUPPORTED_VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
+
+
+def check_version(header: str | None, message: dict[str, Any]) -> None:
+    """Refuse a 2025-era request whose ``MCP-Protocol-Version`` header is not a version we speak.
+
+    The SDK hands an unknown header to its 2026-era entry, whose refusal says
+    ``params._meta`` lacks the 2026-era envelope: true, and no help to a client
+    that never sends one. A request carrying that envelope (the SDK words
+    this case itself), a notification and a response are left to the SDK.
+    """
+    if header is None or header in SUPPORTED_VERSIONS:
+        return
+    if "method" not in message or "id" not in message:
+        return
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
+        return
+    # The header's value stays out of the message: it is the client's text.
+    raise Invalid(
+        "Unsupported protocol version in the MCP-Protocol-Version header: "
+        f"this server supports {', '.join(SUPPORTED_VERSIONS)}.",
+        rpc_code=UNSUPPORTED_PROTOCOL_VERSION,
+        call_id=message["id"],
+        data={"supported": list(SUPPORTED_VERSIONS), "requested": header},
+    )
 
 
 # One wording for each refusal of a request's media types, whichever layer
@@ -135,7 +224,8 @@ class Clean:
 
     Successful responses pass through untouched and unbuffered; an error
     response (status 400 and up) is small, so it is held until complete, then
-    sent as a JSON-RPC error body carrying ``{"error": {"code", "message"}}``.
+    sent as a JSON-RPC error body carrying ``{"error": {"code", "message"}}``
+    (with a -32022's ``supported`` and ``requested`` beside it).
     """
 
     def __init__(self, send: Send) -> None:
@@ -171,7 +261,8 @@ class Clean:
         elif isinstance(error, dict) and isinstance(error.get("code"), int):
             rpc_code = error["code"]
             text = clean_message(error.get("message"), rpc_code)
-            body = refusal("validation_failed", text, call_id(sent), rpc_code)
+            versions = _negotiation(rpc_code, error.get("data"))
+            body = refusal("validation_failed", text, call_id(sent), rpc_code, versions)
         else:
             text = _BY_STATUS.get(status, "Request refused.")
             body = refusal("validation_failed", text, None, INVALID_REQUEST)
@@ -192,3 +283,15 @@ class Clean:
             }
         )
         await self.send({"type": "http.response.body", "body": payload})
+
+
+def _negotiation(rpc_code: int, data: object) -> dict[str, Any] | None:
+    """The versions an SDK refusal names, which clients read to retry at one both speak."""
+    if rpc_code != UNSUPPORTED_PROTOCOL_VERSION or not isinstance(data, dict):
+        return None
+    supported, requested = data.get("supported"), data.get("requested")
+    if not isinstance(requested, str) or not isinstance(supported, list):
+        return None
+    if not all(isinstance(version, str) for version in supported):
+        return None
+    return {"supported": supported, "requested": requested}

@@ -4,8 +4,8 @@ uvicorn times out idle keep-alive connections, but not a client that sends
 its request slowly: fifty connections dribbling a byte a second stayed open
 for as long as they liked. Here each request, headers and body, must arrive
 within ``REQUEST_TIMEOUT_SECONDS`` of its first byte (or of the connection
-opening). Past that the client gets a 408 in our JSON error shape, unless a
-response has already begun, and the connection is closed.
+opening). Past that the client gets a 408 in our JSON error shape, unless the
+response to that request has already begun, and the connection is closed.
 
 Every accepted TCP connection also gets ``TCP_NODELAY``. asyncio sets it
 itself only on sockets whose ``proto`` is ``IPPROTO_TCP``; with ``--workers``
@@ -80,7 +80,9 @@ class TimedH11Protocol(H11Protocol):
         if self.transport.is_closing():
             return
         self.logger.info("request timed out: closing a slow connection")
-        if self.cycle is None or not self.cycle.response_started:
+        # On a kept-alive connection, the cycle is the last request's, answered.
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or not cycle.response_started:
             self.transport.write(TIMEOUT_RESPONSE)
         self.transport.close()
 

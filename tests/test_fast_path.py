@@ -451,6 +451,29 @@ def test_protocol_requests_and_malformed_calls_answer_the_same_on_both_paths(
             compare(paths, path, lambda body=body: body, sent, caller, f"{path} no version")
 
 
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_a_cursor_the_server_never_issued_is_refused_on_both_paths(paths, cast, agents, generation):
+    # Every tool comes in one page, so no cursor is ever valid: MCP says an
+    # invalid cursor SHOULD get -32602, not the first page again.
+    for path, endpoint in paths.endpoints.items():
+        caller = caller_for(cast, agents, path, endpoint.api_keys)
+        for cursor in ("next", "", 5):
+            body = envelope("tools/list", {"cursor": cursor}, generation, "list-1")
+            what = f"{path} cursor={cursor!r} ({generation})"
+            answer = compare(
+                paths, path, lambda body=body: body, bare(generation, body), caller, what
+            )
+            reply = json.loads(answer.body)
+            assert reply["id"] == "list-1", what
+            assert reply["error"]["code"] == -32602, what
+            assert "cursor" in reply["error"]["message"], what
+        body = envelope("tools/list", {"cursor": None}, generation)
+        what = f"{path} null cursor ({generation})"
+        answer = compare(paths, path, lambda body=body: body, bare(generation, body), caller, what)
+        assert json.loads(answer.body)["result"]["tools"], what
+    assert paths.left == []
+
+
 # Every error code --------------------------------------------------------------------
 
 

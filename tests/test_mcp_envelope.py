@@ -10,10 +10,13 @@ import json
 
 import httpx2
 import pytest
+from mcp_types import UnsupportedProtocolVersionErrorData
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from core import tenancy
 from memories.models import Memory
 from tests.conftest import usage_events
+from tests.fuzz import GENERATIONS, LEGACY, MODERN, envelope, headers
 
 pytestmark = pytest.mark.slow
 
@@ -142,3 +145,118 @@ def test_a_string_python_parses_but_the_sdk_does_not_gets_our_parse_error(live, 
     error = refusal(response)
     assert error["code"] == -32700
     assert "line 1 column" not in error["message"]
+
+
+@pytest.mark.parametrize("method", ["tools/call", "tools/list", "ping"])
+def test_a_request_with_a_null_id_is_refused_and_runs_nothing(live, cast, method):
+    # MCP request ids MUST NOT be null; a 2025-era server took this for a
+    # notification: 202, the call metered as a success, and nothing run.
+    params = {"name": "remember", "arguments": {"content": "null id"}}
+    for generation in GENERATIONS:
+        body = {
+            **envelope(method, params if method == "tools/call" else {}, generation),
+            "id": None,
+        }
+        sent = headers(cast.alice_key.raw, generation, body)
+        response = post(live, cast.alice_key.raw, json.dumps(body).encode(), **sent)
+
+        assert response.status_code == 400, generation
+        assert response.json()["id"] is None
+        error = refusal(response)
+        assert error["code"] == -32600
+        assert error["data"]["error"]["code"] == "validation_failed"
+    with tenancy.operator():
+        assert not Memory.objects.exists()
+    assert usage_events(timeout=0.5) == []
+
+
+MALFORMED_RESPONSES = {
+    "result without an id": {"jsonrpc": "2.0", "result": {}},
+    "result with a null id": {"jsonrpc": "2.0", "id": None, "result": {}},
+    "result not an object": {"jsonrpc": "2.0", "id": 1, "result": 5},
+    "error a string": {"jsonrpc": "2.0", "id": 1, "error": "x"},
+    "error code a string": {"jsonrpc": "2.0", "id": 1, "error": {"code": "x", "message": "m"}},
+    "error code a boolean": {"jsonrpc": "2.0", "id": 1, "error": {"code": True, "message": "m"}},
+    "error without a message": {"jsonrpc": "2.0", "id": 1, "error": {"code": -32600}},
+    "both result and error": {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {},
+        "error": {"code": -32600, "message": "m"},
+    },
+}
+WELL_FORMED_RESPONSES = {
+    "result": {"jsonrpc": "2.0", "id": 1, "result": {}},
+    "error": {"jsonrpc": "2.0", "id": "a", "error": {"code": -32601, "message": "No."}},
+    "error with a null id": {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32700, "message": "Parse error"},
+    },
+}
+
+
+def test_a_response_needs_an_id_and_exactly_one_of_result_or_error(live, cast):
+    for label, body in MALFORMED_RESPONSES.items():
+        response = post(live, cast.alice_key.raw, json.dumps(body).encode())
+
+        assert response.status_code == 400, label
+        error = refusal(response)
+        assert error["code"] == -32600, label
+        assert error["message"] != "Invalid request parameters.", label
+        assert error["data"]["error"]["code"] == "validation_failed", label
+    for label, body in WELL_FORMED_RESPONSES.items():
+        response = post(live, cast.alice_key.raw, json.dumps(body).encode())
+
+        assert response.status_code == 202, label
+
+
+def test_an_unsupported_envelope_version_keeps_the_versions_clients_negotiate_with(live, cast):
+    body = envelope("tools/list", {}, MODERN)
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = "2027-01-01"
+    sent = {**headers(cast.alice_key.raw, MODERN, body), "MCP-Protocol-Version": "2027-01-01"}
+    response = post(live, cast.alice_key.raw, json.dumps(body).encode(), **sent)
+
+    assert response.status_code == 400
+    error = refusal(response)
+    assert error["code"] == -32022
+    assert error["data"]["error"]["code"] == "validation_failed"
+    # What the SDK's own client reads to retry at a version both sides speak.
+    data = UnsupportedProtocolVersionErrorData.model_validate(error["data"])
+    assert (data.supported, data.requested) == (list(MODERN_PROTOCOL_VERSIONS), "2027-01-01")
+
+
+@pytest.mark.parametrize("version", ["2025-11-26", "1999-01-01", ""])
+def test_an_unsupported_version_header_is_named_in_the_refusal(live, cast, version):
+    initialize = {
+        "protocolVersion": LEGACY,
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    }
+    supported = [*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS]
+    for method, params in (("ping", None), ("initialize", initialize)):
+        body: dict = {"jsonrpc": "2.0", "id": 7, "method": method}
+        if params is not None:
+            body["params"] = params
+        sent = {"MCP-Protocol-Version": version}
+        response = post(live, cast.alice_key.raw, json.dumps(body).encode(), **sent)
+
+        assert response.status_code == 400, method
+        assert response.json()["id"] == 7
+        error = refusal(response)
+        assert error["code"] == -32022
+        assert error["message"].startswith(
+            "Unsupported protocol version in the MCP-Protocol-Version"
+        )
+        assert "_meta" not in error["message"]
+        assert all(known in error["message"] for known in supported)
+        data = UnsupportedProtocolVersionErrorData.model_validate(error["data"])
+        assert (data.supported, data.requested) == (supported, version)
+
+    # A 2026-era envelope under the same header is the SDK's to answer.
+    body = envelope("tools/list", {}, MODERN)
+    sent = {**headers(cast.alice_key.raw, MODERN, body), "MCP-Protocol-Version": version}
+    response = post(live, cast.alice_key.raw, json.dumps(body).encode(), **sent)
+
+    assert response.status_code == 400
+    assert refusal(response)["code"] == -32020  # the header and the envelope disagree

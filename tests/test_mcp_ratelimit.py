@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import math
 
+import httpx2
 import pytest
 
 from core import tenancy
 from memories.models import Memory
 from tests.clients import raw_call
 from tests.conftest import usage_events
+from tests.fuzz import GENERATIONS, envelope, headers
 from tests.support import LiveServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -125,3 +128,36 @@ def test_retry_after_is_whole_seconds_rounded_up(cast):
     seconds = int(refused.headers["retry-after"])
     assert seconds == math.ceil(seconds)
     assert 3590 <= seconds <= 3600
+
+
+@pytest.mark.parametrize("fast_path", ["true", "false"], ids=["fast path", "sdk path"])
+def test_a_tool_call_sent_as_a_notification_spends_no_token_and_runs_nothing(cast, fast_path):
+    # Ten of these once used up a free key's minute, each metered as a
+    # successful call and logged as one, while no tool ran.
+    key = cast.alice_key.raw
+    with LiveServer(env={"RATE_LIMIT_FREE": "2/min", "MCP_FAST_PATH": fast_path}) as server:
+        for generation in GENERATIONS:
+            for n in range(3):
+                params = {"name": "remember", "arguments": {"content": f"notified {n}"}}
+                body = envelope("tools/call", params, generation)
+                del body["id"]
+                sent = headers(key, generation, body)
+                notified = httpx2.post(server.mcp_url, headers=sent, json=body, timeout=30)
+                assert notified.status_code == 202, generation
+        answers = [remember(server, key, n).status_code for n in range(3)]
+    logs = server.logs()
+
+    assert answers == [200, 200, 429]
+    with tenancy.operator():
+        assert sorted(Memory.objects.values_list("content", flat=True)) == ["memory 0", "memory 1"]
+    events = usage_events(3)
+    assert [(e.tool_name, e.success) for e in events] == [
+        ("remember", True),
+        ("remember", True),
+        ("remember", False),
+    ]
+    lines = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
+    assert [line["event"] for line in lines if line["event"].startswith("tool call")] == [
+        "tool call started",
+        "tool call finished",
+    ] * 2

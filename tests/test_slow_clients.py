@@ -102,3 +102,23 @@ def test_slow_clients_do_not_hold_up_others_and_all_get_closed(server, cast):
     assert fast.status_code == 200
     assert len(answers) == 20
     assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers)
+
+
+def test_a_slow_second_request_on_a_kept_alive_connection_gets_408(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT + 5) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        first = b""
+        while not first.endswith(b'{"status": "ok"}'):
+            chunk = sock.recv(4096)
+            assert chunk, first
+            first += chunk
+        assert first.startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and no more
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert b'"code": "request_timeout"' in answer
+    assert time.monotonic() - started < TIMEOUT + 3

@@ -5,7 +5,11 @@ Middleware, outermost first:
 * ``contain_failures``: no exception text ever reaches a client. The SDK's
   2025-era dispatcher would otherwise send an exception's message as the
   JSON-RPC error.
-* ``observe_tool_calls``: for ``tools/call`` only. Rewrites argument
+* ``refuse_cursors``: ``tools/list`` returns every tool in one page, so a
+  cursor, never issued, is invalid: -32602, as MCP's pagination says.
+* ``observe_tool_calls``: for ``tools/call`` requests only (the SDK runs
+  middleware for notifications too, and one named ``tools/call`` runs no
+  tool, so it is neither logged nor metered). Rewrites argument
   validation failures into a clean ``validation_failed`` result worded by
   ``core/wording.py`` (the SDK's default quotes pydantic's message, input
   values included), logs entry and
@@ -33,14 +37,14 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, CallToolResult, ToolAnnotations
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, ToolAnnotations
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
 from accounts import auth
 from billing import usage
-from core import context, process, wording
+from core import context, errors, process, wording
 from core.errors import RecallError, ValidationFailed
 from core.logging import describe_exception, fingerprint
 from memories.mcp import agent_tools, runtime, tools, v1_tools
@@ -124,7 +128,7 @@ def _server(
     async def observe_tool_calls(
         ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
-        if ctx.method != "tools/call":
+        if ctx.method != "tools/call" or ctx.request_id is None:
             return await call_next(ctx)
         params = ctx.params or {}
         name = params.get("name")
@@ -177,7 +181,7 @@ def _server(
         version=process.version(),
         instructions=instructions,
         tools=built,
-        middleware=[contain_failures, observe_tool_calls],
+        middleware=[contain_failures, refuse_cursors, observe_tool_calls],
         # MCPServer configures the root logger at this level if nothing else
         # has; Django's LOGGING normally has by now.
         log_level="WARNING",
@@ -238,6 +242,26 @@ async def contain_failures(
     except Exception as exc:
         logger.error("request failed", extra={"method": ctx.method, **describe_exception(exc)})
         raise MCPError(code=INTERNAL_ERROR, message="Internal server error") from None
+
+
+INVALID_CURSOR = "Invalid cursor: every tool is listed in one page, so there is none to send."
+
+
+async def refuse_cursors(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    # The SDK would ignore it and send the first page again. Its own client
+    # reads -32602 on a continuation page as "the listing changed".
+    params = ctx.params or {}
+    if (
+        ctx.method == "tools/list"
+        and ctx.request_id is not None
+        and params.get("cursor") is not None
+    ):
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=INVALID_CURSOR,
+            data=errors.body("validation_failed", INVALID_CURSOR),
+        )
+    return await call_next(ctx)
 
 
 # The arguments observe_tool_calls has just checked, and what the check made of them.
