@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -30,6 +31,22 @@ class Event:
     agent_id: uuid.UUID | None = None
     occurred_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     event_id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+@dataclass
+class Metered:
+    """Whether the usage event of the tool call in hand was recorded.
+
+    The HTTP gate takes a rate-limit token before the SDK reads the call, and
+    the SDK can refuse it (a malformed ``_meta``, a 2026-era call without its
+    envelope) before the middleware that records the event runs. The gate
+    then records the refusal itself, so the call still leaves exactly one.
+    """
+
+    recorded: bool = False
+
+
+metered: ContextVar[Metered | None] = ContextVar("recall_metered", default=None)
 
 
 class Recorder(Protocol):

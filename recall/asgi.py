@@ -49,6 +49,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,7 @@ from starlette.requests import HTTPConnection  # noqa: E402
 from accounts import admission, auth, keys  # noqa: E402
 from billing import usage  # noqa: E402
 from core import context, errors, outage  # noqa: E402
+from core import usage as core_usage  # noqa: E402
 from core.workers import is_worker  # noqa: E402
 from memories import embeddings, jobs  # noqa: E402
 from memories.mcp import build_agent_server, build_server, build_v1_server  # noqa: E402
@@ -273,6 +275,9 @@ class Recall:
 
         auth_token = auth.current.set(caller)
         rid_token = context.request_id.set(rid)
+        metering = core_usage.Metered()
+        metered_token = core_usage.metered.set(metering)
+        started = time.perf_counter()
         try:
             clean = jsonrpc.Clean(respond)
             answered = endpoint.fast is not None and await endpoint.fast.answer(
@@ -280,9 +285,30 @@ class Recall:
             )
             if not answered:
                 await endpoint.sessions.handle_request(scope, replay(body), clean)
+            if tool is not None and not metering.recorded:
+                # The SDK refused the call before the middleware that meters it.
+                refused_unmetered(caller, tool, rid, started)
         finally:
+            core_usage.metered.reset(metered_token)
             auth.current.reset(auth_token)
             context.request_id.reset(rid_token)
+
+
+def refused_unmetered(caller: auth.AuthContext, tool: str, rid: str, started: float) -> None:
+    """Record the usage event of a tools/call the SDK refused before the middleware that
+    meters every call it sees (a 2026-era call without its envelope)."""
+    usage.record(
+        usage.Event(
+            user_id=caller.user_id,
+            api_key_id=caller.api_key_id,
+            agent_id=caller.agent_id,
+            request_id=rid,
+            tool_name=tool[:64],
+            success=False,
+            error_code="validation_failed",
+            latency_ms=int((time.perf_counter() - started) * 1000),
+        )
+    )
 
 
 async def identify(endpoint: Endpoint, scope: Scope, respond: Send) -> auth.AuthContext | None:

@@ -13,7 +13,7 @@ from core import tenancy
 from memories.models import Memory
 from tests.clients import raw_call
 from tests.conftest import usage_events
-from tests.fuzz import GENERATIONS, envelope, headers
+from tests.fuzz import GENERATIONS, LEGACY, MODERN, envelope, headers
 from tests.support import LiveServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -161,3 +161,28 @@ def test_a_tool_call_sent_as_a_notification_spends_no_token_and_runs_nothing(cas
         "tool call started",
         "tool call finished",
     ] * 2
+
+
+@pytest.mark.parametrize("fast_path", ["true", "false"], ids=["fast path", "sdk path"])
+def test_a_call_the_protocol_layer_refuses_still_leaves_exactly_one_usage_event(cast, fast_path):
+    # The gate takes the token, then the SDK refuses the call before the
+    # middleware that meters it: a token spent, and no event, for these.
+    key = cast.alice_key.raw
+    legacy = envelope("tools/call", {"name": "memory_stats", "_meta": "x"}, LEGACY, "legacy")
+    modern = {  # a 2026-era call without its _meta envelope
+        "jsonrpc": "2.0",
+        "id": "modern",
+        "method": "tools/call",
+        "params": {"name": "memory_stats", "arguments": {}},
+    }
+    with LiveServer(env={"MCP_FAST_PATH": fast_path}) as server:
+        for body, generation in ((legacy, LEGACY), (modern, MODERN)):
+            sent = {**headers(key, generation, body), "X-Request-Id": f"refused-{body['id']}"}
+            answer = httpx2.post(server.mcp_url, headers=sent, json=body, timeout=30)
+            assert "error" in answer.json(), answer.text
+
+    events = usage_events(2)
+    assert sorted((e.request_id, e.tool_name, e.success, e.error_code) for e in events) == [
+        ("refused-legacy", "memory_stats", False, "validation_failed"),
+        ("refused-modern", "memory_stats", False, "validation_failed"),
+    ]

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ValidationError
 from accounts import auth
 from billing import usage
 from core import context, errors, process, wording
+from core import usage as core_usage
 from core.errors import RecallError, ValidationFailed
 from core.logging import describe_exception, fingerprint
 from memories.mcp import agent_tools, runtime, tools, v1_tools
@@ -149,6 +150,15 @@ def _server(
             logger.info("tool call started", extra=fields)
             started = time.perf_counter()
 
+            def finished(error_code: str | None) -> None:
+                elapsed_ms = int((time.perf_counter() - started) * 1000)
+                _record(name, error_code, elapsed_ms)
+                fields.update(
+                    elapsed_ms=elapsed_ms, success=error_code is None, error_code=error_code
+                )
+                level = _LOG_LEVELS.get(error_code or "", logging.INFO)
+                logger.log(level, "tool call finished", extra=fields)
+
             result: HandlerResult
             problem, checked = _check_arguments(tool, name, arguments, catalogue)
             if problem is not None:
@@ -159,15 +169,14 @@ def _server(
                 token = _checked.set((arguments if arguments is not None else {}, checked))
                 try:
                     result = await call_next(ctx)
+                except Exception as exc:
+                    # Refused by the SDK past this check (params it reads
+                    # itself, such as _meta), or failed: still one event.
+                    finished(_raised_code(exc))
+                    raise
                 finally:
                     _checked.reset(token)
-
-            elapsed_ms = int((time.perf_counter() - started) * 1000)
-            error_code = _error_code(result)
-            _record(name, error_code, elapsed_ms)
-            fields.update(elapsed_ms=elapsed_ms, success=error_code is None, error_code=error_code)
-            level = _LOG_LEVELS.get(error_code or "", logging.INFO)
-            logger.log(level, "tool call finished", extra=fields)
+            finished(_error_code(result))
             return result
         finally:
             if actor_token is not None:
@@ -396,6 +405,12 @@ def _error_code(result: HandlerResult) -> str | None:
     return "internal_error"
 
 
+def _raised_code(exc: Exception) -> str:
+    """The error code of a call the SDK answered with a JSON-RPC error instead of a result."""
+    refused = isinstance(exc, MCPError) and exc.code == INVALID_PARAMS
+    return "validation_failed" if refused or isinstance(exc, ValidationError) else "internal_error"
+
+
 def _record(name: object, error_code: str | None, elapsed_ms: int) -> None:
     caller = auth.current.get()
     if caller is None:
@@ -414,6 +429,9 @@ def _record(name: object, error_code: str | None, elapsed_ms: int) -> None:
     )
     if caller.api_key_id is not None:
         usage.get_recorder().touch_key(caller.api_key_id)
+    held = core_usage.metered.get()
+    if held is not None:
+        held.recorded = True
 
 
 def _log_fields(name: object, arguments: object) -> dict[str, Any]:
