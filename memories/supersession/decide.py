@@ -40,7 +40,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from memories.supersession.text import CACHED_CHARS, Reading, Value, contrast_conflict, read
+from memories.supersession.text import (
+    CACHED_CHARS,
+    STOP,
+    Reading,
+    Value,
+    contrast_conflict,
+    read,
+)
 
 Verdict = Literal["supersede", "keep", "duplicate"]
 
@@ -317,9 +324,53 @@ def _numbered(old: str, new: str, evidence: Evidence) -> str | None:
     return f"numbered items of a series ({'; '.join(pairs)})"
 
 
+# The start of a memory names what it is about: "Room 101 is on floor 1",
+# "Invoice 17 total is 300 EUR", "Server web-1 has IP 10.0.0.1", "2024
+# revenue was $3M". Two memories that open alike but for an identifier there
+# (a token with a digit, after the same noun, or a year or a code such as
+# "Q3" before the same noun) are about two things, whatever else differs: a
+# series' items, a fleet's hosts, a ledger's rows. Such templated facts were
+# linked as one slot's old and new value, and all but the last hidden. A
+# change word lets the pair through to the usual rules ("Port 6432 is used
+# by staging now"); so does a version, which a deploy moves on.
+_TOKEN = re.compile(r"[#\w][\w.\-/:#]*\w|\w")
+_HEAD = 4  # the shared opening looked at, in words
+_NOT_LABELS = frozenset({"version", "v", "release", "build", "revision", "rev"})
+_YEAR_OR_CODE = re.compile(r"(?:19|20)\d\d|[a-z]+\d+[a-z\d]*")
+
+
+def _opening(text: str) -> list[str]:
+    return [word.lower().rstrip(".:,;") for word in _TOKEN.findall(text)[: _HEAD + 2]]
+
+
+def _noun(word: str) -> bool:
+    return word.isalpha() and len(word) > 1 and word not in STOP and word not in _NOT_LABELS
+
+
+def _labelled_subjects(old: str, new: str, evidence: Evidence) -> str | None:
+    """Return why two memories are about two labelled things, when their openings say so."""
+    if evidence.change_words:
+        return None
+    a, b = _opening(old), _opening(new)
+    for k in range(min(_HEAD, len(a) - 1, len(b) - 1)):
+        x, y = a[k], b[k]
+        if x == y:
+            continue
+        if not (any(c.isdigit() for c in x) and any(c.isdigit() for c in y)):
+            return None
+        named = k > 0 and _noun(a[k - 1])
+        coded = a[k + 1] == b[k + 1] and _noun(a[k + 1]) and bool(_YEAR_OR_CODE.fullmatch(x))
+        return f"about two labelled things ({x} / {y})" if named or coded else None
+    return None
+
+
 def _apart(old: str, new: str, evidence: Evidence) -> str | None:
     old_reading, new_reading = read(old), read(new)
-    reason = _hard_keep(old_reading, new_reading, evidence) or _numbered(old, new, evidence)
+    reason = (
+        _hard_keep(old_reading, new_reading, evidence)
+        or _numbered(old, new, evidence)
+        or _labelled_subjects(old, new, evidence)
+    )
     if reason is None and max(old_reading.length, new_reading.length) <= 2:
         reason = "too short to state a fact"  # "memory 2", "alice 1": labels, not facts
     return reason

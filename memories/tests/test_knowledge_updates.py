@@ -169,6 +169,24 @@ def test_look_alike_facts_stay_apart(cast, first, second) -> None:
     assert {a, b["id"]} <= set(ids(recalled(cast.alice.id, first)))
 
 
+@pytest.mark.parametrize(
+    "template",
+    [
+        "list item number {n} about topic {m}",
+        "Server web-{n} has IP address 10.0.{m}.{n}",
+        "Invoice {n} total is {m}00 EUR",
+    ],
+)
+def test_templated_facts_about_many_things_are_all_kept_current(cast, template) -> None:
+    # 25 such calls used to leave 1 memory listed: each linked over the last.
+    for n in range(1, 13):
+        remember(cast.alice.id, template.format(n=n, m=n % 5 + 1), namespace="fleet")
+
+    with tenancy.tenant(cast.alice.id):
+        current = Memory.objects.filter(namespace="fleet", superseded_by__isnull=True).count()
+    assert current == 12
+
+
 def test_detection_can_be_turned_off(cast, settings) -> None:
     settings.RECALL_SUPERSESSION = "off"
     old = remember(cast.alice.id, OLD)["id"]

@@ -457,6 +457,38 @@ def test_numbered_items_of_a_series_are_two_memories(old: str, new: str) -> None
     assert verdict(old, new, 0.97) == "keep"
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Server web-1 has IP address 10.0.0.1", "Server web-2 has IP address 10.0.0.2"),
+        ("Room 101 is on floor 1", "Room 202 is on floor 2"),
+        ("Invoice 17 total is 300 EUR", "Invoice 18 total is 450 EUR"),
+        ("list item number 3 about topic 1", "list item number 4 about topic 2"),
+        ("User 12 prefers dark mode", "User 13 prefers light mode"),
+        ("Ticket ABC-12 is assigned to Maria", "Ticket ABC-13 is assigned to Tom"),
+        ("Test fact 1: the value is 17", "Test fact 2: the value is 42"),
+        ("2024 revenue was $3M", "2025 revenue was $4M"),
+        ("Q3 revenue was 2M", "Q4 revenue was 3M"),
+    ],
+)
+def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
+    # Each was linked as one slot's old and new value, hiding the first.
+    assert verdict(old, new, 0.9) == "keep"
+    assert apart(old, new) is not None
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("The team has 5 engineers.", "The team has 7 engineers now."),
+        ("Port 5432 is used by staging", "Port 6432 is used by staging now"),
+        ("Version 3 is deployed to production", "Version 4 is deployed to production now"),
+    ],
+)
+def test_a_number_that_measures_or_a_change_word_is_no_label(old: str, new: str) -> None:
+    assert verdict(old, new, 0.9) == "supersede"
+
+
 def test_a_count_that_changes_is_still_an_update() -> None:
     assert verdict("The team has 5 engineers.", "The team has 7 engineers now.", 0.9) == "supersede"
 
