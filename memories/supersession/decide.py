@@ -325,42 +325,66 @@ def _numbered(old: str, new: str, evidence: Evidence) -> str | None:
 
 
 # The start of a memory names what it is about: "Room 101 is on floor 1",
-# "Invoice 17 total is 300 EUR", "Server web-1 has IP 10.0.0.1", "2024
-# revenue was $3M". Two memories that open alike but for an identifier there
-# (a token with a digit, after the same noun, or a year or a code such as
-# "Q3" before the same noun) are about two things, whatever else differs: a
-# series' items, a fleet's hosts, a ledger's rows. Such templated facts were
-# linked as one slot's old and new value, and all but the last hidden. A
-# change word lets the pair through to the usual rules ("Port 6432 is used
-# by staging now"); so does a version, which a deploy moves on.
+# "Invoice 17 total is 300 EUR", "Server web-1 has IP 10.0.0.1", "Item A
+# costs $5", "2024 revenue was $3M", "The capital of France is Paris". Two
+# memories that open alike but for the thing named there (an identifier
+# after the same noun, a year or a code before it, or what follows the same
+# "<noun> of" or "<noun> for") are about two things, whatever else differs:
+# a series' items, a fleet's hosts, a ledger's rows, one question asked of
+# two countries. Such templated facts were linked as one slot's old and new
+# value, and all but the last hidden. A change word lets the pair through to
+# the usual rules ("Port 6432 is used by staging now"); so does a version,
+# which a deploy moves on.
 _TOKEN = re.compile(r"[#\w][\w.\-/:#]*\w|\w")
-_HEAD = 4  # the shared opening looked at, in words
+_HEAD = 6  # the shared opening looked at, in words
 _NOT_LABELS = frozenset({"version", "v", "release", "build", "revision", "rev"})
 _YEAR_OR_CODE = re.compile(r"(?:19|20)\d\d|[a-z]+\d+[a-z\d]*")
+_OF = frozenset({"of", "for"})
+_NAMING = re.compile(r"[\w\-]+")
+_DETERMINERS = frozenset({"the", "our", "my", "your", "their", "his", "her", "its"})
 
 
 def _opening(text: str) -> list[str]:
-    return [word.lower().rstrip(".:,;") for word in _TOKEN.findall(text)[: _HEAD + 2]]
+    return [word.rstrip(".:,;") for word in _TOKEN.findall(text)[: _HEAD + 2]]
 
 
 def _noun(word: str) -> bool:
+    word = word.lower()
     return word.isalpha() and len(word) > 1 and word not in STOP and word not in _NOT_LABELS
 
 
+def _label(word: str) -> bool:
+    """A token that names rather than says: with a digit, or one capital letter ("Item A")."""
+    return any(c.isdigit() for c in word) or (len(word) == 1 and word.isupper())
+
+
+def _qualified(words: list[str], k: int) -> bool:
+    """Whether ``words[k]`` follows "<noun> of" or "<noun> for" (a "the" between allowed)."""
+    at = k - 1
+    if at >= 1 and words[at].lower() in _DETERMINERS:
+        at -= 1
+    return at >= 1 and words[at].lower() in _OF and _noun(words[at - 1])
+
+
 def _labelled_subjects(old: str, new: str, evidence: Evidence) -> str | None:
-    """Return why two memories are about two labelled things, when their openings say so."""
+    """Return why two memories are about two named things, when their openings say so."""
     if evidence.change_words:
         return None
     a, b = _opening(old), _opening(new)
-    for k in range(min(_HEAD, len(a) - 1, len(b) - 1)):
+    for k in range(min(_HEAD, len(a), len(b))):
         x, y = a[k], b[k]
-        if x == y:
+        if x.lower() == y.lower():
             continue
-        if not (any(c.isdigit() for c in x) and any(c.isdigit() for c in y)):
-            return None
-        named = k > 0 and _noun(a[k - 1])
-        coded = a[k + 1] == b[k + 1] and _noun(a[k + 1]) and bool(_YEAR_OR_CODE.fullmatch(x))
-        return f"about two labelled things ({x} / {y})" if named or coded else None
+        if _label(x) and _label(y):
+            named = k > 0 and _noun(a[k - 1])
+            after = k + 1 < min(len(a), len(b)) and a[k + 1].lower() == b[k + 1].lower()
+            coded = after and _noun(a[k + 1]) and bool(_YEAR_OR_CODE.fullmatch(x.lower()))
+        else:
+            named = coded = False
+        asked = _qualified(a, k) and all(
+            _NAMING.fullmatch(w) and w.lower() not in STOP for w in (x, y)
+        )
+        return f"about two things ({x} / {y})" if named or coded or asked else None
     return None
 
 

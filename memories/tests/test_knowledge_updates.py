@@ -175,6 +175,7 @@ def test_look_alike_facts_stay_apart(cast, first, second) -> None:
         "list item number {n} about topic {m}",
         "Server web-{n} has IP address 10.0.{m}.{n}",
         "Invoice {n} total is {m}00 EUR",
+        "The capital of country {n} is city {m}",
     ],
 )
 def test_templated_facts_about_many_things_are_all_kept_current(cast, template) -> None:

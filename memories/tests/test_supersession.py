@@ -469,6 +469,12 @@ def test_numbered_items_of_a_series_are_two_memories(old: str, new: str) -> None
         ("Test fact 1: the value is 17", "Test fact 2: the value is 42"),
         ("2024 revenue was $3M", "2025 revenue was $4M"),
         ("Q3 revenue was 2M", "Q4 revenue was 3M"),
+        ("Item A costs $5", "Item B costs $7"),
+        ("The capital of France is Paris.", "The capital of Spain is Madrid."),
+        ("The password for the wifi is abc123", "The password for the router is xyz789"),
+        ("The value of key_17 is 300", "The value of key_18 is 450"),
+        ("The deadline for task 1 is Friday", "The deadline for task 2 is Monday"),
+        ("note about project 1", "note about project 2"),
     ],
 )
 def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
@@ -483,9 +489,12 @@ def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
         ("The team has 5 engineers.", "The team has 7 engineers now."),
         ("Port 5432 is used by staging", "Port 6432 is used by staging now"),
         ("Version 3 is deployed to production", "Version 4 is deployed to production now"),
+        ("The capital of Australia is Sydney.", "The capital of Australia is Canberra."),
+        ("The wifi password for the flat is abc123", "The wifi password for the flat is xyz789"),
+        ("Tom's phone number is 555-0101", "Tom's phone number is 555-0199"),
     ],
 )
-def test_a_number_that_measures_or_a_change_word_is_no_label(old: str, new: str) -> None:
+def test_a_value_after_the_subject_or_a_change_word_is_still_an_update(old: str, new: str) -> None:
     assert verdict(old, new, 0.9) == "supersede"
 
 
