@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import DataError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
 from core import errors, outage
@@ -25,9 +26,21 @@ class ErrorResponseMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        try:
+            refused = _holds_nul(request)
+        except RequestDataTooBig:
+            refused = False  # the view's own read raises it again, answered 413 below
+        if refused:
+            # PostgreSQL stores no NUL character: a lookup with one failed in
+            # the driver, a 500 on the OAuth endpoints and the admin's filters.
+            return _error(request, 400, "validation_failed", NUL_REFUSED)
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        if isinstance(exc, DataError) and _holds_nul(request, parsed=True):
+            # A multipart form's NUL, read by the view (the check above reads
+            # urlencoded bodies only): the driver refused it.
+            return _error(request, 400, "validation_failed", NUL_REFUSED)
         if isinstance(exc, RequestDataTooBig):
             logger.info("request body too large", extra={"path": request.path[:200]})
             return _error(request, 413, "validation_failed", "Request body too large.")
@@ -46,6 +59,28 @@ class ErrorResponseMiddleware:
             response._has_been_logged = True  # type: ignore[attr-defined]
             return response
         return None
+
+
+NUL_REFUSED = "Request parameters must not contain NUL characters."
+
+
+def _holds_nul(request: HttpRequest, *, parsed: bool = False) -> bool:
+    """Whether the path, the query or a form field holds a NUL character.
+
+    A multipart body (an upload) is the view's to parse, with its own
+    handlers and limits: it is read here only once the view has (``parsed``).
+    """
+    if "\x00" in request.path:
+        return True
+    fields = [request.GET]
+    urlencoded = request.content_type == "application/x-www-form-urlencoded"
+    if urlencoded or (parsed and request.method == "POST" and hasattr(request, "_post")):
+        fields.append(request.POST)
+    return any(
+        "\x00" in key or any("\x00" in value for value in values)
+        for query in fields
+        for key, values in query.lists()
+    )
 
 
 # Paths whose callers are programs: their errors are JSON, whatever they accept.
