@@ -29,6 +29,20 @@ Namespace = Annotated[
         ),
     ),
 ]
+# Where a namespace may be left out: null is the same as leaving it out ("default").
+NamespaceOrDefault = Annotated[
+    Annotated[
+        str,
+        Field(min_length=1, max_length=validation.NAMESPACE_MAX, pattern=NAMESPACE_PATTERN),
+    ]
+    | None,
+    Field(
+        description=(
+            "Namespace grouping related memories, e.g. 'preferences' or 'project:recall'. "
+            "1-64 letters, digits and _ - . : / @; null or unset: 'default'."
+        ),
+    ),
+]
 Metadata = Annotated[
     dict[str, Any] | None,
     Field(

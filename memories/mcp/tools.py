@@ -42,6 +42,7 @@ from memories.mcp.arguments import (
     Metadata,
     MetadataFilter,
     Namespace,
+    NamespaceOrDefault,
     Priority,
     PriorityFilter,
     Purge,
@@ -294,7 +295,7 @@ def remember(
         ),
     ] = None,
     thread_id: ThreadId = None,
-    namespace: Namespace = "default",
+    namespace: NamespaceOrDefault = "default",
     metadata: Metadata = None,
     priority: Priority = None,
     expires_at: ExpiresAt = None,
@@ -363,7 +364,7 @@ def recall(
             '"What are the user\'s web framework preferences?"',
         ),
     ],
-    namespace: Namespace = "default",
+    namespace: NamespaceOrDefault = "default",
     limit: Annotated[
         int, Field(ge=1, le=validation.RECALL_LIMIT_MAX, description="Maximum results, 1-50.")
     ] = 10,
@@ -420,7 +421,7 @@ def recall(
 
 @tool
 def list_memories(
-    namespace: Namespace = "default",
+    namespace: NamespaceOrDefault = "default",
     limit: Annotated[
         int, Field(ge=1, le=validation.LIST_LIMIT_MAX, description="Page size, 1-100.")
     ] = 20,
