@@ -376,3 +376,21 @@ def test_argument_and_service_errors_have_the_same_shape_under_2025_11_25(live, 
 
     assert set(argument["result"]) == set(service["result"])
     assert "resultType" not in argument["result"]
+
+
+def test_a_null_namespace_is_the_default_one(live, cast):
+    # Clients that send every optional argument, unset ones as null, were refused.
+    key = cast.alice_key.raw
+    stored, found, listed = calls(
+        live.mcp_url,
+        key,
+        [
+            ("remember", {"content": "The office wifi is called Larkspur.", "namespace": None}),
+            ("recall", {"query": "office wifi name", "namespace": None}),
+            ("list_memories", {"namespace": None}),
+        ],
+    )
+
+    assert not stored.is_error and not found.is_error and not listed.is_error
+    assert structured(found)["memories"][0]["namespace"] == "default"
+    assert structured(listed)["count"] == 1
