@@ -11,12 +11,12 @@ import logging
 from typing import Any
 
 from django import forms
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import forms as auth_forms
 from django.db.models import QuerySet
-from django.http import HttpRequest
-from django.utils.html import format_html
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 
 from accounts import holdings, services, tiers
 from accounts.models import ApiKey, User
@@ -253,17 +253,25 @@ class ApiKeyAdmin(admin.ModelAdmin):
         )
         obj._state.adding = False
         obj._state.db = key._state.db
-        messages.warning(
-            request,
-            format_html(
-                "The new API key is <code>{}</code>. Copy it now: it will not be shown again.",
-                raw,
-            ),
-        )
+        # Shown on the page that answers this request (response_add), never
+        # in a message: the default message storage is a cookie, readable by
+        # anyone holding the response, and the session is stored too.
+        request._recall_issued_key = raw  # type: ignore[attr-defined]
         logger.info(
             "api key issued by operator",
             extra={"key_id": str(key.pk), "user_id": str(key.user_id), "operator": request.user.pk},
         )
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        raw = getattr(request, "_recall_issued_key", None)
+        if raw is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {**self.admin_site.each_context(request), "key": obj, "raw": raw}
+        response = TemplateResponse(request, "admin/accounts/apikey/issued.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
 
     @admin.action(description="Revoke selected keys")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
