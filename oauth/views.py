@@ -156,7 +156,15 @@ class ConsentView(AuthorizationView):
             except RecallError as exc:
                 form.add_error(None, exc.message)
                 return self.form_invalid(form)
-        return super().form_valid(form)
+        response = super().form_valid(form)
+        created = self.agent is not None and form.cleaned_data.get("agent") == NEW_AGENT
+        if created and response.status_code not in (301, 302, 303):
+            # The toolkit refused the request after the agent was made for it
+            # (a redirect URI the client never registered): no connection
+            # stands for it, so neither does the agent.
+            assert self.agent is not None
+            accounts_services.delete_agent(user_id=self.request.user.pk, agent_id=self.agent.id)
+        return response
 
     def create_authorization_response(
         self, request: HttpRequest, scopes: str, credentials: dict[str, Any], allow: bool

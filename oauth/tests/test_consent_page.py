@@ -155,6 +155,22 @@ def test_allow_without_typing_creates_an_agent_named_after_the_client(cast, alic
     assert Application.objects.get(client_id=client_id).approved_at is not None
 
 
+def test_a_refused_request_leaves_no_agent_behind(cast, alice_client):
+    # The agent was made before the toolkit checked the request, and stayed
+    # in the user's list when the request was refused.
+    client_id = register(alice_client)
+    page = open_consent(alice_client, client_id)
+    form = {**hidden_fields(page), "redirect_uri": "https://evil.example/cb"}
+
+    refused = alice_client.post(
+        "/oauth/authorize/", {**form, "allow": "Authorize", "agent": "new", "new_agent": "z"}
+    )
+
+    assert refused.status_code == 400
+    with tenancy.tenant(cast.alice.id):
+        assert not Agent.objects.filter(user=cast.alice, name="z").exists()
+
+
 def test_cancel_sends_the_client_access_denied(cast, alice_client):
     client_id = register(alice_client)
     page = open_consent(alice_client, client_id)
