@@ -338,6 +338,10 @@ _LISTEN_ALL = ("0.0.0.0", "::")  # noqa: S104 - compared with, never bound to
 RECALL_PUBLIC_URL = env.public_url(
     "RECALL_PUBLIC_URL", f"http://{'localhost' if HOST in _LISTEN_ALL else HOST}:{PORT}"
 )
+# Served over https (behind a proxy that ends TLS, say): the session and CSRF
+# cookies are sent over https only, so a plain-http request on the same host
+# (a captive portal, a downgrade) never carries a signed-in session.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = RECALL_PUBLIC_URL.startswith("https://")
 OAUTH_ACCESS_TOKEN_TTL_SECONDS = env.integer(
     "OAUTH_ACCESS_TOKEN_TTL_SECONDS", 3600, low=60, high=86400
 )

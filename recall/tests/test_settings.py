@@ -129,3 +129,20 @@ def test_the_default_worker_count_is_one_per_core():
     assert result.returncode == 0, result.stderr
     count, cores = (int(n) for n in result.stdout.split())
     assert count == max(1, cores)
+
+
+COOKIES = (
+    "import json, recall.settings as s;"
+    " print(json.dumps([s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE]))"
+)
+
+
+@pytest.mark.parametrize(
+    ("public_url", "secure"),
+    [("https://memory.example.com", True), ("http://localhost:8080", False)],
+)
+def test_cookies_are_https_only_when_the_server_is_served_over_https(tmp_path, public_url, secure):
+    result = load_settings(COOKIES, RECALL_DATA_DIR=str(tmp_path), RECALL_PUBLIC_URL=public_url)
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == [secure, secure]
