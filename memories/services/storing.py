@@ -589,16 +589,7 @@ def holder(current: Mapping[str, Any], digest: str) -> uuid.UUID | None:
     """Return the live memory holding ``current``'s place with other content, if any."""
     return (
         Memory.objects.live()
-        .filter(
-            written_by(current["agent_id"]),
-            user_id=current["user_id"],
-            namespace=current["namespace"],
-            thread_id=current["thread_id"],
-            position=current["position"],
-            task_id=current["task_id"],
-            path=current["path"],
-            content_hash=digest,
-        )
+        .filter(_placed_like(current, digest))
         .values_list("id", flat=True)
         .first()
     )
@@ -612,17 +603,20 @@ def drop_expired_copy(current: Mapping[str, Any], digest: str) -> None:
     """
     _delete_expired(
         current["user_id"],
-        Memory.objects.filter(
-            written_by(current["agent_id"]),
-            user_id=current["user_id"],
-            namespace=current["namespace"],
-            thread_id=current["thread_id"],
-            position=current["position"],
-            task_id=current["task_id"],
-            path=current["path"],
-            content_hash=digest,
-            expires_at__lte=Now(),
-        ),
+        Memory.objects.filter(_placed_like(current, digest), expires_at__lte=Now()),
+    )
+
+
+def _placed_like(current: Mapping[str, Any], digest: str) -> Q:
+    """The memories at ``current``'s place in the dedup index, with content ``digest``."""
+    return written_by(current["agent_id"]) & Q(
+        user_id=current["user_id"],
+        namespace=current["namespace"],
+        thread_id=current["thread_id"],
+        position=current["position"],
+        task_id=current["task_id"],
+        path=current["path"],
+        content_hash=digest,
     )
 
 
