@@ -18,7 +18,7 @@ from core import context
 from memories import jobs
 from memories.mcp import build_server, build_v1_server, runtime, v1_tools
 from memories.mcp import stdio as admission
-from recall import startup
+from recall import startup, stdio_transport
 
 
 def run(tools: str = "mcp") -> None:
@@ -43,7 +43,7 @@ def run(tools: str = "mcp") -> None:
     # Background adds made over stdio need a worker even when no server runs.
     workers = jobs.Workers().start()
     try:
-        anyio.run(server.run_stdio_async)
+        anyio.run(stdio_transport.serve, server)
     finally:
         workers.stop()
         usage.get_recorder().stop()

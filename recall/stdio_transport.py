@@ -1,0 +1,271 @@
+"""The stdio transport: one JSON-RPC message per line, stdin in and stdout out.
+
+``recall stdio`` serves through this rather than the SDK's stdio transport,
+which leaves three gaps:
+
+* A line that is not one JSON-RPC 2.0 message reaches the SDK's dispatcher
+  as an exception, which it only logs, so the client waits forever. Here each
+  line goes through the HTTP gate's parser (``recall/jsonrpc.py``), and a
+  refused one is answered on stdout with the gate's body: -32700 for what is
+  not JSON (a lone surrogate escape included, as pydantic-core refuses it),
+  -32600 for what is not one message, -32602 for params that are not an
+  object.
+* It holds a line whole, however long. Here a line may hold
+  ``MAX_LINE_BYTES``, an HTTP body's cap at /mcp; a longer one is answered
+  -32600 and skipped up to its newline without being kept.
+* At end of input it cancels the requests still running: their work is done
+  (a memory stored) but their answers are lost. Here reading stops, every
+  request read is answered, then the server ends.
+
+A daemon thread reads stdin, so SIGINT stops an idle process at once; the
+requests then running are answered "Connection closed" by the SDK.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import mcp_types as types
+import pydantic
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+
+from recall import jsonrpc
+
+# recall/asgi.py's MAX_BODY_BYTES: a message may be as large either way in.
+MAX_LINE_BYTES = 1024 * 1024
+TOO_LONG = f"Message too large: a line may hold at most {MAX_LINE_BYTES} bytes."
+CHUNK = 64 * 1024
+
+Outgoing = SessionMessage | dict[str, Any]
+
+
+async def serve(server: MCPServer) -> None:
+    """Serve ``server`` on this process's stdin and stdout until stdin ends or SIGINT."""
+    stdin, stdout = claim()
+    await Transport(stdin, stdout).serve(server)
+
+
+def claim() -> tuple[int, int]:
+    """Return private copies of stdin and stdout; fds 0 and 1 become /dev/null and stderr.
+
+    A stray read then sees end of file and a stray print lands in the log,
+    never in the protocol, until the process exits.
+    """
+    sys.stdout.flush()
+    stdin, stdout = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return stdin, stdout
+
+
+def message(line: bytes) -> types.JSONRPCMessage:
+    """Return the one JSON-RPC message on ``line``, or raise ``jsonrpc.Invalid`` as /mcp would."""
+    parsed = jsonrpc.parse(line)
+    try:
+        return types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except pydantic.ValidationError as exc:
+        # Over HTTP the SDK answers these itself, and jsonrpc.Clean rewords them the same way.
+        if any(error["type"] == "json_invalid" for error in exc.errors()):
+            code, call_id = jsonrpc.PARSE_ERROR, None
+        else:
+            code, call_id = jsonrpc.INVALID_PARAMS, jsonrpc.call_id(parsed)
+        raise jsonrpc.Invalid(
+            jsonrpc.clean_message(None, code), rpc_code=code, call_id=call_id
+        ) from None
+
+
+class Lines:
+    """Split a byte stream into lines, holding at most ``limit`` bytes of any one."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = bytearray()
+        self.skipping = False
+
+    def feed(self, data: bytes) -> Iterator[bytes | None]:
+        """Yield each line ``data`` completes, and None for a line over the limit.
+
+        A line over the limit is reported once, as soon as it gets there, and
+        then dropped up to its newline.
+        """
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            if self.skipping:
+                self.skipping = False
+            elif len(self.held) + end - start > self.limit:
+                self.held.clear()
+                yield None
+            else:
+                yield bytes(self.held) + data[start:end]
+                self.held.clear()
+            start = end + 1
+        if not self.skipping:
+            self.held += data[start:]
+            if len(self.held) > self.limit:
+                self.held.clear()
+                self.skipping = True
+                yield None
+
+    def rest(self) -> bytes:
+        """What follows the last newline: a last line the client did not end."""
+        return bytes(self.held)
+
+
+class Transport:
+    """Serve a server over two descriptors, answering every request read before end of input."""
+
+    def __init__(self, stdin: int, stdout: int) -> None:
+        self.stdin = stdin
+        self.stdout = stdout
+        # Requests passed to the server and not yet answered, by id.
+        self.pending: Counter[types.RequestId] = Counter()
+        self.ending = False
+        self.answered = anyio.Event()
+        self.gone = False
+
+    async def serve(self, server: MCPServer) -> None:
+        # MCPServer runs only over the SDK's own stdio transport; its
+        # low-level server takes any pair of streams.
+        lowlevel = server._lowlevel_server
+        to_server, from_client = anyio.create_memory_object_stream[SessionMessage | Exception]()
+        out, to_client = anyio.create_memory_object_stream[Outgoing]()
+        async with anyio.create_task_group() as tg:
+            # The writer outlives the server, for the answers it writes as it ends.
+            tg.start_soon(self.write, to_client)
+            with anyio.CancelScope() as serving:
+                async with anyio.create_task_group() as reading:
+                    reading.start_soon(self.read, to_server, out.clone())
+                    reading.start_soon(stop_on_interrupt, serving)
+                    await lowlevel.run(from_client, out, lowlevel.create_initialization_options())
+                    reading.cancel_scope.cancel()
+
+    async def read(
+        self,
+        to_server: MemoryObjectSendStream[SessionMessage | Exception],
+        out: MemoryObjectSendStream[Outgoing],
+    ) -> None:
+        send, chunks = anyio.create_memory_object_stream[bytes]()
+        token = anyio.lowlevel.current_token()
+        # A daemon thread: one blocked on a read that never returns cannot hold up exit.
+        threading.Thread(
+            target=pump, args=(self.stdin, send, token), name="stdin", daemon=True
+        ).start()
+        lines = Lines(MAX_LINE_BYTES)
+        async with to_server, out, send, chunks:
+            async for data in chunks:
+                if not data:
+                    break
+                for line in lines.feed(data):
+                    await self.take(line, to_server, out)
+            if not lines.skipping:
+                await self.take(lines.rest(), to_server, out)
+            self.ending = True
+            if self.pending:
+                await self.answered.wait()
+
+    async def take(
+        self,
+        line: bytes | None,
+        to_server: MemoryObjectSendStream[SessionMessage | Exception],
+        out: MemoryObjectSendStream[Outgoing],
+    ) -> None:
+        if line is None:
+            await out.send(jsonrpc.Invalid(TOO_LONG).body())
+            return
+        if not line.strip():
+            return
+        try:
+            parsed = message(line)
+        except jsonrpc.Invalid as invalid:
+            await out.send(invalid.body())
+            return
+        metadata = None
+        if isinstance(parsed, types.JSONRPCRequest):
+            request_id = parsed.id
+            self.pending[request_id] += 1
+
+            async def unanswered() -> None:
+                # A request the client cancelled: the SDK writes nothing for it.
+                self.settle(request_id)
+
+            metadata = ServerMessageMetadata(on_request_unanswered=unanswered)
+        await to_server.send(SessionMessage(parsed, metadata))
+
+    async def write(self, to_client: MemoryObjectReceiveStream[Outgoing]) -> None:
+        async with to_client:
+            async for item in to_client:
+                if isinstance(item, SessionMessage):
+                    text = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+                else:
+                    text = json.dumps(item)
+                await self.send_line(text.encode() + b"\n")
+                if isinstance(item, SessionMessage) and isinstance(
+                    item.message, types.JSONRPCResponse | types.JSONRPCError
+                ):
+                    self.settle(item.message.id)
+
+    async def send_line(self, data: bytes) -> None:
+        if self.gone:
+            return
+        try:
+            await anyio.to_thread.run_sync(write_all, self.stdout, data)
+        except OSError:
+            # The client closed stdout: what is left is answered to no one.
+            self.gone = True
+
+    def settle(self, request_id: types.RequestId | None) -> None:
+        if request_id is not None and self.pending[request_id] > 0:
+            self.pending[request_id] -= 1
+            if not self.pending[request_id]:
+                del self.pending[request_id]
+        if self.ending and not self.pending:
+            self.answered.set()
+
+
+def pump(
+    fd: int, send: MemoryObjectSendStream[bytes], token: anyio.lowlevel.EventLoopToken
+) -> None:
+    """Pass ``fd``'s bytes to ``send`` until end of file, which arrives as ``b""``."""
+    while True:
+        try:
+            data = os.read(fd, CHUNK)
+        except OSError:
+            data = b""
+        try:
+            anyio.from_thread.run(send.send, data, token=token)
+        except (
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            concurrent.futures.CancelledError,
+            RuntimeError,  # anyio.RunFinishedError among them: the event loop has ended
+        ):
+            return  # the server has stopped reading
+        if not data:
+            return
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+async def stop_on_interrupt(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return

@@ -1,0 +1,223 @@
+"""`recall stdio` on the wire: each line answered, answers kept at end of input, lines capped."""
+
+from __future__ import annotations
+
+import json
+import select
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from core import tenancy
+from memories.models import Memory
+from recall import asgi, stdio_transport
+from tests.test_stdio import stdio_server
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "lines", "version": "1"},
+    },
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def line(message: object) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+def call(call_id: int, tool: str, arguments: dict) -> bytes:
+    params = {"name": tool, "arguments": arguments}
+    return line({"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": params})
+
+
+def ping(call_id: int) -> bytes:
+    return line({"jsonrpc": "2.0", "id": call_id, "method": "ping"})
+
+
+class Stdio:
+    """A `recall stdio` process spoken to a line at a time, as a desktop client does."""
+
+    def __init__(self, key: str) -> None:
+        params = stdio_server(key)
+        self.process = subprocess.Popen(
+            [params.command, *params.args],
+            env=params.env,
+            cwd=params.cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        self.held = b""
+        self.stderr: list[bytes] = []
+        self.drain = threading.Thread(target=self._drain_stderr, daemon=True)
+        self.drain.start()
+        self.send(line(INITIALIZE))
+        [ready] = self.read(1, timeout=120)
+        assert ready["id"] == 0 and "result" in ready
+        self.send(line(INITIALIZED))
+
+    def _drain_stderr(self) -> None:
+        assert self.process.stderr is not None
+        self.stderr.extend(self.process.stderr)
+
+    def send(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def read(self, count: int | None, timeout: float = 30) -> list[dict]:
+        """Read ``count`` lines from stdout (None: until it ends), each one JSON."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        out: list[dict] = []
+        deadline = time.monotonic() + timeout
+        while count is None or len(out) < count:
+            while b"\n" in self.held and (count is None or len(out) < count):
+                text, self.held = self.held.split(b"\n", 1)
+                out.append(json.loads(text))
+            if count is not None and len(out) == count:
+                break
+            left = deadline - time.monotonic()
+            assert left > 0, f"waited for {count} lines, got {out}"
+            if select.select([fd], [], [], left)[0]:
+                data = self.process.stdout.read1(1 << 16)
+                if not data:
+                    assert self.held == b"", "stdout ended mid-line"
+                    break
+                self.held += data
+        return out
+
+    def close(self) -> int:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        return self.process.wait(timeout=60)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def stdio(cast):
+    started: list[Stdio] = []
+
+    def start() -> Stdio:
+        started.append(Stdio(cast.alice_key.raw))
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+SURROGATE = call(12, "remember", {"content": "x"}).replace(b'"x"', b'"a\\ud800b"')
+MALFORMED = [
+    # (what the client sends, the error code, the id the answer echoes)
+    (b"hello world\n", -32700, None),
+    (b'\xff\xfe{"jsonrpc":"2.0"}\n', -32700, None),
+    (b"[" * 100_000 + b"]" * 100_000 + b"\n", -32700, None),
+    (SURROGATE, -32700, None),
+    (b"[" + ping(5).strip() + b"," + ping(6).strip() + b"]\n", -32600, None),
+    (b"42\n", -32600, None),
+    (b"null\n", -32600, None),
+    (b'{"id":8,"method":"ping"}\n', -32600, 8),
+    (b'{"jsonrpc":"1.0","id":9,"method":"ping"}\n', -32600, 9),
+    (b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}\n', -32600, None),
+    (b'{"jsonrpc":"2.0","id":null,"method":"ping"}\n', -32600, None),
+    (b'{"jsonrpc":"2.0","id":{},"method":"ping"}\n', -32600, None),
+    (b'{"jsonrpc":"2.0","id":11,"method":"tools/call","params":[1,2]}\n', -32602, 11),
+]
+
+
+def test_each_malformed_line_gets_a_json_rpc_error_and_serving_goes_on(stdio):
+    process = stdio()
+
+    for sent, code, call_id in MALFORMED:
+        process.send(sent)
+        [answer] = process.read(1)
+
+        assert (answer["id"], answer["error"]["code"]) == (call_id, code), sent[:60]
+        assert answer["error"]["data"]["error"]["code"] == "validation_failed"
+    process.send(ping(99))
+    assert process.read(1) == [{"jsonrpc": "2.0", "id": 99, "result": {}}]
+    with tenancy.operator():
+        assert not Memory.objects.exists()
+    # Blank lines carry no message, so they get no answer either.
+    process.send(b"\n  \n" + ping(100))
+    assert process.read(1)[0]["id"] == 100
+
+
+def test_requests_in_flight_when_stdin_closes_are_answered(stdio):
+    process = stdio()
+
+    process.send(
+        b"".join(call(n, "list_memories", {}) for n in range(1, 6))
+        + call(6, "remember", {"content": "The user writes Rust at work."})
+    )
+    returncode = process.close()
+
+    answers = process.read(None)
+    assert sorted(answer["id"] for answer in answers) == [1, 2, 3, 4, 5, 6]
+    assert all(answer["result"]["isError"] is False for answer in answers)
+    assert returncode == 0
+    with tenancy.operator():
+        assert list(Memory.objects.values_list("content", flat=True)) == [
+            "The user writes Rust at work."
+        ]
+
+
+def test_a_line_over_the_cap_is_refused_as_it_grows_and_skipped_to_its_newline(stdio):
+    process = stdio()
+    megabyte = b"x" * (1 << 20)
+    before = resident_bytes(process.process.pid)
+
+    for _ in range(64):
+        process.send(megabyte)
+    [answer] = process.read(1)
+
+    assert answer["id"] is None
+    assert answer["error"]["code"] == -32600
+    assert "line" in answer["error"]["message"]
+    # 64 MiB sent, none of it held.
+    assert resident_bytes(process.process.pid) - before < 16 << 20
+    process.send(megabyte + b"\n" + ping(7))
+    assert process.read(1) == [{"jsonrpc": "2.0", "id": 7, "result": {}}]
+
+
+def test_the_line_cap_is_the_http_body_cap():
+    assert stdio_transport.MAX_LINE_BYTES == asgi.MAX_BODY_BYTES
+
+
+def test_ctrl_c_stops_an_idle_process_cleanly(stdio):
+    process = stdio()
+
+    process.process.send_signal(signal.SIGINT)
+
+    assert process.process.wait(timeout=15) == 0
+    assert process.read(None) == []
+    process.drain.join(timeout=5)
+    stderr = b"".join(process.stderr)
+    assert b"Traceback" not in stderr
+    assert b"KeyboardInterrupt" not in stderr
+
+
+def resident_bytes(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status")
+    if not status.exists():
+        pytest.skip("needs /proc to read the process's memory")
+    for row in status.read_text().splitlines():
+        if row.startswith("VmRSS:"):
+            return int(row.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc status")
