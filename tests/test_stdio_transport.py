@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import select
 import signal
 import subprocess
@@ -91,7 +92,7 @@ class Stdio:
             left = deadline - time.monotonic()
             assert left > 0, f"waited for {count} lines, got {out}"
             if select.select([fd], [], [], left)[0]:
-                data = self.process.stdout.read1(1 << 16)
+                data = os.read(fd, 1 << 16)
                 if not data:
                     assert self.held == b"", "stdout ended mid-line"
                     break
