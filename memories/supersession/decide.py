@@ -342,6 +342,64 @@ _YEAR_OR_CODE = re.compile(r"(?:19|20)\d\d|[a-z]+\d+[a-z\d]*")
 _OF = frozenset({"of", "for"})
 _NAMING = re.compile(r"[\w\-]+")
 _DETERMINERS = frozenset({"the", "our", "my", "your", "their", "his", "her", "its"})
+# Verbs common in short facts that STOP does not hold: past one, the subject has ended.
+_VERBS = frozenset(
+    {
+        "use",
+        "uses",
+        "used",
+        "run",
+        "runs",
+        "ran",
+        "live",
+        "lives",
+        "lived",
+        "work",
+        "works",
+        "worked",
+        "prefer",
+        "prefers",
+        "preferred",
+        "like",
+        "likes",
+        "liked",
+        "cost",
+        "costs",
+        "take",
+        "takes",
+        "took",
+        "need",
+        "needs",
+        "want",
+        "wants",
+        "own",
+        "owns",
+        "pay",
+        "pays",
+        "paid",
+        "call",
+        "calls",
+        "called",
+        "sit",
+        "sits",
+        "meet",
+        "meets",
+        "start",
+        "starts",
+        "end",
+        "ends",
+        "hold",
+        "holds",
+        "held",
+        "serve",
+        "serves",
+        "served",
+        "point",
+        "points",
+        "host",
+        "hosts",
+    }
+)
 
 
 def _opening(text: str) -> list[str]:
@@ -366,8 +424,22 @@ def _qualified(words: list[str], k: int) -> bool:
     return at >= 1 and words[at].lower() in _OF and _noun(words[at - 1])
 
 
+def _subject_so_far(words: list[str]) -> bool:
+    """Whether ``words``, a memory's opening, can still be its subject: no verb yet, and
+    no preposition but "of" / "for" ("Standup is in Room 4" names the room as a value)."""
+    return not any(
+        (w in STOP and w not in _OF and w not in _DETERMINERS) or w in _VERBS
+        for w in (word.lower() for word in words)
+    )
+
+
 def _labelled_subjects(old: str, new: str, evidence: Evidence) -> str | None:
-    """Return why two memories are about two named things, when their openings say so."""
+    """Return why two memories are about two named things, when their openings say so.
+
+    The name must stand in the subject, before any verb or preposition but "of" and
+    "for": past them it is the slot's value ("The project uses Python 3.11" then
+    "Python 3.12", "Standup is in Room 4" then "Room 7").
+    """
     if evidence.change_words:
         return None
     a, b = _opening(old), _opening(new)
@@ -375,6 +447,8 @@ def _labelled_subjects(old: str, new: str, evidence: Evidence) -> str | None:
         x, y = a[k], b[k]
         if x.lower() == y.lower():
             continue
+        if not _subject_so_far(a[:k]):
+            return None
         if _label(x) and _label(y):
             named = k > 0 and _noun(a[k - 1])
             after = k + 1 < min(len(a), len(b)) and a[k + 1].lower() == b[k + 1].lower()

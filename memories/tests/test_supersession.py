@@ -473,8 +473,10 @@ def test_numbered_items_of_a_series_are_two_memories(old: str, new: str) -> None
         ("The capital of France is Paris.", "The capital of Spain is Madrid."),
         ("The password for the wifi is abc123", "The password for the router is xyz789"),
         ("The value of key_17 is 300", "The value of key_18 is 450"),
+        # Named in the subject, the only difference: two rooms, two meetings.
+        ("Room 4 is booked for the standup", "Room 6 is booked for the standup"),
+        ("The meeting for Monday is at 10", "The meeting for Tuesday is at 10"),
         ("The deadline for task 1 is Friday", "The deadline for task 2 is Monday"),
-        ("note about project 1", "note about project 2"),
     ],
 )
 def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
@@ -492,6 +494,17 @@ def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
         ("The capital of Australia is Sydney.", "The capital of Australia is Canberra."),
         ("The wifi password for the flat is abc123", "The wifi password for the flat is xyz789"),
         ("Tom's phone number is 555-0101", "Tom's phone number is 555-0199"),
+        # A name that is the only difference, or one past the verb, is the slot's value.
+        ("The project uses Python 3.11", "The project uses Python 3.12"),
+        ("We use PostgreSQL 15 in production", "We use PostgreSQL 16 in production"),
+        ("Standup is in Room 4", "Standup is in Room 7"),
+        ("Standup is in Room 4 at 10am", "Standup is in Room 7 at 11am"),
+        ("Production database is on host db-3", "Production database is on host db-7"),
+        ("We are on Plan B", "We are on Plan C"),
+        (
+            "The project uses Python 3.11 and Django 4.2",
+            "The project uses Python 3.12 and Django 5.0",
+        ),
     ],
 )
 def test_a_value_after_the_subject_or_a_change_word_is_still_an_update(old: str, new: str) -> None:
