@@ -244,7 +244,12 @@ def sync_tier(*, user_id: uuid.UUID | str) -> str | None:
     have set it), and while any live subscription has an unmapped price. A
     tier MCPize bills the user for stands beside it: the higher of the two.
     """
-    billed = _stripe_tier(user_id)
+    # One lock per user for both sources: each reads the other's tier.
+    _lock(f"billing-user:{user_id}")
+    try:
+        billed = _stripe_tier(user_id)
+    except _UnmappedPrice:
+        return None
     if billed is None:
         return None
     best = _higher(billed, _mcpize_tier(user_id))
@@ -260,9 +265,14 @@ def sync_tier(*, user_id: uuid.UUID | str) -> str | None:
     return best
 
 
+class _UnmappedPrice(Exception):
+    """A live Stripe subscription has a price STRIPE_PRICE_TO_TIER does not map: what it
+    grants is unknown, so no source may change the tier meanwhile."""
+
+
 def _stripe_tier(user_id: uuid.UUID | str) -> str | None:
-    """The tier the user's Stripe subscriptions grant: None with none, or while a live one
-    has a price STRIPE_PRICE_TO_TIER does not map."""
+    """The tier the user's Stripe subscriptions grant, or None with none; raises
+    ``_UnmappedPrice`` while a live one has a price no tier is mapped to."""
     subscriptions = list(Subscription.objects.filter(user_id=user_id))
     if not subscriptions:
         return None
@@ -272,7 +282,7 @@ def _stripe_tier(user_id: uuid.UUID | str) -> str | None:
             continue
         tier = tier_for_price(sub.price_id)
         if tier is None:
-            return None
+            raise _UnmappedPrice
         best = _higher(best, tier)
     return best
 
@@ -365,7 +375,14 @@ def apply_mcpize_tier(
         if not _record_mcpize(user, tier, signed_at):
             return "stale"
         # A Stripe subscription the user also pays for stands beside it.
-        best = _higher(tier, _stripe_tier(uid))
+        try:
+            best = _higher(tier, _stripe_tier(uid))
+        except _UnmappedPrice:
+            logger.warning(
+                "tier left unchanged: a live stripe subscription has an unmapped price",
+                extra={"user_id": str(uid), "billed": tier, "source": "mcpize"},
+            )
+            return "applied"
         if not tiers.is_billable(user.tier):
             _leave_operator_grant(user, source="mcpize", billed=best)
             return "applied"
@@ -377,7 +394,7 @@ def apply_mcpize_tier(
 def _record_mcpize(user: User, tier: str, signed_at: datetime | None) -> bool:
     """Record the tier MCPize bills ``user`` for; False, recording nothing, for a delivery
     signed before the newest one recorded (stale)."""
-    _lock(f"mcpize-user:{user.id}")
+    _lock(f"billing-user:{user.id}")  # as sync_tier: each source reads the other's tier
     account, _ = BillingAccount.objects.get_or_create(user=user)
     newest = account.mcpize_event_created
     if signed_at is not None and newest is not None and signed_at < newest:

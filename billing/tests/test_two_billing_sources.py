@@ -65,3 +65,20 @@ def test_with_one_source_each_sets_the_tier_as_before(cast, client):
     mcpize(client, {"userId": str(cast.charlie.id), "tier": "free"})
 
     assert (tier_of(cast.alice), tier_of(cast.charlie)) == ("starter", "free")
+
+
+def test_mcpize_leaves_the_tier_alone_while_a_stripe_price_is_unmapped(cast, client):
+    # What the unmapped Stripe price grants is unknown: the Stripe path leaves
+    # the tier as it is, and an MCPize "free" used to lower it anyway.
+    now = int(time.time())
+    deliver(client, checkout_completed(client_reference_id=str(cast.alice.id)))
+    deliver(client, subscription(price="price_team", created=now - 10))
+    deliver(
+        client, subscription("customer.subscription.updated", price="price_mystery", created=now)
+    )
+    assert tier_of(cast.alice) == "team"
+
+    answered = mcpize(client, {"userId": str(cast.alice.id), "tier": "free"})
+
+    assert answered.json()["outcome"] == "applied"
+    assert tier_of(cast.alice) == "team"
