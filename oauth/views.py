@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from django import forms
 from django.conf import settings
@@ -158,10 +158,11 @@ class ConsentView(AuthorizationView):
                 return self.form_invalid(form)
         response = super().form_valid(form)
         created = self.agent is not None and form.cleaned_data.get("agent") == NEW_AGENT
-        if created and response.status_code not in (301, 302, 303):
+        if created and not _granted(response):
             # The toolkit refused the request after the agent was made for it
-            # (a redirect URI the client never registered): no connection
-            # stands for it, so neither does the agent.
+            # (a redirect URI the client never registered, on a page; a bad
+            # scope, as a redirect with an error): no connection stands for
+            # it, so neither does the agent.
             assert self.agent is not None
             accounts_services.delete_agent(user_id=self.request.user.pk, agent_id=self.agent.id)
         return response
@@ -297,3 +298,11 @@ def _reason(error: Any) -> str:
 
 def _host(uri: str) -> str:
     return urlsplit(uri).netloc or urlsplit(uri).scheme if uri else ""
+
+
+def _granted(response: HttpResponse) -> bool:
+    """Whether an authorization response sends the client a code: a redirect with no error."""
+    if response.status_code not in (301, 302, 303):
+        return False
+    location = urlsplit(response.get("Location", ""))
+    return "error" not in parse_qs(location.query) and "error" not in parse_qs(location.fragment)

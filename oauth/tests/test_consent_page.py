@@ -171,6 +171,23 @@ def test_a_refused_request_leaves_no_agent_behind(cast, alice_client):
         assert not Agent.objects.filter(user=cast.alice, name="z").exists()
 
 
+def test_a_request_refused_with_an_error_redirect_leaves_no_agent_behind(cast, alice_client):
+    # The toolkit sends some refusals to the client's own redirect URI, with
+    # ?error=...: a redirect, yet no connection.
+    client_id = register(alice_client)
+    page = open_consent(alice_client, client_id)
+    form = {**hidden_fields(page), "scope": "admin everything"}
+
+    refused = alice_client.post(
+        "/oauth/authorize/", {**form, "allow": "Authorize", "agent": "new", "new_agent": "y"}
+    )
+
+    assert refused.status_code == 302
+    assert "error=" in refused.headers["Location"]
+    with tenancy.tenant(cast.alice.id):
+        assert not Agent.objects.filter(user=cast.alice, name="y").exists()
+
+
 def test_cancel_sends_the_client_access_denied(cast, alice_client):
     client_id = register(alice_client)
     page = open_consent(alice_client, client_id)
