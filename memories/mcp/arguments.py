@@ -17,31 +17,18 @@ from memories import validation
 NAMESPACE_PATTERN = f"^[{validation.NAMESPACE_CHARS}]+$"
 
 
-Namespace = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=validation.NAMESPACE_MAX,
-        pattern=NAMESPACE_PATTERN,
-        description=(
-            "Namespace grouping related memories, e.g. 'preferences' or 'project:recall'. "
-            "1-64 letters, digits and _ - . : / @."
-        ),
-    ),
+# The characters and length a namespace may have; what it is for is said beside each use.
+NamespaceText = Annotated[
+    str, Field(min_length=1, max_length=validation.NAMESPACE_MAX, pattern=NAMESPACE_PATTERN)
 ]
+_NAMESPACE_MEANS = (
+    "Namespace grouping related memories, e.g. 'preferences' or 'project:recall'. "
+    "1-64 letters, digits and _ - . : / @"
+)
+Namespace = Annotated[NamespaceText, Field(description=f"{_NAMESPACE_MEANS}.")]
 # Where a namespace may be left out: null is the same as leaving it out ("default").
 NamespaceOrDefault = Annotated[
-    Annotated[
-        str,
-        Field(min_length=1, max_length=validation.NAMESPACE_MAX, pattern=NAMESPACE_PATTERN),
-    ]
-    | None,
-    Field(
-        description=(
-            "Namespace grouping related memories, e.g. 'preferences' or 'project:recall'. "
-            "1-64 letters, digits and _ - . : / @; null or unset: 'default'."
-        ),
-    ),
+    NamespaceText | None, Field(description=f"{_NAMESPACE_MEANS}; null or unset: 'default'.")
 ]
 Metadata = Annotated[
     dict[str, Any] | None,

@@ -34,6 +34,7 @@ held-out part; BENCHMARKS.md ("Knowledge updates") has the figures.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -403,7 +404,9 @@ _VERBS = frozenset(
 
 
 def _opening(text: str) -> list[str]:
-    return [word.rstrip(".:,;") for word in _TOKEN.findall(text)[: _HEAD + 2]]
+    # The first words only: a search's newer-first pairs run this on every recall.
+    words = itertools.islice(_TOKEN.finditer(text), _HEAD + 2)
+    return [word.group().rstrip(".:,;") for word in words]
 
 
 def _noun(word: str) -> bool:
