@@ -263,6 +263,8 @@ def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
         return f"different subjects ({a} / {b})"
     if new.additive and not evidence.change_words:
         return "the new memory adds to the old one"
+    if old.additive and not evidence.change_words:
+        return "the old memory was one of several"
     if not evidence.shared and not _renamed(evidence):
         return NO_SUBJECT
     if not evidence.changed and evidence.added_kinds and evidence.dropped_kinds:
@@ -452,12 +454,15 @@ def _labelled_subjects(old: str, new: str, evidence: Evidence) -> str | None:
             continue
         if not _subject_so_far(a[:k]):
             return None
+        before_noun = k + 1 < min(len(a), len(b)) and a[k + 1].lower() == b[k + 1].lower()
+        before_noun = before_noun and _noun(a[k + 1])
         if _label(x) and _label(y):
             named = k > 0 and _noun(a[k - 1])
-            after = k + 1 < min(len(a), len(b)) and a[k + 1].lower() == b[k + 1].lower()
-            coded = after and _noun(a[k + 1]) and bool(_YEAR_OR_CODE.fullmatch(x.lower()))
+            coded = before_noun and bool(_YEAR_OR_CODE.fullmatch(x.lower()))
         else:
-            named = coded = False
+            named = False
+            # "The orders database" / "The users database": two words naming which one.
+            coded = before_noun and all(w.islower() and _noun(w) for w in (x, y))
         asked = _qualified(a, k) and all(
             _NAMING.fullmatch(w) and w.lower() not in STOP for w in (x, y)
         )

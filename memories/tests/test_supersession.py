@@ -287,6 +287,12 @@ def test_a_title_ends_no_sentence_and_names_the_person_after_it() -> None:
             "the new memory adds to the old one",
         ),
         (
+            "Mei also speaks fluent French.",
+            "Mei speaks Mandarin at home.",
+            0.75,
+            "the old memory was one of several",
+        ),
+        (
             "The swimming pool opens at 6am on weekdays.",
             "On weekends the swimming pool opens at 8am.",
             0.93,
@@ -477,6 +483,10 @@ def test_numbered_items_of_a_series_are_two_memories(old: str, new: str) -> None
         ("Room 4 is booked for the standup", "Room 6 is booked for the standup"),
         ("The meeting for Monday is at 10", "The meeting for Tuesday is at 10"),
         ("The deadline for task 1 is Friday", "The deadline for task 2 is Monday"),
+        # Two words naming which one, before the same noun.
+        ("The orders database is 420 GB.", "The users database is 35 GB."),
+        ("The water bill is paid quarterly.", "The electricity bill is paid monthly."),
+        ("The web app listens on port 8000.", "The admin app listens on port 8001."),
     ],
 )
 def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
