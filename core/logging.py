@@ -2,7 +2,11 @@
 
 Callers pass structured fields through ``extra=``. Anything sensitive must be
 reduced before it gets here (see ``fingerprint``); the formatters print what
-they are given, except exception messages: the JSON formatter logs an
+they are given, except a ``request`` field and exception messages. Django's
+loggers (``django.request``'s "Not Found: /path", ``django.security``) pass
+the request itself, whose repr holds the query string: an OAuth ``state`` or
+``code_challenge``, a dashboard search, a key sent as ``?api_key=``. It is
+logged as its method and path only. The JSON formatter logs an
 exception's type and frames only, since database and provider errors can quote
 the content or query that caused them. The console formatter, for
 development, prints the traceback's frames and type, without the message, for
@@ -33,7 +37,18 @@ def fingerprint(text: str) -> str:
 
 
 def _fields(record: logging.LogRecord) -> dict[str, object]:
-    return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+    fields = {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+    if "request" in fields:
+        fields["request"] = _request_line(fields["request"])
+    return fields
+
+
+def _request_line(request: object) -> str:
+    """A request as ``METHOD /path``: never its query string, headers or body."""
+    method, path = getattr(request, "method", None), getattr(request, "path", None)
+    if isinstance(method, str) and isinstance(path, str):
+        return f"{method} {path}"
+    return type(request).__name__
 
 
 class JsonFormatter(logging.Formatter):
