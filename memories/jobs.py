@@ -18,8 +18,9 @@ lifespan) and alone in ``recall worker``. Each worker thread:
 A heartbeat thread extends the leases of the jobs this process's workers are
 running, three times a lease (``queue.extend_leases``), so a slow job, one
 embedding request after another, stays with the worker that is still
-running it; only a dead worker's job runs out of lease. Should one run out
-anyway, the queue keeps the job's writes to one run (``services/queue.py``).
+running it; only a dead worker's job runs out of lease, or one whose run has
+hung past ``JOB_MAX_RUN_SECONDS``. Should one run out while its run goes on,
+the queue keeps the job's writes to one run (``services/queue.py``).
 
 One thread also runs ``maintenance.clean_up()`` every ``MAINTENANCE_SECONDS``:
 expired memories, history past its retention, finished jobs and stale

@@ -265,11 +265,13 @@ HISTORY_RETENTION_DAYS = env.integer("HISTORY_RETENTION_DAYS", 30, low=0, high=3
 # Background adds (memories/jobs.py): worker threads per `recall serve`
 # process (0: none; run `recall worker` instead), how often idle workers look
 # for work they were not woken for, how long a worker may hold a job before
-# another takes it over, attempts before a job fails, and how long finished
+# another takes it over, how long one run may keep it at most (a hung run's
+# lease then runs out), attempts before a job fails, and how long finished
 # jobs stay visible to job_status.
 JOB_WORKERS = env.integer("JOB_WORKERS", 2, low=0, high=64)
 JOB_POLL_SECONDS = env.number("JOB_POLL_SECONDS", 2.0, low=0.05, high=300.0)
 JOB_LEASE_SECONDS = env.integer("JOB_LEASE_SECONDS", 300, low=5, high=86_400)
+JOB_MAX_RUN_SECONDS = env.integer("JOB_MAX_RUN_SECONDS", 3600, low=10, high=7 * 86_400)
 JOB_MAX_ATTEMPTS = env.integer("JOB_MAX_ATTEMPTS", 3, low=1, high=20)
 JOB_RETENTION_DAYS = env.integer("JOB_RETENTION_DAYS", 7, low=0, high=365)
 # The largest file the dashboard takes for an import (memories/importers); the

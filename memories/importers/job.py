@@ -7,6 +7,10 @@ every batch, in that batch's transaction, so the dashboard shows progress
 and an interrupted job resumes after the last batch it stored. Bad input
 and a full quota fail the job at once with the message; a passing failure
 (the embedding model, the database) is retried with back-off.
+
+A run whose lease ran out while it went on, and whose job another run took,
+saves, settles and requeues nothing: the batch it was storing rolls back and
+the run stops, leaving the job to the run that has it.
 """
 
 from __future__ import annotations
@@ -41,6 +45,23 @@ def run(
     attempts: int,
     result: dict[str, Any] | None,
 ) -> None:
+    try:
+        _run(job_id, user_id, payload, attempts, result)
+    except services.JobLost:
+        # Ids only: the payload names the user's file.
+        logger.warning(
+            "import job lost to another run; this run stopped",
+            extra={"job_id": str(job_id), "attempt": attempts},
+        )
+
+
+def _run(
+    job_id: uuid.UUID,
+    user_id: uuid.UUID,
+    payload: dict[str, Any],
+    attempts: int,
+    result: dict[str, Any] | None,
+) -> None:
     label = payload["filename"]
     suffix = re.sub(r"[^A-Za-z0-9.]", "", Path(label).suffix)[:16]
     resume = Report.from_dict(result) if result else None
@@ -58,26 +79,36 @@ def run(
                     tier=payload.get("tier"),
                     resume=resume,
                     checkpoint=lambda r: services.save_import_progress(
-                        job_id=job_id, report=r.as_dict()
+                        job_id=job_id, attempts=attempts, report=r.as_dict()
                     ),
                 )
+        except services.JobLost:
+            raise
         except (EmbeddingUnavailable, InternalError) as error:
             _again_or_fail(job_id, user_id, attempts, error)
         except RecallError as error:
-            services.finish_import(user_id=user_id, job_id=job_id, report=None, error=error)
+            services.finish_import(
+                user_id=user_id, job_id=job_id, attempts=attempts, report=None, error=error
+            )
         except Exception as exc:
             if errors.from_exception(exc).code == errors.Unavailable.code:
                 raise  # the database is away: the lease runs out and the job is taken again
-            logger.error("import failed", extra={"job_id": str(job_id), **describe_exception(exc)})
             _again_or_fail(
                 job_id, user_id, attempts, InternalError("The import failed on our side.")
             )
+            # Logged only once this run is known to have had the job: a run
+            # that lost it may trip over the other run's work.
+            logger.error("import failed", extra={"job_id": str(job_id), **describe_exception(exc)})
         else:
-            services.finish_import(user_id=user_id, job_id=job_id, report=report.as_dict())
+            services.finish_import(
+                user_id=user_id, job_id=job_id, attempts=attempts, report=report.as_dict()
+            )
 
 
 def _again_or_fail(
     job_id: uuid.UUID, user_id: uuid.UUID, attempts: int, error: RecallError
 ) -> None:
     if not services.requeue_job(job_id=job_id, user_id=user_id, attempts=attempts, error=error):
-        services.finish_import(user_id=user_id, job_id=job_id, report=None, error=error)
+        services.finish_import(
+            user_id=user_id, job_id=job_id, attempts=attempts, report=None, error=error
+        )

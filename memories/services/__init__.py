@@ -88,6 +88,7 @@ from memories.services.maintenance import (
 from memories.services.queue import (
     CHANNEL,
     PENDING,
+    JobLost,
     enqueue_remember,
     job_status,
     queue_depth,
@@ -183,6 +184,7 @@ __all__ = [
     "ImportJob",
     "Imported",
     "Item",
+    "JobLost",
     "Listed",
     "Quota",
     "Recalled",

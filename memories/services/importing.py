@@ -5,7 +5,10 @@ the tables is here. A batch is stored in one transaction under the user's
 row-level security, so an interrupted import never leaves half a batch. An
 upload on the dashboard becomes a job of kind ``import`` in ``memory_jobs``,
 its file kept in ``memory_import_chunks`` until the job ends;
-``memories/importers/job.py`` runs it when a worker takes it.
+``memories/importers/job.py`` runs it when a worker takes it. As for a
+background add, each run of a job names itself by the ``attempts`` it took the
+job with, and saves, settles or requeues the job only while it is still its
+own (``queue.JobLost`` otherwise).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from django.db.models.functions import Now
 from core import context, tenancy
 from core.errors import RecallError
 from memories.models import ImportChunk, Job, JobStatus, Memory
-from memories.services.queue import CHANNEL, wake
+from memories.services.queue import CHANNEL, JobLost, wake
 from memories.services.quota import check_quota
 from memories.services.shapes import Metadata
 from memories.services.storing import fingerprint
@@ -258,22 +261,32 @@ def import_file(*, user_id: uuid.UUID | str, job_id: uuid.UUID) -> Iterator[byte
         seq += 1
 
 
-def save_import_progress(*, job_id: uuid.UUID, report: Mapping[str, object]) -> None:
-    """Save a running import's report and extend its lease, in the caller's tenant transaction."""
-    Job.objects.filter(id=job_id).update(
+def save_import_progress(*, job_id: uuid.UUID, attempts: int, report: Mapping[str, object]) -> None:
+    """Save a running import's report and extend its lease, in the caller's tenant transaction.
+
+    Raise ``JobLost`` when the run is no longer the job's, so that the batch
+    it was to count rolls back.
+    """
+    saved = Job.objects.held(job_id, attempts).update(
         result=dict(report),
         lease_until=Now() + timedelta(seconds=settings.JOB_LEASE_SECONDS),
     )
+    if not saved:
+        raise JobLost
 
 
 def finish_import(
     *,
     user_id: uuid.UUID | str,
     job_id: uuid.UUID,
+    attempts: int,
     report: Mapping[str, object] | None,
     error: RecallError | None = None,
 ) -> None:
-    """Settle an import job, done or failed, keeping its report and deleting its file."""
+    """Settle an import job, done or failed, keeping its report and deleting its file.
+
+    Raise ``JobLost``, changing nothing, when the run is no longer the job's.
+    """
     with tenancy.tenant(user_id):
         # The payload stays: a file's name and the options, no memory content.
         fields: dict[str, Any] = {
@@ -286,7 +299,8 @@ def finish_import(
         if error is not None:
             fields["error_code"] = error.code
             fields["error_message"] = error.message[:500]
-        Job.objects.filter(id=job_id).update(**fields)
+        if not Job.objects.held(job_id, attempts).update(**fields):
+            raise JobLost
         ImportChunk.objects.filter(job_id=job_id).delete()
 
 
@@ -306,9 +320,16 @@ def import_jobs(*, user_id: uuid.UUID | str, limit: int = 5) -> list[ImportJob]:
 def requeue_job(
     *, job_id: uuid.UUID, user_id: uuid.UUID | str, attempts: int, error: RecallError
 ) -> bool:
-    """Queue a job again after a passing failure, with back-off; False when out of attempts."""
+    """Queue a job again after a passing failure, with back-off; False when out of attempts.
+
+    Raise ``JobLost``, changing nothing, when the run is no longer the job's.
+    """
     if attempts >= settings.JOB_MAX_ATTEMPTS:
         return False
     with tenancy.operator():
-        Job.objects.retry_later(job_id, settings.JOB_POLL_SECONDS * 2**attempts)
+        queued = Job.objects.retry_later(
+            job_id, settings.JOB_POLL_SECONDS * 2**attempts, attempts=attempts
+        )
+    if not queued:
+        raise JobLost
     return True

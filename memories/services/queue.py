@@ -13,7 +13,9 @@ the job while the first is still embedding; each run is named by the
 ``attempts`` it took the job with, and settles, requeues or fails the job only
 while the job is still running under that count. Settling is the last
 statement of the transaction that writes the memories, so a run that lost its
-job rolls its writes back.
+job rolls its writes back. A run that hangs (an embedding call that never
+returns) keeps its lease only for ``JOB_MAX_RUN_SECONDS``: then the heartbeat
+lets the lease run out, and the job is taken again like a dead worker's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
@@ -65,10 +68,11 @@ CHANNEL = "recall_jobs"
 # Set by enqueues in this process, so in-process workers start at once.
 waiting = threading.Event()
 
-# The runs of jobs this process has in hand, (job id, attempts), whose leases
-# the workers' heartbeat extends. Two of this process's workers may run one
-# job (the first's lease ran out): each is its own run.
-_in_hand: set[tuple[uuid.UUID, int]] = set()
+# The runs of jobs this process has in hand, (job id, attempts), each with
+# when it began (time.monotonic()), whose leases the workers' heartbeat
+# extends. Two of this process's workers may run one job (the first's lease
+# ran out): each is its own run.
+_in_hand: dict[tuple[uuid.UUID, int], float] = {}
 _in_hand_lock = threading.Lock()
 
 
@@ -218,7 +222,8 @@ def run_next_job() -> bool:
     reason a retry cannot fix fails at once; one that hits a passing problem
     (the embedder, the database) is retried with back-off, up to
     ``JOB_MAX_ATTEMPTS`` times. While it runs, the job is in hand: the
-    workers' heartbeat extends its lease (``extend_leases``).
+    workers' heartbeat extends its lease (``extend_leases``) for up to
+    ``JOB_MAX_RUN_SECONDS``.
     """
     with context.acting_as("worker"), tenancy.operator():
         taken = Job.objects.take_next(settings.JOB_LEASE_SECONDS)
@@ -226,7 +231,7 @@ def run_next_job() -> bool:
         return False
     run = (taken.id, taken.attempts)
     with _in_hand_lock:
-        _in_hand.add(run)
+        _in_hand[run] = time.monotonic()
     try:
         runner = RUNNERS.get(taken.kind)
         if runner is not None:
@@ -236,7 +241,7 @@ def run_next_job() -> bool:
                 _run_job(taken)
     finally:
         with _in_hand_lock:
-            _in_hand.discard(run)
+            _in_hand.pop(run, None)  # gone already if the heartbeat gave up on it
     return True
 
 
@@ -246,10 +251,26 @@ def extend_leases() -> int:
     The workers' heartbeat calls it (memories/jobs.py), on the operator path,
     more often than a lease lasts: a live worker keeps its job however slow
     the embedder is, and a dead one stops extending, so its job is taken
-    again when the lease runs out.
+    again when the lease runs out. So does a run past ``JOB_MAX_RUN_SECONDS``,
+    which is let go once: should it ever finish, its job is no longer its own
+    if another run took it, and it writes nothing.
     """
+    began_by = time.monotonic() - settings.JOB_MAX_RUN_SECONDS
     with _in_hand_lock:
+        overdue = [run for run, began in _in_hand.items() if began < began_by]
+        for run in overdue:
+            del _in_hand[run]
         runs = list(_in_hand)
+    for job_id, attempts in overdue:
+        # Ids only: the payload is content.
+        logger.warning(
+            "job ran past JOB_MAX_RUN_SECONDS; its lease is left to run out",
+            extra={
+                "job_id": str(job_id),
+                "attempt": attempts,
+                "max_run_seconds": settings.JOB_MAX_RUN_SECONDS,
+            },
+        )
     if not runs:
         return 0
     with context.acting_as("worker"), tenancy.operator():
@@ -267,8 +288,11 @@ def runs(kind: str, runner: Callable[[Taken], None]) -> None:
     RUNNERS[kind] = runner
 
 
-class _Lost(Exception):
-    """Another run took the job (this run's lease ran out), or it ended, while this one ran."""
+class JobLost(Exception):
+    """Another run took the job (this run's lease ran out), or it ended, while this one ran.
+
+    Raised inside the transaction that writes the run's work, so that it rolls back.
+    """
 
 
 def _run_job(job: Taken) -> None:
@@ -278,7 +302,7 @@ def _run_job(job: Taken) -> None:
         kept = [{k: v for k, v in r.items() if k != "may_replace"} for r in results]
         if not Job.objects.settle(job.id, job.user_id, kept, attempts=job.attempts):
             # Rolls back what this run stored: the job is another run's to write.
-            raise _Lost
+            raise JobLost
 
     try:
         call = Remembering.from_payload(job.payload)
@@ -297,7 +321,7 @@ def _run_job(job: Taken) -> None:
             ids=ids,
             finish=settle,
         )
-    except _Lost:
+    except JobLost:
         _lost(job)
     except (EmbeddingUnavailable, InternalError, PlacesChanged) as error:
         _retry_or_fail(job, error)

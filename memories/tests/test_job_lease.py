@@ -2,7 +2,8 @@
 
 A run is held in its embedder (``Gate``) while the test plays the other
 worker: it expires the lease, as a missed heartbeat would, and takes the
-job over with ``run_next_job``. The tests run on committed rows
+job over with ``run_next_job``. Imports (jobs of kind "import") are held
+the same way, in the embedder of their first batch. The tests run on committed rows
 (``transaction=True``), since each run has its own connection.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -19,8 +21,9 @@ from django.db import connection
 from accounts.tiers import Tier
 from core import tenancy
 from memories import embeddings, jobs, services
-from memories.models import Job
+from memories.models import ImportChunk, Job, Memory
 from memories.services import queue
+from memories.tests.importing import FIXTURES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -120,6 +123,22 @@ def queue_conversation(cast) -> dict:
     return dict(
         services.remember(user_id=cast.alice.id, tier=Tier.PRO, messages=MESSAGES, background=True)
     )
+
+
+def queue_import(cast) -> uuid.UUID:
+    # Three good records and two refused, in one batch.
+    return services.enqueue_import(
+        user_id=cast.alice.id,
+        tier=Tier.PRO,
+        filename="mem0.json",
+        options={"format": "mem0"},
+        chunks=[(FIXTURES / "mem0.json").read_bytes()],
+    )
+
+
+def contents(user) -> set[str]:
+    with tenancy.tenant(user.id):
+        return set(Memory.objects.filter(user_id=user.id).values_list("content", flat=True))
 
 
 def test_memories_forgotten_after_a_taken_over_job_is_done_stay_forgotten(cast, gate, caplog):
@@ -244,3 +263,69 @@ def test_a_slow_job_keeps_its_worker_past_its_lease(cast, gate, settings):
 
     status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
     assert (status["status"], status["attempts"]) == ("done", 1)
+
+
+def test_the_heartbeat_lets_a_run_go_after_JOB_MAX_RUN_SECONDS_and_the_job_is_taken_again(
+    cast, gate, settings, caplog
+):
+    settings.JOB_LEASE_SECONDS = 3600
+    settings.JOB_MAX_RUN_SECONDS = 0.5
+    slow = gate("first-run")  # a run that hangs in the embedder
+    queued = queue_conversation(cast)
+    first = run_in_thread("first-run")
+    slow.wait_for("first-run")
+    assert queue.extend_leases() == 1
+    held_until = job_row(queued["job_id"]).lease_until
+
+    time.sleep(0.6)
+    with caplog.at_level(logging.INFO, logger="memories"):
+        assert queue.extend_leases() == 0
+        assert queue.extend_leases() == 0  # let go once, and said once
+
+    assert job_row(queued["job_id"]).lease_until == held_until  # no longer extended
+    [line] = [r for r in caplog.records if "JOB_MAX_RUN_SECONDS" in r.getMessage()]
+    assert (vars(line)["job_id"], vars(line)["attempt"]) == (queued["job_id"], 1)
+    assert "Lisbon" not in str(vars(line))
+
+    expire_lease(queued["job_id"])  # as its lease runs out
+    assert services.run_next_job() is True  # another worker takes it over
+    done = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert (done["status"], done["attempts"]) == ("done", 2)
+    slow.let_go("first-run")  # the hung run wakes, late
+    first.join(30)
+
+    assert services.job_status(user_id=cast.alice.id, job_id=queued["job_id"]) == done
+    stored = services.list_memories(user_id=cast.alice.id)
+    assert sorted(m["id"] for m in stored) == sorted(queued["memory_ids"])
+
+
+def test_an_import_run_that_lost_its_job_stores_saves_and_settles_nothing(cast, gate, caplog):
+    slow = gate("first-run", "second-run")
+    job_id = queue_import(cast)
+    first = run_in_thread("first-run")
+    slow.wait_for("first-run")
+    expire_lease(str(job_id))
+    second = run_in_thread("second-run")
+    slow.wait_for("second-run")
+
+    with caplog.at_level(logging.INFO, logger="memories"):
+        slow.let_go("first-run")  # the run that lost the job finishes first
+        first.join(30)
+
+    assert not first.is_alive()
+    assert contents(cast.alice) == set()  # its batch rolled back
+    row = job_row(str(job_id))
+    assert (row.status, row.attempts, row.result, row.finished_at) == ("running", 2, None, None)
+    with tenancy.operator():
+        assert ImportChunk.objects.filter(job_id=job_id).exists()  # the file is the new run's
+    [line] = [r for r in caplog.records if r.getMessage().startswith("import job lost")]
+    assert (vars(line)["job_id"], vars(line)["attempt"]) == (str(job_id), 1)
+    assert not [r for r in caplog.records if r.getMessage() == "import failed"]
+
+    slow.let_go("second-run")
+    second.join(30)
+
+    row = job_row(str(job_id))
+    assert (row.status, row.attempts) == ("done", 2)
+    assert (row.result["imported"], row.result["refused"]) == (3, 2)
+    assert len(contents(cast.alice)) == 3
