@@ -338,7 +338,7 @@ def _numbered(old: str, new: str, evidence: Evidence) -> str | None:
 # value, and all but the last hidden. A change word lets the pair through to
 # the usual rules ("Port 6432 is used by staging now"); so does a version,
 # which a deploy moves on.
-_TOKEN = re.compile(r"[#\w][\w.\-/:#]*\w|\w")
+_TOKEN = re.compile(r"[#\w][\w.\-/:#'\u2019]*\w|\w")  # "Ana's" is one word
 _HEAD = 6  # the shared opening looked at, in words
 _NOT_LABELS = frozenset({"version", "v", "release", "build", "revision", "rev"})
 _YEAR_OR_CODE = re.compile(r"(?:19|20)\d\d|[a-z]+\d+[a-z\d]*")

@@ -487,6 +487,7 @@ def test_numbered_items_of_a_series_are_two_memories(old: str, new: str) -> None
         ("The orders database is 420 GB.", "The users database is 35 GB."),
         ("The water bill is paid quarterly.", "The electricity bill is paid monthly."),
         ("The web app listens on port 8000.", "The admin app listens on port 8001."),
+        ("Ana's yoga class is on Monday evenings", "Ana's pottery class is on Thursday evenings"),
     ],
 )
 def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
