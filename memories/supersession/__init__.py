@@ -2,6 +2,9 @@
 
 - ``text``: what a short fact says (words, typed values, change words), read
   with simple rules;
+- ``subjects``: which thing a memory is about, from its first words: two
+  openings that name two things ("Room 101" / "Room 202", "The orders /
+  users database") keep both;
 - ``decide``: the offline decision, a pure function of the texts and their
   cosine similarity;
 - ``llm``: the optional decision by an OpenAI-compatible chat model, for the

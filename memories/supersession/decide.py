@@ -34,20 +34,21 @@ held-out part; BENCHMARKS.md ("Knowledge updates") has the figures.
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from memories.supersession.subjects import two_things
 from memories.supersession.text import (
     CACHED_CHARS,
-    STOP,
     Reading,
     Value,
     contrast_conflict,
     read,
+    stem,
+    word_set,
 )
 
 Verdict = Literal["supersede", "keep", "duplicate"]
@@ -327,146 +328,39 @@ def _numbered(old: str, new: str, evidence: Evidence) -> str | None:
     return f"numbered items of a series ({'; '.join(pairs)})"
 
 
-# The start of a memory names what it is about: "Room 101 is on floor 1",
-# "Invoice 17 total is 300 EUR", "Server web-1 has IP 10.0.0.1", "Item A
-# costs $5", "2024 revenue was $3M", "The capital of France is Paris". Two
-# memories that open alike but for the thing named there (an identifier
-# after the same noun, a year or a code before it, or what follows the same
-# "<noun> of" or "<noun> for") are about two things, whatever else differs:
-# a series' items, a fleet's hosts, a ledger's rows, one question asked of
-# two countries. Such templated facts were linked as one slot's old and new
-# value, and all but the last hidden. A change word lets the pair through to
-# the usual rules ("Port 6432 is used by staging now"); so does a version,
-# which a deploy moves on.
-_TOKEN = re.compile(r"[#\w][\w.\-/:#'\u2019]*\w|\w")  # "Ana's" is one word
-_HEAD = 6  # the shared opening looked at, in words
-_NOT_LABELS = frozenset({"version", "v", "release", "build", "revision", "rev"})
-_YEAR_OR_CODE = re.compile(r"(?:19|20)\d\d|[a-z]+\d+[a-z\d]*")
-_OF = frozenset({"of", "for"})
-_NAMING = re.compile(r"[\w\-]+")
-_DETERMINERS = frozenset({"the", "our", "my", "your", "their", "his", "her", "its"})
-# Verbs common in short facts that STOP does not hold: past one, the subject has ended.
-_VERBS = frozenset(
-    {
-        "use",
-        "uses",
-        "used",
-        "run",
-        "runs",
-        "ran",
-        "live",
-        "lives",
-        "lived",
-        "work",
-        "works",
-        "worked",
-        "prefer",
-        "prefers",
-        "preferred",
-        "like",
-        "likes",
-        "liked",
-        "cost",
-        "costs",
-        "take",
-        "takes",
-        "took",
-        "need",
-        "needs",
-        "want",
-        "wants",
-        "own",
-        "owns",
-        "pay",
-        "pays",
-        "paid",
-        "call",
-        "calls",
-        "called",
-        "sit",
-        "sits",
-        "meet",
-        "meets",
-        "start",
-        "starts",
-        "end",
-        "ends",
-        "hold",
-        "holds",
-        "held",
-        "serve",
-        "serves",
-        "served",
-        "point",
-        "points",
-        "host",
-        "hosts",
-    }
-)
-
-
-def _opening(text: str) -> list[str]:
-    # The first words only: a search's newer-first pairs run this on every recall.
-    words = itertools.islice(_TOKEN.finditer(text), _HEAD + 2)
-    return [word.group().rstrip(".:,;") for word in words]
-
-
-def _noun(word: str) -> bool:
-    word = word.lower()
-    return word.isalpha() and len(word) > 1 and word not in STOP and word not in _NOT_LABELS
-
-
-def _label(word: str) -> bool:
-    """A token that names rather than says: with a digit, or one capital letter ("Item A")."""
-    return any(c.isdigit() for c in word) or (len(word) == 1 and word.isupper())
-
-
-def _qualified(words: list[str], k: int) -> bool:
-    """Whether ``words[k]`` follows "<noun> of" or "<noun> for" (a "the" between allowed)."""
-    at = k - 1
-    if at >= 1 and words[at].lower() in _DETERMINERS:
-        at -= 1
-    return at >= 1 and words[at].lower() in _OF and _noun(words[at - 1])
-
-
-def _subject_so_far(words: list[str]) -> bool:
-    """Whether ``words``, a memory's opening, can still be its subject: no verb yet, and
-    no preposition but "of" / "for" ("Standup is in Room 4" names the room as a value)."""
-    return not any(
-        (w in STOP and w not in _OF and w not in _DETERMINERS) or w in _VERBS
-        for w in (word.lower() for word in words)
+# Predicates that hold several values at once: "Farah is fluent in Arabic" and
+# "... in French" are both true, as are two medicines one takes, two
+# magazines one subscribes to. A second item is no new value of the slot
+# unless the newer memory says so ("switched to", "no longer"). Preferences
+# ("likes") and owners are left out: a new one often replaces the old.
+_SEVERAL = frozenset(
+    stem(word)
+    for word in word_set(
+        "allergic fluent speak speaks include includes collect collects subscribe subscribes "
+        "volunteer volunteers know knows visited member certified vaccinated take takes need "
+        "needs"
     )
+)
+# Values that measure or place rather than name: a new dose, time or day is
+# the slot's new value ("takes 5 mg" / "takes 10 mg").
+_MEASURES = frozenset({"quantity", "when", "day", "relationship", "diet", "transport"})
 
 
-def _labelled_subjects(old: str, new: str, evidence: Evidence) -> str | None:
-    """Return why two memories are about two named things, when their openings say so.
-
-    The name must stand in the subject, before any verb or preposition but "of" and
-    "for": past them it is the slot's value ("The project uses Python 3.11" then
-    "Python 3.12", "Standup is in Room 4" then "Room 7").
-    """
-    if evidence.change_words:
+def _several_values(old: Reading, new: Reading, evidence: Evidence) -> str | None:
+    """Return why two memories state two items of a many-valued predicate, or None."""
+    if evidence.change_words or evidence.negation_flip:
         return None
-    a, b = _opening(old), _opening(new)
-    for k in range(min(_HEAD, len(a), len(b))):
-        x, y = a[k], b[k]
-        if x.lower() == y.lower():
-            continue
-        if not _subject_so_far(a[:k]):
-            return None
-        before_noun = k + 1 < min(len(a), len(b)) and a[k + 1].lower() == b[k + 1].lower()
-        before_noun = before_noun and _noun(a[k + 1])
-        if _label(x) and _label(y):
-            named = k > 0 and _noun(a[k - 1])
-            coded = before_noun and bool(_YEAR_OR_CODE.fullmatch(x.lower()))
-        else:
-            named = False
-            # "The orders database" / "The users database": two words naming which one.
-            coded = before_noun and all(w.islower() and _noun(w) for w in (x, y))
-        asked = _qualified(a, k) and all(
-            _NAMING.fullmatch(w) and w.lower() not in STOP for w in (x, y)
-        )
-        return f"about two things ({x} / {y})" if named or coded or asked else None
+    shared = evidence.shared & _SEVERAL
+    if not shared:
+        return None
+
+    def items(reading: Reading) -> set[str]:
+        named = {v.text for v in reading.values if FAMILIES.get(v.kind, v.kind) not in _MEASURES}
+        return set(reading.words) | named
+
+    before, after = items(old), items(new)
+    if before - after and after - before:
+        return f"two of several values ({min(shared)})"
     return None
 
 
@@ -474,8 +368,9 @@ def _apart(old: str, new: str, evidence: Evidence) -> str | None:
     old_reading, new_reading = read(old), read(new)
     reason = (
         _hard_keep(old_reading, new_reading, evidence)
+        or _several_values(old_reading, new_reading, evidence)
         or _numbered(old, new, evidence)
-        or _labelled_subjects(old, new, evidence)
+        or (None if evidence.change_words else two_things(old, new))
     )
     if reason is None and max(old_reading.length, new_reading.length) <= 2:
         reason = "too short to state a fact"  # "memory 2", "alice 1": labels, not facts

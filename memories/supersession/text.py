@@ -17,12 +17,12 @@ from functools import lru_cache
 QUOTE = "\u2019"  # the typographic apostrophe, as in "Priya\u2019s"
 
 
-def _set(words: str) -> frozenset[str]:
+def word_set(words: str) -> frozenset[str]:
     return frozenset(words.split())
 
 
 # Words that carry no subject: articles, pronouns, auxiliaries, prepositions.
-STOP = _set(
+STOP = word_set(
     """
     a an the this that these those it its it's is are was were be been being am has have had
     having do does did doing done of in on at to for from by with about as into onto over under
@@ -38,7 +38,7 @@ STOP = _set(
 )
 
 # Change words: the new memory says it replaces something.
-CHANGE = _set(
+CHANGE = word_set(
     """
     now new newly moved move moving switched switch switching changed change changing
     instead anymore updated update migrated migrate replaced replace replacing renamed
@@ -69,12 +69,12 @@ CHANGE_PHRASES = (
     ("passed", "to"),
 )
 # Negations: the new memory may reverse the old one ("quit", "no longer").
-NEGATION = _set(
+NEGATION = word_set(
     "not no never none nobody don't doesn't didn't isn't aren't wasn't weren't won't can't "
     "cannot quit stopped without"
 )
 # An addition, not a replacement: "Ollie also enjoys hip hop".
-ADDITIVE = _set("also too another additionally besides")
+ADDITIVE = word_set("also too another additionally besides")
 ADDITIVE_PHRASES = (("as", "well"), ("in", "addition"), ("as", "well", "as"))
 
 # Words of one set that tell two subjects apart ("the staging host" is not
@@ -82,28 +82,28 @@ ADDITIVE_PHRASES = (("as", "well"), ("in", "addition"), ("as", "well", "as"))
 # memory holding the other's, means two subjects, whatever else they share.
 # Words joined by "/" are one word ("prod" is "production").
 CONTRASTS: tuple[frozenset[str], ...] = (
-    _set(
+    word_set(
         "staging/stage/stg production/prod/prd development/dev test/testing qa sandbox "
         "preview replica reporting primary secondary canary local demo"
     ),
-    _set(
+    word_set(
         "mother/mum/mom/mummy father/dad/daddy sister brother son daughter aunt uncle cousin "
         "niece nephew grandmother/grandma/gran/granny/nan grandfather/grandpa/grandad/granddad "
         "wife husband partner boyfriend girlfriend fiance/fiancee"
     ),
-    _set("morning afternoon evening night breakfast lunch dinner/supper bed/bedtime"),
+    word_set("morning afternoon evening night breakfast lunch dinner/supper bed/bedtime"),
     # A habit of weekdays, of weekends or of one day each week ("on Saturdays").
-    _set(
+    word_set(
         "weekday/weekdays weekend/weekends mondays tuesdays wednesdays thursdays fridays "
         "saturdays sundays"
     ),
-    _set("mobile web ios android desktop backend frontend admin public internal private"),
-    _set("work personal"),
-    _set("starter basic pro team enterprise business free premium"),
-    _set("london york paris berlin tokyo uk us eu"),
-    _set("dog cat rabbit hamster horse fish bird"),
-    _set("water electricity gas phone internet council"),
-    _set("warehouse registered"),
+    word_set("mobile web ios android desktop backend frontend admin public internal private"),
+    word_set("work personal"),
+    word_set("starter basic pro team enterprise business free premium"),
+    word_set("london york paris berlin tokyo uk us eu"),
+    word_set("dog cat rabbit hamster horse fish bird"),
+    word_set("water electricity gas phone internet council"),
+    word_set("warehouse registered"),
 )
 # Each word's set, and the word it stands for.
 _CONTRAST_CLASS = {
@@ -130,17 +130,17 @@ def contrast_word(lower: str) -> str | None:
 
 
 # The verb that states a subject's value ("X is Y").
-COPULA = _set("is are was were am")
+COPULA = word_set("is are was were am")
 # Kin terms that are used as names, capitalised anywhere: "I called Mum".
-KIN_NAMES = _set("mother father grandmother grandfather")  # as contrast_word gives them
+KIN_NAMES = word_set("mother father grandmother grandfather")  # as contrast_word gives them
 # States a subject is in, one at a time: a new one replaces the old.
 STATES: dict[str, str] = {
     **dict.fromkeys(
-        _set("single dating engaged married divorced separated widowed seeing"), "relationship"
+        word_set("single dating engaged married divorced separated widowed seeing"), "relationship"
     ),
-    **dict.fromkeys(_set("vegetarian vegan pescatarian carnivore"), "diet"),
+    **dict.fromkeys(word_set("vegetarian vegan pescatarian carnivore"), "diet"),
     **dict.fromkeys(
-        _set(
+        word_set(
             "cycle cycles cycling bike bikes drive drives driving bus train tube walk walks "
             "walking carpool"
         ),
@@ -149,22 +149,22 @@ STATES: dict[str, str] = {
 }
 STATE_PHRASES = (("broke", "up"), ("split", "up"), ("got", "married"), ("got", "divorced"))
 
-MONTHS = _set(
+MONTHS = word_set(
     "january february march april may june july august september october november december "
     "jan feb mar apr jun jul aug sep sept oct nov dec"
 )
-WEEKDAYS = _set(
+WEEKDAYS = word_set(
     "monday tuesday wednesday thursday friday saturday sunday mondays tuesdays wednesdays "
     "thursdays fridays saturdays sundays"
 )
-NUMBER_WORDS = _set(
+NUMBER_WORDS = word_set(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
     "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy "
     "eighty ninety hundred thousand million billion half twice single double triple first "
     "third fourth fifth sixth seventh eighth ninth tenth dozen"
 )
 # Capitalised words that are not names.
-NOT_NAMES = _set(
+NOT_NAMES = word_set(
     """
     i the a an my our your his her their its this that these those we you he she they it
     there here what when where who how why which mr mrs ms dr st i'm i've i'd i'll
@@ -286,6 +286,11 @@ def _value(token: str, *, capitalised_name: bool) -> Value | None:
     if capitalised_name:
         return Value("name", stem(lower))
     return None
+
+
+# A "?" or "!" that ends a sentence, not one inside a password or a URL's query
+# ("Tr4ck!ng-99", "https://x.example/?page=2").
+_ENDS_WITH = re.compile(r"""[?!]+(?=[\s"')\]]|$)""")
 
 
 def _phrases(tokens: list[str], phrases: tuple[tuple[str, ...], ...]) -> list[str]:
@@ -440,6 +445,7 @@ def _read(text: str) -> Reading:
         # "out-of-hours" and "after-hours" share "hours"; "inventory-svc" is
         # the inventory service.
         words |= _parts(lower)
+    ends = "".join(_ENDS_WITH.findall(body))
     return Reading(
         words=frozenset(words),
         values=frozenset(values),
@@ -450,8 +456,8 @@ def _read(text: str) -> Reading:
         additive=additive,
         length=len(raw),
         sentences=max(1, sum(starts)),
-        question="?" in body,
-        exclaims="!" in body,
+        question="?" in ends,
+        exclaims="!" in ends,
         label=label,
     )
 

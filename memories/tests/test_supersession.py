@@ -488,6 +488,19 @@ def test_numbered_items_of_a_series_are_two_memories(old: str, new: str) -> None
         ("The water bill is paid quarterly.", "The electricity bill is paid monthly."),
         ("The web app listens on port 8000.", "The admin app listens on port 8001."),
         ("Ana's yoga class is on Monday evenings", "Ana's pottery class is on Thursday evenings"),
+        # Any word or two naming which thing, the rest of the opening the same.
+        ("Car insurance renews in March.", "Home insurance renews in October."),
+        ("Phase one of the renovation ends in May.", "Phase two of the renovation ends in June."),
+        ("Checkout p95 latency is 180 ms.", "Search p95 latency is 90 ms."),
+        (
+            "The k8s cluster in eu-west-1 runs 12 nodes.",
+            "The k8s cluster in us-east-1 runs 30 nodes.",
+        ),
+        (
+            "Storage in the US region costs $0.023 per GB.",
+            "Storage in the Sydney region costs $0.025.",
+        ),
+        ("The config key alpha is 1", "The config key beta is 2"),
     ],
 )
 def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
@@ -516,10 +529,69 @@ def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
             "The project uses Python 3.11 and Django 4.2",
             "The project uses Python 3.12 and Django 5.0",
         ),
+        # A verb STOP does not hold ends the subject: a number past it is the value.
+        ("The user weighs 82 kg.", "The user weighs 79 kg."),
+        ("The guest room sleeps 2.", "The guest room sleeps 3."),
+        (
+            "The printer jams on tray 2 when it is humid.",
+            "The printer jams on tray 3 when it is humid.",
+        ),
+        # A count up front is the slot's value, not a name.
+        ("5 engineers work on search.", "7 engineers work on search."),
+        # The subject said alike: a determiner, or a word added, names nothing new.
+        ("The house alarm code is 2580.", "Alarm code is 7314."),
     ],
 )
 def test_a_value_after_the_subject_or_a_change_word_is_still_an_update(old: str, new: str) -> None:
     assert verdict(old, new, 0.9) == "supersede"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Farah is fluent in Arabic.", "Farah is fluent in French."),
+        ("Maria takes metformin 500 mg twice a day.", "Maria takes lisinopril 10 mg once a day."),
+        ("The user subscribes to The Economist.", "The user subscribes to Wired magazine."),
+        (
+            "Pepper needs her flea treatment monthly.",
+            "Pepper needs her worming tablet every 3 months.",
+        ),
+        ("Sam is allergic to peanuts.", "Sam is allergic to shellfish."),
+    ],
+)
+def test_two_items_of_a_predicate_with_several_values_are_both_kept(old: str, new: str) -> None:
+    assert verdict(old, new, 0.9) == "keep"
+    assert apart(old, new) is not None
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # A new dose of the same medicine, or a change said outright, is an update.
+        ("Dad takes 5 mg of amlodipine daily.", "Dad takes 10 mg of amlodipine daily."),
+        ("Maria takes metformin twice a day.", "Maria switched from metformin to lisinopril."),
+    ],
+)
+def test_a_new_measure_or_a_said_change_of_a_many_valued_predicate_is_an_update(
+    old: str, new: str
+) -> None:
+    assert verdict(old, new, 0.9) == "supersede"
+
+
+@pytest.mark.parametrize(
+    ("text", "question", "exclaims"),
+    [
+        ("The guest Wi-Fi password is Tr4ck!ng-99.", False, False),
+        ("The docs are at https://docs.example/?page=2 now.", False, False),
+        ("Is standup on Monday?", True, False),
+        ("Great news!", False, True),
+    ],
+)
+def test_only_a_sentence_ends_a_question_or_an_exclamation(
+    text: str, question: bool, exclaims: bool
+) -> None:
+    reading = read(text)
+    assert (reading.question, reading.exclaims) == (question, exclaims)
 
 
 def test_a_count_that_changes_is_still_an_update() -> None:

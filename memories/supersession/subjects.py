@@ -1,0 +1,196 @@
+"""Which thing a memory is about, read from its first words.
+
+A short fact names its subject first: "Room 101 is on floor 1", "The orders
+database is 420 GB", "Car insurance renews in March", "The k8s cluster in
+eu-west-1 runs 12 nodes". Two memories that open alike but for the words
+naming the thing are about two things, whatever else differs: a fleet's
+hosts, a ledger's rows, a family's policies, one question asked of two
+countries. Said one after the other, they share subject words and change a
+value, which is what an update looks like to the scored rules; they were
+linked as one slot's old and new value, and the first hidden.
+
+``two_things(old, new)`` returns why two memories are about two things, or
+None. The naming words must stand in the subject, before any verb or
+copula: past it they are the slot's value ("The project uses Python 3.11"
+then "Python 3.12", "Standup is in Room 4" then "Room 7"). The caller skips
+it when the newer memory says it changes something ("Port 6432 is used by
+staging now"). A version is no name ("Version 3 is deployed"): a deploy
+moves it on.
+
+It reads at most the first dozen words: a search's newer-first pairs run it
+on every recall.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from memories.supersession.text import CHANGE, COPULA, STOP, stem, word_set
+
+_TOKEN = re.compile(r"[#\w][\w.\-/:#'\u2019]*\w|\w")  # "Ana's" is one word
+_HEAD = 6  # the shared opening looked at, in words
+_SPAN = 2  # the most words on each side that name the thing
+_NOT_LABELS = frozenset({"version", "v", "release", "build", "revision", "rev"})
+_YEAR_OR_CODE = re.compile(r"(?:19|20)\d\d|[a-z]+\d+[a-z\d]*")
+_OF = frozenset({"of", "for"})
+# Prepositions that may qualify a subject ("the cluster in eu-west-1", "lunch
+# with Ana"): two openings alike up to and through one still name one thing
+# until they differ.
+_JOINS = _OF | frozenset({"in", "at", "with", "on", "to", "from"})
+_NAMING = re.compile(r"[\w\-]+")
+_DETERMINERS = frozenset({"the", "a", "an", "our", "my", "your", "their", "his", "her", "its"})
+# Words STOP holds that may name a thing in a subject: "Phase one", "the
+# wake-up time", "next year's budget".
+_NOUNY = word_set(
+    "one ones time times day days week weeks month months year years thing things next last"
+)
+# Verbs common in short facts that STOP does not hold: past one, the subject has ended.
+_VERBS = word_set(
+    """
+    use uses used run runs ran live lives lived work works worked prefer prefers preferred
+    like likes liked cost costs take takes took need needs want wants own owns pay pays paid
+    call calls called sit sits meet meets start starts end ends hold holds held serve serves
+    served point points host hosts weigh weighs sleep sleeps play plays played renew renews
+    renewed expire expires expired open opens opened close closes closed ship ships shipped
+    lead leads eat eats drive drives speak speaks read reads include includes belong belongs
+    stay stays manage manages handle handles send sends visit visits love loves enjoy enjoys
+    hate hates measure measures charge charges earn earns deploy deploys last lasts cover
+    covers reach reaches seat seats land lands listen listens leave leaves arrive arrives
+    """
+)
+
+
+def two_things(old: str, new: str) -> str | None:
+    """Return why ``old`` and ``new`` are about two things their openings name, or None."""
+    return _labelled(old, new) or _named(old, new)
+
+
+def _opening(text: str) -> list[str]:
+    # The first words only.
+    words = itertools.islice(_TOKEN.finditer(text), _HEAD + _SPAN + 4)
+    return [word.group().rstrip(".:,;") for word in words]
+
+
+def _verb(word: str, before: str | None) -> bool:
+    """Whether ``word`` reads as a verb; an unknown lower-case word in -s after a noun does
+    ("The user weighs 82 kg", "The printer jams")."""
+    lower = word.lower()
+    if lower in _VERBS or lower in COPULA:
+        return True
+    plural_like = lower.endswith("s") and not lower.endswith(("ss", "us", "is", "'s"))
+    return (
+        before is not None
+        and word.isalpha()
+        and word.islower()
+        and len(word) > 3
+        and plural_like
+        and before.lower() not in _DETERMINERS
+        and before.lower() not in STOP
+    )
+
+
+def _subject_so_far(words: list[str], joins: frozenset[str] = _OF) -> bool:
+    """Whether ``words``, a memory's opening, can still be its subject: no verb yet, and
+    no preposition but ``joins`` ("Standup is in Room 4" names the room as a value)."""
+    for at, word in enumerate(words):
+        lower = word.lower()
+        stop = lower in STOP and lower not in joins and lower not in _DETERMINERS
+        if (stop and lower not in _NOUNY) or _verb(word, words[at - 1] if at else None):
+            return False
+    return True
+
+
+# -- a label: an identifier after the same noun, a code before it, a "<noun> of" question
+
+
+def _noun(word: str) -> bool:
+    word = word.lower()
+    return word.isalpha() and len(word) > 1 and word not in STOP and word not in _NOT_LABELS
+
+
+def _label(word: str) -> bool:
+    """A token that names rather than says: with a digit, or one capital letter ("Item A")."""
+    return any(c.isdigit() for c in word) or (len(word) == 1 and word.isupper())
+
+
+def _qualified(words: list[str], k: int) -> bool:
+    """Whether ``words[k]`` follows "<noun> of" or "<noun> for" (a "the" between allowed)."""
+    at = k - 1
+    if at >= 1 and words[at].lower() in _DETERMINERS:
+        at -= 1
+    return at >= 1 and words[at].lower() in _OF and _noun(words[at - 1])
+
+
+def _labelled(old: str, new: str) -> str | None:
+    """Two things told apart by a label: "Room 101" / "Room 202", "Q3 revenue" / "Q4
+    revenue", "the capital of France" / "of Spain"."""
+    a, b = _opening(old), _opening(new)
+    for k in range(min(_HEAD, len(a), len(b))):
+        x, y = a[k], b[k]
+        if x.lower() == y.lower():
+            continue
+        if not _subject_so_far(a[:k]):
+            return None
+        before_noun = k + 1 < min(len(a), len(b)) and a[k + 1].lower() == b[k + 1].lower()
+        before_noun = before_noun and _noun(a[k + 1])
+        labels = _label(x) and _label(y)
+        named = labels and k > 0 and _noun(a[k - 1])
+        coded = labels and before_noun and bool(_YEAR_OR_CODE.fullmatch(x.lower()))
+        asked = _qualified(a, k) and all(
+            _NAMING.fullmatch(w) and w.lower() not in STOP for w in (x, y)
+        )
+        return f"about two things ({x} / {y})" if named or coded or asked else None
+    return None
+
+
+# -- a name: a word or two in the subject, the rest of the opening the same
+
+
+def _fold(word: str) -> str:
+    return word.lower().replace("-", "")  # "Wi-Fi" is "wifi"
+
+
+def _naming_word(word: str) -> bool:
+    lower = word.lower()
+    if lower in CHANGE or lower in _NOT_LABELS or _verb(word, None):
+        return False
+    return lower not in STOP or lower in _NOUNY or (len(word) > 1 and word.isupper())  # "US"
+
+
+def _rejoin(a: list[str], b: list[str], k: int) -> tuple[int, int] | None:
+    """The shortest spans a[k:k+m], b[k:k+n] (1 to ``_SPAN`` words each) after which the
+    two openings agree again: a word swapped for a word, not one added ("Ada's piano
+    lesson" may be "Ada's piano")."""
+    spans = itertools.product(range(1, _SPAN + 1), repeat=2)
+    fits = [(m, n) for m, n in spans if k + m < len(a) and k + n < len(b) and a[k + m] == b[k + n]]
+    return min(fits, key=sum) if fits else None
+
+
+def _stems(text: str) -> set[str]:
+    return {stem(word) for word in _TOKEN.findall(text)}
+
+
+def _named(old: str, new: str) -> str | None:
+    """Two things named in the subject by a word or two: "The orders / users database",
+    "Car / Home insurance renews", "Phase one / two of the renovation", "The cluster in
+    eu-west-1 / us-east-1". Each side's name is a word the other memory holds nowhere, so a
+    subject said in other words is not two things ("Standup meeting" / "Daily standup")."""
+    a = [w for w in _opening(old) if w.lower() not in _DETERMINERS]
+    b = [w for w in _opening(new) if w.lower() not in _DETERMINERS]
+    fa, fb = [_fold(w) for w in a], [_fold(w) for w in b]
+    k = next((i for i, (x, y) in enumerate(zip(fa, fb, strict=False)) if x != y), None)
+    if k is None or k >= _HEAD or not _subject_so_far(a[:k], _JOINS):
+        return None
+    found = _rejoin(fa, fb, k)
+    if found is None or (k and a[k - 1].lower() in _NOT_LABELS):
+        return None
+    xs, ys = a[k : k + found[0]], b[k : k + found[1]]
+    if not all(_naming_word(w) for w in xs + ys):
+        return None
+    if not any(c.isalpha() for c in "".join(xs)) or not any(c.isalpha() for c in "".join(ys)):
+        return None  # "5 engineers" / "7 engineers": a count, the slot's value
+    sx, sy = {stem(w) for w in xs}, {stem(w) for w in ys}
+    if sx & sy or not sx - _stems(new) or not sy - _stems(old):
+        return None
+    return f"about two things ({' '.join(xs)} / {' '.join(ys)})"
