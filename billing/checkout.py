@@ -25,6 +25,9 @@ logger = logging.getLogger(__name__)
 
 
 UNAVAILABLE = "Payments are unavailable right now. Try again shortly."
+# Where a checkout or portal session sends the browser: Stripe's own pages.
+# (An account with a custom domain for them needs that domain here too.)
+PAGES = ("https://checkout.stripe.com", "https://billing.stripe.com")
 
 
 class PaymentsUnavailable(RecallError):

@@ -37,7 +37,7 @@ from accounts import tiers
 from accounts.models import User
 from billing import checkout
 from billing import services as billing_services
-from core import context
+from core import context, csp
 from core.errors import Conflict, NotFound, RecallError
 from dashboard.charts import stacked_bars
 from dashboard.forms import ImportForm, KeyForm, SignupForm
@@ -584,7 +584,7 @@ def plan(request: AuthenticatedRequest) -> HttpResponse:
         # Unlimited is granted, not sold: shown only to those who have it.
         if tiers.is_billable(limit.tier) or limit.tier == user.tier
     ]
-    return render(
+    response = render(
         request,
         "dashboard/plan.html",
         {
@@ -599,6 +599,10 @@ def plan(request: AuthenticatedRequest) -> HttpResponse:
             "outcome": request.GET.get("checkout"),
         },
     )
+    if checkout.is_configured():
+        # Upgrade and Manage billing post here and are sent on to Stripe's pages.
+        csp.allow_form_action(response, *checkout.PAGES)
+    return response
 
 
 @login_required

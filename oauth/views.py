@@ -35,6 +35,7 @@ from oauthlib.oauth2.rfc6749 import errors
 
 from accounts import services as accounts_services
 from accounts.models import Agent
+from core import csp
 from core.errors import NotFound, RecallError
 from oauth import resources
 from oauth import services as oauth_services
@@ -232,6 +233,14 @@ class ConsentView(AuthorizationView):
             switch_account_next=self._request_url(kwargs),
         )
         return context
+
+    def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
+        response: HttpResponse = super().render_to_response(context, **kwargs)
+        if not context.get("error"):
+            # Allow and Cancel are answered with a redirect to the client, which
+            # the page's form-action governs too (core/csp.py).
+            csp.allow_form_action(response, self._field("redirect_uri", context))
+        return response
 
     def _field(self, name: str, given: dict[str, Any] | None = None) -> str:
         """One oauth2 field of the request: from the GET handler, or the posted form."""

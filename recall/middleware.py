@@ -1,4 +1,4 @@
-"""Put staff requests to the admin on the operator path.
+"""Put staff requests to the admin on the operator path; give pages their CSP.
 
 ``memories``, ``api_keys``, ``usage_events`` and ``forget_confirmations`` have
 row-level security FORCED: the role Django connects as sees none of their
@@ -22,6 +22,9 @@ memories or keys, delete the user, and fail on the foreign keys.
 
 Streaming responses (the usage CSV export) are produced after this returns;
 they enter ``tenancy.operator()`` themselves.
+
+``ContentSecurityPolicyMiddleware`` adds ``core.csp``'s policy to every HTML
+response that does not carry one of its own (see that module).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import reverse
 
-from core import tenancy
+from core import csp, tenancy
 
 
 class OperatorAdminMiddleware:
@@ -63,3 +66,17 @@ class OperatorAdminMiddleware:
             return False
         user = getattr(request, "user", None)
         return bool(user is not None and user.is_active and user.is_staff)
+
+
+class ContentSecurityPolicyMiddleware:
+    """Send ``core.csp.POLICY`` with each HTML response; JSON, MCP and files need none."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        response = self.get_response(request)
+        if response.get("Content-Type", "").startswith("text/html"):
+            # A page that leads elsewhere set its own (csp.allow_form_action).
+            response.setdefault(csp.HEADER, csp.POLICY)
+        return response

@@ -81,6 +81,8 @@ MIDDLEWARE = [
     # 503 for a database outage and 413 for an oversized body, not 500 and error logs.
     "recall.error_responses.ErrorResponseMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy on HTML pages (core/csp.py).
+    "recall.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -344,6 +346,13 @@ RECALL_PUBLIC_URL = env.public_url(
 # cookies are sent over https only, so a plain-http request on the same host
 # (a captive portal, a downgrade) never carries a signed-in session.
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = RECALL_PUBLIC_URL.startswith("https://")
+# Its https responses also carry Strict-Transport-Security: a browser that has
+# been here once goes straight to https for this long (a year; 0: no HSTS).
+# This host only: includeSubDomains would bind hosts under it that Recall does
+# not serve, and a preload list is slow to leave.
+_HSTS_SECONDS = env.integer("HSTS_SECONDS", 365 * 86400, low=0, high=2 * 365 * 86400)
+SECURE_HSTS_SECONDS = _HSTS_SECONDS if SESSION_COOKIE_SECURE else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = False
 OAUTH_ACCESS_TOKEN_TTL_SECONDS = env.integer(
     "OAUTH_ACCESS_TOKEN_TTL_SECONDS", 3600, low=60, high=86400
 )

@@ -72,6 +72,34 @@ def sign_in(page: Any, email: str, password: str) -> None:
         page.click("button[type=submit]")
 
 
+def csp_violations(page: Any) -> list[str]:
+    """Collect what breaks the page's Content-Security-Policy, from now on, across navigations.
+
+    Chromium reports each refusal (an inline script or style, a form sent
+    where form-action forbids) on the page's console, and only there.
+    """
+    seen: list[str] = []
+
+    def note(message: Any) -> None:
+        if "Content Security Policy" in message.text:
+            seen.append(message.text)
+
+    page.on("console", note)
+    return seen
+
+
+def accept_dialogs(page: Any) -> list[str]:
+    """Accept every dialog the page opens (a confirm() before a delete); return what each asked."""
+    asked: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", accept)
+    return asked
+
+
 def overflow(page: Any) -> int:
     """How many pixels the page is wider than the window (0: no sideways scrolling)."""
     return int(

@@ -44,6 +44,7 @@ from pydantic import AnyUrl
 from accounts.models import Agent
 from core import tenancy
 from memories.models import Memory
+from tests.browser import accept_dialogs, csp_violations
 from tests.oauth_servers import Callback, MetadataHost
 from tests.support import LiveServer, store_memory
 
@@ -120,8 +121,10 @@ def approve(
     """Sign Alice in and approve the consent page in Chromium; return the redirect's query.
 
     With neither ``agent`` nor ``new_agent``, click Allow on the page as it
-    opens. ``seen`` collects what the page showed. Runs in a worker thread:
-    Playwright's sync API owns the thread it runs in.
+    opens. ``seen`` collects what the page showed. No page on the way may
+    break its Content-Security-Policy: the redirect to the client that
+    answers Allow is one form-action must let through. Runs in a worker
+    thread: Playwright's sync API owns the thread it runs in.
     """
     from playwright.sync_api import sync_playwright
 
@@ -131,6 +134,7 @@ def approve(
         )
         page = browser.new_page()
         page.set_default_timeout(20_000)
+        violations = csp_violations(page)
         page.goto(url)
         page.fill("#id_username", "alice@example.com")
         page.fill("#id_password", PASSWORD)
@@ -149,6 +153,7 @@ def approve(
         page.click("button[name=allow]")
         query = callback.wait()
         browser.close()
+    assert violations == []
     return query
 
 
@@ -486,6 +491,8 @@ def test_the_dashboard_manages_agents_and_disconnects_apps(
         )
         page = browser.new_page(viewport={"width": 1280, "height": 860})
         page.set_default_timeout(20_000)
+        violations = csp_violations(page)
+        asked = accept_dialogs(page)
         page.goto(server.url + "/agents/")
         page.fill("#id_username", "alice@example.com")
         page.fill("#id_password", PASSWORD)
@@ -501,7 +508,6 @@ def test_the_dashboard_manages_agents_and_disconnects_apps(
         page.wait_for_selector("text=Agent scratch created.")
         assert rows.count() == 3
         page.screenshot(path=str(shots / "8-agents.png"), full_page=True)
-        page.once("dialog", lambda dialog: dialog.accept())
         page.locator("tr:has-text('scratch') button:has-text('Delete')").click()
         page.wait_for_selector("text=Agent scratch deleted")
         assert rows.count() == 2
@@ -513,11 +519,17 @@ def test_the_dashboard_manages_agents_and_disconnects_apps(
         assert row.locator("[data-agent]").inner_text() == "writer"
         assert f"localhost:{metadata_host.port}" in row.inner_text()
         page.screenshot(path=str(shots / "9-connected-apps.png"), full_page=True)
-        page.once("dialog", lambda dialog: dialog.accept())
         row.locator("button:has-text('Disconnect')").click()
         page.wait_for_selector("text=Disconnected.")
         assert page.locator("tr[data-connection-id]").count() == 0
         browser.close()
+
+    # Each delete asked first (the dashboard's script), and nothing broke the page's policy.
+    assert asked == [
+        "Delete scratch? Its memories, keys and connections are deleted too.",
+        "Disconnect Test Assistant? It stops working at once.",
+    ]
+    assert violations == []
 
     assert tools_list(server, tokens["access_token"]).status_code == 401
     refreshed = token_request(

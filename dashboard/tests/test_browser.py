@@ -5,6 +5,10 @@ signs in, creates a key, and watches the key's MCP calls arrive on the usage
 page; then it revokes the key and the MCP endpoint refuses it. A screenshot
 of each page is kept under artifacts/screenshots/.
 
+Every test also watches the console: no page may break its
+Content-Security-Policy (core/csp.py), and what the pages run (confirm before
+a delete, a filter that submits itself, the admin's scripts) still runs.
+
 The test skips when Playwright or Chromium is missing; with
 RECALL_NO_SKIPS=1, as in CI, that skip is a failure (see conftest.py).
 """
@@ -26,7 +30,9 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
-from tests.support import LiveServer
+from core import csp
+from tests.browser import accept_dialogs, csp_violations
+from tests.support import LiveServer, store_memory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -84,6 +90,19 @@ def page(server) -> Iterator[Any]:
         browser.close()
 
 
+@pytest.fixture
+def violations(page) -> list[str]:
+    return csp_violations(page)
+
+
+def sign_in(page: Any, server: LiveServer, password: str) -> None:
+    page.goto(server.url + "/login/")
+    page.fill("#id_username", "alice@example.com")
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(server.url + "/usage/")
+
+
 def shoot(page: Any, name: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
@@ -121,7 +140,7 @@ def chart_count(page: Any, tool: str) -> int:
     return sum(counts)
 
 
-def test_a_user_creates_a_key_sees_its_calls_and_revokes_it(password, server, page):
+def test_a_user_creates_a_key_sees_its_calls_and_revokes_it(password, server, page, violations):
     # 1. Sign in.
     page.goto(server.url + "/")
     assert page.url.startswith(server.url + "/login/")
@@ -175,20 +194,22 @@ def test_a_user_creates_a_key_sees_its_calls_and_revokes_it(password, server, pa
     assert page.locator("[data-current-tier]").inner_text() == "Free"
     shoot(page, "6-plan")
 
-    # 5. Revoke the key: the MCP endpoint refuses it from now on.
+    # 5. Revoke the key, once asked to confirm: the MCP endpoint refuses it from now on.
     page.goto(server.url + "/keys/")
-    page.once("dialog", lambda dialog: dialog.accept())
+    asked = accept_dialogs(page)
     page.locator("tr:has-text('browser test') button:has-text('Revoke')").click()
     page.wait_for_selector("text=Key revoked")
+    assert asked == ["Revoke this key? Clients using it stop working at once."]
     assert page.locator("tr:has-text('browser test') .badge.off").inner_text() == "revoked"
     shoot(page, "7-keys-revoked")
     status, refused = mcp(server, raw, "list_memories", {})
     assert status == 401
     assert refused["error"]["data"]["error"]["code"] == "unauthorized"
+    assert violations == []
 
 
 def test_a_user_reviews_a_memorys_history_and_downloads_their_memories(
-    cast, password, server, page
+    cast, password, server, page, violations
 ):
     raw = cast.alice_key.raw
     status, stored = mcp(server, raw, "remember", {"content": "The user's bike is red."})
@@ -223,15 +244,19 @@ def test_a_user_reviews_a_memorys_history_and_downloads_their_memories(
     assert [v["action"] for v in record["history"]] == ["created", "updated"]
 
     # Delete it; it is listed among the recent changes, history still readable.
-    page.once("dialog", lambda dialog: dialog.accept())
+    asked = accept_dialogs(page)
     page.locator(f"[data-memory-id='{memory_id}'] button:has-text('Delete')").click()
     page.wait_for_selector("text=Memory deleted")
+    assert len(asked) == 1 and asked[0].startswith("Delete this memory? Its history stays")
     page.goto(server.url + "/memories/changes/")
     assert page.locator(".badge.action-deleted").count() == 1
     shoot(page, "9-recent-changes")
+    assert violations == []
 
 
-def test_a_user_imports_a_letta_agent_file_from_the_memories_page(cast, password, server, page):
+def test_a_user_imports_a_letta_agent_file_from_the_memories_page(
+    cast, password, server, page, violations
+):
     from memories.tests.importing import FIXTURES
 
     page.goto(server.url + "/login/")
@@ -254,3 +279,80 @@ def test_a_user_imports_a_letta_agent_file_from_the_memories_page(cast, password
     listed = page.locator(".memory .content").all_inner_texts()
     assert "Name: Ana. Lives in Lisbon. Likes hiking." in listed
     assert "data-refreshing" not in page.content()
+    assert violations == []
+
+
+@pytest.fixture
+def operator(cast, agents, password) -> str:
+    """Alice runs the server too (staff, superuser), with a memory for each of two agents."""
+    cast.alice.is_staff = cast.alice.is_superuser = True
+    cast.alice.save(update_fields=["is_staff", "is_superuser"])
+    store_memory(cast.alice, "Research notes.", agent=agents.research)
+    store_memory(cast.alice, "Writing notes.", agent=agents.writer)
+    return password
+
+
+DASHBOARD_PAGES = (
+    "/usage/",
+    "/keys/",
+    "/agents/",
+    "/connections/",
+    "/memories/",
+    "/memories/changes/",
+    "/plan/",
+    "/password_change/",
+)
+ADMIN_PAGES = (
+    "/admin/",
+    "/admin/accounts/user/",
+    "/admin/accounts/user/add/",
+    "/admin/accounts/apikey/",
+    "/admin/accounts/apikey/add/",
+    "/admin/memories/memory/",
+    "/admin/billing/usageevent/",
+    "/admin/oauth/application/add/",
+)
+
+
+def test_the_dashboard_and_the_admin_keep_to_their_content_security_policy(
+    operator, server, page, violations
+):
+    for path in ("/login/", "/password_reset/", "/admin/login/"):
+        assert page.goto(server.url + path).headers["content-security-policy"] == csp.POLICY
+    sign_in(page, server, operator)
+    for path in DASHBOARD_PAGES + ADMIN_PAGES:
+        response = page.goto(server.url + path)
+        assert response.ok, path
+        assert response.headers["content-security-policy"] == csp.POLICY, path
+
+    # The dashboard's script (a file): a filter submits itself, a delete asks first.
+    page.goto(server.url + "/memories/")
+    page.select_option("#id_agent_filter", label="research")
+    page.wait_for_url(re.compile(r"[?&]agent="))
+    assert page.locator(".memory .content").all_inner_texts() == ["Research notes."]
+    asked = accept_dialogs(page)
+    page.locator(".memory button:has-text('Delete')").click()
+    page.wait_for_selector("text=Memory deleted")
+    assert len(asked) == 1 and asked[0].startswith("Delete this memory?")
+
+    # The admin's own stylesheet and ours (the text-box filters) apply without inline style.
+    page.goto(server.url + "/admin/billing/usageevent/")
+    box = page.locator(".input-filter input[type=search]").first.bounding_box()
+    sidebar = page.locator("#changelist-filter").bounding_box()
+    assert box is not None and sidebar is not None
+    assert box["width"] > 0.8 * sidebar["width"], (box, sidebar)
+    shoot(page, "admin-usage-events")
+
+    # The admin's: ticking the list's box selects every row and counts them;
+    # the key's user box (select2, jQuery) searches as one types.
+    page.goto(server.url + "/admin/accounts/apikey/")
+    rows = page.locator("#result_list tbody tr").count()
+    page.check("#action-toggle")
+    assert page.locator(".action-counter").inner_text() == f"{rows} of {rows} selected"
+    page.goto(server.url + "/admin/accounts/apikey/add/")
+    page.click(".field-user .select2-selection")
+    page.fill(".select2-search__field", "charlie")
+    page.wait_for_selector(".select2-results__option:has-text('charlie@example.com')")
+    shoot(page, "admin-key-user-search")
+
+    assert violations == []

@@ -4,7 +4,8 @@ Each page is measured: nothing is wider than the window (the page's
 scrollWidth against the window's width), and every link of the navigation
 is on screen. Long content is there on purpose: a URL with no break in it,
 metadata, a long namespace, several keys, an agent, a connected app, usage
-by agent. Screenshots: artifacts/screenshots/phone-*.png.
+by agent. No page breaks its Content-Security-Policy (usage's bar and
+legend are drawn without inline style). Screenshots: artifacts/screenshots/phone-*.png.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 from dashboard.tests.conftest import record
 from oauth.models import Application, RefreshToken
-from tests.browser import PHONE, chromium, new_page, out_of_view, overflow, shoot, sign_in
+from tests.browser import (
+    PHONE,
+    chromium,
+    csp_violations,
+    new_page,
+    out_of_view,
+    overflow,
+    shoot,
+    sign_in,
+)
 from tests.support import LiveServer, store_memory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -94,6 +104,7 @@ def test_every_page_fits_a_phone_and_keeps_the_navigation_in_reach(server, fille
     seen: dict[str, dict[str, Any]] = {}
     with chromium() as browser:
         page = new_page(browser, PHONE)
+        violations = csp_violations(page)
         for name, path in (("sign-in", "/login/"), ("password-reset", "/password_reset/")):
             page.goto(server.url + path)
             seen[name] = {**facts(page), "links": None}
@@ -127,3 +138,4 @@ def test_every_page_fits_a_phone_and_keeps_the_navigation_in_reach(server, fille
         if found["links"] is not None:
             assert found["links"] == 6, (name, found)
     assert tables_stacked
+    assert violations == []

@@ -4,6 +4,7 @@ import pytest
 
 from billing.models import BillingAccount
 from billing.tests.fake_stripe import FakeStripe
+from core import csp
 
 URL = "/plan/"
 PRICES = {"price_starter": "starter", "price_pro": "pro", "price_team": "team"}
@@ -138,3 +139,18 @@ def test_returning_from_checkout_says_what_happens_next(cast, alice_client):
     text = alice_client.get(URL, {"checkout": "success"}).content.decode()
 
     assert "applies as soon as Stripe confirms it" in text
+
+
+def test_with_stripe_the_plans_forms_may_lead_on_to_stripes_pages(cast, alice_client, fake_stripe):
+    # Upgrade and Manage billing post here and are redirected to Stripe, which
+    # Chromium checks against the page's form-action too.
+    policy = alice_client.get(URL).headers["Content-Security-Policy"]
+
+    assert policy == csp.POLICY.replace(
+        "form-action 'self'",
+        "form-action 'self' https://checkout.stripe.com https://billing.stripe.com",
+    )
+
+
+def test_without_stripe_the_plans_forms_stay_here(cast, alice_client):
+    assert alice_client.get(URL).headers["Content-Security-Policy"] == csp.POLICY

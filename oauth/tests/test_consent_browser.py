@@ -3,7 +3,9 @@
 It is measured, not only photographed: the new agent's name box is wide
 enough to read what it holds, each radio button is a radio button's size
 at the left of its line, nothing is wider than the window, and Allow is in
-reach. Allow without typing connects, as the client's own name.
+reach. Allow without typing connects, as the client's own name, and the
+redirect to the client that answers it is not refused by the page's
+form-action (core/csp.py); nothing else on the way breaks the policy either.
 Screenshots: artifacts/screenshots/consent-1366.png and consent-390.png.
 """
 
@@ -23,7 +25,17 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from accounts.models import Agent
 from core import tenancy
 from oauth.models import Grant
-from tests.browser import DESKTOP, PHONE, chromium, new_page, out_of_view, overflow, shoot, sign_in
+from tests.browser import (
+    DESKTOP,
+    PHONE,
+    chromium,
+    csp_violations,
+    new_page,
+    out_of_view,
+    overflow,
+    shoot,
+    sign_in,
+)
 from tests.oauth_servers import Callback
 from tests.support import LiveServer
 
@@ -107,9 +119,11 @@ def test_the_consent_page_holds_its_layout_at_laptop_and_phone_widths(cast, serv
     client_id = registered.json()["client_id"]
 
     seen: dict[int, dict[str, Any]] = {}
+    violations: list[list[str]] = []  # each page's
     with chromium() as browser:
         # A refused request, before any sign-in: an error page, as readable on a phone.
         page = new_page(browser, PHONE)
+        violations.append(csp_violations(page))
         page.goto(authorize_url(server, client_id, "https://evil.example/callback"))
         refused = {
             "reason": page.locator("[data-refusal]").get_attribute("data-refusal"),
@@ -121,6 +135,7 @@ def test_the_consent_page_holds_its_layout_at_laptop_and_phone_widths(cast, serv
 
         for viewport in (PHONE, DESKTOP):
             page = new_page(browser, viewport)
+            violations.append(csp_violations(page))
             page.goto(authorize_url(server, client_id, callback.url))
             sign_in(page, "alice@example.com", PASSWORD)
             page.wait_for_selector("#authorizationForm")
@@ -133,6 +148,11 @@ def test_the_consent_page_holds_its_layout_at_laptop_and_phone_widths(cast, serv
                 "name": page.input_value("#id_new_agent"),
                 "new_checked": page.is_checked("#agent-new"),
             }
+            # Going to the name box picks "a new agent" (recall.js); then back to the page's choice.
+            chosen = page.locator(".agent-choice input:checked").get_attribute("value")
+            page.focus("#id_new_agent")
+            seen[viewport["width"]]["focus_picks_new"] = page.is_checked("#agent-new")
+            page.check(f".agent-choice input[value='{chosen}']")
             # Allow at once, whatever the page chose.
             page.click("button[name=allow]")
             query = callback.wait()
@@ -140,10 +160,12 @@ def test_the_consent_page_holds_its_layout_at_laptop_and_phone_widths(cast, serv
             page.context.close()
 
     assert refused == {"reason": "unregistered_redirect_uri", "password_form": 0, "overflow": 0}
+    assert violations == [[], [], []]
     for width, facts in seen.items():
         assert facts["overflow"] <= 0, (width, facts["overflow"])
         assert facts["out_of_view"] == [], (width, facts["out_of_view"])
         assert facts["account"] == "alice@example.com"
+        assert facts["focus_picks_new"], width
         # The name box is wide enough to show a name: the bug left it 20 px wide.
         assert facts["name_box"]["width"] >= 200, (width, facts["name_box"])
         # Radios are radio-sized, at the left edge of the choices, beside their label.

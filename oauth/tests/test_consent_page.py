@@ -19,7 +19,7 @@ import pytest
 from django.test import Client
 
 from accounts.models import Agent
-from core import tenancy
+from core import csp, tenancy
 from oauth import tokens
 from oauth.models import Application, Grant
 
@@ -269,3 +269,54 @@ def test_a_native_client_gets_its_code_at_its_own_scheme(cast, alice_client):
 
     assert approved.status_code == 302
     assert approved.headers["Location"].startswith(native + "?code=")
+
+
+def form_action(response) -> list[str]:
+    """The page's form-action sources (core/csp.py)."""
+    policy = response.headers["Content-Security-Policy"]
+    [directive] = [d.split() for d in policy.split(";") if d.split()[0] == "form-action"]
+    return directive[1:]
+
+
+def test_the_consent_form_may_lead_on_to_the_clients_redirect_uri_and_nowhere_else(
+    cast, alice_client
+):
+    # Chromium holds a form to form-action through the redirects that answer it,
+    # so Allow and Cancel need the client's origin too; nothing else does.
+    client_id = register(alice_client)
+    page = open_consent(alice_client, client_id)
+    assert form_action(page) == ["'self'", "http://127.0.0.1:33418"]
+    others = page.headers["Content-Security-Policy"].replace(" http://127.0.0.1:33418", "")
+    assert others == csp.POLICY
+
+    # Shown again after a refused choice: the same.
+    again = allow(alice_client, page, agent="not-an-agent")
+    assert again.status_code == 200 and b"authorizationForm" in again.content
+    assert form_action(again) == ["'self'", "http://127.0.0.1:33418"]
+
+    # An error page has no such form: the plain policy.
+    refused = alice_client.get(
+        "/oauth/authorize/?"
+        + urlencode(request_params(client_id, redirect_uri="https://evil.example/callback"))
+    )
+    assert refused.status_code == 400
+    assert refused.headers["Content-Security-Policy"] == csp.POLICY
+
+
+def test_a_native_clients_consent_form_may_lead_on_to_its_scheme(cast, alice_client):
+    native = "cursor://anysphere.cursor-mcp/oauth/callback"
+    registered = alice_client.post(
+        "/oauth/register/",
+        data=json.dumps(
+            {
+                "client_name": "Cursor",
+                "redirect_uris": [native],
+                "token_endpoint_auth_method": "none",
+            }
+        ),
+        content_type="application/json",
+    ).json()
+
+    page = open_consent(alice_client, registered["client_id"], redirect_uri=native)
+
+    assert form_action(page) == ["'self'", "cursor:"]

@@ -25,6 +25,8 @@ from tests.support import load_settings
         # The embedded PostgreSQL cannot start in such a path (recall/env.py).
         ({"RECALL_DATA_DIR": "/srv/Application Support/recall"}, "RECALL_DATA_DIR"),
         ({"RECALL_DATA_DIR": "/srv/recall;data"}, "RECALL_DATA_DIR"),
+        ({"HSTS_SECONDS": "a year"}, "HSTS_SECONDS"),
+        ({"HSTS_SECONDS": "-1"}, "HSTS_SECONDS"),
     ],
 )
 def test_a_bad_value_fails_at_start_up_naming_the_variable(environment, named):
@@ -146,3 +148,33 @@ def test_cookies_are_https_only_when_the_server_is_served_over_https(tmp_path, p
 
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == [secure, secure]
+
+
+HSTS = (
+    "import json, recall.settings as s; print(json.dumps("
+    "[s.SECURE_HSTS_SECONDS, s.SECURE_HSTS_INCLUDE_SUBDOMAINS, s.SECURE_HSTS_PRELOAD]))"
+)
+
+
+@pytest.mark.parametrize(
+    ("public_url", "configured", "seconds"),
+    [
+        ("https://memory.example.com", None, 31_536_000),  # a year
+        ("https://memory.example.com", "600", 600),
+        ("https://memory.example.com", "0", 0),
+        # Over http (the local default) never: there is no https to send browsers to.
+        ("http://localhost:8080", None, 0),
+        ("http://localhost:8080", "600", 0),
+    ],
+)
+def test_hsts_is_sent_only_when_the_server_is_served_over_https(
+    tmp_path, public_url, configured, seconds
+):
+    environment = {"RECALL_DATA_DIR": str(tmp_path), "RECALL_PUBLIC_URL": public_url}
+    if configured is not None:
+        environment["HSTS_SECONDS"] = configured
+    result = load_settings(HSTS, **environment)
+
+    assert result.returncode == 0, result.stderr
+    # For this host alone: no includeSubDomains, no preload.
+    assert json.loads(result.stdout.splitlines()[-1]) == [seconds, False, False]
