@@ -15,9 +15,9 @@ from tests.test_knowledge_updates_mcp import agent_token
 
 pytestmark = pytest.mark.slow
 
-OLDER = "For focus work I listen to lo-fi beats."
-NEWER = "These days I focus best with no music at all."
-QUESTION = "What do I listen to when I need to focus?"
+OLDER = "The team style guide uses tabs for indentation."
+NEWER = "We adopted four-space indentation across the codebase."
+QUESTION = "What indentation does the team use?"
 # A restatement that answers the question as well as the older one: marked.
 EMPLOYER = "Cormac works at Brackenfield."
 NEW_EMPLOYER = "Cormac is a staff engineer at Marlowe Robotics."

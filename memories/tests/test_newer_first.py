@@ -16,9 +16,9 @@ from memories import ordering, services
 from memories.models import Memory, SourceKind
 from memories.search import Found
 
-OLDER = "For focus work I listen to lo-fi beats."
-NEWER = "These days I focus best with no music at all."
-QUESTION = "What do I listen to when I need to focus?"
+OLDER = "The team style guide uses tabs for indentation."
+NEWER = "We adopted four-space indentation across the codebase."
+QUESTION = "What indentation does the team use?"
 
 
 def remember(user_id, content: str) -> str:
