@@ -44,7 +44,7 @@ class Admission:
 
 
 def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "") -> Admission:
-    """Take one token from the caller's bucket (its key's or its connection's), or refuse.
+    """Take one token from the caller's bucket (its key's, or its user's OAuth bucket), or refuse.
 
     Pass ``tool`` for a tool call: its refusal comes with a ``rate_limited``
     usage event that consumed no tokens. Other requests (the key API) leave

@@ -24,21 +24,21 @@ class AuthContext:
     api_key_id: uuid.UUID | None
     tier: str
     agent_id: uuid.UUID | None = None
-    # The OAuth connection (token family) the caller came through, if any.
-    connection_id: uuid.UUID | None = None
 
     @property
     def rate_key(self) -> str:
-        """The token bucket this caller draws from: its key's, or its connection's.
+        """The token bucket this caller draws from: its key's, or its user's OAuth bucket.
 
-        A token outside any connection (one issued without a refresh token)
-        draws from its agent's bucket, never from one shared with strangers.
+        Every OAuth connection of a user shares one bucket, whatever client,
+        agent, approval or refresh its token came from. Registration is open
+        and a user may approve as many connections as they like, so a bucket
+        per token, connection, client or agent would multiply the tier's rate
+        without bound. Keys are bounded (``MAX_KEYS_PER_USER``), so a user
+        draws on at most one allowance per live key, plus this one.
         """
         if self.api_key_id is not None:
             return f"key:{self.api_key_id}"
-        if self.connection_id is not None:
-            return f"connection:{self.connection_id}"
-        return f"agent:{self.agent_id}" if self.agent_id else f"user:{self.user_id}"
+        return f"oauth:{self.user_id}"
 
 
 current: ContextVar[AuthContext | None] = ContextVar("recall_auth", default=None)

@@ -6,7 +6,7 @@ refuses it when it is unknown, revoked (revocation deletes access tokens),
 expired or its user is inactive, and reports the resource the token is
 bound to, so that the SDK's ``BearerAuthBackend`` refuses a token issued for
 another resource. The caller it describes is the token's user acting as the
-token's agent, through the connection (token family) it belongs to.
+token's agent.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ class Bearer:
     user_id: uuid.UUID
     tier: str
     agent_id: uuid.UUID | None
-    connection_id: uuid.UUID | None
     client_id: str
     scopes: list[str]
     expires_at: int
@@ -48,7 +47,7 @@ def look_up(raw: str) -> Bearer | None:
         return None
     checksum = hashlib.sha256(raw.encode("utf-8")).hexdigest()
     token = (
-        AccessToken.objects.select_related("user", "application", "refresh_token")
+        AccessToken.objects.select_related("user", "application")
         .filter(token_checksum=checksum)
         .first()
     )
@@ -58,12 +57,10 @@ def look_up(raw: str) -> Bearer | None:
     # user and an agent. A registration's access token (RFC 7592) has neither.
     if token.user is None or token.agent_id is None or not token.user.is_active:
         return None
-    refresh = getattr(token, "refresh_token", None)
     return Bearer(
         user_id=token.user_id,
         tier=token.user.tier,
         agent_id=token.agent_id,
-        connection_id=refresh.token_family if refresh is not None else None,
         client_id=token.application.client_id,
         scopes=token.scope.split(),
         expires_at=int(token.expires.timestamp()),
@@ -93,24 +90,18 @@ class Verifier:
             expires_at=bearer.expires_at,
             resource=resource,
             subject=str(bearer.user_id),
-            claims={
-                "tier": bearer.tier,
-                "agent_id": str(bearer.agent_id),
-                "connection_id": str(bearer.connection_id) if bearer.connection_id else None,
-            },
+            claims={"tier": bearer.tier, "agent_id": str(bearer.agent_id)},
         )
 
 
 def caller(verified: VerifiedToken) -> AuthContext:
     """Return the ``AuthContext`` a verified token acts as."""
     claims = verified.claims or {}
-    connection = claims.get("connection_id")
     return AuthContext(
         user_id=uuid.UUID(str(verified.subject)),
         api_key_id=None,
         tier=str(claims["tier"]),
         agent_id=uuid.UUID(str(claims["agent_id"])),
-        connection_id=uuid.UUID(connection) if connection else None,
     )
 
 

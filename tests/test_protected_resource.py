@@ -210,14 +210,14 @@ def test_the_agent_endpoints_tools_are_metered_as_its_agent(live, cast, agents):
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_token_has_its_own_rate_limit_and_is_told_when_it_runs_out(cast, agents):
+def test_oauth_draws_on_a_bucket_apart_from_the_keys_and_is_told_when_it_runs_out(cast, agents):
     with LiveServer(env={"RATE_LIMIT_FREE": "2/min"}) as server:  # Alice is on the free tier
         token = mint(cast.alice, agents.writer, server.url + "/agent/mcp")
         answers = [
             raw_call(server.url + "/agent/mcp", token, "memory_filters", {}, call_id=n)
             for n in range(3)
         ]
-        # The token's bucket is not Alice's key's: the key still has its two calls.
+        # Alice's OAuth bucket is not her key's: the key still has its two calls.
         keyed = raw_call(server.mcp_url, cast.alice_key.raw, "list_memories", {})
 
     assert [a.status_code for a in answers] == [200, 200, 429]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
 
@@ -143,21 +142,14 @@ def test_async_transports_get_the_same_decision(alice, limiter):
     assert refused.event.request_id == "r-async"
 
 
-def test_each_oauth_connection_has_its_own_bucket(cast, agents, limiter):
-    def connection(agent, family=None) -> AuthContext:
-        return AuthContext(
-            user_id=cast.alice.id,
-            api_key_id=None,
-            tier="free",
-            agent_id=agent.id,
-            connection_id=family,
-        )
+def test_a_users_oauth_connections_share_one_bucket_of_their_own(cast, agents, alice, limiter):
+    def token(user, agent) -> AuthContext:
+        return AuthContext(user_id=user.id, api_key_id=None, tier="free", agent_id=agent.id)
 
-    first = connection(agents.research, uuid.uuid4())
-    spend(first, 10)
+    spend(token(cast.alice, agents.research), 10)
 
-    assert not admission.admit(first).allowed
-    # Another connection of the same agent, and a token outside any
-    # connection, each draw from a bucket of their own.
-    assert admission.admit(connection(agents.research, uuid.uuid4())).allowed
-    assert admission.admit(connection(agents.writer)).allowed
+    # Any other token of Alice's, whatever its agent, finds the bucket empty...
+    assert not admission.admit(token(cast.alice, agents.writer)).allowed
+    # ...while her key, and Charlie's tokens, have buckets of their own.
+    assert admission.admit(alice).allowed
+    assert admission.admit(token(cast.charlie, agents.helper)).allowed
