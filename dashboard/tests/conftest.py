@@ -9,6 +9,29 @@ from accounts.models import Agent, User
 from billing.models import UsageEvent
 from core import tenancy
 
+# The signed-in user's pages and an operator's admin pages, for checks that
+# hold on every page (the Content-Security-Policy, in a browser and not).
+DASHBOARD_PAGES = (
+    "/usage/",
+    "/keys/",
+    "/agents/",
+    "/connections/",
+    "/memories/",
+    "/memories/changes/",
+    "/plan/",
+    "/password_change/",
+)
+ADMIN_PAGES = (
+    "/admin/",
+    "/admin/accounts/user/",
+    "/admin/accounts/user/add/",
+    "/admin/accounts/apikey/",
+    "/admin/accounts/apikey/add/",
+    "/admin/memories/memory/",
+    "/admin/billing/usageevent/",
+    "/admin/oauth/application/add/",
+)
+
 
 def record(
     user: User,

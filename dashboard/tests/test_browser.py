@@ -31,6 +31,7 @@ from django.conf import settings
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 from core import csp
+from dashboard.tests.conftest import ADMIN_PAGES, DASHBOARD_PAGES
 from tests.browser import accept_dialogs, csp_violations
 from tests.support import LiveServer, store_memory
 
@@ -290,28 +291,6 @@ def operator(cast, agents, password) -> str:
     store_memory(cast.alice, "Research notes.", agent=agents.research)
     store_memory(cast.alice, "Writing notes.", agent=agents.writer)
     return password
-
-
-DASHBOARD_PAGES = (
-    "/usage/",
-    "/keys/",
-    "/agents/",
-    "/connections/",
-    "/memories/",
-    "/memories/changes/",
-    "/plan/",
-    "/password_change/",
-)
-ADMIN_PAGES = (
-    "/admin/",
-    "/admin/accounts/user/",
-    "/admin/accounts/user/add/",
-    "/admin/accounts/apikey/",
-    "/admin/accounts/apikey/add/",
-    "/admin/memories/memory/",
-    "/admin/billing/usageevent/",
-    "/admin/oauth/application/add/",
-)
 
 
 def test_the_dashboard_and_the_admin_keep_to_their_content_security_policy(

@@ -250,25 +250,32 @@ def test_a_grant_that_names_no_resource_gets_invalid_target_not_a_useless_token(
     assert "accepted nowhere" in refused.json()["error_description"]
 
 
-def test_a_native_client_gets_its_code_at_its_own_scheme(cast, alice_client):
-    native = "cursor://anysphere.cursor-mcp/oauth/callback"
-    registered = alice_client.post(
+NATIVE = "cursor://anysphere.cursor-mcp/oauth/callback"
+
+
+def register_native(client) -> str:
+    """Register a native app redirecting to its own scheme, as Cursor does; its client id."""
+    registered = client.post(
         "/oauth/register/",
         data=json.dumps(
             {
                 "client_name": "Cursor",
-                "redirect_uris": [native],
+                "redirect_uris": [NATIVE],
                 "token_endpoint_auth_method": "none",
             }
         ),
         content_type="application/json",
-    ).json()
-    page = open_consent(alice_client, registered["client_id"], redirect_uri=native)
+    )
+    return str(registered.json()["client_id"])
+
+
+def test_a_native_client_gets_its_code_at_its_own_scheme(cast, alice_client):
+    page = open_consent(alice_client, register_native(alice_client), redirect_uri=NATIVE)
 
     approved = allow(alice_client, page, agent="new", new_agent="")
 
     assert approved.status_code == 302
-    assert approved.headers["Location"].startswith(native + "?code=")
+    assert approved.headers["Location"].startswith(NATIVE + "?code=")
 
 
 def form_action(response) -> list[str]:
@@ -304,19 +311,6 @@ def test_the_consent_form_may_lead_on_to_the_clients_redirect_uri_and_nowhere_el
 
 
 def test_a_native_clients_consent_form_may_lead_on_to_its_scheme(cast, alice_client):
-    native = "cursor://anysphere.cursor-mcp/oauth/callback"
-    registered = alice_client.post(
-        "/oauth/register/",
-        data=json.dumps(
-            {
-                "client_name": "Cursor",
-                "redirect_uris": [native],
-                "token_endpoint_auth_method": "none",
-            }
-        ),
-        content_type="application/json",
-    ).json()
-
-    page = open_consent(alice_client, registered["client_id"], redirect_uri=native)
+    page = open_consent(alice_client, register_native(alice_client), redirect_uri=NATIVE)
 
     assert form_action(page) == ["'self'", "cursor:"]

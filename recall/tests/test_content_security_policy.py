@@ -18,26 +18,9 @@ from django.http import HttpResponse
 from django.test import Client
 
 from core import csp
+from dashboard.tests.conftest import ADMIN_PAGES, DASHBOARD_PAGES
 
 HEADER = "Content-Security-Policy"
-DASHBOARD = (
-    "/usage/",
-    "/keys/",
-    "/agents/",
-    "/connections/",
-    "/memories/",
-    "/memories/changes/",
-    "/plan/",
-    "/password_change/",
-)
-ADMIN = (
-    "/admin/",
-    "/admin/accounts/user/",
-    "/admin/accounts/apikey/",
-    "/admin/accounts/apikey/add/",
-    "/admin/memories/memory/",
-    "/admin/billing/usageevent/",
-)
 # An inline <script> (one without src), a <style> block, an on* handler or a style attribute.
 INLINE = re.compile(r"<script(?![^>]*\ssrc=)[^>]*>|<style[\s>]|\son[a-z]+\s*=|\sstyle\s*=", re.I)
 
@@ -72,7 +55,7 @@ def test_the_dashboard_and_the_admin_carry_the_policy(cast):
     browser = Client()
     browser.force_login(cast.alice)
 
-    for path in DASHBOARD + ADMIN:
+    for path in DASHBOARD_PAGES + ADMIN_PAGES:
         response = browser.get(path)
         assert response.status_code == 200, path
         assert response[HEADER] == csp.POLICY, path
