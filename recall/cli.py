@@ -30,13 +30,16 @@ touching the data directory or a database.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 ADMIN_COMMANDS = {
     "export": "export_memories",
@@ -111,12 +114,12 @@ def serve(argv: list[str] | None = None) -> None:
         help="server processes sharing the port (default: WEB_CONCURRENCY, else one per core)",
     )
     args = parser.parse_args(argv or [])
-    django.setup()
     from django.conf import settings
 
     if settings.TRANSPORT == "stdio":
-        stdio([])
+        stdio([])  # which sets Django up, minding signals as it starts
         return
+    django.setup()
 
     import uvicorn
 
@@ -204,10 +207,118 @@ def stdio(argv: list[str]) -> None:
         help="which tool set: /mcp's (default) or seed 001's, as /v1/mcp serves it",
     )
     args = parser.parse_args(argv)
-    django.setup()
-    from recall import stdio as runner
+    with StartupSignals("recall stdio") as signals:
+        with signals.held():
+            django.setup()  # starts the embedded PostgreSQL, if that is the database
+        from recall import stdio as runner
 
-    runner.run(tools=args.tools)
+        # Its transport takes SIGINT and SIGTERM over once it serves.
+        runner.run(tools=args.tools)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during start-up, raised wherever start-up had got to.
+
+    A ``KeyboardInterrupt``, so that code which tidies up after Ctrl-C (psycopg
+    cancels the query it was waiting on) does so for SIGTERM too.
+    """
+
+    def __init__(self, signum: signal.Signals) -> None:
+        super().__init__(signum.name)
+        self.signum = signum
+
+
+class StartupSignals:
+    """Make SIGINT or SIGTERM during start-up a quiet exit: 130 or 143, as a shell expects.
+
+    Without this, Ctrl-C while Django sets up, the embedded PostgreSQL starts,
+    migrations run or the model loads printed a traceback, and SIGTERM ended
+    the process on the spot: atexit hooks never ran, so the embedded server it
+    had started (or joined) ran on. Here either signal raises ``Interrupted``
+    where start-up is, the stack unwinds, one line says what happened, and the
+    exit runs the hooks that stop the server. The status is 128 + the signal's
+    number, as for a command a shell's Ctrl-C stopped, even if what was
+    interrupted (an import, say) turned the exception into another one.
+
+    During ``held()`` a signal waits until the block ends: starting the
+    embedded server runs initdb and pg_ctl, and killing them halfway would
+    leave a server that no process counts as its user, so nobody stops it. A
+    second signal does not wait.
+
+    A signal that lands in a finalizer (garbage collection runs them anywhere)
+    raises where Python only reports an exception and carries on; it is
+    delivered again, to the code that runs next, instead of being reported.
+
+    The handlers stay until something replaces them: the stdio transport
+    does as it starts serving, and then stops cleanly on either signal.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    REDELIVER_SECONDS = 0.1
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.received: signal.Signals | None = None
+        self.holding = False
+        self.previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
+        self.previous_hook = sys.unraisablehook
+
+    def __enter__(self) -> StartupSignals:
+        for signum in self.SIGNALS:
+            self.previous[signum] = signal.signal(signum, self._arrived)
+        self.previous_hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
+        return self
+
+    def _arrived(self, signum: int, frame: FrameType | None) -> None:
+        first = self.received is None
+        if self.received is None:
+            self.received = signal.Signals(signum)
+        if not (self.holding and first):
+            raise Interrupted(self.received)
+
+    def _unraisable(self, unraisable: sys.UnraisableHookArgs) -> None:
+        if not isinstance(unraisable.exc_value, Interrupted):
+            self.previous_hook(unraisable)
+            return
+        # From a thread, a moment later: delivered at once, it would land in this hook.
+        again = threading.Timer(
+            self.REDELIVER_SECONDS, _thread.interrupt_main, [unraisable.exc_value.signum]
+        )
+        again.daemon = True
+        again.start()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold a signal that arrives in the block until the block ends."""
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if self.received is not None:
+            raise Interrupted(self.received)
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        sys.unraisablehook = self.previous_hook
+        if self.received is None and exc_type is None:
+            for signum, handler in self.previous.items():
+                if handler is not None:  # None: not set from Python, so nothing to put back
+                    signal.signal(signum, handler)
+            return
+        # The process is on its way out. More signals would only break off
+        # the exit hooks that stop the embedded PostgreSQL: let them finish.
+        for signum in self.SIGNALS:
+            signal.signal(signum, _ignore)
+        if self.received is None:
+            return  # start-up failed of itself (a bad key, say): its exception goes on
+        sys.stderr.write(f"{self.command}: interrupted while starting; stopped.\n")
+        sys.stderr.flush()
+        raise SystemExit(128 + self.received) from None
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    pass
 
 
 def worker(argv: list[str]) -> None:

@@ -17,8 +17,9 @@ which leaves three gaps:
   (a memory stored) but their answers are lost. Here reading stops, every
   request read is answered, then the server ends.
 
-A daemon thread reads stdin, so SIGINT stops an idle process at once; the
-requests then running are answered "Connection closed" by the SDK.
+A daemon thread reads stdin, so SIGINT or SIGTERM stops an idle process at
+once, with status 0; the requests then running are answered "Connection
+closed" by the SDK.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ Outgoing = SessionMessage | dict[str, Any]
 
 
 async def serve(server: MCPServer) -> None:
-    """Serve ``server`` on this process's stdin and stdout until stdin ends or SIGINT."""
+    """Serve ``server`` on this process's stdin and stdout until stdin ends, SIGINT or SIGTERM."""
     stdin, stdout = claim()
     await Transport(stdin, stdout).serve(server)
 
@@ -265,7 +266,9 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 async def stop_on_interrupt(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+    # SIGTERM too: a client quitting sends it, and ended by its default action
+    # the process would skip the exit hooks that stop the embedded PostgreSQL.
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
             scope.cancel()
             return

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import anyio
+import psutil
+import psycopg
 import pytest
 from django.conf import settings
+from django.db import connection
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from recall import startup
 from tests.clients import MODES, structured
 from tests.conftest import usage_events
 from tests.support import database_url
@@ -95,3 +103,110 @@ def test_stdio_refuses_to_start_without_a_valid_key(cast):
         assert result.returncode == 2
         assert "RECALL_API_KEY" in result.stderr
         assert result.stdout == ""  # stdout is the protocol channel
+
+
+# (signal, the exit status a shell expects of a command it stopped: 128 + the signal)
+INTERRUPTS = [(signal.SIGINT, 130), (signal.SIGTERM, 143)]
+STARTING = "recall-stdio-starting"
+BOGUS_KEY = "recall_live_" + "B" * 32  # refused only once start-up is over
+
+
+def start_stdio(env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "recall", "stdio"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        stdin=subprocess.PIPE,  # held open: a client that has not gone away
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(what: str, done: Callable[[], bool], process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 180
+    while not done():
+        assert process.poll() is None, f"recall stdio ended before {what}"
+        assert time.monotonic() < deadline, f"recall stdio never got to {what}"
+        time.sleep(0.05)
+
+
+def interrupt(process: subprocess.Popen[str], signum: int) -> tuple[str, str]:
+    process.send_signal(signum)
+    return process.communicate(timeout=180)
+
+
+def assert_stopped_quietly(process: subprocess.Popen[str], out: str, err: str, code: int) -> None:
+    assert process.returncode == code, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert "KeyboardInterrupt" not in err, err[-3000:]
+    assert "recall stdio: interrupted while starting; stopped." in err.splitlines()
+    assert out == ""  # stdout is the protocol channel
+
+
+@pytest.mark.parametrize(("signum", "code"), INTERRUPTS, ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_starting_exits_quietly_with_a_shells_status(cast, signum, code):
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    # Start-up waits on this lock while another process migrates: hold it, so
+    # the signal arrives while start-up is surely under way.
+    with psycopg.connect(**params, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [startup._STARTUP_LOCK])
+        env = {**(stdio_server(cast.alice_key.raw).env or {}), "PGAPPNAME": STARTING}
+        process = start_stdio(env)
+        try:
+
+            def waiting() -> bool:
+                row = holder.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE application_name = %s AND wait_event = 'advisory'",
+                    [STARTING],
+                ).fetchone()
+                return bool(row and row[0])
+
+            wait_for("the start-up lock", waiting, process)
+            out, err = interrupt(process, signum)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+
+    assert_stopped_quietly(process, out, err, code)
+
+
+@pytest.mark.parametrize(("signum", "code"), INTERRUPTS, ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_starting_stops_the_embedded_database(tmp_path, signum, code):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
+    }
+    env.update(RECALL_DATA_DIR=str(tmp_path), RECALL_API_KEY=BOGUS_KEY)
+    pgdata = tmp_path.resolve() / "pgdata"
+    process = start_stdio(env)
+    try:
+        # The server starts early in start-up; migrating its new database
+        # takes seconds more. Starting it, a signal waits until it is up.
+        wait_for("the embedded database", (pgdata / "postmaster.pid").exists, process)
+        out, err = interrupt(process, signum)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        left = postmasters(pgdata)
+        for postmaster in left:
+            postmaster.send_signal(signal.SIGINT)  # PostgreSQL's fast shutdown
+        psutil.wait_procs(left, timeout=60)
+
+    assert not left, "the embedded PostgreSQL was left running"
+    assert not (pgdata / "postmaster.pid").exists()
+    assert_stopped_quietly(process, out, err, code)
+
+
+def postmasters(pgdata: Path) -> list[psutil.Process]:
+    """The PostgreSQL servers running on ``pgdata``."""
+    found = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        if process.info["name"] == "postgres" and str(pgdata) in (process.info["cmdline"] or []):
+            found.append(process)
+    return found

@@ -201,10 +201,11 @@ def test_the_line_cap_is_the_http_body_cap():
     assert stdio_transport.MAX_LINE_BYTES == asgi.MAX_BODY_BYTES
 
 
-def test_ctrl_c_stops_an_idle_process_cleanly(stdio):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_stops_an_idle_process_cleanly(stdio, signum):
     process = stdio()
 
-    process.process.send_signal(signal.SIGINT)
+    process.process.send_signal(signum)
 
     assert process.process.wait(timeout=15) == 0
     assert process.read(None) == []
