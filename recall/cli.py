@@ -119,21 +119,25 @@ def serve(argv: list[str] | None = None) -> None:
     if settings.TRANSPORT == "stdio":
         stdio([])  # which sets Django up, minding signals as it starts
         return
-    django.setup()
-
-    import uvicorn
-
-    from recall import instances, startup
-
     count = args.workers if args.workers is not None else settings.WEB_CONCURRENCY
     if count < 1:
         parser.error("--workers must be at least 1")
-    # One startup for all workers: migrations, the index check and the first
-    # user happen here once. Each worker loads its own copy of the model (an
-    # onnxruntime session cannot be shared between processes), so the parent
-    # of several workers does not hold one too.
-    first = startup.prepare(sys.stdout, load_model=count == 1, announce_now=False)
+    with StartupSignals("recall serve") as signals:
+        with signals.held():
+            django.setup()  # starts the embedded PostgreSQL, if that is the database
+        from recall import startup
+
+        # One startup for all workers: migrations, the index check and the
+        # first user happen here once. Each worker loads its own copy of the
+        # model (an onnxruntime session cannot be shared between processes),
+        # so the parent of several workers does not hold one too.
+        first = startup.prepare(sys.stdout, load_model=count == 1, announce_now=False)
     banner = startup.Banner(first, sys.stdout) if first is not None else None
+
+    import uvicorn
+
+    from recall import instances
+
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
     # signal with the handlers it found. Make those a normal exit, so atexit
     # hooks run (they stop the embedded PostgreSQL) and the exit code is 0.
@@ -249,8 +253,10 @@ class StartupSignals:
     raises where Python only reports an exception and carries on; it is
     delivered again, to the code that runs next, instead of being reported.
 
-    The handlers stay until something replaces them: the stdio transport
-    does as it starts serving, and then stops cleanly on either signal.
+    The handlers stay until something replaces them or the block ends: the
+    stdio transport replaces them as it starts serving, and then stops
+    cleanly on either signal; ``serve`` leaves the block once start-up is
+    done, before uvicorn, which shuts down gracefully on either.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)

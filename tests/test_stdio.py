@@ -22,7 +22,7 @@ from mcp.client.stdio import StdioServerParameters
 from recall import startup
 from tests.clients import MODES, structured
 from tests.conftest import usage_events
-from tests.support import database_url
+from tests.support import database_url, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -210,3 +210,48 @@ def postmasters(pgdata: Path) -> list[psutil.Process]:
         if process.info["name"] == "postgres" and str(pgdata) in (process.info["cmdline"] or []):
             found.append(process)
     return found
+
+
+@pytest.mark.parametrize(("signum", "code"), INTERRUPTS, ids=["SIGINT", "SIGTERM"])
+def test_serve_interrupted_while_starting_exits_quietly_too(signum, code):
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    serving = "recall-serve-starting"
+    with psycopg.connect(**params, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [startup._STARTUP_LOCK])
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "SECRET_KEY": settings.SECRET_KEY,
+            "API_KEY_SECRET": settings.API_KEY_SECRET,
+            "PORT": str(free_port()),
+            "PGAPPNAME": serving,
+        }
+        process = subprocess.Popen(
+            [sys.executable, "-m", "recall", "serve"],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+
+            def waiting() -> bool:
+                row = holder.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE application_name = %s AND wait_event = 'advisory'",
+                    [serving],
+                ).fetchone()
+                return bool(row and row[0])
+
+            wait_for("the start-up lock", waiting, process)
+            _, err = interrupt(process, signum)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+
+    assert process.returncode == code, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert "recall serve: interrupted while starting; stopped." in err.splitlines()
