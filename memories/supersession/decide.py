@@ -264,8 +264,6 @@ def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
         return f"different subjects ({a} / {b})"
     if new.additive and not evidence.change_words:
         return "the new memory adds to the old one"
-    if old.additive and not evidence.change_words:
-        return "the old memory was one of several"
     if not evidence.shared and not _renamed(evidence):
         return NO_SUBJECT
     if not evidence.changed and evidence.added_kinds and evidence.dropped_kinds:
@@ -364,10 +362,23 @@ def _several_values(old: Reading, new: Reading, evidence: Evidence) -> str | Non
     return None
 
 
+# The older memory says it is one of several ("Mei also speaks French",
+# "... as well", "... too."): a newer value of its kind does not replace it.
+# Not "too" before a word ("30s, which is too short"), nor "another".
+_ONE_OF_SEVERAL = re.compile(r"\b(?:also|as well|in addition)\b|\btoo[.!]?\s*$", re.IGNORECASE)
+
+
+def _one_of_several(old: str, evidence: Evidence) -> str | None:
+    if evidence.change_words or not _ONE_OF_SEVERAL.search(old[:CACHED_CHARS]):
+        return None
+    return "the old memory was one of several"
+
+
 def _apart(old: str, new: str, evidence: Evidence) -> str | None:
     old_reading, new_reading = read(old), read(new)
     reason = (
         _hard_keep(old_reading, new_reading, evidence)
+        or _one_of_several(old, evidence)
         or _several_values(old_reading, new_reading, evidence)
         or _numbered(old, new, evidence)
         or (None if evidence.change_words else two_things(old, new))

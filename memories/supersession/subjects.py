@@ -25,10 +25,18 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Iterator
 
-from memories.supersession.text import CHANGE, COPULA, STOP, stem, word_set
+from memories.supersession.text import CHANGE, COPULA, STOP, contrast_word, stem, word_set
 
-_TOKEN = re.compile(r"[#\w][\w.\-/:#'\u2019]*\w|\w")  # "Ana's" is one word
+# A word, host, version or identifier ("Ana's", "web-1", "10.0.0.1"). It
+# starts only where no such character stands before it, so a long run of
+# them is scanned once, not once from each of its characters.
+_TOKEN = re.compile(r"(?<![\w.\-/:#'\u2019()])[#\w][\w.\-/:#'\u2019()]*")
+_TRAILING = re.compile(r"[^\w]+$")
+_PUNCTUATION = re.compile(r"[\-()'\u2019.]")
+# The most characters read: the opening's words lie well within them.
+_SCANNED = 400
 _HEAD = 6  # the shared opening looked at, in words
 _SPAN = 2  # the most words on each side that name the thing
 _NOT_LABELS = frozenset({"version", "v", "release", "build", "revision", "rev"})
@@ -66,10 +74,16 @@ def two_things(old: str, new: str) -> str | None:
     return _labelled(old, new) or _named(old, new)
 
 
+def _words(text: str) -> Iterator[str]:
+    for found in _TOKEN.finditer(text[:_SCANNED]):
+        word = _TRAILING.sub("", found.group())
+        if word:
+            yield word
+
+
 def _opening(text: str) -> list[str]:
     # The first words only.
-    words = itertools.islice(_TOKEN.finditer(text), _HEAD + _SPAN + 4)
-    return [word.group().rstrip(".:,;") for word in words]
+    return list(itertools.islice(_words(text), _HEAD + _SPAN + 4))
 
 
 def _verb(word: str, before: str | None) -> bool:
@@ -148,7 +162,18 @@ def _labelled(old: str, new: str) -> str | None:
 
 
 def _fold(word: str) -> str:
-    return word.lower().replace("-", "")  # "Wi-Fi" is "wifi"
+    """A word as compared: "Wi-Fi" is "wifi", "401(k)" is "401k", "prod" is "production"."""
+    lower = _PUNCTUATION.sub("", word.lower())
+    return contrast_word(lower) or lower
+
+
+def _alike(a: str, b: str) -> bool:
+    """One word spelt two ways or in two forms: "favorite" / "favourite", "dentist" / "dental"."""
+    a, b = _fold(a), _fold(b)
+    common = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+    return a == b or (common >= 4 and a[:common].isalpha())
 
 
 def _naming_word(word: str) -> bool:
@@ -168,7 +193,7 @@ def _rejoin(a: list[str], b: list[str], k: int) -> tuple[int, int] | None:
 
 
 def _stems(text: str) -> set[str]:
-    return {stem(word) for word in _TOKEN.findall(text)}
+    return {stem(word) for word in _words(text)}
 
 
 def _named(old: str, new: str) -> str | None:
@@ -190,6 +215,8 @@ def _named(old: str, new: str) -> str | None:
         return None
     if not any(c.isalpha() for c in "".join(xs)) or not any(c.isalpha() for c in "".join(ys)):
         return None  # "5 engineers" / "7 engineers": a count, the slot's value
+    if any(_alike(x, y) for x in xs for y in ys):
+        return None  # one subject, spelt or shortened two ways
     sx, sy = {stem(w) for w in xs}, {stem(w) for w in ys}
     if sx & sy or not sx - _stems(new) or not sy - _stems(old):
         return None

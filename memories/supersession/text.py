@@ -94,8 +94,8 @@ CONTRASTS: tuple[frozenset[str], ...] = (
     word_set("morning afternoon evening night breakfast lunch dinner/supper bed/bedtime"),
     # A habit of weekdays, of weekends or of one day each week ("on Saturdays").
     word_set(
-        "weekday/weekdays weekend/weekends mondays tuesdays wednesdays thursdays fridays "
-        "saturdays sundays"
+        "weekday/weekdays/weeknight/weeknights weekend/weekends mondays tuesdays wednesdays "
+        "thursdays fridays saturdays sundays"
     ),
     word_set("mobile web ios android desktop backend frontend admin public internal private"),
     word_set("work personal"),
@@ -290,7 +290,7 @@ def _value(token: str, *, capitalised_name: bool) -> Value | None:
 
 # A "?" or "!" that ends a sentence, not one inside a password or a URL's query
 # ("Tr4ck!ng-99", "https://x.example/?page=2").
-_ENDS_WITH = re.compile(r"""[?!]+(?=[\s"')\]]|$)""")
+_ENDS_WITH = re.compile(r"""(?<![?!])[?!]+(?=[\s"')\]]|$)""")
 
 
 def _phrases(tokens: list[str], phrases: tuple[tuple[str, ...], ...]) -> list[str]:
