@@ -122,7 +122,11 @@ def serve(argv: list[str] | None = None) -> None:
     count = args.workers if args.workers is not None else settings.WEB_CONCURRENCY
     if count < 1:
         parser.error("--workers must be at least 1")
-    with StartupSignals("recall serve") as signals:
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
+    # signal with the handlers it found. Make those a normal exit, so atexit
+    # hooks run (they stop the embedded PostgreSQL) and the exit code is 0;
+    # they take over from start-up's with no moment between.
+    with StartupSignals("recall serve", then=_exit_cleanly) as signals:
         with signals.held():
             django.setup()  # starts the embedded PostgreSQL, if that is the database
         from recall import startup
@@ -138,11 +142,6 @@ def serve(argv: list[str] | None = None) -> None:
 
     from recall import instances
 
-    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
-    # signal with the handlers it found. Make those a normal exit, so atexit
-    # hooks run (they stop the embedded PostgreSQL) and the exit code is 0.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _exit_cleanly)
     logging.getLogger("recall.startup").info(
         "serving", extra={"host": settings.HOST, "port": settings.PORT, "workers": count}
     )
@@ -211,7 +210,9 @@ def stdio(argv: list[str]) -> None:
         help="which tool set: /mcp's (default) or seed 001's, as /v1/mcp serves it",
     )
     args = parser.parse_args(argv)
-    with StartupSignals("recall stdio") as signals:
+    # Once it has served, the process is on its way out: a signal then would
+    # only break off the exit hooks that stop the embedded PostgreSQL.
+    with StartupSignals("recall stdio", then=_ignore) as signals:
         with signals.held():
             django.setup()  # starts the embedded PostgreSQL, if that is the database
         from recall import stdio as runner
@@ -262,8 +263,11 @@ class StartupSignals:
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
     REDELIVER_SECONDS = 0.1
 
-    def __init__(self, command: str) -> None:
+    def __init__(
+        self, command: str, then: Callable[[int, FrameType | None], object] | None = None
+    ) -> None:
         self.command = command
+        self.then = then  # the handler once start-up is done (else the one before)
         self.received: signal.Signals | None = None
         self.holding = False
         self.previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
@@ -309,8 +313,9 @@ class StartupSignals:
         sys.unraisablehook = self.previous_hook
         if self.received is None and exc_type is None:
             for signum, handler in self.previous.items():
-                if handler is not None:  # None: not set from Python, so nothing to put back
-                    signal.signal(signum, handler)
+                after = self.then or handler
+                if after is not None:  # None: not set from Python, so nothing to put back
+                    signal.signal(signum, after)
             return
         # The process is on its way out. More signals would only break off
         # the exit hooks that stop the embedded PostgreSQL: let them finish.

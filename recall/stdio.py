@@ -7,6 +7,7 @@ else, logs included, goes to stderr.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import anyio
@@ -45,5 +46,11 @@ def run(tools: str = "mcp") -> None:
     try:
         anyio.run(stdio_transport.serve, server)
     finally:
+        # The transport's handlers are gone with its loop, and the defaults
+        # would let a SIGTERM (a client sends one two seconds after closing
+        # stdin) end the process before the exit hooks stop the embedded
+        # PostgreSQL. It is on its way out: let it finish.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
         workers.stop()
         usage.get_recorder().stop()
