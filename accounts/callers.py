@@ -33,8 +33,10 @@ class AuthContext:
         agent, approval or refresh its token came from. Registration is open
         and a user may approve as many connections as they like, so a bucket
         per token, connection, client or agent would multiply the tier's rate
-        without bound. Keys are bounded (``MAX_KEYS_PER_USER``), so a user
-        draws on at most one allowance per live key, plus this one.
+        without bound. Live keys are bounded (``MAX_KEYS_PER_USER``), so at any
+        moment a user draws on one allowance per live key, plus this one (a
+        key made to replace a revoked one starts full: rotating keys in a loop
+        is not bounded by this).
         """
         if self.api_key_id is not None:
             return f"key:{self.api_key_id}"

@@ -264,7 +264,7 @@ def extend_leases() -> int:
     for job_id, attempts in overdue:
         # Ids only: the payload is content.
         logger.warning(
-            "job ran past JOB_MAX_RUN_SECONDS; its lease is left to run out",
+            "job ran past JOB_MAX_RUN_SECONDS; the heartbeat no longer extends its lease",
             extra={
                 "job_id": str(job_id),
                 "attempt": attempts,

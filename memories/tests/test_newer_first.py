@@ -157,11 +157,12 @@ def test_as_of_shows_no_mark(cast) -> None:
 
 
 def test_a_restatement_answering_much_worse_is_moved_but_not_marked(cast) -> None:
-    remember(cast.alice.id, OLDER)
-    remember(cast.alice.id, NEWER)
+    older = remember(cast.alice.id, OLDER)
+    newer = remember(cast.alice.id, NEWER)
 
     found = services.recall(user_id=cast.alice.id, query=QUESTION, threshold=0.0)
 
+    assert ids(found)[:2] == [newer, older]
     assert not any("may_be_replaced_by" in m for m in found)
 
 
