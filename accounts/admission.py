@@ -46,6 +46,10 @@ class Admission:
 def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "") -> Admission:
     """Take one token from the caller's bucket (its key's, or its user's OAuth bucket), or refuse.
 
+    A key's call also takes one from its user's ceiling for the key's tier
+    (``AuthContext.ceiling_key``): ``MAX_KEYS_PER_USER`` allowances shared by
+    all the user's keys, revoked ones included, and it is refused if that is empty.
+
     Pass ``tool`` for a tool call: its refusal comes with a ``rate_limited``
     usage event that consumed no tokens. Other requests (the key API) leave
     no usage event.
@@ -54,8 +58,7 @@ def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "")
     if limit is None:
         # The Unlimited tier: no bucket, and no RateLimit-* headers to describe one.
         return Admission(retry_after=0, headers={})
-    capacity, refill_per_s = limit
-    decision = ratelimit.get_rate_limiter().check(caller.rate_key, capacity, refill_per_s)
+    decision = _check(caller, *limit)
     headers = decision.headers()
     if decision.allowed:
         return Admission(retry_after=0, headers=headers)
@@ -87,6 +90,28 @@ def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "")
     )
     error = RateLimited(f"Rate limit for the {caller.tier} tier exceeded. Retry in {wait} s.")
     return Admission(retry_after=wait, headers=headers, error=error, event=event)
+
+
+def _check(caller: AuthContext, capacity: int, refill_per_s: float) -> ratelimit.RateDecision:
+    """Take a token from the caller's bucket and then from its ceiling, if it has one.
+
+    The call goes ahead only if both have a token. The ceiling is asked only
+    after the key's bucket admitted, so a client retrying against its own
+    empty bucket spends nothing of the allowance its user's other keys share.
+    When the ceiling refuses, the key's token is already spent: that key only
+    waits a little longer, and no call is ever admitted beyond either bucket.
+    The decision returned describes the bucket nearer to refusing.
+    """
+    limiter = ratelimit.get_rate_limiter()
+    decision = limiter.check(caller.rate_key, capacity, refill_per_s)
+    ceiling_key = caller.ceiling_key
+    if not decision.allowed or ceiling_key is None:
+        return decision
+    keys = settings.MAX_KEYS_PER_USER
+    ceiling = limiter.check(ceiling_key, capacity * keys, refill_per_s * keys)
+    if not ceiling.allowed or ceiling.remaining < decision.remaining:
+        return ceiling
+    return decision
 
 
 async def aadmit(

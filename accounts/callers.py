@@ -33,14 +33,27 @@ class AuthContext:
         agent, approval or refresh its token came from. Registration is open
         and a user may approve as many connections as they like, so a bucket
         per token, connection, client or agent would multiply the tier's rate
-        without bound. Live keys are bounded (``MAX_KEYS_PER_USER``), so at any
-        moment a user draws on one allowance per live key, plus this one (a
-        key made to replace a revoked one starts full: rotating keys in a loop
-        is not bounded by this).
+        without bound. A key made to replace a revoked one starts with a full
+        bucket of its own, so a key's calls also draw from ``ceiling_key``.
         """
         if self.api_key_id is not None:
             return f"key:{self.api_key_id}"
         return f"oauth:{self.user_id}"
+
+    @property
+    def ceiling_key(self) -> str | None:
+        """The bucket all of a user's keys of this tier draw from too, or None (OAuth).
+
+        Its capacity and rate are ``MAX_KEYS_PER_USER`` times the tier's: as
+        many allowances as the user may hold live keys. Live keys alone never
+        exhaust it, but revoked keys' calls stay counted in it, so revoking
+        and creating keys in a loop buys nothing beyond that. One bucket per
+        tier, because a bucket keeps one capacity and rate: a user whose keys
+        have several tiers gets that bound for each of them.
+        """
+        if self.api_key_id is None:
+            return None
+        return f"keys:{self.user_id}:{self.tier}"
 
 
 current: ContextVar[AuthContext | None] = ContextVar("recall_auth", default=None)

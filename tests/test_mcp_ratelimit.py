@@ -186,3 +186,35 @@ def test_a_call_the_protocol_layer_refuses_still_leaves_exactly_one_usage_event(
         ("refused-legacy", "memory_stats", False, "validation_failed"),
         ("refused-modern", "memory_stats", False, "validation_failed"),
     ]
+
+
+@pytest.mark.parametrize("backend", ["in process", "workers", "redis"])
+def test_revoking_and_creating_keys_buys_no_calls_beyond_max_keys_allowances(
+    cast, settings, request, backend
+):
+    from accounts import services
+
+    settings.MAX_KEYS_PER_USER = 2  # the dashboard's cap, checked in this process
+    env = {"RATE_LIMIT_FREE": "2/hour", "MAX_KEYS_PER_USER": "2"}
+    if backend == "redis":
+        env["REDIS_URL"] = request.getfixturevalue("redis").url
+    workers = 2 if backend == "workers" else None
+    with LiveServer(env=env, workers=workers) as server:
+        # The normal case: each of Alice's two live keys has its own burst.
+        alice = [remember(server, cast.alice_key.raw, n).status_code for n in range(3)]
+        bob = [remember(server, cast.bob_key.raw, n + 10).status_code for n in range(3)]
+        # Then she revokes a key and makes another, as the dashboard lets her for free.
+        key_id, rotated = cast.bob_key.key.id, []
+        for n in range(3):
+            services.revoke_own_key(user_id=cast.alice.id, key_id=key_id)
+            key, raw = services.issue_own_key(user_id=cast.alice.id, max_tier="free", name=f"{n}")
+            key_id = key.id
+            rotated.append(remember(server, raw, n + 20))
+
+    assert alice == [200, 200, 429]
+    assert bob == [200, 200, 429]
+    # MAX_KEYS_PER_USER x 2 calls is all her keys get, whichever keys they are.
+    assert [answer.status_code for answer in rotated] == [429] * 3
+    # Her keys' ceiling refills 4 calls an hour: one every 900 s.
+    assert 890 <= int(rotated[-1].headers["retry-after"]) <= 900
+    assert rotated[-1].headers["ratelimit-limit"] == "4"

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
-from accounts import admission, auth, ratelimit
+from accounts import admission, auth, ratelimit, services
 from accounts.auth import AuthContext
 from accounts.models import ApiKey
 from accounts.ratelimit import InMemoryRateLimiter
@@ -153,3 +154,84 @@ def test_a_users_oauth_connections_share_one_bucket_of_their_own(cast, agents, a
     # ...while her key, and Charlie's tokens, have buckets of their own.
     assert admission.admit(alice).allowed
     assert admission.admit(token(cast.charlie, agents.helper)).allowed
+
+
+def rotate(cast, old_key_id: uuid.UUID) -> tuple[uuid.UUID, AuthContext]:
+    """Revoke a key of Alice's and make her a new one, as the dashboard does (unmetered)."""
+    from conftest import issue_key
+
+    services.revoke_keys([old_key_id])
+    new = issue_key(cast.alice, "replacement")
+    caller = auth.authenticate(new.raw)
+    assert caller is not None
+    return new.key.id, caller
+
+
+def test_revoking_and_creating_keys_buys_no_more_than_max_keys_allowances(
+    cast, alice, limiter, settings
+):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "free": (2, 60)}
+    settings.MAX_KEYS_PER_USER = 2
+    bob = auth.authenticate(cast.bob_key.raw)
+    assert bob is not None
+    # The normal case: each of her two live keys spends its own whole burst.
+    spend(alice, 2)
+    spend(bob, 2)
+
+    key_id = cast.bob_key.key.id
+    refusals = []
+    for _ in range(3):
+        key_id, fresh = rotate(cast, key_id)
+        refusals.append(admission.admit(fresh, tool="recall", request_id="r-rot"))
+
+    assert [r.allowed for r in refusals] == [False] * 3
+    refused = refusals[-1]
+    # The ceiling's wait: four calls a minute for her keys together, one every 15 s.
+    assert refused.retry_after == 15
+    assert refused.headers["Retry-After"] == "15"
+    assert refused.headers["RateLimit-Limit"] == "4"
+    assert refused.headers["RateLimit-Remaining"] == "0"
+    assert refused.error is not None
+    assert refused.error.message == "Rate limit for the free tier exceeded. Retry in 15 s."
+    assert refused.event is not None
+    assert (refused.event.api_key_id, refused.event.error_code) == (key_id, "rate_limited")
+
+
+def test_the_ceiling_refills_at_max_keys_times_the_tiers_rate(
+    cast, alice, limiter, settings, fake_clock
+):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "free": (2, 60)}
+    settings.MAX_KEYS_PER_USER = 2
+    key_id = cast.bob_key.key.id
+    admitted = 0
+    for _ in range(10):  # a new key every 5 s for 50 s
+        key_id, fresh = rotate(cast, key_id)
+        admitted += sum(admission.admit(fresh).allowed for _ in range(2))
+        fake_clock.advance(5)
+
+    # A full ceiling (4) and what it refilled in 45 s at 4 a minute (3), not 2 per new key.
+    assert admitted == 4 + 3
+
+
+def test_a_refusal_by_its_own_bucket_leaves_the_ceiling_alone(cast, alice, limiter, settings):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "free": (2, 60)}
+    settings.MAX_KEYS_PER_USER = 2
+    spend(alice, 2)
+    assert [admission.admit(alice).allowed for _ in range(50)] == [False] * 50
+
+    bob = auth.authenticate(cast.bob_key.raw)
+    assert bob is not None
+    spend(bob, 2)  # the ceiling still held the two calls that were Bob's to make
+
+
+def test_oauth_connections_do_not_draw_from_the_keys_ceiling(
+    cast, agents, alice, limiter, settings
+):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "free": (2, 60)}
+    settings.MAX_KEYS_PER_USER = 1
+    spend(alice, 2)  # the ceiling for one key is empty
+
+    connection = AuthContext(
+        user_id=cast.alice.id, api_key_id=None, tier="free", agent_id=agents.research.id
+    )
+    spend(connection, 2)
