@@ -131,6 +131,20 @@ def wait_for(what: str, done: Callable[[], bool], process: subprocess.Popen[str]
         time.sleep(0.05)
 
 
+def waiting_on_lock(holder: psycopg.Connection, application: str) -> Callable[[], bool]:
+    """Whether the process that connected as ``application`` waits on an advisory lock."""
+
+    def waiting() -> bool:
+        row = holder.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = %s AND wait_event = 'advisory'",
+            [application],
+        ).fetchone()
+        return bool(row and row[0])
+
+    return waiting
+
+
 def interrupt(process: subprocess.Popen[str], signum: int) -> tuple[str, str]:
     process.send_signal(signum)
     return process.communicate(timeout=180)
@@ -155,16 +169,7 @@ def test_an_interrupt_while_starting_exits_quietly_with_a_shells_status(cast, si
         env = {**(stdio_server(cast.alice_key.raw).env or {}), "PGAPPNAME": STARTING}
         process = start_stdio(env)
         try:
-
-            def waiting() -> bool:
-                row = holder.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE application_name = %s AND wait_event = 'advisory'",
-                    [STARTING],
-                ).fetchone()
-                return bool(row and row[0])
-
-            wait_for("the start-up lock", waiting, process)
+            wait_for("the start-up lock", waiting_on_lock(holder, STARTING), process)
             out, err = interrupt(process, signum)
         finally:
             if process.poll() is None:
@@ -236,16 +241,7 @@ def test_serve_interrupted_while_starting_exits_quietly_too(signum, code):
             text=True,
         )
         try:
-
-            def waiting() -> bool:
-                row = holder.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE application_name = %s AND wait_event = 'advisory'",
-                    [serving],
-                ).fetchone()
-                return bool(row and row[0])
-
-            wait_for("the start-up lock", waiting, process)
+            wait_for("the start-up lock", waiting_on_lock(holder, serving), process)
             _, err = interrupt(process, signum)
         finally:
             if process.poll() is None:
