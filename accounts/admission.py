@@ -67,13 +67,10 @@ def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "")
     headers["Retry-After"] = str(wait)
     event = None
     if tool is not None:
-        event = usage.Event(
-            user_id=caller.user_id,
-            api_key_id=caller.api_key_id,
-            agent_id=caller.agent_id,
+        event = usage.event_of(
+            caller,
+            tool,
             request_id=request_id,
-            tool_name=tool[:64],
-            success=False,
             error_code="rate_limited",
             latency_ms=0,
             tokens_consumed=0,

@@ -33,6 +33,42 @@ class Event:
     event_id: uuid.UUID = field(default_factory=uuid.uuid4)
 
 
+class Caller(Protocol):
+    """Who made a call, as an event names them (``accounts.callers.AuthContext``)."""
+
+    @property
+    def user_id(self) -> uuid.UUID: ...
+
+    @property
+    def api_key_id(self) -> uuid.UUID | None: ...
+
+    @property
+    def agent_id(self) -> uuid.UUID | None: ...
+
+
+def event_of(
+    caller: Caller,
+    tool: str,
+    *,
+    request_id: str,
+    error_code: str | None,
+    latency_ms: int,
+    tokens_consumed: int = 1,
+) -> Event:
+    """The event of ``caller``'s call of ``tool``: a success when ``error_code`` is None."""
+    return Event(
+        user_id=caller.user_id,
+        api_key_id=caller.api_key_id,
+        agent_id=caller.agent_id,
+        request_id=request_id,
+        tool_name=tool[:64],
+        success=error_code is None,
+        error_code=error_code,
+        latency_ms=latency_ms,
+        tokens_consumed=tokens_consumed,
+    )
+
+
 @dataclass
 class Metered:
     """Whether the usage event of the tool call in hand was recorded.

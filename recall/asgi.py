@@ -297,16 +297,10 @@ class Recall:
 def refused_unmetered(caller: auth.AuthContext, tool: str, rid: str, started: float) -> None:
     """Record the usage event of a tools/call the SDK refused before the middleware that
     meters every call it sees (a 2026-era call without its envelope)."""
+    elapsed_ms = int((time.perf_counter() - started) * 1000)
     usage.record(
-        usage.Event(
-            user_id=caller.user_id,
-            api_key_id=caller.api_key_id,
-            agent_id=caller.agent_id,
-            request_id=rid,
-            tool_name=tool[:64],
-            success=False,
-            error_code="validation_failed",
-            latency_ms=int((time.perf_counter() - started) * 1000),
+        core_usage.event_of(
+            caller, tool, request_id=rid, error_code="validation_failed", latency_ms=elapsed_ms
         )
     )
 

@@ -10,28 +10,18 @@ spent at a live server, once with its buckets in process and once in Redis.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import html
-import json
-import re
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
 
 from tests.clients import raw_call
+from tests.consent import allow, code_from, exchange, register, request_params
 from tests.support import LiveServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-CALLBACK = "http://127.0.0.1:33418/callback"
-VERIFIER = "a-long-enough-code-verifier-for-pkce-s256-0123456789"
-CHALLENGE = (
-    base64.urlsafe_b64encode(hashlib.sha256(VERIFIER.encode()).digest()).rstrip(b"=").decode()
-)
 
 
 class Authorizer:
@@ -43,52 +33,17 @@ class Authorizer:
         self.resource = resource
 
     def register(self, name: str) -> str:
-        registered = self.browser.post(
-            "/oauth/register/",
-            data=json.dumps(
-                {
-                    "client_name": name,
-                    "redirect_uris": [CALLBACK],
-                    "token_endpoint_auth_method": "none",
-                }
-            ),
-            content_type="application/json",
-        )
-        assert registered.status_code == 201, registered.content
-        return str(registered.json()["client_id"])
+        return register(self.browser, name)
 
     def connect(self, client_id: str, agent: str) -> dict[str, Any]:
         """Approve ``client_id`` as ``agent`` and return the token response."""
-        params = {
-            "response_type": "code",
-            "client_id": client_id,
-            "redirect_uri": CALLBACK,
-            "state": "s1",
-            "scope": "memory",
-            "code_challenge": CHALLENGE,
-            "code_challenge_method": "S256",
-            "resource": self.resource,
-        }
+        params = request_params(client_id, resource=self.resource)
         page = self.browser.get("/oauth/authorize/?" + urlencode(params))
         assert page.status_code == 200, page.content
-        form = page.content.decode().split('id="authorizationForm"', 1)[1]
-        fields = {
-            name: html.unescape(value)
-            for name, value in re.findall(r'type="hidden" name="([^"]+)" value="([^"]*)"', form)
-        }
-        allowed = self.browser.post(
-            "/oauth/authorize/",
-            {**fields, "allow": "Authorize", "agent": "new", "new_agent": agent},
-        )
-        assert allowed.status_code == 302, allowed.content
-        code = parse_qs(urlsplit(allowed.headers["Location"]).query)["code"][0]
-        return self.token(
-            grant_type="authorization_code",
-            code=code,
-            redirect_uri=CALLBACK,
-            client_id=client_id,
-            code_verifier=VERIFIER,
-        )
+        allowed = allow(self.browser, page, agent="new", new_agent=agent)
+        issued = exchange(self.browser, client_id, code_from(allowed))
+        assert issued.status_code == 200, issued.content
+        return dict(issued.json())
 
     def refresh(self, client_id: str, refresh_token: str) -> dict[str, Any]:
         return self.token(

@@ -107,13 +107,12 @@ def test_stdio_refuses_to_start_without_a_valid_key(cast):
 
 # (signal, the exit status a shell expects of a command it stopped: 128 + the signal)
 INTERRUPTS = [(signal.SIGINT, 130), (signal.SIGTERM, 143)]
-STARTING = "recall-stdio-starting"
 BOGUS_KEY = "recall_live_" + "B" * 32  # refused only once start-up is over
 
 
-def start_stdio(env: dict[str, str]) -> subprocess.Popen[str]:
+def start(env: dict[str, str], command: str = "stdio") -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "recall", "stdio"],
+        [sys.executable, "-m", "recall", command],
         cwd=settings.BASE_DIR,
         env=env,
         stdin=subprocess.PIPE,  # held open: a client that has not gone away
@@ -158,23 +157,33 @@ def assert_stopped_quietly(process: subprocess.Popen[str], out: str, err: str, c
     assert out == ""  # stdout is the protocol channel
 
 
-@pytest.mark.parametrize(("signum", "code"), INTERRUPTS, ids=["SIGINT", "SIGTERM"])
-def test_an_interrupt_while_starting_exits_quietly_with_a_shells_status(cast, signum, code):
+def interrupted_at_the_lock(
+    command: str, env: dict[str, str], signum: int
+) -> tuple[subprocess.Popen[str], str, str]:
+    """Run ``recall COMMAND`` and interrupt it while its start-up waits on the start-up lock."""
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)
+    application = f"recall-{command}-starting"
     # Start-up waits on this lock while another process migrates: hold it, so
     # the signal arrives while start-up is surely under way.
     with psycopg.connect(**params, autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(%s)", [startup._STARTUP_LOCK])
-        env = {**(stdio_server(cast.alice_key.raw).env or {}), "PGAPPNAME": STARTING}
-        process = start_stdio(env)
+        process = start({**env, "PGAPPNAME": application}, command)
         try:
-            wait_for("the start-up lock", waiting_on_lock(holder, STARTING), process)
+            wait_for("the start-up lock", waiting_on_lock(holder, application), process)
             out, err = interrupt(process, signum)
         finally:
             if process.poll() is None:
                 process.kill()
                 process.communicate()
+    return process, out, err
+
+
+@pytest.mark.parametrize(("signum", "code"), INTERRUPTS, ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_starting_exits_quietly_with_a_shells_status(cast, signum, code):
+    env = dict(stdio_server(cast.alice_key.raw).env or {})
+
+    process, out, err = interrupted_at_the_lock("stdio", env, signum)
 
     assert_stopped_quietly(process, out, err, code)
 
@@ -188,7 +197,7 @@ def test_an_interrupt_while_starting_stops_the_embedded_database(tmp_path, signu
     }
     env.update(RECALL_DATA_DIR=str(tmp_path), RECALL_API_KEY=BOGUS_KEY)
     pgdata = tmp_path.resolve() / "pgdata"
-    process = start_stdio(env)
+    process = start(env)
     try:
         # The server starts early in start-up; migrating its new database
         # takes seconds more. Starting it, a signal waits until it is up.
@@ -219,34 +228,15 @@ def postmasters(pgdata: Path) -> list[psutil.Process]:
 
 @pytest.mark.parametrize(("signum", "code"), INTERRUPTS, ids=["SIGINT", "SIGTERM"])
 def test_serve_interrupted_while_starting_exits_quietly_too(signum, code):
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    serving = "recall-serve-starting"
-    with psycopg.connect(**params, autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", [startup._STARTUP_LOCK])
-        env = {
-            **os.environ,
-            "DATABASE_URL": database_url(),
-            "SECRET_KEY": settings.SECRET_KEY,
-            "API_KEY_SECRET": settings.API_KEY_SECRET,
-            "PORT": str(free_port()),
-            "PGAPPNAME": serving,
-        }
-        process = subprocess.Popen(
-            [sys.executable, "-m", "recall", "serve"],
-            cwd=settings.BASE_DIR,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            wait_for("the start-up lock", waiting_on_lock(holder, serving), process)
-            _, err = interrupt(process, signum)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "SECRET_KEY": settings.SECRET_KEY,
+        "API_KEY_SECRET": settings.API_KEY_SECRET,
+        "PORT": str(free_port()),
+    }
+
+    process, _, err = interrupted_at_the_lock("serve", env, signum)
 
     assert process.returncode == code, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]

@@ -415,14 +415,12 @@ def _record(name: object, error_code: str | None, elapsed_ms: int) -> None:
     caller = auth.current.get()
     if caller is None:
         return
+    tool = str(name) if name is not None else ""
     usage.record(
-        usage.Event(
-            user_id=caller.user_id,
-            api_key_id=caller.api_key_id,
-            agent_id=caller.agent_id,
+        core_usage.event_of(
+            caller,
+            tool,
             request_id=context.request_id.get(),
-            tool_name=str(name)[:64] if name is not None else "",
-            success=error_code is None,
             error_code=error_code,
             latency_ms=elapsed_ms,
         )

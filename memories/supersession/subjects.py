@@ -71,7 +71,8 @@ _VERBS = word_set(
 
 def two_things(old: str, new: str) -> str | None:
     """Return why ``old`` and ``new`` are about two things their openings name, or None."""
-    return _labelled(old, new) or _named(old, new)
+    a, b = _opening(old), _opening(new)
+    return _labelled(a, b) or _named(a, b, old, new)
 
 
 def _words(text: str) -> Iterator[str]:
@@ -136,10 +137,9 @@ def _qualified(words: list[str], k: int) -> bool:
     return at >= 1 and words[at].lower() in _OF and _noun(words[at - 1])
 
 
-def _labelled(old: str, new: str) -> str | None:
+def _labelled(a: list[str], b: list[str]) -> str | None:
     """Two things told apart by a label: "Room 101" / "Room 202", "Q3 revenue" / "Q4
     revenue", "the capital of France" / "of Spain"."""
-    a, b = _opening(old), _opening(new)
     for k in range(min(_HEAD, len(a), len(b))):
         x, y = a[k], b[k]
         if x.lower() == y.lower():
@@ -196,13 +196,13 @@ def _stems(text: str) -> set[str]:
     return {stem(word) for word in _words(text)}
 
 
-def _named(old: str, new: str) -> str | None:
+def _named(opening_old: list[str], opening_new: list[str], old: str, new: str) -> str | None:
     """Two things named in the subject by a word or two: "The orders / users database",
     "Car / Home insurance renews", "Phase one / two of the renovation", "The cluster in
     eu-west-1 / us-east-1". Each side's name is a word the other memory holds nowhere, so a
     subject said in other words is not two things ("Standup meeting" / "Daily standup")."""
-    a = [w for w in _opening(old) if w.lower() not in _DETERMINERS]
-    b = [w for w in _opening(new) if w.lower() not in _DETERMINERS]
+    a = [w for w in opening_old if w.lower() not in _DETERMINERS]
+    b = [w for w in opening_new if w.lower() not in _DETERMINERS]
     fa, fb = [_fold(w) for w in a], [_fold(w) for w in b]
     k = next((i for i, (x, y) in enumerate(zip(fa, fb, strict=False)) if x != y), None)
     if k is None or k >= _HEAD or not _subject_so_far(a[:k], _JOINS):

@@ -7,12 +7,9 @@ resource gets the resource of its code, and every code names one.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import html
 import json
 import re
-from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
@@ -22,12 +19,9 @@ from accounts.models import Agent
 from core import csp, tenancy
 from oauth import tokens
 from oauth.models import Application, Grant
+from tests import consent
+from tests.consent import CALLBACK, CHALLENGE, allow, code_from, exchange, hidden_fields, register
 
-CALLBACK = "http://127.0.0.1:33418/callback"
-VERIFIER = "a-long-enough-code-verifier-for-pkce-s256-0123456789"
-CHALLENGE = (
-    base64.urlsafe_b64encode(hashlib.sha256(VERIFIER.encode()).digest()).rstrip(b"=").decode()
-)
 PUBLIC = "http://localhost:8080"
 
 
@@ -36,70 +30,14 @@ def public_url(settings):
     settings.RECALL_PUBLIC_URL = PUBLIC
 
 
-def register(client: Client, name: str = "Desk Helper") -> str:
-    registered = client.post(
-        "/oauth/register/",
-        data=json.dumps(
-            {"client_name": name, "redirect_uris": [CALLBACK], "token_endpoint_auth_method": "none"}
-        ),
-        content_type="application/json",
-    )
-    assert registered.status_code == 201, registered.content
-    return str(registered.json()["client_id"])
-
-
 def request_params(client_id: str, **extra: str) -> dict[str, str]:
-    params = {
-        "response_type": "code",
-        "client_id": client_id,
-        "redirect_uri": CALLBACK,
-        "state": "s1",
-        "scope": "memory",
-        "code_challenge": CHALLENGE,
-        "code_challenge_method": "S256",
-        "resource": f"{PUBLIC}/agent/mcp",
-        **extra,
-    }
-    return {k: v for k, v in params.items() if v}
+    return consent.request_params(client_id, **{"resource": f"{PUBLIC}/agent/mcp", **extra})
 
 
 def open_consent(client: Client, client_id: str, **extra: str):
     page = client.get("/oauth/authorize/?" + urlencode(request_params(client_id, **extra)))
     assert page.status_code == 200, page.content
     return page
-
-
-def hidden_fields(page) -> dict[str, str]:
-    form = page.content.decode().split('id="authorizationForm"', 1)[1]
-    return {
-        name: html.unescape(value)
-        for name, value in re.findall(r'type="hidden" name="([^"]+)" value="([^"]*)"', form)
-    }
-
-
-def allow(client: Client, page, **choice: str):
-    return client.post("/oauth/authorize/", {**hidden_fields(page), "allow": "Authorize", **choice})
-
-
-def code_from(response) -> str:
-    assert response.status_code == 302, response.content
-    location = urlsplit(response.headers["Location"])
-    assert f"{location.scheme}://{location.netloc}{location.path}" == CALLBACK
-    return parse_qs(location.query)["code"][0]
-
-
-def exchange(client: Client, client_id: str, code: str, **extra: str) -> Any:
-    return client.post(
-        "/oauth/token/",
-        {
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": CALLBACK,
-            "client_id": client_id,
-            "code_verifier": VERIFIER,
-            **extra,
-        },
-    )
 
 
 @pytest.fixture
