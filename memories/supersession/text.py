@@ -116,6 +116,10 @@ assert len(_CONTRAST_CLASS) == sum(len(word.split("/")) for words in CONTRASTS f
     "a word in two sets"
 )
 _KIN = _CONTRAST_CLASS["sister"]
+# Times of day and days of the week: a subject's qualifier ("tea in the
+# morning"), or, said straight after "is", the value ("The one-on-one is
+# Wednesdays at 2pm"; "Swimming lessons are on Saturday mornings").
+_WHEN = (_CONTRAST_CLASS["morning"], _CONTRAST_CLASS["saturdays"])
 # Capitalised by nature: a capital letter inside a sentence is no name's part.
 _CAPITALISED = (_CONTRAST_CLASS["london"], _CONTRAST_CLASS["saturdays"])
 
@@ -157,6 +161,8 @@ WEEKDAYS = word_set(
     "monday tuesday wednesday thursday friday saturday sunday mondays tuesdays wednesdays "
     "thursdays fridays saturdays sundays"
 )
+# What may stand between "is" and the time it states: "is on Saturday mornings".
+_BEFORE_WHEN = word_set("on every at in the early late") | WEEKDAYS
 NUMBER_WORDS = word_set(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
     "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy "
@@ -293,6 +299,24 @@ def _value(token: str, *, capitalised_name: bool) -> Value | None:
 _ENDS_WITH = re.compile(r"""(?<![?!])[?!]+(?=[\s"')\]]|$)""")
 
 
+def _at_hour(value: Value | None, before: list[str]) -> Value | None:
+    """Read a small number after "at" as a time of day: "at 5"."""
+    if (
+        value is not None
+        and value.kind == "number"
+        and before == ["at"]
+        and value.text.isdigit()
+        and int(value.text) <= 24
+    ):
+        return Value("time", value.text)
+    return value
+
+
+def _states_when(contrast: str, between: list[str], stated: bool) -> bool:
+    """Whether a time of day or of the week is what "is" states: "is on Saturday mornings"."""
+    return stated and _CONTRAST_CLASS[contrast] in _WHEN and all(w in _BEFORE_WHEN for w in between)
+
+
 def _phrases(tokens: list[str], phrases: tuple[tuple[str, ...], ...]) -> list[str]:
     joined = f" {' '.join(tokens)} "
     return [" ".join(p) for p in phrases if f" {' '.join(p)} " in joined]
@@ -402,9 +426,10 @@ def _read(text: str) -> Reading:
     additive = any(w in ADDITIVE for w in lowered) or bool(_phrases(lowered, ADDITIVE_PHRASES))
     subject = True  # still among the first words, before the first plain content word
     stated = False  # past the sentence's first "is": what follows is its value
+    copula = -1  # where that "is" stands
     for position, (token, lower) in enumerate(zip(raw, lowered, strict=True)):
-        if lower in COPULA:
-            stated = True
+        if lower in COPULA and not stated:
+            stated, copula = True, position
         bare = stem(lower)
         capital = token[:1].isupper() and bare not in NOT_NAMES and lower not in CHANGE
         # A capitalised word inside a sentence is a name; so is a first word
@@ -413,16 +438,11 @@ def _read(text: str) -> Reading:
         possessive = lower.endswith("'s")
         contrast = _contrast(token, lower, inside=capital and not starts[position])
         name = capital and (not starts[position] or possessive) and contrast is None
-        value = _value(token, capitalised_name=name)
-        if (
-            value is not None
-            and value.kind == "number"
-            and position
-            and lowered[position - 1] == "at"
-            and value.text.isdigit()
-            and int(value.text) <= 24
-        ):
-            value = Value("time", value.text)  # "at 5"
+        value = _at_hour(_value(token, capitalised_name=name), lowered[position - 1 : position])
+        if contrast is not None and _states_when(contrast, lowered[copula + 1 : position], stated):
+            # The time the sentence states, not a qualifier of its subject.
+            values.add(Value("time", contrast))
+            continue
         if contrast is not None and not (stated and _CONTRAST_CLASS[contrast] == _KIN):
             # A relative after "is" is the value, not the subject: "My
             # emergency contact is my partner Sam" is about the contact.

@@ -203,6 +203,36 @@ def test_a_relative_after_is_is_the_value_not_the_subject() -> None:
     )
 
 
+def test_a_time_said_straight_after_is_is_the_value_not_a_qualifier() -> None:
+    # "is Thursdays", "is on Tuesday evenings": the time is what the sentence
+    # states, so a new one is a new value, not a second subject.
+    assert (
+        verdict(
+            "Team lunch is Thursdays at 12:30.", "Team lunch is Tuesdays at 1pm from now on.", 0.90
+        )
+        == "supersede"
+    )
+    assert (
+        verdict(
+            "The climbing session is on Tuesday evenings.",
+            "Climbing is on Friday mornings this season.",
+            0.81,
+        )
+        == "supersede"
+    )
+    stated = read("The climbing session is on Tuesday evenings.")
+    assert "evening" not in stated.contrasts
+    # A time after the value, or after another verb, still qualifies the subject.
+    assert (
+        verdict("Breakfast is at 7 on weekdays.", "Breakfast is at 9 on weekends.", 0.83) == "keep"
+    )
+    assert (
+        verdict("The café opens at 7am on weekdays.", "The café opens at 9am on weekends.", 0.86)
+        == "keep"
+    )
+    assert "weekday" in read("Breakfast is at 7 on weekdays.").contrasts
+
+
 def test_a_close_paraphrase_that_swaps_one_value_replaces_the_old_one() -> None:
     # Few words in common beyond the subject, one value of one kind swapped:
     # very close vectors are what says it is the same slot.
