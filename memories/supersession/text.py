@@ -461,7 +461,8 @@ def _read(text: str) -> Reading:
             continue
         if position > 0:
             subject = False
-        words.add(bare)
+        # One word however it is spelt: "prod" is "production", "Mum" "mother".
+        words.add(stem(contrast) if contrast is not None else bare)
         # "out-of-hours" and "after-hours" share "hours"; "inventory-svc" is
         # the inventory service.
         words |= _parts(lower)

@@ -358,6 +358,8 @@ def test_two_names_of_one_environment_are_no_contrast() -> None:
         "production",
         "staging",
     )
+    # And they are one subject word: "prod" and "production" are common ground.
+    assert "product" in read("Prod database is on PostgreSQL 16.").words & production.words
 
 
 def test_the_pronoun_us_is_no_country() -> None:
