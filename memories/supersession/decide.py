@@ -98,6 +98,8 @@ WEIGHTS: dict[str, float] = {
     "close_swap": 4.0,
 }
 CLOSE = 0.7
+# Values a newer memory may add to a clean swap: when the change happened.
+_WHEN_CHANGED = frozenset({"when", "day"})
 # The subject named in other words ("Dashboards live at grafana.tools..." and
 # "Grafana was moved to metrics..."): no subject word in common, but a change
 # word, one value swapped for another of its kind and nothing else added or
@@ -188,8 +190,13 @@ class Evidence:
 
     @property
     def clean_swap(self) -> bool:
-        """One value swapped for another of its kind, nothing else added or lost."""
-        return len(self.changed) == 1 and not self.added_kinds and not self.dropped_kinds
+        """One value swapped for another of its kind, nothing else added or lost but when
+        the change happened ("v6 went live on Monday")."""
+        return (
+            len(self.changed) == 1
+            and not (self.added_kinds - _WHEN_CHANGED)
+            and not self.dropped_kinds
+        )
 
 
 def score(features: Mapping[str, float], weights: Mapping[str, float] = WEIGHTS) -> float:
@@ -275,7 +282,14 @@ def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
 
 
 def _renamed(evidence: Evidence) -> bool:
-    return bool(evidence.change_words) and evidence.clean_swap and evidence.similarity >= RENAMED
+    # Strictly one value swapped: with no subject word in common, a date the
+    # newer adds ("moved to docs.acme.dev on 3 May") is one change too many.
+    return (
+        bool(evidence.change_words)
+        and evidence.clean_swap
+        and not evidence.added_kinds
+        and evidence.similarity >= RENAMED
+    )
 
 
 def _reworded(evidence: Evidence) -> bool:

@@ -12,6 +12,7 @@ import pytest
 
 from memories.supersession import Candidate, apart, decide, judge, read
 from memories.supersession.decide import FLOOR, MAX_WORDS, Decision, hints
+from memories.supersession.subjects import two_things
 from memories.supersession.text import cached_readings, clear_readings, contrast_conflict
 
 
@@ -231,6 +232,25 @@ def test_a_time_said_straight_after_is_is_the_value_not_a_qualifier() -> None:
         == "keep"
     )
     assert "weekday" in read("Breakfast is at 7 on weekdays.").contrasts
+
+
+def test_when_the_change_happened_does_not_spoil_a_clean_swap() -> None:
+    # "went live on Tuesday" dates the change; the swap is still version 3 -> v4.
+    old, new = "The billing API is at version 3.", "Billing API v4 went live on Tuesday."
+
+    assert verdict(old, new, 0.70) == "supersede"
+    # A time the older memory had and the newer lacks is another matter.
+    assert (
+        verdict("Billing API v4 went live on Tuesday.", "The billing API is at version 5.", 0.70)
+        == "keep"
+    )
+
+
+def test_an_unknown_verb_is_no_name_of_the_subject() -> None:
+    # "supports" ends the subject ("The app supports ..."), so "app supports"
+    # and "Minimum" do not name two things.
+    assert two_things("The app supports iOS 15 and later.", "Minimum iOS version is 17.") is None
+    assert two_things("The orders database is 420 GB.", "The users database is 80 GB.")
 
 
 def test_a_close_paraphrase_that_swaps_one_value_replaces_the_old_one() -> None:
