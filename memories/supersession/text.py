@@ -287,7 +287,8 @@ def _value(token: str, *, capitalised_name: bool) -> Value | None:
         return Value("weekday", stem(lower))
     if lower in STATES:
         return Value(STATES[lower], stem(lower))
-    if lower in NUMBER_WORDS or lower.split("-")[0] in NUMBER_WORDS:
+    if all(part in NUMBER_WORDS for part in lower.split("-")):
+        # "five", "twenty-two"; not "one-on-one", a meeting.
         return Value("number", lower.split("-")[0])
     if capitalised_name:
         return Value("name", stem(lower))

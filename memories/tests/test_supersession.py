@@ -678,6 +678,20 @@ def test_a_count_that_changes_is_still_an_update() -> None:
     assert verdict("The team has 5 engineers.", "The team has 7 engineers now.", 0.9) == "supersede"
 
 
+def test_a_hyphenated_word_is_a_number_only_when_every_part_is_one() -> None:
+    assert {v.text for v in read("Twenty-two guests said yes.").values} == {"twenty"}
+    assert all(v.kind != "number" for v in read("One-on-ones with Rhea are on Fridays.").values)
+    # So a meeting's new day does not read as a new count of an extension number.
+    assert (
+        verdict(
+            "Rhea's desk phone extension is 4417.",
+            "One-on-ones with Rhea are Fridays at 9 from next week.",
+            0.39,
+        )
+        == "keep"
+    )
+
+
 def test_a_day_of_a_month_is_one_value() -> None:
     assert {(v.kind, v.text) for v in read("The grant is due 15 January.").values} == {
         ("day", "15 jan")
