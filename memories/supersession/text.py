@@ -287,9 +287,10 @@ def _value(token: str, *, capitalised_name: bool) -> Value | None:
         return Value("weekday", stem(lower))
     if lower in STATES:
         return Value(STATES[lower], stem(lower))
-    if all(part in NUMBER_WORDS for part in lower.split("-")):
-        # "five", "twenty-two"; not "one-on-one", a meeting.
-        return Value("number", lower.split("-")[0])
+    parts = lower.split("-")
+    if parts[0] in NUMBER_WORDS and not (len(parts) == 3 and parts[0] == stem(parts[2])):
+        # "five", "twenty-two", "three-week"; not "one-on-one", a meeting.
+        return Value("number", parts[0])
     if capitalised_name:
         return Value("name", stem(lower))
     return None

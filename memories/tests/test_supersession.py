@@ -678,8 +678,9 @@ def test_a_count_that_changes_is_still_an_update() -> None:
     assert verdict("The team has 5 engineers.", "The team has 7 engineers now.", 0.9) == "supersede"
 
 
-def test_a_hyphenated_word_is_a_number_only_when_every_part_is_one() -> None:
+def test_a_meeting_one_on_one_is_no_number() -> None:
     assert {v.text for v in read("Twenty-two guests said yes.").values} == {"twenty"}
+    assert {v.text for v in read("We've gone to three-week sprints.").values} == {"three"}
     assert all(v.kind != "number" for v in read("One-on-ones with Rhea are on Fridays.").values)
     # So a meeting's new day does not read as a new count of an extension number.
     assert (
