@@ -46,6 +46,7 @@ from memories.supersession.text import (
     Reading,
     Value,
     contrast_conflict,
+    contrast_word,
     read,
     stem,
     word_set,
@@ -358,10 +359,27 @@ _SEVERAL = frozenset(
 _MEASURES = frozenset({"quantity", "when", "day", "relationship", "diet", "transport"})
 
 
-def _several_values(old: Reading, new: Reading, evidence: Evidence) -> str | None:
+_WORD = re.compile(r"[\w'\u2019-]+")
+# Words of a negation that gives up every item: "no longer allergic to anything".
+_ANY = frozenset(
+    stem(word) for word in word_set("anything everything any all none nothing longer more")
+)
+
+
+def _before_verb(text: str) -> set[str]:
+    """The words before a many-valued predicate's verb, as read: its subject ("Gran")."""
+    words: set[str] = set()
+    for token in _WORD.findall(text[:CACHED_CHARS]):
+        lower = token.lower()
+        word = stem(contrast_word(lower) or lower)
+        if word in _SEVERAL:
+            break
+        words.add(word)
+    return words
+
+
+def _several_values(old_text: str, old: Reading, new: Reading, evidence: Evidence) -> str | None:
     """Return why two memories state two items of a many-valued predicate, or None."""
-    if evidence.change_words or evidence.negation_flip:
-        return None
     shared = evidence.shared & _SEVERAL
     if not shared:
         return None
@@ -371,8 +389,19 @@ def _several_values(old: Reading, new: Reading, evidence: Evidence) -> str | Non
         return set(reading.words) | named
 
     before, after = items(old), items(new)
-    if before - after and after - before:
+    if not (before - after and after - before):
+        return None
+    if not (evidence.change_words or evidence.negation_flip):
         return f"two of several values ({min(shared)})"
+    gives_up = after - before - _ANY
+    if (
+        gives_up
+        and evidence.negation_flip
+        and not (before & after) - shared - _before_verb(old_text)
+    ):
+        # "Gran doesn't take sugar any more" names no item "Gran takes statins"
+        # holds: it gives up another one.
+        return f"gives up another of several values ({min(shared)})"
     return None
 
 
@@ -393,7 +422,7 @@ def _apart(old: str, new: str, evidence: Evidence) -> str | None:
     reason = (
         _hard_keep(old_reading, new_reading, evidence)
         or _one_of_several(old, evidence)
-        or _several_values(old_reading, new_reading, evidence)
+        or _several_values(old, old_reading, new_reading, evidence)
         or _numbered(old, new, evidence)
         or (None if evidence.change_words else two_things(old, new))
     )

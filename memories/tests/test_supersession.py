@@ -650,12 +650,31 @@ def test_two_items_of_a_predicate_with_several_values_are_both_kept(old: str, ne
         # A new dose of the same medicine, or a change said outright, is an update.
         ("Dad takes 5 mg of amlodipine daily.", "Dad takes 10 mg of amlodipine daily."),
         ("Maria takes metformin twice a day.", "Maria switched from metformin to lisinopril."),
+        # Giving up the item itself, or every item.
+        ("Dad takes metformin.", "Dad doesn't take metformin now; he's on insulin."),
+        ("Ola is allergic to penicillin.", "Ola is no longer allergic to anything."),
     ],
 )
 def test_a_new_measure_or_a_said_change_of_a_many_valued_predicate_is_an_update(
     old: str, new: str
 ) -> None:
     assert verdict(old, new, 0.9) == "supersede"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "similarity"),
+    [
+        ("Grandad takes statins every evening.", "Grandad doesn't take sugar any more.", 0.53),
+        ("Ola is allergic to penicillin.", "Ola isn't allergic to latex after all.", 0.66),
+    ],
+)
+def test_giving_up_another_of_several_values_keeps_the_first(
+    old: str, new: str, similarity: float
+) -> None:
+    decision = judge(new, Candidate("old", old, similarity))
+
+    assert decision.verdict == "keep"
+    assert decision.reason.startswith("gives up another of several values")
 
 
 @pytest.mark.parametrize(
