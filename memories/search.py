@@ -26,7 +26,10 @@ namespace and mode (``memories/scoring.py``). Three modes:
   weights fitted on development data (``scoring.HYBRID``), and its score is
   the logistic of z. The order then lets each of the five best lift the
   memories up to two places before and after it in the namespace (by
-  creation) halfway to its own z, when theirs is lower. Stored conversation
+  creation) halfway to its own z, when theirs is lower. Only memories the
+  search may return take part, as candidates, lifters or neighbours: a
+  replaced one (unless ``include_superseded``) or one not held at
+  ``as_of`` lifts nothing (migration 0020). Stored conversation
   turns answer each other ("what did she say about it?"), and this finds the
   answer beside the turn that names the subject, without lowering anything.
   The lift moves a memory up the list, not its score: being beside a match
@@ -758,7 +761,7 @@ def ranked_sql(
                 %(priorities)s::text[], %(sources)s::jsonb,
                 %(pool)s, %(scan)s, %(k1)s, %(b)s, %(prior)s,
                 %(similarity)s, %(coverage)s, %(offset)s,
-                %(providers)s, %(window)s, %(lift)s
+                %(providers)s, %(window)s, %(lift)s, %(held_until)s, %(current)s
             )
         )
         SELECT {columns}, r.similarity, r.score, r.rank
@@ -774,7 +777,8 @@ def ranked_sql(
                  r.rank DESC, r.similarity DESC, m.id
     """  # noqa: S608
     line = scoring.line(search.mode, search.embedder.default_threshold)
-    # The lexical side knows nothing of replacement: its rows are checked here.
+    # recall_rank() leaves out what the search may not return (migration
+    # 0020); its rows are checked again here, against the caller's tenancy.
     held = search.filters.held("h")
     sql = sql.replace(
         "{held_join}",
@@ -796,5 +800,9 @@ def ranked_sql(
         providers=PROVIDERS,
         window=WINDOW,
         lift=LIFT if hybrid else 0.0,
+        # What the search may return, for the ranking's own candidates and
+        # neighbours (Filters.held() on the dense side).
+        held_until=search.filters.until,
+        current=not search.filters.include_superseded,
     )
     return sql, params

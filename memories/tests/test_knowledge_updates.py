@@ -488,6 +488,28 @@ def test_a_replaced_memory_shown_on_request_marks_and_moves_nothing(cast) -> Non
     assert replaced["superseded_by"] == first
 
 
+def test_a_replaced_memory_lifts_none_of_its_neighbours(cast) -> None:
+    # The replaced fact matches the question best, word for word; the fact
+    # stored beside it does not answer it. Hidden, the replaced one must not
+    # raise its neighbour (by creation) above the current answer.
+    old = remember(cast.alice.id, "Finn's swimming lessons are on Saturday mornings.")["id"]
+    beside = remember(cast.alice.id, "Finn is 9 years old.")["id"]
+    for filler in ("The car is due its MOT in May.", "Our wifi router is in the hall."):
+        remember(cast.alice.id, filler)
+    new = remember(
+        cast.alice.id, "Swimming for Finn is Sunday afternoons this term.", replaces=old
+    )["id"]
+
+    found = ids(recalled(cast.alice.id, "When are Finn's swimming lessons?"))
+
+    assert old not in found
+    assert found.index(new) < found.index(beside)
+    # Shown on request, the replaced memory ranks (and lifts) as before.
+    assert old in ids(
+        recalled(cast.alice.id, "When are Finn's swimming lessons?", include_superseded=True)
+    )
+
+
 def first_read_then(monkeypatch, meanwhile) -> None:
     """Run ``meanwhile`` once, just after store() first reads what is stored already."""
     from memories.services import storing
