@@ -45,7 +45,11 @@ RANK = (
     )
     .replace(
         "AND (m.created_at, m.id) > (p.created_at, p.id)",
-        f"AND (m.created_at, m.id) > (p.created_at, p.id) AND {_held('m')}",
+        # The bound on created_at too, outside the CASE, where the index's
+        # scan can stop at it: past as_of no memory was held.
+        "AND (m.created_at, m.id) > (p.created_at, p.id)"
+        " AND m.created_at < coalesce(p_as_of, 'infinity'::timestamptz)"
+        f" AND {_held('m')}",
     )
 )
 assert RANK.count(_held("m")) == 3, "0015's ranking changed under this migration"

@@ -174,6 +174,7 @@ class Evidence:
     change_words: tuple[str, ...]
     negation_flip: bool
     extras: int
+    planned: bool = False  # the new memory speaks of what is to come
 
     def features(self) -> dict[str, float]:
         return {
@@ -192,11 +193,10 @@ class Evidence:
     @property
     def clean_swap(self) -> bool:
         """One value swapped for another of its kind, nothing else added or lost but when
-        the change happened ("v6 went live on Monday")."""
+        the change happened ("v6 went live on Monday", not "v4 is planned for Tuesday")."""
+        allowed = frozenset() if self.planned else _WHEN_CHANGED
         return (
-            len(self.changed) == 1
-            and not (self.added_kinds - _WHEN_CHANGED)
-            and not self.dropped_kinds
+            len(self.changed) == 1 and not (self.added_kinds - allowed) and not self.dropped_kinds
         )
 
 
@@ -247,6 +247,7 @@ def compare(old: Reading, new: Reading, similarity: float) -> Evidence:
         change_words=new_change,
         negation_flip=new.negated and not old.negated,
         extras=min(len(only_old), len(only_new)),
+        planned=new.planned,
     )
 
 
@@ -263,7 +264,7 @@ def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
     if old.label and new.label and old.label != new.label:
         return "different speakers"
     pair = contrast_conflict(old, new)
-    if pair is not None:
+    if pair is not None and not _rescheduled(pair, old, new, evidence):
         return f"different subjects ({pair[0]} / {pair[1]})"
     old_names = {v.text for v in old.values if v.kind == "name"}
     new_names = {v.text for v in new.values if v.kind == "name"}
@@ -280,6 +281,17 @@ def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
         # the host it runs on).
         return "values of different kinds: different attributes"
     return None
+
+
+def _rescheduled(pair: tuple[str, str], old: Reading, new: Reading, evidence: Evidence) -> bool:
+    """Whether a contrast of times is one slot's old and new time: each the time its
+    sentence states ("Swimming is on Saturday mornings" / "... Sunday afternoons"), and
+    no other value changing ("Dog walks are mornings with Sam" / "evenings with Priya")."""
+    return (
+        pair[0] in old.stated_when
+        and pair[1] in new.stated_when
+        and set(evidence.changed) == {"when"}
+    )
 
 
 def _renamed(evidence: Evidence) -> bool:
@@ -362,7 +374,14 @@ _MEASURES = frozenset({"quantity", "when", "day", "relationship", "diet", "trans
 _WORD = re.compile(r"[\w'\u2019-]+")
 # Words of a negation that gives up every item: "no longer allergic to anything".
 _ANY = frozenset(
-    stem(word) for word in word_set("anything everything any all none nothing longer more")
+    stem(word)
+    for word in word_set(
+        "anything everything any all none nothing longer more it them there that this those"
+    )
+)
+# The change words a negation says itself: "no longer", "any more".
+_NEGATING = frozenset(
+    {"no longer", "not any more", "any more", "anymore", "quit", "stopped", "after all"}
 )
 
 
@@ -397,6 +416,8 @@ def _several_values(old_text: str, old: Reading, new: Reading, evidence: Evidenc
     if (
         gives_up
         and evidence.negation_flip
+        # "...; she coaches football instead": a change said besides the negation.
+        and not set(evidence.change_words) - _NEGATING
         and not (before & after) - shared - _before_verb(old_text)
     ):
         # "Gran doesn't take sugar any more" names no item "Gran takes statins"

@@ -176,9 +176,9 @@ def _alike(a: str, b: str) -> bool:
     return a == b or (common >= 4 and a[:common].isalpha())
 
 
-def _naming_word(word: str, before: str | None) -> bool:
+def _naming_word(word: str) -> bool:
     lower = word.lower()
-    if lower in CHANGE or lower in _NOT_LABELS or _verb(word, before):
+    if lower in CHANGE or lower in _NOT_LABELS or _verb(word, None):
         return False
     return lower not in STOP or lower in _NOUNY or (len(word) > 1 and word.isupper())  # "US"
 
@@ -211,10 +211,7 @@ def _named(opening_old: list[str], opening_new: list[str], old: str, new: str) -
     if found is None or (k and a[k - 1].lower() in _NOT_LABELS):
         return None
     xs, ys = a[k : k + found[0]], b[k : k + found[1]]
-    spans = ((a, found[0]), (b, found[1]))
-    if not all(
-        _naming_word(w[at], w[at - 1] if at else None) for w, m in spans for at in range(k, k + m)
-    ):
+    if not all(_naming_word(w) for w in xs + ys):
         return None
     if not any(c.isalpha() for c in "".join(xs)) or not any(c.isalpha() for c in "".join(ys)):
         return None  # "5 engineers" / "7 engineers": a count, the slot's value

@@ -117,9 +117,15 @@ assert len(_CONTRAST_CLASS) == sum(len(word.split("/")) for words in CONTRASTS f
 )
 _KIN = _CONTRAST_CLASS["sister"]
 # Times of day and days of the week: a subject's qualifier ("tea in the
-# morning"), or, said straight after "is", the value ("The one-on-one is
-# Wednesdays at 2pm"; "Swimming lessons are on Saturday mornings").
-_WHEN = (_CONTRAST_CLASS["morning"], _CONTRAST_CLASS["saturdays"])
+# morning"), or, said straight after "is" in a sentence that states no clock
+# time, the value ("Swimming lessons are on Saturday mornings"). Not the
+# halves of a week ("Lunch is weekdays at 12:30" / "weekends at 1pm"), and
+# not with a clock time, which is then the value the day qualifies ("Office
+# hours are Tuesdays 2-4pm" / "Thursdays 10-12").
+_WHEN = frozenset(
+    word_set("morning afternoon evening night mondays tuesdays wednesdays thursdays fridays")
+    | word_set("saturdays sundays")
+)
 # Capitalised by nature: a capital letter inside a sentence is no name's part.
 _CAPITALISED = (_CONTRAST_CLASS["london"], _CONTRAST_CLASS["saturdays"])
 
@@ -135,6 +141,10 @@ def contrast_word(lower: str) -> str | None:
 
 # The verb that states a subject's value ("X is Y").
 COPULA = word_set("is are was were am")
+# Words of what is to come: a date beside them is no date of a change made.
+PLANNED = word_set(
+    "will planned plan plans planning scheduled upcoming next soon beta tomorrow going due"
+)
 # Kin terms that are used as names, capitalised anywhere: "I called Mum".
 KIN_NAMES = word_set("mother father grandmother grandfather")  # as contrast_word gives them
 # States a subject is in, one at a time: a new one replaces the old.
@@ -210,6 +220,9 @@ class Reading:
     values: frozenset[Value]
     names_up_front: frozenset[str]  # names among the first words: the likely subject
     contrasts: frozenset[str]  # words of the CONTRASTS sets it holds
+    # Those of them that are the time it states ("is on Saturday mornings").
+    stated_when: frozenset[str]
+    planned: bool  # speaks of what is to come ("v4 is planned for Tuesday")
     change: tuple[str, ...]  # change words and phrases it holds
     negated: bool
     additive: bool
@@ -314,9 +327,23 @@ def _at_hour(value: Value | None, before: list[str]) -> Value | None:
     return value
 
 
+def _settle_when(when: list[str], values: set[Value]) -> frozenset[str]:
+    """Return the times said straight after "is" that are the sentence's value.
+
+    None when it has a clock time: "is Wednesdays at 2pm" is 2pm, on a day.
+    Each stays a contrast too; ``decide`` lets two such values differ only
+    when nothing else does.
+    """
+    if any(v.kind == "time" for v in values):
+        return frozenset()
+    # A weekday is a value already; a time of day becomes one.
+    values.update(Value("time", word) for word in when if word not in WEEKDAYS)
+    return frozenset(when)
+
+
 def _states_when(contrast: str, between: list[str], stated: bool) -> bool:
     """Whether a time of day or of the week is what "is" states: "is on Saturday mornings"."""
-    return stated and _CONTRAST_CLASS[contrast] in _WHEN and all(w in _BEFORE_WHEN for w in between)
+    return stated and contrast in _WHEN and all(w in _BEFORE_WHEN for w in between)
 
 
 def _phrases(tokens: list[str], phrases: tuple[tuple[str, ...], ...]) -> list[str]:
@@ -429,6 +456,7 @@ def _read(text: str) -> Reading:
     subject = True  # still among the first words, before the first plain content word
     stated = False  # past the sentence's first "is": what follows is its value
     copula = -1  # where that "is" stands
+    when: list[str] = []  # times of day or week said straight after it
     for position, (token, lower) in enumerate(zip(raw, lowered, strict=True)):
         if lower in COPULA and not stated:
             stated, copula = True, position
@@ -442,9 +470,7 @@ def _read(text: str) -> Reading:
         name = capital and (not starts[position] or possessive) and contrast is None
         value = _at_hour(_value(token, capitalised_name=name), lowered[position - 1 : position])
         if contrast is not None and _states_when(contrast, lowered[copula + 1 : position], stated):
-            # The time the sentence states, not a qualifier of its subject.
-            values.add(Value("time", contrast))
-            continue
+            when.append(contrast)  # the time the sentence states, perhaps (_settle_when)
         if contrast is not None and not (stated and _CONTRAST_CLASS[contrast] == _KIN):
             # A relative after "is" is the value, not the subject: "My
             # emergency contact is my partner Sam" is about the contact.
@@ -468,12 +494,15 @@ def _read(text: str) -> Reading:
         # "out-of-hours" and "after-hours" share "hours"; "inventory-svc" is
         # the inventory service.
         words |= _parts(lower)
+    stated_when = _settle_when(when, values)
     ends = "".join(_ENDS_WITH.findall(body))
     return Reading(
         words=frozenset(words),
         values=frozenset(values),
         names_up_front=frozenset(up_front),
         contrasts=frozenset(contrasts),
+        stated_when=stated_when,
+        planned=any(w in PLANNED for w in lowered),
         change=tuple(dict.fromkeys(change)),
         negated=negated,
         additive=additive,
