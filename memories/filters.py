@@ -100,10 +100,10 @@ class Filters:
     def held(self, alias: str = "") -> list[str]:
         """Return the conditions on supersession: current memories, or those held at ``as_of``.
 
-        Applied in the dense scan, and again where the definer functions'
-        rows are joined back to ``memories``; ``recall_rank()`` holds the same
-        rule for its lexical candidates and neighbours (migration 0020), but
-        ``recall_lexical_matches()`` knows nothing of replacement.
+        Applied in the dense scan, and again where the filtered-nearest
+        path's rows are joined back to ``memories``; ``recall_rank()`` holds
+        the same rule for its lexical candidates and neighbours (migration
+        0020), but ``recall_lexical_matches()`` knows nothing of replacement.
         """
         a = f"{alias}." if alias else ""
         if self.as_of is not None:

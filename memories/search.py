@@ -26,10 +26,8 @@ namespace and mode (``memories/scoring.py``). Three modes:
   weights fitted on development data (``scoring.HYBRID``), and its score is
   the logistic of z. The order then lets each of the five best lift the
   memories up to two places before and after it in the namespace (by
-  creation) halfway to its own z, when theirs is lower. Only memories the
-  search may return take part, as candidates, lifters or neighbours: a
-  replaced one (unless ``include_superseded``) or one not held at
-  ``as_of`` lifts nothing (migration 0020). Stored conversation
+  creation) halfway to its own z, when theirs is lower (only memories the
+  search may return take part: migration 0020). Stored conversation
   turns answer each other ("what did she say about it?"), and this finds the
   answer beside the turn that names the subject, without lowering anything.
   The lift moves a memory up the list, not its score: being beside a match
@@ -766,8 +764,8 @@ def ranked_sql(
         )
         SELECT {columns}, r.similarity, r.score, r.rank
         FROM (
-            SELECT ranked.* FROM ranked{{held_join}}
-            WHERE ranked.score >= %(minimum)s{{held}}
+            SELECT ranked.* FROM ranked
+            WHERE ranked.score >= %(minimum)s
             ORDER BY ranked.rank DESC, ranked.similarity DESC, ranked.id
             LIMIT %(limit)s
         ) AS r
@@ -777,13 +775,6 @@ def ranked_sql(
                  r.rank DESC, r.similarity DESC, m.id
     """  # noqa: S608
     line = scoring.line(search.mode, search.embedder.default_threshold)
-    # recall_rank() leaves out what the search may not return (migration
-    # 0020); its rows are checked again here, against the caller's tenancy.
-    held = search.filters.held("h")
-    sql = sql.replace(
-        "{held_join}",
-        " JOIN memories AS h ON h.id = ranked.id AND h.user_id = %(user)s" if held else "",
-    ).replace("{held}", "".join(f" AND {c}" for c in held))
     params.update(
         user=str(user_id),
         text=search.text,
@@ -800,8 +791,7 @@ def ranked_sql(
         providers=PROVIDERS,
         window=WINDOW,
         lift=LIFT if hybrid else 0.0,
-        # What the search may return, for the ranking's own candidates and
-        # neighbours (Filters.held() on the dense side).
+        # Filters.held(), for recall_rank()'s lexical candidates and neighbours.
         held_until=search.filters.until,
         current=not search.filters.include_superseded,
     )
