@@ -40,9 +40,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from memories.supersession.subjects import two_things
+from memories.supersession.subjects import two_things, words
 from memories.supersession.text import (
     CACHED_CHARS,
+    QUOTE,
     Reading,
     Value,
     contrast_conflict,
@@ -371,7 +372,6 @@ _SEVERAL = frozenset(
 _MEASURES = frozenset({"quantity", "when", "day", "relationship", "diet", "transport"})
 
 
-_WORD = re.compile(r"[\w'\u2019-]+")
 # Words of a negation that gives up every item: "no longer allergic to anything".
 _ANY = frozenset(
     stem(word)
@@ -387,14 +387,15 @@ _NEGATING = frozenset(
 
 def _before_verb(text: str) -> set[str]:
     """The words before a many-valued predicate's verb, as read: its subject ("Gran")."""
-    words: set[str] = set()
-    for token in _WORD.findall(text[:CACHED_CHARS]):
-        lower = token.lower()
-        word = stem(contrast_word(lower) or lower)
+    subject: set[str] = set()
+    for token in words(text):
+        lower = token.lower().replace(QUOTE, "'")
+        # As read() has it: "Gran's" is the contrast word "grandmother".
+        word = stem(contrast_word(lower.removesuffix("'s")) or lower)
         if word in _SEVERAL:
             break
-        words.add(word)
-    return words
+        subject.add(word)
+    return subject
 
 
 def _several_values(old_text: str, old: Reading, new: Reading, evidence: Evidence) -> str | None:

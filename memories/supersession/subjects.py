@@ -75,7 +75,8 @@ def two_things(old: str, new: str) -> str | None:
     return _labelled(a, b) or _named(a, b, old, new)
 
 
-def _words(text: str) -> Iterator[str]:
+def words(text: str) -> Iterator[str]:
+    """The words of a text's first ``_SCANNED`` characters, trailing punctuation off."""
     for found in _TOKEN.finditer(text[:_SCANNED]):
         word = _TRAILING.sub("", found.group())
         if word:
@@ -84,7 +85,7 @@ def _words(text: str) -> Iterator[str]:
 
 def _opening(text: str) -> list[str]:
     # The first words only.
-    return list(itertools.islice(_words(text), _HEAD + _SPAN + 4))
+    return list(itertools.islice(words(text), _HEAD + _SPAN + 4))
 
 
 def _verb(word: str, before: str | None) -> bool:
@@ -193,7 +194,7 @@ def _rejoin(a: list[str], b: list[str], k: int) -> tuple[int, int] | None:
 
 
 def _stems(text: str) -> set[str]:
-    return {stem(word) for word in _words(text)}
+    return {stem(word) for word in words(text)}
 
 
 def _named(opening_old: list[str], opening_new: list[str], old: str, new: str) -> str | None:
