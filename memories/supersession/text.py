@@ -10,6 +10,7 @@ leaves in wording ("now", "moved", "no longer", "actually"; "also",
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -104,6 +105,8 @@ CONTRASTS: tuple[frozenset[str], ...] = (
     word_set("dog cat rabbit hamster horse fish bird"),
     word_set("water electricity gas phone internet council"),
     word_set("warehouse registered"),
+    # Sides: "the left monitor" is not "the right monitor".
+    word_set("left right"),
 )
 # Each word's set, and the word it stands for.
 _CONTRAST_CLASS = {
@@ -302,8 +305,10 @@ def _value(token: str, *, capitalised_name: bool) -> Value | None:
         return Value(STATES[lower], stem(lower))
     parts = lower.split("-")
     if parts[0] in NUMBER_WORDS and not (len(parts) == 3 and parts[0] == stem(parts[2])):
-        # "five", "twenty-two", "three-week"; not "one-on-one", a meeting.
-        return Value("number", parts[0])
+        # "five", "twenty-two", "three-week"; not "one-on-one", a meeting. The
+        # number is every number word up front: "twenty-two" is not "twenty-five".
+        spoken = list(itertools.takewhile(NUMBER_WORDS.__contains__, parts))
+        return Value("number", "-".join(spoken))
     if capitalised_name:
         return Value("name", stem(lower))
     return None

@@ -361,6 +361,13 @@ def test_a_title_ends_no_sentence_and_names_the_person_after_it() -> None:
             0.78,
             "different subjects (starter / team)",
         ),
+        (
+            # "left" is a side here, not a departure.
+            "The right monitor is an LG 27UK850.",
+            "The left monitor is a Dell U2720Q.",
+            0.77,
+            "different subjects (right / left)",
+        ),
     ],
 )
 def test_it_keeps_look_alikes_apart(old: str, new: str, similarity: float, why: str) -> None:
@@ -716,7 +723,8 @@ def test_a_count_that_changes_is_still_an_update() -> None:
 
 
 def test_a_meeting_one_on_one_is_no_number() -> None:
-    assert {v.text for v in read("Twenty-two guests said yes.").values} == {"twenty"}
+    assert {v.text for v in read("Twenty-two guests said yes.").values} == {"twenty-two"}
+    assert {v.text for v in read("Ninety-nine guests said yes.").values} == {"ninety-nine"}
     assert {v.text for v in read("We've gone to three-week sprints.").values} == {"three"}
     assert all(v.kind != "number" for v in read("One-on-ones with Rhea are on Fridays.").values)
     # So a meeting's new day does not read as a new count of an extension number.
@@ -728,6 +736,13 @@ def test_a_meeting_one_on_one_is_no_number() -> None:
         )
         == "keep"
     )
+
+
+def test_a_spoken_number_is_read_whole() -> None:
+    # "twenty-two" and "twenty-five" share their first word, not their value.
+    old, new = "Twenty-two guests have said yes.", "Twenty-five guests have said yes now."
+    assert verdict(old, new, 0.95) == "supersede"
+    assert verdict(old, "Twenty-two guests have said yes now.", 0.99) != "supersede"
 
 
 def test_a_day_of_a_month_is_one_value() -> None:
