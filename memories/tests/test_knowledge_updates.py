@@ -510,6 +510,31 @@ def test_a_replaced_memory_lifts_none_of_its_neighbours(cast) -> None:
     )
 
 
+def test_a_server_of_the_previous_release_still_ranks(cast, monkeypatch) -> None:
+    # During a rolling upgrade the servers not yet restarted call recall_rank()
+    # without 0020's two arguments (migration 0021 keeps that form): it ranks
+    # as before 0020, replaced memories included, for them to drop as they did.
+    from memories import search
+
+    old = remember(cast.alice.id, "Finn's swimming lessons are on Saturday mornings.")["id"]
+    remember(cast.alice.id, "Finn is 9 years old.")
+    remember(cast.alice.id, "Swimming for Finn is Sunday afternoons this term.", replaces=old)
+    question = "When are Finn's swimming lessons?"
+    current = recalled(cast.alice.id, question, include_superseded=True)
+    ranked_sql = search.ranked_sql
+
+    def previous_release(*args, **kwargs):
+        sql, params = ranked_sql(*args, **kwargs)
+        assert ", %(held_until)s, %(current)s\n" in sql
+        return sql.replace(", %(held_until)s, %(current)s\n", "\n"), params
+
+    monkeypatch.setattr(search, "ranked_sql", previous_release)
+
+    before = recalled(cast.alice.id, question, include_superseded=True)
+    assert [(r["id"], r["score"]) for r in before] == [(r["id"], r["score"]) for r in current]
+    assert old in ids(recalled(cast.alice.id, question))
+
+
 def first_read_then(monkeypatch, meanwhile) -> None:
     """Run ``meanwhile`` once, just after store() first reads what is stored already."""
     from memories.services import storing
