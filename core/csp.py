@@ -3,7 +3,9 @@
 Every HTML page (dashboard, sign-in, consent, admin) gets ``POLICY``: scripts,
 styles, images and fonts from this server only, none inline; no plugins; no
 ``<base>`` elsewhere; no framing; and forms that submit only here.
-``recall.middleware.ContentSecurityPolicyMiddleware`` adds it. Nothing
+``recall.middleware.ContentSecurityPolicyMiddleware`` adds it, and
+``PERMISSIONS``, which refuses the browser features no page uses (camera,
+microphone, location, payment and the like). Nothing
 needs more: the templates hold no inline script, event handler or style
 attribute (what little runs is ``dashboard/static/dashboard/recall.js``), and
 Django's admin runs from its static files too.
@@ -29,6 +31,27 @@ HEADER = "Content-Security-Policy"
 FORM_ACTION = "form-action 'self'"
 POLICY = (
     f"default-src 'self'; object-src 'none'; base-uri 'self'; {FORM_ACTION}; frame-ancestors 'none'"
+)
+# The browser features no page of this server uses, refused to everything on
+# it (a script injected despite the policy above, an extension's frame):
+# sent with the policy, as ``Permissions-Policy``.
+PERMISSIONS_HEADER = "Permissions-Policy"
+PERMISSIONS = ", ".join(
+    f"{feature}=()"
+    for feature in (
+        "accelerometer",
+        "camera",
+        "display-capture",
+        "geolocation",
+        "gyroscope",
+        "magnetometer",
+        "microphone",
+        "midi",
+        "payment",
+        "publickey-credentials-get",
+        "serial",
+        "usb",
+    )
 )
 # A host a CSP source can name: a DNS name or an IPv4 address.
 _HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")

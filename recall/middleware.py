@@ -69,7 +69,8 @@ class OperatorAdminMiddleware:
 
 
 class ContentSecurityPolicyMiddleware:
-    """Send ``core.csp.POLICY`` with each HTML response; JSON, MCP and files need none."""
+    """Send ``core.csp.POLICY`` and ``PERMISSIONS`` with each HTML response; JSON, MCP and
+    files need neither."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         self.get_response = get_response
@@ -79,4 +80,5 @@ class ContentSecurityPolicyMiddleware:
         if response.get("Content-Type", "").startswith("text/html"):
             # A page that leads elsewhere set its own (csp.allow_form_action).
             response.setdefault(csp.HEADER, csp.POLICY)
+            response.setdefault(csp.PERMISSIONS_HEADER, csp.PERMISSIONS)
         return response

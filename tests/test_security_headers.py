@@ -37,6 +37,8 @@ def test_a_server_public_over_https_sends_hsts_on_its_https_answers(https_server
     assert page.status_code == 200
     assert page.headers["Strict-Transport-Security"] == "max-age=31536000"
     assert page.headers["Content-Security-Policy"] == csp.POLICY
+    assert page.headers["Permissions-Policy"] == csp.PERMISSIONS
+    assert "camera=()" in page.headers["Permissions-Policy"]
 
     # The same request over plain http: browsers ignore HSTS there, and it is not sent.
     assert "Strict-Transport-Security" not in get(https_server, "/login/").headers
@@ -45,6 +47,7 @@ def test_a_server_public_over_https_sends_hsts_on_its_https_answers(https_server
     assert mcp.status_code == 200
     assert mcp.headers["Content-Type"].startswith("application/json")
     assert "Content-Security-Policy" not in mcp.headers
+    assert "Permissions-Policy" not in mcp.headers
 
 
 def test_a_server_on_http_sends_no_hsts_even_over_a_proxys_https(live):
@@ -53,3 +56,4 @@ def test_a_server_on_http_sends_no_hsts_even_over_a_proxys_https(live):
     assert page.status_code == 200
     assert "Strict-Transport-Security" not in page.headers
     assert page.headers["Content-Security-Policy"] == csp.POLICY
+    assert page.headers["Permissions-Policy"] == csp.PERMISSIONS
