@@ -348,10 +348,12 @@ class JobQuerySet(models.QuerySet["Job"]):
     name it (``attempts``) and change nothing once the job is no longer its own.
     """
 
-    def take_next(self, lease_seconds: float) -> Taken | None:
+    def take_next(self, lease_seconds: float, max_attempts: int) -> Taken | None:
         """Take the oldest due job, or a running one whose lease ran out; None when none is.
 
-        Locked with SKIP LOCKED, so concurrent workers each take another.
+        A running job whose lease ran out after ``max_attempts`` runs is not
+        taken again (``give_up_lost``). Locked with SKIP LOCKED, so concurrent
+        workers each take another.
         """
         with connection.cursor() as cursor:
             cursor.execute(
@@ -360,11 +362,12 @@ class JobQuerySet(models.QuerySet["Job"]):
                 " lease_until = statement_timestamp() + make_interval(secs => %s)"
                 " WHERE id = (SELECT id FROM memory_jobs"
                 "   WHERE (status = 'queued' AND run_after <= statement_timestamp())"
-                "      OR (status = 'running' AND lease_until < statement_timestamp())"
+                "      OR (status = 'running' AND lease_until < statement_timestamp()"
+                "          AND attempts < %s)"
                 "   ORDER BY run_after LIMIT 1 FOR UPDATE SKIP LOCKED)"
                 " RETURNING id, user_id, agent_id, payload, attempts, client, api_key_id,"
                 " kind, result",
-                [lease_seconds],
+                [lease_seconds, max_attempts],
             )
             taken = cursor.fetchone()
         if taken is None:
@@ -376,6 +379,25 @@ class JobQuerySet(models.QuerySet["Job"]):
         if isinstance(result, str):
             result = json.loads(result)
         return Taken(job_id, user_id, agent_id, payload, attempts, client, api_key_id, kind, result)
+
+    def give_up_lost(self, max_attempts: int, code: str, message: str) -> int:
+        """Fail each running job whose lease ran out after ``max_attempts`` runs; return how many.
+
+        Such a job lost its worker (or hung past ``JOB_MAX_RUN_SECONDS``) on
+        every run: one that kills or hangs whatever runs it would otherwise be
+        taken again for ever. Its payload goes, as any failed job's.
+        """
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE memory_jobs SET status = 'failed', payload = NULL, error_code = %s,"
+                " error_message = %s, finished_at = statement_timestamp(), lease_until = NULL"
+                " WHERE id IN (SELECT id FROM memory_jobs"
+                "   WHERE status = 'running' AND lease_until < statement_timestamp()"
+                "     AND attempts >= %s"
+                "   FOR UPDATE SKIP LOCKED)",
+                [code, message[:500], max_attempts],
+            )
+            return cursor.rowcount
 
     def held(self, job_id: uuid.UUID, attempts: int | None) -> JobQuerySet:
         """Return the job while the run that took it as attempt ``attempts`` still has it.

@@ -299,6 +299,35 @@ def test_the_heartbeat_lets_a_run_go_after_JOB_MAX_RUN_SECONDS_and_the_job_is_ta
     assert sorted(m["id"] for m in stored) == sorted(queued["memory_ids"])
 
 
+def test_a_job_whose_every_run_loses_its_worker_fails_instead_of_looping(cast, settings, caplog):
+    # A job that kills (or hangs) whatever runs it: each run takes it and
+    # dies, and its lease runs out. After lost_runs() runs (three, or
+    # JOB_MAX_ATTEMPTS if more) it fails.
+    settings.JOB_MAX_ATTEMPTS = 1
+    assert queue.lost_runs() == 3
+    queued = queue_conversation(cast)
+    for _ in range(queue.lost_runs()):
+        with tenancy.operator():
+            taken = Job.objects.take_next(60, queue.lost_runs())
+        assert taken is not None and str(taken.id) == queued["job_id"]
+        expire_lease(queued["job_id"])  # the worker died with it
+
+    with caplog.at_level(logging.WARNING, logger="memories"):
+        assert services.run_next_job() is False  # nothing left to take
+
+    failed = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert (failed["status"], failed["attempts"]) == ("failed", 3)
+    assert failed["error"]["code"] == "internal_error"
+    assert "will not be run again" in failed["error"]["message"]
+    row = job_row(queued["job_id"])
+    assert row.payload is None and row.lease_until is None and row.finished_at is not None
+    [line] = [r for r in caplog.records if r.getMessage().startswith("gave up jobs")]
+    assert vars(line)["jobs"] == 1 and "Lisbon" not in str(vars(line))
+    assert services.list_memories(user_id=cast.alice.id) == []
+    # A later worker finds nothing either.
+    assert services.run_next_job() is False
+
+
 def test_an_import_run_that_lost_its_job_stores_saves_and_settles_nothing(cast, gate, caplog):
     slow = gate("first-run", "second-run")
     job_id = queue_import(cast)
