@@ -394,3 +394,41 @@ def test_a_null_namespace_is_the_default_one(live, cast):
     assert not stored.is_error and not found.is_error and not listed.is_error
     assert structured(found)["memories"][0]["namespace"] == "default"
     assert structured(listed)["count"] == 1
+
+
+def test_an_integer_argument_takes_a_json_number_only_on_every_endpoint(live, cast, agents):
+    # pydantic's lax mode took "5" as 5 and true as 1: the schema says integer.
+    from tests.test_knowledge_updates_mcp import agent_token
+
+    key, v1 = cast.alice_key.raw, f"{live.url}/v1/mcp"
+    structured(call(live.mcp_url, key, "remember", {"content": "The user drinks espresso."}))
+    refused = [
+        (live.mcp_url, key, "recall", {"query": "coffee", "limit": "5"}, "limit"),
+        (live.mcp_url, key, "recall", {"query": "coffee", "limit": True}, "limit"),
+        (live.mcp_url, key, "list_memories", {"offset": "0"}, "offset"),
+        (live.mcp_url, key, "remember", {"content": "Tea at four.", "ttl_seconds": "60"}, "ttl"),
+        (v1, key, "search_memory", {"query": "coffee", "limit": "5"}, "limit"),
+        (v1, key, "get_all_memories", {"limit": False}, "limit"),
+        (
+            f"{live.url}/agent/mcp",
+            agent_token(live, cast.alice, agents.research),
+            "memory_search",
+            {"query": "coffee", "limit": "5"},
+            "limit",
+        ),
+    ]
+    for url, credential, tool, arguments, named in refused:
+        result = call(url, credential, tool, arguments)
+        assert result.is_error, (tool, arguments)
+        payload = structured(result)
+        if url == v1:  # seed 001's shape
+            code, message = payload["code"], payload["error"]
+        else:
+            code, message = payload["error"]["code"], payload["error"]["message"]
+        assert code in ("validation_failed", "INVALID_PARAMETERS"), (tool, arguments)
+        assert named in message and "whole number" in message, message
+    # The refused remember stored nothing; a whole float is still a number.
+    with tenancy.operator():
+        assert not Memory.objects.filter(user=cast.alice, content="Tea at four.").exists()
+    found = call(live.mcp_url, key, "recall", {"query": "coffee", "limit": 5.0})
+    assert not found.is_error

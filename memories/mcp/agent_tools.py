@@ -22,6 +22,7 @@ from memories.mcp.arguments import (
     MAY_REPLACE,
     SCORE,
     IncludeSuperseded,
+    JsonInteger,
     MayReplace,
     Replaces,
 )
@@ -183,7 +184,7 @@ def _filters(**values: Any) -> dict[str, Any]:
 @tool
 def memory_search(
     query: Annotated[str, Field(min_length=1, max_length=validation.QUERY_MAX)],
-    limit: Annotated[int, Field(ge=1, le=validation.RECALL_LIMIT_MAX)] = 10,
+    limit: Annotated[int, Field(ge=1, le=validation.RECALL_LIMIT_MAX), JsonInteger] = 10,
     threshold: Annotated[float | None, Field(ge=0.0, le=1.0, strict=True)] = None,
     source_kind: SourceKindFilter = None,
     author: AuthorFilter = None,

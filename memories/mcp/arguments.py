@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from memories import validation
 
@@ -122,6 +122,19 @@ ExpiresAt = Annotated[
         "Expired memories are never returned and are purged soon after.",
     ),
 ]
+
+
+def _json_integer(value: object) -> object:
+    """Refuse what pydantic's lax mode would turn into an integer ("5", true): the schema
+    says integer. A whole float (5.0) is still one, as JSON does not tell them apart."""
+    if isinstance(value, str | bool):
+        raise ValueError("not an integer")  # worded from the schema (core/wording.py)
+    return value
+
+
+# After an integer argument's Field, not before (the schema would lose its bounds):
+# Annotated[int, Field(...), JsonInteger].
+JsonInteger = BeforeValidator(_json_integer)
 TtlSeconds = Annotated[
     int | None,
     Field(
@@ -129,6 +142,7 @@ TtlSeconds = Annotated[
         le=validation.TTL_MAX,
         description="Forget this memory after this many seconds (instead of expires_at).",
     ),
+    JsonInteger,
 ]
 Background = Annotated[
     bool,

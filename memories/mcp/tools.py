@@ -36,6 +36,7 @@ from memories.mcp.arguments import (
     ExpiresAt,
     IdempotencyKey,
     IncludeSuperseded,
+    JsonInteger,
     MayReplace,
     MemoryId,
     Message,
@@ -366,7 +367,9 @@ def recall(
     ],
     namespace: NamespaceOrDefault = "default",
     limit: Annotated[
-        int, Field(ge=1, le=validation.RECALL_LIMIT_MAX, description="Maximum results, 1-50.")
+        int,
+        Field(ge=1, le=validation.RECALL_LIMIT_MAX, description="Maximum results, 1-50."),
+        JsonInteger,
     ] = 10,
     threshold: Threshold = None,
     mode: SearchMode = None,
@@ -423,10 +426,12 @@ def recall(
 def list_memories(
     namespace: NamespaceOrDefault = "default",
     limit: Annotated[
-        int, Field(ge=1, le=validation.LIST_LIMIT_MAX, description="Page size, 1-100.")
+        int, Field(ge=1, le=validation.LIST_LIMIT_MAX, description="Page size, 1-100."), JsonInteger
     ] = 20,
     offset: Annotated[
-        int, Field(ge=0, le=validation.OFFSET_MAX, description="How many to skip, for paging.")
+        int,
+        Field(ge=0, le=validation.OFFSET_MAX, description="How many to skip, for paging."),
+        JsonInteger,
     ] = 0,
     order: Annotated[
         Literal["created_at", "updated_at"],
@@ -539,6 +544,7 @@ def forget(
     limit: Annotated[
         int,
         Field(ge=1, le=validation.RECALL_LIMIT_MAX, description="by_query: maximum matches, 1-50."),
+        JsonInteger,
     ] = 10,
     threshold: Threshold = None,
     metadata_filter: MetadataFilter = None,

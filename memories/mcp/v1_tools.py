@@ -48,6 +48,7 @@ from memories.mcp.arguments import (
     SCORE,
     AsOf,
     IncludeSuperseded,
+    JsonInteger,
     MayReplace,
     MetadataFilter,
     PriorityName,
@@ -339,7 +340,9 @@ def search_memory(
     ],
     user_id: UserId = None,
     limit: Annotated[
-        int, Field(ge=1, le=validation.RECALL_LIMIT_MAX, description="Max results (default: 10).")
+        int,
+        Field(ge=1, le=validation.RECALL_LIMIT_MAX, description="Max results (default: 10)."),
+        JsonInteger,
     ] = 10,
     prefer_cache: Annotated[
         bool,
@@ -395,10 +398,14 @@ def search_memory(
 def get_all_memories(
     user_id: UserId = None,
     limit: Annotated[
-        int, Field(ge=1, le=validation.LIST_LIMIT_MAX, description="Page size (default: 100).")
+        int,
+        Field(ge=1, le=validation.LIST_LIMIT_MAX, description="Page size (default: 100)."),
+        JsonInteger,
     ] = validation.LIST_LIMIT_MAX,
     offset: Annotated[
-        int, Field(ge=0, le=validation.OFFSET_MAX, description="How many to skip, for paging.")
+        int,
+        Field(ge=0, le=validation.OFFSET_MAX, description="How many to skip, for paging."),
+        JsonInteger,
     ] = 0,
     superseded: SupersededListing = "exclude",
 ) -> Annotated[CallToolResult, AllOutput]:
@@ -533,7 +540,7 @@ def optimize_cache(
         bool, Field(strict=True, description="Empty the cache so every query is embedded afresh.")
     ] = False,
     max_memories: Annotated[
-        int, Field(ge=0, le=10_000_000, description="Entries to keep (default: 1000).")
+        int, Field(ge=0, le=10_000_000, description="Entries to keep (default: 1000)."), JsonInteger
     ] = 1000,
 ) -> Annotated[CallToolResult, OptimizeOutput]:
     """Reorganise the query cache: expire stale entries, keep the most used, share them."""
