@@ -105,8 +105,6 @@ CONTRASTS: tuple[frozenset[str], ...] = (
     word_set("dog cat rabbit hamster horse fish bird"),
     word_set("water electricity gas phone internet council"),
     word_set("warehouse registered"),
-    # Sides: "the left monitor" is not "the right monitor".
-    word_set("left right"),
 )
 # Each word's set, and the word it stands for.
 _CONTRAST_CLASS = {
@@ -319,6 +317,21 @@ def _value(token: str, *, capitalised_name: bool) -> Value | None:
 _ENDS_WITH = re.compile(r"""(?<![?!])[?!]+(?=[\s"')\]]|$)""")
 
 
+# "twenty two" is "twenty-two": one number, however it is written.
+_TENS_AND_UNITS = re.compile(
+    r"\b(twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)[ \t]+"
+    r"(one|two|three|four|five|six|seven|eight|nine)\b",
+    re.IGNORECASE,
+)
+# Words after which "left" is a side ("the left monitor"), not a departure.
+_SIDE_AFTER = word_set("the a my our your his her their its this that")
+
+
+def _a_side(lowered: list[str], at: int) -> bool:
+    """Whether ``lowered[at]`` is "left" naming a side: "The left monitor", "my left knee"."""
+    return lowered[at] == "left" and at > 0 and lowered[at - 1] in _SIDE_AFTER
+
+
 def _at_hour(value: Value | None, before: list[str]) -> Value | None:
     """Read a small number after "at" as a time of day: "at 5"."""
     if (
@@ -439,7 +452,7 @@ def _read(text: str) -> Reading:
         text = text[found.end() :]
     phones = {re.sub(r"\D", "", m.group(0)) for m in _PHONE.finditer(text)}
     phones = {p for p in phones if len(p) >= 7}
-    body = _PHONE.sub(" ", text)
+    body = _TENS_AND_UNITS.sub(r"\1-\2", _PHONE.sub(" ", text))
     body, days = _days(body)
     matches = list(_TOKEN.finditer(body))
     raw = [m.group(0) for m in matches]
@@ -453,7 +466,7 @@ def _read(text: str) -> Reading:
     words: set[str] = set()
     up_front: set[str] = set()
     contrasts: set[str] = set()
-    change = [w for w in lowered if w in CHANGE]
+    change = [w for at, w in enumerate(lowered) if w in CHANGE and not _a_side(lowered, at)]
     change += _phrases(lowered, CHANGE_PHRASES)
     negated = any(w in NEGATION or w.endswith("n't") for w in lowered)
     negated = negated or bool(_phrases(lowered, (("no", "longer"), ("any", "more"))))

@@ -522,17 +522,22 @@ def test_a_server_of_the_previous_release_still_ranks(cast, monkeypatch) -> None
     question = "When are Finn's swimming lessons?"
     current = recalled(cast.alice.id, question, include_superseded=True)
     ranked_sql = search.ranked_sql
+    sent: list[str] = []
 
     def previous_release(*args, **kwargs):
         sql, params = ranked_sql(*args, **kwargs)
         assert ", %(held_until)s, %(current)s\n" in sql
-        return sql.replace(", %(held_until)s, %(current)s\n", "\n"), params
+        sent.append(sql.replace(", %(held_until)s, %(current)s\n", "\n"))
+        return sent[-1], params
 
     monkeypatch.setattr(search, "ranked_sql", previous_release)
 
-    before = recalled(cast.alice.id, question, include_superseded=True)
+    before = recalled(cast.alice.id, question, include_superseded=True, use_cache=False)
+    assert sent  # ranked afresh, by the 22-argument form
+    ranked = len(sent)
     assert [(r["id"], r["score"]) for r in before] == [(r["id"], r["score"]) for r in current]
-    assert old in ids(recalled(cast.alice.id, question))
+    assert old in ids(recalled(cast.alice.id, question, use_cache=False))
+    assert len(sent) > ranked
 
 
 def first_read_then(monkeypatch, meanwhile) -> None:
