@@ -348,26 +348,28 @@ class JobQuerySet(models.QuerySet["Job"]):
     name it (``attempts``) and change nothing once the job is no longer its own.
     """
 
-    def take_next(self, lease_seconds: float, max_attempts: int) -> Taken | None:
+    def take_next(self, lease_seconds: float, lost_runs: int) -> Taken | None:
         """Take the oldest due job, or a running one whose lease ran out; None when none is.
 
-        A running job whose lease ran out after ``max_attempts`` runs is not
-        taken again (``give_up_lost``). Locked with SKIP LOCKED, so concurrent
-        workers each take another.
+        A job whose lease ran out is taken over only while fewer than
+        ``lost_runs`` of its runs have been lost so, this one included
+        (``give_up_lost`` fails the others). Locked with SKIP LOCKED, so
+        concurrent workers each take another.
         """
         with connection.cursor() as cursor:
             cursor.execute(
                 "UPDATE memory_jobs SET status = 'running', attempts = attempts + 1,"
+                " lost_runs = lost_runs + (status = 'running')::int,"
                 " started_at = statement_timestamp(),"
                 " lease_until = statement_timestamp() + make_interval(secs => %s)"
                 " WHERE id = (SELECT id FROM memory_jobs"
                 "   WHERE (status = 'queued' AND run_after <= statement_timestamp())"
                 "      OR (status = 'running' AND lease_until < statement_timestamp()"
-                "          AND attempts < %s)"
+                "          AND lost_runs + 1 < %s)"
                 "   ORDER BY run_after LIMIT 1 FOR UPDATE SKIP LOCKED)"
                 " RETURNING id, user_id, agent_id, payload, attempts, client, api_key_id,"
                 " kind, result",
-                [lease_seconds, max_attempts],
+                [lease_seconds, lost_runs],
             )
             taken = cursor.fetchone()
         if taken is None:
@@ -380,24 +382,33 @@ class JobQuerySet(models.QuerySet["Job"]):
             result = json.loads(result)
         return Taken(job_id, user_id, agent_id, payload, attempts, client, api_key_id, kind, result)
 
-    def give_up_lost(self, max_attempts: int, code: str, message: str) -> int:
-        """Fail each running job whose lease ran out after ``max_attempts`` runs; return how many.
+    def give_up_lost(self, lost_runs: int, code: str, message: str) -> int:
+        """Fail each job whose lease ran out on its ``lost_runs``-th lost run; return how many.
 
-        Such a job lost its worker (or hung past ``JOB_MAX_RUN_SECONDS``) on
-        every run: one that kills or hangs whatever runs it would otherwise be
-        taken again for ever. Its payload goes, as any failed job's.
+        Such a job lost its worker (or hung past ``JOB_MAX_RUN_SECONDS``) run
+        after run: one that kills or hangs whatever runs it would otherwise be
+        taken again for ever. As when a run fails it, a job's payload (the
+        content) goes, and an import's file pieces go while its payload (the
+        file's name and options) stays.
         """
         with connection.cursor() as cursor:
             cursor.execute(
-                "UPDATE memory_jobs SET status = 'failed', payload = NULL, error_code = %s,"
-                " error_message = %s, finished_at = statement_timestamp(), lease_until = NULL"
-                " WHERE id IN (SELECT id FROM memory_jobs"
-                "   WHERE status = 'running' AND lease_until < statement_timestamp()"
-                "     AND attempts >= %s"
-                "   FOR UPDATE SKIP LOCKED)",
-                [code, message[:500], max_attempts],
+                "WITH lost AS ("
+                "  UPDATE memory_jobs SET status = 'failed',"
+                "   payload = CASE WHEN kind = 'import' THEN payload END,"
+                "   error_code = %s, error_message = %s, finished_at = statement_timestamp(),"
+                "   lease_until = NULL"
+                "  WHERE id IN (SELECT id FROM memory_jobs"
+                "    WHERE status = 'running' AND lease_until < statement_timestamp()"
+                "      AND lost_runs + 1 >= %s"
+                "    FOR UPDATE SKIP LOCKED)"
+                "  RETURNING id, kind),"
+                " pieces AS (DELETE FROM memory_import_chunks c USING lost"
+                "  WHERE c.job_id = lost.id AND lost.kind = 'import')"
+                " SELECT count(*) FROM lost",
+                [code, message[:500], lost_runs],
             )
-            return cursor.rowcount
+            return int(cursor.fetchone()[0])
 
     def held(self, job_id: uuid.UUID, attempts: int | None) -> JobQuerySet:
         """Return the job while the run that took it as attempt ``attempts`` still has it.
@@ -513,6 +524,10 @@ class Job(models.Model):
     error_code = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     error_message = models.CharField(max_length=500, blank=True, default="")
     attempts = models.PositiveSmallIntegerField(default=0)
+    # Runs that lost the job to a lease that ran out (their worker died or
+    # hung): taken over up to ``queue.LOST_RUNS`` times. An import's saved
+    # progress clears it, so an import that moves on between restarts goes on.
+    lost_runs = models.PositiveSmallIntegerField(db_default=0)
     # Who queued it; the worker acts as them, so history names them too.
     client = models.CharField(max_length=32, blank=True, default="")
     api_key_id = models.UUIDField(null=True, blank=True)

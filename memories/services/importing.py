@@ -270,6 +270,8 @@ def save_import_progress(*, job_id: uuid.UUID, attempts: int, report: Mapping[st
     saved = Job.objects.held(job_id, attempts).update(
         result=dict(report),
         lease_until=Now() + timedelta(seconds=settings.JOB_LEASE_SECONDS),
+        # Progress: the runs lost before it count no more (queue.LOST_RUNS).
+        lost_runs=0,
     )
     if not saved:
         raise JobLost

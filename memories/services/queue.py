@@ -15,9 +15,9 @@ while the job is still running under that count. Settling is the last
 statement of the transaction that writes the memories, so a run that lost its
 job rolls its writes back. A run that hangs (an embedding call that never
 returns) keeps its lease only for ``JOB_MAX_RUN_SECONDS``: then the heartbeat
-lets the lease run out, and the job is taken again like a dead worker's, up
-to ``lost_runs()`` runs in all: a job that kills or hangs every run of it then
-fails instead.
+lets the lease run out, and the job is taken again like a dead worker's,
+until ``LOST_RUNS`` of its runs have been lost so: a job that kills or hangs
+whatever runs it then fails instead.
 """
 
 from __future__ import annotations
@@ -67,22 +67,17 @@ PENDING = (JobStatus.QUEUED, JobStatus.RUNNING)
 # Every process's workers LISTEN here (memories/jobs.py): an enqueue NOTIFYs it.
 CHANNEL = "recall_jobs"
 
-# A job whose worker died (or hung) is taken over even when JOB_MAX_ATTEMPTS
-# allows no retry, its worker's loss being no failure of its own; but one that
-# is still running when its lease runs out after this many runs (or
-# JOB_MAX_ATTEMPTS, if more) fails: it kills or hangs whatever runs it.
+# A job whose worker died (or hung, or lost the database) is taken over,
+# whatever JOB_MAX_ATTEMPTS allows, its worker's loss being no failure of its
+# own; but when this many of its runs have been lost so (for an import: since
+# it last saved progress) it fails: it kills or hangs whatever runs it.
 LOST_RUNS = 3
 
-
-def lost_runs() -> int:
-    """The runs after which a job whose lease ran out fails instead of being taken over."""
-    return max(settings.JOB_MAX_ATTEMPTS, LOST_RUNS)
-
-
-# What job_status reports of a job whose every run lost its worker or hung.
+# What job_status reports of such a job.
 _LOST_EVERY_RUN = (
-    "The job stopped before it finished on each of its runs (its worker died or hung), "
-    "so it will not be run again. Queue it again to retry."
+    f"The job's last {LOST_RUNS} runs stopped before they finished (the worker died or "
+    "hung), so it will not be run again. To retry, send it again (with a new "
+    "idempotency_key, if it had one), or upload the file again for an import."
 )
 
 # Set by enqueues in this process, so in-process workers start at once.
@@ -246,12 +241,12 @@ def run_next_job() -> bool:
     ``JOB_MAX_RUN_SECONDS``.
     """
     with context.acting_as("worker"), tenancy.operator():
-        runs = lost_runs()
-        given_up = Job.objects.give_up_lost(runs, InternalError.code, _LOST_EVERY_RUN)
-        taken = Job.objects.take_next(settings.JOB_LEASE_SECONDS, runs)
+        given_up = Job.objects.give_up_lost(LOST_RUNS, InternalError.code, _LOST_EVERY_RUN)
+        taken = Job.objects.take_next(settings.JOB_LEASE_SECONDS, LOST_RUNS)
     if given_up:
         logger.warning(
-            "gave up jobs whose every run lost its worker", extra={"jobs": given_up, "runs": runs}
+            "gave up jobs whose runs kept losing their worker",
+            extra={"jobs": given_up, "lost_runs": LOST_RUNS},
         )
     if taken is None:
         return False

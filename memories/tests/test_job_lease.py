@@ -299,24 +299,28 @@ def test_the_heartbeat_lets_a_run_go_after_JOB_MAX_RUN_SECONDS_and_the_job_is_ta
     assert sorted(m["id"] for m in stored) == sorted(queued["memory_ids"])
 
 
+def lose_runs(job_id: str, runs: int) -> None:
+    """Take the job ``runs`` times, each run dying with it (its lease runs out)."""
+    for _ in range(runs):
+        with tenancy.operator():
+            taken = Job.objects.take_next(60, queue.LOST_RUNS)
+        assert taken is not None and str(taken.id) == job_id
+        expire_lease(job_id)
+
+
 def test_a_job_whose_every_run_loses_its_worker_fails_instead_of_looping(cast, settings, caplog):
     # A job that kills (or hangs) whatever runs it: each run takes it and
-    # dies, and its lease runs out. After lost_runs() runs (three, or
-    # JOB_MAX_ATTEMPTS if more) it fails.
+    # dies, and its lease runs out. After LOST_RUNS such runs it fails,
+    # whatever JOB_MAX_ATTEMPTS allows for failures of its own.
     settings.JOB_MAX_ATTEMPTS = 1
-    assert queue.lost_runs() == 3
     queued = queue_conversation(cast)
-    for _ in range(queue.lost_runs()):
-        with tenancy.operator():
-            taken = Job.objects.take_next(60, queue.lost_runs())
-        assert taken is not None and str(taken.id) == queued["job_id"]
-        expire_lease(queued["job_id"])  # the worker died with it
+    lose_runs(queued["job_id"], queue.LOST_RUNS)
 
     with caplog.at_level(logging.WARNING, logger="memories"):
         assert services.run_next_job() is False  # nothing left to take
 
     failed = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
-    assert (failed["status"], failed["attempts"]) == ("failed", 3)
+    assert (failed["status"], failed["attempts"]) == ("failed", queue.LOST_RUNS)
     assert failed["error"]["code"] == "internal_error"
     assert "will not be run again" in failed["error"]["message"]
     row = job_row(queued["job_id"])
@@ -324,8 +328,54 @@ def test_a_job_whose_every_run_loses_its_worker_fails_instead_of_looping(cast, s
     [line] = [r for r in caplog.records if r.getMessage().startswith("gave up jobs")]
     assert vars(line)["jobs"] == 1 and "Lisbon" not in str(vars(line))
     assert services.list_memories(user_id=cast.alice.id) == []
-    # A later worker finds nothing either.
+    assert services.run_next_job() is False  # and a later worker finds nothing either
+
+
+def test_runs_that_failed_and_were_retried_are_no_lost_runs(cast, gate, settings):
+    # Two runs fail for a passing reason and queue the job again; the third
+    # loses its worker. It is taken over: only one run was lost, though three
+    # of JOB_MAX_ATTEMPTS' runs are spent.
+    settings.JOB_MAX_ATTEMPTS = 3
+    settings.JOB_POLL_SECONDS = 0
+    model = gate("MainThread", fail=True)
+    model.let_go("MainThread")  # it falls over
+    queued = queue_conversation(cast)
+    for _ in range(2):
+        assert services.run_next_job() is True
+        assert job_row(queued["job_id"]).status == "queued"
+    lose_runs(queued["job_id"], 1)
+    assert job_row(queued["job_id"]).attempts == 3
+
+    model.fail = False  # up again
+    assert services.run_next_job() is True
+    done = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert (done["status"], done["attempts"]) == ("done", 4)
+
+
+def test_an_import_given_up_keeps_its_report_and_deletes_its_file(cast, settings):
+    upload = queue_import(cast)
+    lose_runs(str(upload), queue.LOST_RUNS)
+
     assert services.run_next_job() is False
+
+    row = job_row(str(upload))
+    assert row.status == "failed" and row.error_code == "internal_error"
+    assert row.payload and row.payload["filename"] == "mem0.json"  # shown on the dashboard
+    with tenancy.operator():
+        assert not ImportChunk.objects.filter(job_id=upload).exists()
+
+
+def test_an_import_that_saves_progress_between_lost_runs_goes_on(cast):
+    upload = queue_import(cast)
+    lose_runs(str(upload), queue.LOST_RUNS - 1)
+    attempts = job_row(str(upload)).attempts
+    with tenancy.tenant(cast.alice.id):
+        report = {"format": "mem0", "source": "mem0.json"}  # nothing read yet
+        services.save_import_progress(job_id=upload, attempts=attempts, report=report)
+    expire_lease(str(upload))  # that run is lost too, after saving progress
+
+    assert services.run_next_job() is True  # taken over, and run to its end
+    assert job_row(str(upload)).status == "done"
 
 
 def test_an_import_run_that_lost_its_job_stores_saves_and_settles_nothing(cast, gate, caplog):
