@@ -105,6 +105,8 @@ CONTRASTS: tuple[frozenset[str], ...] = (
     word_set("dog cat rabbit hamster horse fish bird"),
     word_set("water electricity gas phone internet council"),
     word_set("warehouse registered"),
+    # Sides, only as a subject's ("the left monitor", "my right knee"): see _a_side.
+    word_set("left right"),
 )
 # Each word's set, and the word it stands for.
 _CONTRAST_CLASS = {
@@ -318,18 +320,22 @@ _ENDS_WITH = re.compile(r"""(?<![?!])[?!]+(?=[\s"')\]]|$)""")
 
 
 # "twenty two" is "twenty-two": one number, however it is written.
+# Not inside a host, an e-mail or a compound ("sixty one@example.org",
+# "forty two-hour sessions").
 _TENS_AND_UNITS = re.compile(
-    r"\b(twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)[ \t]+"
-    r"(one|two|three|four|five|six|seven|eight|nine)\b",
+    r"(?<![\w.@/:-])(twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)[ \t]+"
+    r"(one|two|three|four|five|six|seven|eight|nine)(?![\w@/:-]|\.\w)",
     re.IGNORECASE,
 )
-# Words after which "left" is a side ("the left monitor"), not a departure.
-_SIDE_AFTER = word_set("the a my our your his her their its this that")
+# Words after which "left" or "right" is a side ("the left monitor"), not a
+# departure or a quality. Not "that": "the engineer that left".
+_SIDE_AFTER = word_set("the a my our your his her their its this")
+_SIDES = frozenset({"left", "right"})
 
 
 def _a_side(lowered: list[str], at: int) -> bool:
-    """Whether ``lowered[at]`` is "left" naming a side: "The left monitor", "my left knee"."""
-    return lowered[at] == "left" and at > 0 and lowered[at - 1] in _SIDE_AFTER
+    """Whether ``lowered[at]`` names a side: "The left monitor", "my right knee"."""
+    return lowered[at] in _SIDES and at > 0 and lowered[at - 1] in _SIDE_AFTER
 
 
 def _at_hour(value: Value | None, before: list[str]) -> Value | None:
@@ -485,6 +491,10 @@ def _read(text: str) -> Reading:
         # words ("Application logs ...") and are read as such.
         possessive = lower.endswith("'s")
         contrast = _contrast(token, lower, inside=capital and not starts[position])
+        if contrast in _SIDES and (stated or not _a_side(lowered, position)):
+            # "Anna left", "the right person", "is now in the right drawer": no
+            # side of the subject, but a verb, a quality, or the slot's value.
+            contrast = None
         name = capital and (not starts[position] or possessive) and contrast is None
         value = _at_hour(_value(token, capitalised_name=name), lowered[position - 1 : position])
         if contrast is not None and _states_when(contrast, lowered[copula + 1 : position], stated):
@@ -501,7 +511,8 @@ def _read(text: str) -> Reading:
                 # A name is also a subject word ("Priya leads ...", "Priya's car").
                 words.add(value.text)
             continue
-        if bare in STOP or lower in CHANGE or lower in NEGATION or lower in ADDITIVE:
+        changes = lower in CHANGE and not _a_side(lowered, position)
+        if bare in STOP or changes or lower in NEGATION or lower in ADDITIVE:
             continue
         if len(bare) < 2:
             continue

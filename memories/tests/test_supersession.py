@@ -731,15 +731,26 @@ def test_a_meeting_one_on_one_is_no_number() -> None:
     )
 
 
-def test_left_after_a_determiner_is_a_side_not_a_departure() -> None:
+def test_a_side_of_the_subject_is_a_contrast_and_no_departure() -> None:
     right, left = "The right monitor is an LG 27UK850.", "The left monitor is a Dell U2720Q."
     assert verdict(right, left, 0.77) == "keep"
     assert verdict(left, right, 0.77) == "keep"
-    # "left" the verb still says a change, whatever "right" means elsewhere.
+    # Two sides even when the newer says a change.
+    assert verdict(left, "The right monitor is now an LG 27UK850.", 0.8) == "keep"
+    assert verdict("My left knee hurts when I run.", "My right knee hurts when I run now.", 0.9) == (
+        "keep"
+    )
+    # "left" the verb still says a change, and "right" as a quality or the
+    # slot's value is no side of the subject.
     for old, new in [
         ("Anna is the right person to ask about payroll.", "Anna left; Ben handles payroll now."),
         ("Ana leads the platform team.", "Ana left the company; Bo leads the platform team."),
+        (
+            "Ana leads the platform team.",
+            "Ana is the engineer that left the company; Bo leads the platform team.",
+        ),
         ("The spare key is in the left drawer.", "The spare key is now in the right drawer."),
+        ("Right now Tom is on the billing migration.", "Tom left the billing migration now."),
     ]:
         assert verdict(old, new, 0.8) == "supersede", (old, new)
 
@@ -752,6 +763,12 @@ def test_a_spoken_number_is_read_whole() -> None:
     # Written with a space, it is the same number.
     assert {v.text for v in read("Twenty two guests said yes.").values} == {"twenty-two"}
     assert verdict(old, "Twenty two guests have said yes.", 0.95) != "supersede"
+    # Not inside a host, an e-mail address or a compound.
+    assert {v.text for v in read("Mail sixty one@example.org.").values} == {
+        "sixty",
+        "one@example.org",
+    }
+    assert {v.text for v in read("We booked forty two-hour sessions.").values} == {"forty", "two"}
 
 
 def test_a_day_of_a_month_is_one_value() -> None:
