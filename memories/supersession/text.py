@@ -338,6 +338,14 @@ def _a_side(lowered: list[str], at: int) -> bool:
     return lowered[at] in _SIDES and at > 0 and lowered[at - 1] in _SIDE_AFTER
 
 
+def _subjects(contrast: str | None, lowered: list[str], at: int, *, stated: bool) -> str | None:
+    """``contrast``, unless it is "left" or "right" saying no side of the subject: "Anna
+    left", "the right person", "is now in the right drawer" (a verb, a quality, the value)."""
+    if contrast in _SIDES and (stated or not _a_side(lowered, at)):
+        return None
+    return contrast
+
+
 def _at_hour(value: Value | None, before: list[str]) -> Value | None:
     """Read a small number after "at" as a time of day: "at 5"."""
     if (
@@ -490,11 +498,12 @@ def _read(text: str) -> Reading:
         # in the possessive ("Priya's car"). Other first words may be plain
         # words ("Application logs ...") and are read as such.
         possessive = lower.endswith("'s")
-        contrast = _contrast(token, lower, inside=capital and not starts[position])
-        if contrast in _SIDES and (stated or not _a_side(lowered, position)):
-            # "Anna left", "the right person", "is now in the right drawer": no
-            # side of the subject, but a verb, a quality, or the slot's value.
-            contrast = None
+        contrast = _subjects(
+            _contrast(token, lower, inside=capital and not starts[position]),
+            lowered,
+            position,
+            stated=stated,
+        )
         name = capital and (not starts[position] or possessive) and contrast is None
         value = _at_hour(_value(token, capitalised_name=name), lowered[position - 1 : position])
         if contrast is not None and _states_when(contrast, lowered[copula + 1 : position], stated):

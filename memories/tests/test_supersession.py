@@ -737,9 +737,8 @@ def test_a_side_of_the_subject_is_a_contrast_and_no_departure() -> None:
     assert verdict(left, right, 0.77) == "keep"
     # Two sides even when the newer says a change.
     assert verdict(left, "The right monitor is now an LG 27UK850.", 0.8) == "keep"
-    assert verdict("My left knee hurts when I run.", "My right knee hurts when I run now.", 0.9) == (
-        "keep"
-    )
+    knees = ("My left knee hurts when I run.", "My right knee hurts when I run now.")
+    assert verdict(*knees, 0.9) == "keep"
     # "left" the verb still says a change, and "right" as a quality or the
     # slot's value is no side of the subject.
     for old, new in [
