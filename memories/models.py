@@ -453,14 +453,20 @@ class JobQuerySet(models.QuerySet["Job"]):
         )
         return settled == 1
 
+    def failures(self, job_id: uuid.UUID) -> int:
+        """How many of a job's runs failed for a passing reason and queued it again."""
+        return self.filter(id=job_id).values_list("failures", flat=True).first() or 0
+
     def retry_later(
         self, job_id: uuid.UUID, seconds: float, *, attempts: int | None = None
     ) -> bool:
-        """Queue a job again, due in ``seconds``; False if the run no longer has it."""
+        """Queue a job again, due in ``seconds``, one failure more; False if the run no
+        longer has it."""
         queued = self.held(job_id, attempts).update(
             status=JobStatus.QUEUED,
             run_after=Now() + timedelta(seconds=seconds),
             lease_until=None,
+            failures=models.F("failures") + 1,
         )
         return queued == 1
 
@@ -528,6 +534,10 @@ class Job(models.Model):
     # hung): taken over up to ``queue.LOST_RUNS`` times. An import's saved
     # progress clears it, so an import that moves on between restarts goes on.
     lost_runs = models.PositiveSmallIntegerField(db_default=0)
+    # Runs that failed for a passing reason and queued the job again: a job
+    # fails on the run that would make them JOB_MAX_ATTEMPTS. Lost runs are
+    # not failures of the job's own.
+    failures = models.PositiveSmallIntegerField(db_default=0)
     # Who queued it; the worker acts as them, so history names them too.
     client = models.CharField(max_length=32, blank=True, default="")
     api_key_id = models.UUIDField(null=True, blank=True)

@@ -326,11 +326,13 @@ def requeue_job(
 
     Raise ``JobLost``, changing nothing, when the run is no longer the job's.
     """
-    if attempts >= settings.JOB_MAX_ATTEMPTS:
+    with tenancy.operator():
+        failed = Job.objects.failures(job_id) + 1  # this run's too; lost runs are none
+    if failed >= settings.JOB_MAX_ATTEMPTS:
         return False
     with tenancy.operator():
         queued = Job.objects.retry_later(
-            job_id, settings.JOB_POLL_SECONDS * 2**attempts, attempts=attempts
+            job_id, settings.JOB_POLL_SECONDS * 2**failed, attempts=attempts
         )
     if not queued:
         raise JobLost

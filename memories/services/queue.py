@@ -75,7 +75,7 @@ LOST_RUNS = 3
 
 # What job_status reports of such a job.
 _LOST_EVERY_RUN = (
-    f"The job's last {LOST_RUNS} runs stopped before they finished (the worker died or "
+    f"{LOST_RUNS} of the job's runs stopped before they finished (the worker died or "
     "hung), so it will not be run again. To retry, send it again (with a new "
     "idempotency_key, if it had one), or upload the file again for an import."
 )
@@ -360,12 +360,17 @@ def _run_job(job: Taken) -> None:
 
 
 def _retry_or_fail(job: Taken, error: RecallError) -> bool:
-    """Queue the job again, or fail it when out of attempts; False if this run lost it."""
-    if job.attempts >= settings.JOB_MAX_ATTEMPTS:
+    """Queue the job again, or fail it when out of attempts; False if this run lost it.
+
+    Only runs that failed count (``Job.failures``), not those whose worker died.
+    """
+    with tenancy.operator():
+        failed = Job.objects.failures(job.id) + 1  # this run's failure too
+    if failed >= settings.JOB_MAX_ATTEMPTS:
         return _fail(job, error)
     with tenancy.operator():
         queued = Job.objects.retry_later(
-            job.id, settings.JOB_POLL_SECONDS * 2**job.attempts, attempts=job.attempts
+            job.id, settings.JOB_POLL_SECONDS * 2**failed, attempts=job.attempts
         )
     if not queued:
         _lost(job)

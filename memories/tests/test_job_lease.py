@@ -125,10 +125,10 @@ def queue_conversation(cast) -> dict:
     )
 
 
-def queue_import(cast) -> uuid.UUID:
+def queue_import(cast, user=None) -> uuid.UUID:
     # Three good records and two refused, in one batch.
     return services.enqueue_import(
-        user_id=cast.alice.id,
+        user_id=(user or cast.alice).id,
         tier=Tier.PRO,
         filename="mem0.json",
         options={"format": "mem0"},
@@ -352,27 +352,55 @@ def test_runs_that_failed_and_were_retried_are_no_lost_runs(cast, gate, settings
     assert (done["status"], done["attempts"]) == ("done", 4)
 
 
+def test_lost_runs_spend_none_of_the_retries_JOB_MAX_ATTEMPTS_allows(cast, gate, settings):
+    # Two runs lose their worker, then two fail for a passing reason: each
+    # failure queues the job again (two of three), and the fifth run stores it.
+    settings.JOB_MAX_ATTEMPTS = 3
+    settings.JOB_POLL_SECONDS = 0
+    model = gate("MainThread", fail=True)
+    model.let_go("MainThread")
+    queued = queue_conversation(cast)
+    lose_runs(queued["job_id"], 2)
+    for _ in range(2):
+        assert services.run_next_job() is True
+        assert job_row(queued["job_id"]).status == "queued"
+
+    model.fail = False
+    assert services.run_next_job() is True
+    done = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert (done["status"], done["attempts"]) == ("done", 5)
+
+
 def test_an_import_given_up_keeps_its_report_and_deletes_its_file(cast, settings):
     upload = queue_import(cast)
     lose_runs(str(upload), queue.LOST_RUNS)
+    # Another user's upload, waiting: its file stays.
+    other = queue_import(cast, cast.charlie)
 
-    assert services.run_next_job() is False
+    with tenancy.operator():
+        given_up = Job.objects.give_up_lost(queue.LOST_RUNS, "internal_error", "lost")
+    assert given_up == 1
 
     row = job_row(str(upload))
     assert row.status == "failed" and row.error_code == "internal_error"
     assert row.payload and row.payload["filename"] == "mem0.json"  # shown on the dashboard
     with tenancy.operator():
         assert not ImportChunk.objects.filter(job_id=upload).exists()
+        assert ImportChunk.objects.filter(job_id=other).exists()
+        assert Job.objects.get(id=other).status == "queued"
 
 
 def test_an_import_that_saves_progress_between_lost_runs_goes_on(cast):
     upload = queue_import(cast)
     lose_runs(str(upload), queue.LOST_RUNS - 1)
-    attempts = job_row(str(upload)).attempts
+    # The next run (the last allowed) saves progress, and is lost too.
+    with tenancy.operator():
+        taken = Job.objects.take_next(60, queue.LOST_RUNS)
+    assert taken is not None
     with tenancy.tenant(cast.alice.id):
         report = {"format": "mem0", "source": "mem0.json"}  # nothing read yet
-        services.save_import_progress(job_id=upload, attempts=attempts, report=report)
-    expire_lease(str(upload))  # that run is lost too, after saving progress
+        services.save_import_progress(job_id=upload, attempts=taken.attempts, report=report)
+    expire_lease(str(upload))
 
     assert services.run_next_job() is True  # taken over, and run to its end
     assert job_row(str(upload)).status == "done"
