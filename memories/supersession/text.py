@@ -105,8 +105,6 @@ CONTRASTS: tuple[frozenset[str], ...] = (
     word_set("dog cat rabbit hamster horse fish bird"),
     word_set("water electricity gas phone internet council"),
     word_set("warehouse registered"),
-    # Sides, only as a subject's ("the left monitor", "my right knee"): see _a_side.
-    word_set("left right"),
 )
 # Each word's set, and the word it stands for.
 _CONTRAST_CLASS = {
@@ -327,23 +325,15 @@ _TENS_AND_UNITS = re.compile(
     r"(one|two|three|four|five|six|seven|eight|nine)(?![\w@/:-]|\.\w)",
     re.IGNORECASE,
 )
-# Words after which "left" or "right" is a side ("the left monitor"), not a
-# departure or a quality. Not "that": "the engineer that left".
-_SIDE_AFTER = word_set("the a my our your his her their its this")
-_SIDES = frozenset({"left", "right"})
+# Words after which "left" is a side ("the left monitor", "my left knee"), not
+# a departure. Not those that are also pronouns: "the engineer that left",
+# "this left Ben leading the team", "Sam, who hired her, left".
+_SIDE_AFTER = word_set("the a an my our your their its")
 
 
 def _a_side(lowered: list[str], at: int) -> bool:
-    """Whether ``lowered[at]`` names a side: "The left monitor", "my right knee"."""
-    return lowered[at] in _SIDES and at > 0 and lowered[at - 1] in _SIDE_AFTER
-
-
-def _subjects(contrast: str | None, lowered: list[str], at: int, *, stated: bool) -> str | None:
-    """``contrast``, unless it is "left" or "right" saying no side of the subject: "Anna
-    left", "the right person", "is now in the right drawer" (a verb, a quality, the value)."""
-    if contrast in _SIDES and (stated or not _a_side(lowered, at)):
-        return None
-    return contrast
+    """Whether ``lowered[at]`` is "left" naming a side: "The left monitor", "my left knee"."""
+    return lowered[at] == "left" and at > 0 and lowered[at - 1] in _SIDE_AFTER
 
 
 def _at_hour(value: Value | None, before: list[str]) -> Value | None:
@@ -498,12 +488,7 @@ def _read(text: str) -> Reading:
         # in the possessive ("Priya's car"). Other first words may be plain
         # words ("Application logs ...") and are read as such.
         possessive = lower.endswith("'s")
-        contrast = _subjects(
-            _contrast(token, lower, inside=capital and not starts[position]),
-            lowered,
-            position,
-            stated=stated,
-        )
+        contrast = _contrast(token, lower, inside=capital and not starts[position])
         name = capital and (not starts[position] or possessive) and contrast is None
         value = _at_hour(_value(token, capitalised_name=name), lowered[position - 1 : position])
         if contrast is not None and _states_when(contrast, lowered[copula + 1 : position], stated):
