@@ -371,6 +371,36 @@ def test_lost_runs_spend_none_of_the_retries_JOB_MAX_ATTEMPTS_allows(cast, gate,
     assert (done["status"], done["attempts"]) == ("done", 5)
 
 
+def test_an_import_s_lost_runs_spend_none_of_its_retries(cast, settings, monkeypatch):
+    # The same for an import: two runs lost, two that fail for a passing
+    # reason (queued again), then one that imports the file.
+    from core.errors import InternalError
+    from memories.importers import job as import_job
+
+    settings.JOB_MAX_ATTEMPTS = 3
+    settings.JOB_POLL_SECONDS = 0
+    real = import_job.run_import
+    failing = [True, True]
+
+    def flaky(**kwargs):
+        if failing:
+            failing.pop()
+            raise InternalError("The model fell over.")
+        return real(**kwargs)
+
+    monkeypatch.setattr(import_job, "run_import", flaky)
+    upload = queue_import(cast)
+    lose_runs(str(upload), 2)
+    for failures in (1, 2):
+        assert services.run_next_job() is True
+        row = job_row(str(upload))
+        assert (row.status, row.failures) == ("queued", failures)
+
+    assert services.run_next_job() is True
+    row = job_row(str(upload))
+    assert (row.status, row.attempts) == ("done", 5)
+
+
 def test_an_import_given_up_keeps_its_report_and_deletes_its_file(cast, settings):
     upload = queue_import(cast)
     lose_runs(str(upload), queue.LOST_RUNS)
