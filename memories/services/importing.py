@@ -28,7 +28,7 @@ from django.db.models.functions import Now
 from core import context, tenancy
 from core.errors import RecallError
 from memories.models import ImportChunk, Job, JobStatus, Memory
-from memories.services.queue import CHANNEL, JobLost, wake
+from memories.services.queue import CHANNEL, JobLost, retry_in, wake
 from memories.services.quota import check_quota
 from memories.services.shapes import Metadata
 from memories.services.storing import fingerprint
@@ -326,14 +326,11 @@ def requeue_job(
 
     Raise ``JobLost``, changing nothing, when the run is no longer the job's.
     """
-    with tenancy.operator():
-        failed = Job.objects.failures(job_id) + 1  # this run's too; lost runs are none
-    if failed >= settings.JOB_MAX_ATTEMPTS:
+    delay = retry_in(job_id)
+    if delay is None:
         return False
     with tenancy.operator():
-        queued = Job.objects.retry_later(
-            job_id, settings.JOB_POLL_SECONDS * 2**failed, attempts=attempts
-        )
+        queued = Job.objects.retry_later(job_id, delay, attempts=attempts)
     if not queued:
         raise JobLost
     return True

@@ -359,19 +359,26 @@ def _run_job(job: Taken) -> None:
             logger.error("job failed", extra={"job_id": str(job.id), **describe_exception(exc)})
 
 
-def _retry_or_fail(job: Taken, error: RecallError) -> bool:
-    """Queue the job again, or fail it when out of attempts; False if this run lost it.
+def retry_in(job_id: uuid.UUID) -> float | None:
+    """The back-off before a job whose run failed for a passing reason runs again, or None
+    when that failure is its ``JOB_MAX_ATTEMPTS``-th.
 
     Only runs that failed count (``Job.failures``), not those whose worker died.
     """
     with tenancy.operator():
-        failed = Job.objects.failures(job.id) + 1  # this run's failure too
+        failed = Job.objects.failures(job_id) + 1  # this run's failure too
     if failed >= settings.JOB_MAX_ATTEMPTS:
+        return None
+    return settings.JOB_POLL_SECONDS * 2**failed
+
+
+def _retry_or_fail(job: Taken, error: RecallError) -> bool:
+    """Queue the job again, or fail it when out of attempts; False if this run lost it."""
+    delay = retry_in(job.id)
+    if delay is None:
         return _fail(job, error)
     with tenancy.operator():
-        queued = Job.objects.retry_later(
-            job.id, settings.JOB_POLL_SECONDS * 2**failed, attempts=job.attempts
-        )
+        queued = Job.objects.retry_later(job.id, delay, attempts=job.attempts)
     if not queued:
         _lost(job)
     return queued

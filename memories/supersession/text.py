@@ -470,7 +470,9 @@ def _read(text: str) -> Reading:
     words: set[str] = set()
     up_front: set[str] = set()
     contrasts: set[str] = set()
-    change = [w for at, w in enumerate(lowered) if w in CHANGE and not _a_side(lowered, at)]
+    # Each token's: is it a change word ("left" as a side is not)?
+    changing = [w in CHANGE and not _a_side(lowered, at) for at, w in enumerate(lowered)]
+    change = [w for w, says in zip(lowered, changing, strict=True) if says]
     change += _phrases(lowered, CHANGE_PHRASES)
     negated = any(w in NEGATION or w.endswith("n't") for w in lowered)
     negated = negated or bool(_phrases(lowered, (("no", "longer"), ("any", "more"))))
@@ -505,8 +507,7 @@ def _read(text: str) -> Reading:
                 # A name is also a subject word ("Priya leads ...", "Priya's car").
                 words.add(value.text)
             continue
-        changes = lower in CHANGE and not _a_side(lowered, position)
-        if bare in STOP or changes or lower in NEGATION or lower in ADDITIVE:
+        if bare in STOP or changing[position] or lower in NEGATION or lower in ADDITIVE:
             continue
         if len(bare) < 2:
             continue
