@@ -16,7 +16,9 @@ a form that posts here and is answered with a redirect elsewhere is blocked
 unless the policy names the destination too. Two pages post like that: the
 consent page (Allow and Cancel send the browser on to the client's redirect
 URI) and the plan page (checkout and the billing portal are Stripe's pages).
-They call ``allow_form_action`` with exactly where they lead.
+So does the sign-in page on the way to an authorization request that skips
+the consent page (``oauth.views.SignInView``). They call
+``allow_form_action`` with exactly where they lead.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from accounts import services as accounts_services
+from accounts.models import Agent
 from core.errors import NotFound
-from oauth.models import Application, RefreshToken
+from oauth.models import AccessToken, Application, RefreshToken
 
 
 def find_application(*, client_id: str) -> Application | None:
@@ -122,6 +123,43 @@ def unused_agent_name(name: str, taken: Iterable[str]) -> str:
         suffix = f" {number}"
         candidate = name[: accounts_services.AGENT_NAME_MAX - len(suffix)].rstrip() + suffix
     return candidate
+
+
+def connected_agent(*, user_id: uuid.UUID | str, application: Application) -> Agent | None:
+    """Return the agent the user's newest live token for ``application`` acts as, if any.
+
+    What a request with ``approval_prompt=auto`` goes on as: the toolkit
+    skips the consent page when such a token exists, and the new code must
+    act as the same agent. None when every live token is a deleted agent's
+    or names none.
+    """
+    agent_ids = (
+        AccessToken.objects.filter(
+            user_id=user_id,
+            application=application,
+            expires__gt=timezone.now(),
+            agent_id__isnull=False,
+        )
+        .order_by("-created")
+        .values_list("agent_id", flat=True)
+    )
+    agents = {agent.id: agent for agent in accounts_services.list_agents(user_id=user_id)}
+    return next((agents[agent_id] for agent_id in agent_ids if agent_id in agents), None)
+
+
+def trusted_client_agent(*, user_id: uuid.UUID | str, application: Application) -> Agent:
+    """Return the agent a client the operator trusts (no consent page) acts as for the user.
+
+    The one it acted as last, else what Allow alone picks on the consent
+    page: the user's agent of the client's name, made if there is none.
+    """
+    connected = connected_agent(user_id=user_id, application=application)
+    if connected is not None:
+        return connected
+    name = agent_name_for(application)
+    agents = accounts_services.list_agents(user_id=user_id)
+    same_name = next((agent for agent in agents if agent.name.lower() == name.lower()), None)
+    return same_name or accounts_services.create_agent(user_id=user_id, name=name)
 
 
 def mark_approved(*, client_id: str) -> None:

@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from django import forms
 from django.conf import settings
+from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from oauth2_provider.exceptions import FatalClientError, OAuthToolkitError
@@ -67,6 +68,8 @@ class ConsentForm(AllowForm):
 class ConsentView(AuthorizationView):
     template_name = "oauth/consent.html"
     form_class = ConsentForm
+    # The agent the code acts as: chosen on the page, or without it (get()).
+    agent: Agent | None = None
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if request.method == "GET":
@@ -79,6 +82,33 @@ class ConsentView(AuthorizationView):
                 query.setlist("resource", [resources.identifier(resources.MCP_PATH)])
                 request.GET = query  # type: ignore[assignment]  # a copy is mutable
         return super().dispatch(request, *args, **kwargs)
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        # The toolkit answers two requests without showing the page: one from
+        # a client the operator trusts (skip_authorization), and one asking
+        # approval_prompt=auto of a user who holds a live token for the
+        # client. Their codes must act as an agent too, or no endpoint takes
+        # the token they lead to.
+        application = self._application(request.GET.get("client_id"))
+        if application is None:
+            return super().get(request, *args, **kwargs)
+        user_id = self.request.user.pk  # signed in: the toolkit's dispatch saw to it
+        if application.skip_authorization:
+            try:
+                self.agent = oauth_services.trusted_client_agent(
+                    user_id=user_id, application=application
+                )
+            except RecallError as exc:
+                refused = errors.AccessDeniedError(description=exc.message)
+                return self._error_page(refused, fatal=True)
+        elif request.GET.get("approval_prompt") == "auto":
+            self.agent = oauth_services.connected_agent(user_id=user_id, application=application)
+            if self.agent is None:
+                # No connection to go on with: ask, as for a first request.
+                query = request.GET.copy()
+                query["approval_prompt"] = "force"
+                request.GET = query  # type: ignore[assignment]  # a copy is mutable
+        return super().get(request, *args, **kwargs)
 
     def _refusal(self, request: HttpRequest) -> HttpResponse | None:
         """Return the error page for a request that cannot succeed, whoever signs in."""
@@ -150,7 +180,7 @@ class ConsentView(AuthorizationView):
             )
             # Never redirect to an unchecked URI: show the error here.
             return self._error_page(refused, fatal=True, resource=unknown[0] if unknown else "")
-        self.agent: Agent | None = None
+        self.agent = None
         if form.cleaned_data.get("allow"):
             try:
                 self.agent = self._chosen_agent(form)
@@ -171,7 +201,7 @@ class ConsentView(AuthorizationView):
     def create_authorization_response(
         self, request: HttpRequest, scopes: str, credentials: dict[str, Any], allow: bool
     ) -> Any:
-        agent = getattr(self, "agent", None)
+        agent = self.agent
         if allow and agent is not None:
             # oauthlib sets credentials on its request; the validator stores the
             # agent on the code, and from there on every token.
@@ -264,6 +294,44 @@ class ConsentView(AuthorizationView):
     @staticmethod
     def _application(client_id: str | None) -> Application | None:
         return oauth_services.find_application(client_id=client_id) if client_id else None
+
+
+class SignInView(LoginView):
+    """The sign-in page. Its form may lead on to a client, when the consent page is skipped.
+
+    Chromium holds a form to the page's form-action through every redirect
+    that answers it (core/csp.py). Signing in on the way to an authorization
+    request that skips the consent page (ConsentView.get) ends at the
+    client's redirect URI, so the page allows exactly that URI, once the
+    toolkit would send the browser there.
+    """
+
+    def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
+        response: HttpResponse = super().render_to_response(context, **kwargs)
+        destination = _consent_skipped_to(self.get_redirect_url())
+        if destination:
+            csp.allow_form_action(response, destination)
+        return response
+
+
+def _consent_skipped_to(next_url: str) -> str:
+    """Return where ``next_url`` may send a browser without the consent page, or ''.
+
+    That is the redirect URI of an authorization request whose client the
+    operator trusts, or that asks ``approval_prompt=auto``, if the client
+    registered it.
+    """
+    parts = urlsplit(next_url)
+    if not next_url or parts.path != reverse("oauth2_provider:authorize"):
+        return ""
+    query = parse_qs(parts.query)
+    application = oauth_services.find_application(client_id=query.get("client_id", [""])[0])
+    if application is None or not application.is_usable(None):
+        return ""
+    if not application.skip_authorization and query.get("approval_prompt") != ["auto"]:
+        return ""
+    redirect_uri = query.get("redirect_uri", [application.default_redirect_uri])[0]
+    return redirect_uri if redirect_uri and application.redirect_uri_allowed(redirect_uri) else ""
 
 
 class JsonTokenView(TokenView):

@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from oauth.views import SignInView
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     # Keys, billing webhooks, sign-in and the dashboard (issue 4).
@@ -8,6 +10,9 @@ urlpatterns = [
     path("", include("billing.urls")),
     # The OAuth authorization server (consent, token, revocation, metadata).
     path("", include("oauth.urls")),
+    # Django's sign-in, with a form-action for an authorization request that
+    # skips the consent page; the rest of the account pages as they are.
+    path("login/", SignInView.as_view(), name="login"),
     path("", include("django.contrib.auth.urls")),
     path("", include("dashboard.urls")),
 ]

@@ -24,6 +24,7 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 from accounts.models import Agent
 from core import tenancy
+from oauth import tokens
 from oauth.models import Grant
 from tests.browser import (
     DESKTOP,
@@ -36,6 +37,7 @@ from tests.browser import (
     shoot,
     sign_in,
 )
+from tests.consent import CHALLENGE, VERIFIER
 from tests.oauth_servers import Callback
 from tests.support import LiveServer
 
@@ -184,3 +186,74 @@ def test_the_consent_page_holds_its_layout_at_laptop_and_phone_widths(cast, serv
     with tenancy.tenant(cast.alice.id):
         agent = Agent.objects.get(user=cast.alice, name=CLIENT_NAME)
     assert list(Grant.objects.values_list("agent_id", flat=True)) == [agent.id, agent.id]
+
+
+def test_a_returning_client_goes_from_sign_in_straight_to_its_callback(cast, server, callback):
+    # approval_prompt=auto from a client the user is connected to skips the
+    # consent page (oauth/views.py), so the sign-in form's redirects end at the
+    # client: a form-action that allowed only this server would stop them there.
+    cast.alice.password = PBKDF2PasswordHasher().encode(PASSWORD, "consentreturnsalt")
+    cast.alice.save(update_fields=["password"])
+    registered = httpx2.post(
+        f"{server.url}/oauth/register/",
+        json={
+            "client_name": CLIENT_NAME,
+            "redirect_uris": [callback.url],
+            "token_endpoint_auth_method": "none",
+        },
+        timeout=30,
+    )
+    client_id = registered.json()["client_id"]
+    request = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": callback.url,
+        "state": "again",
+        "scope": "memory",
+        "code_challenge": CHALLENGE,
+        "code_challenge_method": "S256",
+        "resource": server.url + "/agent/mcp",
+        "approval_prompt": "auto",
+    }
+    url = f"{server.url}/oauth/authorize/?{urlencode(request)}"
+
+    def token_for(code: str) -> str:
+        issued = httpx2.post(
+            f"{server.url}/oauth/token/",
+            data={
+                "grant_type": "authorization_code",
+                "code": code,
+                "redirect_uri": callback.url,
+                "client_id": client_id,
+                "code_verifier": VERIFIER,
+            },
+            timeout=30,
+        )
+        assert issued.status_code == 200, issued.text
+        return str(issued.json()["access_token"])
+
+    with chromium() as browser:
+        # The first time, there is no connection to go on with: the page asks.
+        page = new_page(browser, DESKTOP)
+        violations = csp_violations(page)
+        page.goto(url)
+        sign_in(page, "alice@example.com", PASSWORD)
+        page.click("button[name=allow]")
+        first = token_for(callback.wait()["code"])
+        page.context.close()
+
+        # Signed out, later: signing in leads straight on to the client.
+        page = new_page(browser, DESKTOP)
+        violations += csp_violations(page)
+        page.goto(url)
+        sign_in(page, "alice@example.com", PASSWORD)
+        returned = callback.wait()
+        landed = page.url
+        page.context.close()
+
+    assert violations == []
+    assert landed.startswith(callback.url + "?code=")
+    # Looked up outside the browser's event loop, where the ORM may run.
+    before, after = tokens.look_up(first), tokens.look_up(token_for(returned["code"]))
+    assert before is not None and after is not None
+    assert after.agent_id == before.agent_id

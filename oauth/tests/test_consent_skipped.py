@@ -1,0 +1,161 @@
+"""Authorization requests the consent page is skipped for, and the sign-in on their way.
+
+The toolkit issues a code without the page for a client the operator trusts
+(``skip_authorization``) and for ``approval_prompt=auto`` when the user
+already holds a live token for the client. Such a code must act as an agent,
+as every code from the page does, or the token it leads to is refused by
+every endpoint. And a sign-in on the way to such a request ends at the
+client's redirect URI, which the sign-in page's form-action must allow.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pytest
+from django.test import Client
+
+from accounts import services as accounts_services
+from accounts.models import Agent
+from core import csp, tenancy
+from oauth import tokens
+from oauth.models import AccessToken, Application, Grant
+from oauth.tests.test_consent_page import PUBLIC, form_action, open_consent, request_params
+from tests.consent import CALLBACK, allow, code_from, exchange, register
+
+
+@pytest.fixture(autouse=True)
+def public_url(settings):
+    settings.RECALL_PUBLIC_URL = PUBLIC
+
+
+@pytest.fixture
+def alice_client(cast) -> Client:
+    browser = Client()
+    browser.force_login(cast.alice)
+    return browser
+
+
+def authorize(client: Client, client_id: str, **extra: str):
+    return client.get("/oauth/authorize/?" + urlencode(request_params(client_id, **extra)))
+
+
+def connect(client: Client, client_id: str, agent_name: str) -> str:
+    """Approve the client on the page as a new agent; the access token."""
+    page = open_consent(client, client_id)
+    code = code_from(allow(client, page, agent="new", new_agent=agent_name))
+    issued = exchange(client, client_id, code)
+    assert issued.status_code == 200, issued.content
+    return str(issued.json()["access_token"])
+
+
+def agent_of(code: str):
+    return Grant.objects.get(code=code).agent_id
+
+
+def test_approval_prompt_auto_goes_on_as_the_connected_agent(cast, alice_client):
+    client_id = register(alice_client)
+    first = tokens.look_up(connect(alice_client, client_id, "desk"))
+    assert first is not None
+
+    again = authorize(alice_client, client_id, approval_prompt="auto")
+
+    code = code_from(again)  # straight to the client, no page
+    assert agent_of(code) == first.agent_id
+    issued = exchange(alice_client, client_id, code)
+    assert issued.status_code == 200, issued.content
+    bearer = tokens.look_up(issued.json()["access_token"])
+    assert bearer is not None and bearer.agent_id == first.agent_id
+
+
+def test_approval_prompt_auto_without_a_connection_asks(cast, alice_client):
+    client_id = register(alice_client)
+
+    page = authorize(alice_client, client_id, approval_prompt="auto")
+
+    assert page.status_code == 200 and b"authorizationForm" in page.content
+    assert not Grant.objects.exists()
+
+
+def test_approval_prompt_auto_asks_when_the_live_token_acts_as_no_agent(cast, alice_client):
+    # As the toolkit's own shortcut issued them before codes named an agent there.
+    client_id = register(alice_client)
+    connect(alice_client, client_id, "desk")
+    AccessToken.objects.update(agent=None)
+
+    page = authorize(alice_client, client_id, approval_prompt="auto")
+
+    assert page.status_code == 200 and b"authorizationForm" in page.content
+    assert not Grant.objects.exists()  # no code (the first was spent on its token)
+
+
+def test_a_trusted_client_acts_as_the_agent_of_its_name_then_as_the_same(cast, alice_client):
+    client_id = register(alice_client, name="House Assistant")
+    Application.objects.filter(client_id=client_id).update(skip_authorization=True)
+
+    first = code_from(authorize(alice_client, client_id))
+    second = code_from(authorize(alice_client, client_id))
+
+    with tenancy.tenant(cast.alice.id):
+        [agent] = Agent.objects.filter(user=cast.alice)
+    assert agent.name == "House Assistant"
+    assert agent_of(first) == agent_of(second) == agent.id
+    issued = exchange(alice_client, client_id, second)
+    bearer = tokens.look_up(issued.json()["access_token"])
+    assert bearer is not None and bearer.agent_id == agent.id
+
+
+def test_a_trusted_client_takes_the_existing_agent_of_its_name(cast, alice_client):
+    existing = accounts_services.create_agent(user_id=cast.alice.id, name="house assistant")
+    client_id = register(alice_client, name="House Assistant")
+    Application.objects.filter(client_id=client_id).update(skip_authorization=True)
+
+    code = code_from(authorize(alice_client, client_id))
+
+    assert agent_of(code) == existing.id
+    with tenancy.tenant(cast.alice.id):
+        assert Agent.objects.filter(user=cast.alice).count() == 1
+
+
+def sign_in_page(client_id: str, **extra: str):
+    authorize_url = "/oauth/authorize/?" + urlencode(request_params(client_id, **extra))
+    page = Client().get("/login/?" + urlencode({"next": authorize_url}))
+    assert page.status_code == 200
+    return page
+
+
+def test_signing_in_on_the_way_to_a_skipped_page_may_lead_on_to_the_client(cast, alice_client):
+    client_id = register(alice_client)
+
+    # A request that will show the consent page: the plain policy.
+    assert sign_in_page(client_id).headers[csp.HEADER] == csp.POLICY
+    # One that may skip it: its redirect URI's origin too, and nothing else.
+    auto = sign_in_page(client_id, approval_prompt="auto")
+    assert form_action(auto) == ["'self'", "http://127.0.0.1:33418"]
+    assert auto.headers[csp.HEADER].replace(" http://127.0.0.1:33418", "") == csp.POLICY
+    # A redirect URI the client never registered: the toolkit would refuse it, so nothing.
+    elsewhere = sign_in_page(
+        client_id, approval_prompt="auto", redirect_uri="https://evil.example/callback"
+    )
+    assert elsewhere.headers[csp.HEADER] == csp.POLICY
+    # A trusted client, whatever the request asks.
+    Application.objects.filter(client_id=client_id).update(skip_authorization=True)
+    assert form_action(sign_in_page(client_id)) == ["'self'", "http://127.0.0.1:33418"]
+    # No client of that id: nothing.
+    assert sign_in_page("no-such-client", approval_prompt="auto").headers[csp.HEADER] == (
+        csp.POLICY
+    )
+
+
+def test_signing_in_still_leads_on_to_the_request(cast, alice_client):
+    client_id = register(alice_client)
+    cast.alice.set_password("a-sign-in-password-1")
+    cast.alice.save(update_fields=["password"])
+    authorize_url = "/oauth/authorize/?" + urlencode(request_params(client_id))
+
+    form = {"username": "alice@example.com", "password": "a-sign-in-password-1"}
+    signed_in = Client().post("/login/", {**form, "next": authorize_url})
+
+    assert signed_in.status_code == 302
+    assert signed_in.headers["Location"] == authorize_url
+    assert CALLBACK not in signed_in.headers.get(csp.HEADER, "")
