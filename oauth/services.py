@@ -125,13 +125,10 @@ def unused_agent_name(name: str, taken: Iterable[str]) -> str:
     return candidate
 
 
-def connected_agent(*, user_id: uuid.UUID | str, application: Application) -> Agent | None:
-    """Return the agent the user's newest live token for ``application`` acts as, if any.
+def connected_agents(*, user_id: uuid.UUID | str, application: Application) -> list[Agent]:
+    """Return the agents the user's live tokens for ``application`` act as, newest first.
 
-    What a request with ``approval_prompt=auto`` goes on as: the toolkit
-    skips the consent page when such a token exists, and the new code must
-    act as the same agent. None when every live token is a deleted agent's
-    or names none.
+    Tokens that act as no agent, or as one since deleted, count for none.
     """
     agent_ids = (
         AccessToken.objects.filter(
@@ -144,22 +141,26 @@ def connected_agent(*, user_id: uuid.UUID | str, application: Application) -> Ag
         .values_list("agent_id", flat=True)
     )
     agents = {agent.id: agent for agent in accounts_services.list_agents(user_id=user_id)}
-    return next((agents[agent_id] for agent_id in agent_ids if agent_id in agents), None)
+    return [agents[agent_id] for agent_id in dict.fromkeys(agent_ids) if agent_id in agents]
 
 
-def trusted_client_agent(*, user_id: uuid.UUID | str, application: Application) -> Agent:
-    """Return the agent a client the operator trusts (no consent page) acts as for the user.
+def trusted_client_agent(
+    *, user_id: uuid.UUID | str, application: Application
+) -> tuple[Agent, bool]:
+    """Return the agent a client the operator trusts (no consent page) acts as, and if it is new.
 
     The one it acted as last, else what Allow alone picks on the consent
     page: the user's agent of the client's name, made if there is none.
     """
-    connected = connected_agent(user_id=user_id, application=application)
-    if connected is not None:
-        return connected
+    connected = connected_agents(user_id=user_id, application=application)
+    if connected:
+        return connected[0], False
     name = agent_name_for(application)
     agents = accounts_services.list_agents(user_id=user_id)
     same_name = next((agent for agent in agents if agent.name.lower() == name.lower()), None)
-    return same_name or accounts_services.create_agent(user_id=user_id, name=name)
+    if same_name is not None:
+        return same_name, False
+    return accounts_services.create_agent(user_id=user_id, name=name), True
 
 
 def mark_approved(*, client_id: str) -> None:

@@ -88,23 +88,20 @@ class ConsentView(AuthorizationView):
         # a client the operator trusts (skip_authorization), and one asking
         # approval_prompt=auto of a user who holds a live token for the
         # client. Their codes must act as an agent too, or no endpoint takes
-        # the token they lead to.
+        # the token they lead to. A trusted client's is chosen only once the
+        # code is issued (create_authorization_response), never for a request
+        # the toolkit sends elsewhere first (prompt=login).
         application = self._application(request.GET.get("client_id"))
-        if application is None:
-            return super().get(request, *args, **kwargs)
-        user_id = self.request.user.pk  # signed in: the toolkit's dispatch saw to it
-        if application.skip_authorization:
-            try:
-                self.agent = oauth_services.trusted_client_agent(
-                    user_id=user_id, application=application
-                )
-            except RecallError as exc:
-                refused = errors.AccessDeniedError(description=exc.message)
-                return self._error_page(refused, fatal=True)
-        elif request.GET.get("approval_prompt") == "auto":
-            self.agent = oauth_services.connected_agent(user_id=user_id, application=application)
-            if self.agent is None:
-                # No connection to go on with: ask, as for a first request.
+        auto = request.GET.get("approval_prompt") == "auto"
+        if application is not None and not application.skip_authorization and auto:
+            connected = oauth_services.connected_agents(
+                user_id=self.request.user.pk,  # signed in: the toolkit's dispatch saw to it
+                application=application,
+            )
+            if len(connected) == 1:
+                self.agent = connected[0]
+            else:
+                # No connection to go on with, or several to choose from: ask.
                 query = request.GET.copy()
                 query["approval_prompt"] = "force"
                 request.GET = query  # type: ignore[assignment]  # a copy is mutable
@@ -201,15 +198,39 @@ class ConsentView(AuthorizationView):
     def create_authorization_response(
         self, request: HttpRequest, scopes: str, credentials: dict[str, Any], allow: bool
     ) -> Any:
-        agent = self.agent
-        if allow and agent is not None:
+        made = False
+        if allow and self.agent is None and self.request.method == "GET":
+            # Without the page: a trusted client's request (get()).
+            self.agent, made = self._trusted_client_agent(credentials)
+        if allow and self.agent is not None:
             # oauthlib sets credentials on its request; the validator stores the
             # agent on the code, and from there on every token.
-            credentials = {**credentials, "agent_id": agent.id}
-        response = super().create_authorization_response(request, scopes, credentials, allow)
+            credentials = {**credentials, "agent_id": self.agent.id}
+        try:
+            response = super().create_authorization_response(request, scopes, credentials, allow)
+        except OAuthToolkitError:
+            if made:
+                assert self.agent is not None
+                accounts_services.delete_agent(user_id=self.request.user.pk, agent_id=self.agent.id)
+            raise
         if allow:
             oauth_services.mark_approved(client_id=credentials["client_id"])
         return response
+
+    def _trusted_client_agent(self, credentials: dict[str, Any]) -> tuple[Agent | None, bool]:
+        """The agent a trusted client's code acts as, and whether it was made for it."""
+        application = self._application(credentials.get("client_id"))
+        if application is None or not application.skip_authorization:
+            return None, False
+        try:
+            return oauth_services.trusted_client_agent(
+                user_id=self.request.user.pk, application=application
+            )
+        except RecallError as exc:
+            state = credentials.get("state")
+            refused = errors.AccessDeniedError(description=exc.message, state=state)
+            redirect_uri = credentials.get("redirect_uri")
+            raise OAuthToolkitError(error=refused, redirect_uri=redirect_uri) from None
 
     def _chosen_agent(self, form: ConsentForm) -> Agent:
         user_id = self.request.user.pk
@@ -330,7 +351,13 @@ def _consent_skipped_to(next_url: str) -> str:
         return ""
     if not application.skip_authorization and query.get("approval_prompt") != ["auto"]:
         return ""
-    redirect_uri = query.get("redirect_uri", [application.default_redirect_uri])[0]
+    if "redirect_uri" in query:
+        redirect_uri = query["redirect_uri"][0]
+    else:
+        try:
+            redirect_uri = application.default_redirect_uri
+        except errors.OAuth2Error:  # none, or several: the request is refused
+            return ""
     return redirect_uri if redirect_uri and application.redirect_uri_allowed(redirect_uri) else ""
 
 

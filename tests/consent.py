@@ -23,12 +23,18 @@ CHALLENGE = (
 )
 
 
-def register(client: Client, name: str = "Desk Helper") -> str:
-    """Register a public client redirecting to ``CALLBACK``; its client id."""
+def register(
+    client: Client, name: str = "Desk Helper", redirect_uris: list[str] | None = None
+) -> str:
+    """Register a public client redirecting to ``CALLBACK`` (or ``redirect_uris``); its id."""
     registered = client.post(
         "/oauth/register/",
         data=json.dumps(
-            {"client_name": name, "redirect_uris": [CALLBACK], "token_endpoint_auth_method": "none"}
+            {
+                "client_name": name,
+                "redirect_uris": redirect_uris or [CALLBACK],
+                "token_endpoint_auth_method": "none",
+            }
         ),
         content_type="application/json",
     )

@@ -89,6 +89,29 @@ def test_approval_prompt_auto_asks_when_the_live_token_acts_as_no_agent(cast, al
     assert not Grant.objects.exists()  # no code (the first was spent on its token)
 
 
+def test_approval_prompt_auto_asks_which_when_two_agents_are_connected(cast, alice_client):
+    # The client was approved twice, as two agents: which one a session of it
+    # acts as is the user's to say, not the newest token's.
+    client_id = register(alice_client)
+    connect(alice_client, client_id, "work")
+    connect(alice_client, client_id, "personal")
+
+    page = authorize(alice_client, client_id, approval_prompt="auto")
+
+    assert page.status_code == 200 and b"authorizationForm" in page.content
+
+
+def test_a_trusted_client_makes_no_agent_for_a_request_sent_to_sign_in_first(cast, alice_client):
+    client_id = register(alice_client, name="House Assistant")
+    Application.objects.filter(client_id=client_id).update(skip_authorization=True)
+
+    sent = authorize(alice_client, client_id, prompt="login")
+
+    assert sent.status_code == 302 and sent.headers["Location"].startswith("/login/")
+    with tenancy.tenant(cast.alice.id):
+        assert not Agent.objects.filter(user=cast.alice).exists()
+
+
 def test_a_trusted_client_acts_as_the_agent_of_its_name_then_as_the_same(cast, alice_client):
     client_id = register(alice_client, name="House Assistant")
     Application.objects.filter(client_id=client_id).update(skip_authorization=True)
@@ -147,6 +170,17 @@ def test_signing_in_on_the_way_to_a_skipped_page_may_lead_on_to_the_client(cast,
     )
 
 
+def test_signing_in_for_a_client_of_several_redirect_uris_allows_the_one_asked(cast):
+    other = "http://127.0.0.1:44444/callback"
+    client_id = register(Client(), redirect_uris=[CALLBACK, other])
+
+    asked = sign_in_page(client_id, approval_prompt="auto", redirect_uri=other)
+    assert form_action(asked) == ["'self'", "http://127.0.0.1:44444"]
+    # Naming none, the request is refused (no default among several): nothing allowed.
+    unnamed = sign_in_page(client_id, approval_prompt="auto", redirect_uri="")
+    assert unnamed.headers[csp.HEADER] == csp.POLICY
+
+
 def test_signing_in_still_leads_on_to_the_request(cast, alice_client):
     client_id = register(alice_client)
     cast.alice.set_password("a-sign-in-password-1")
@@ -158,4 +192,3 @@ def test_signing_in_still_leads_on_to_the_request(cast, alice_client):
 
     assert signed_in.status_code == 302
     assert signed_in.headers["Location"] == authorize_url
-    assert CALLBACK not in signed_in.headers.get(csp.HEADER, "")
