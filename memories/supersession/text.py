@@ -192,7 +192,7 @@ _TOKEN = re.compile(
     r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # e-mail
     r"|[£$€]\s?\d[\d,]*(?:\.\d+)?k?"  # money
     r"|\d[\d,]*(?:\.\d+)*%?(?::\d+)?(?:am|pm|k|st|nd|rd|th|s)?"  # numbers, times, versions
-    r"|[A-Za-z][\w']*(?:[.\-/:=][\w']+)*"  # words, hosts, identifiers
+    r"|[A-Za-z][\w']*(?:(?:://|[.\-/:=])[\w']+)*"  # words, hosts, URLs, identifiers
 )
 _PHONE = re.compile(r"(?<![\w.])(?:\+?\d[\d ()-]{5,}\d)(?!\w|\.\d)")
 _MONTH = (

@@ -55,6 +55,12 @@ def verdict(old: str, new: str, similarity: float) -> str:
         ),
         # A count, implicitly.
         ("The platform team has 6 engineers.", "Platform team is 9 people after the hires.", 0.81),
+        # A URL, read whole: "s3://tf-state-old" was read as "s3", the same in both.
+        (
+            "Terraform state lives in s3://tf-state-old.",
+            "Terraform state moved to s3://acme-tf-state.",
+            0.88,
+        ),
     ],
 )
 def test_it_replaces_a_new_value_for_the_same_slot(old: str, new: str, similarity: float) -> None:
@@ -487,8 +493,8 @@ def test_it_decides_five_candidates_in_well_under_a_millisecond_each() -> None:
 
 @pytest.mark.parametrize(
     "tail",
-    ["#" * 1968, "#'" * 984, "!" * 1960 + "x", "-" * 1968 + "a"],
-    ids=["hashes", "hashes-and-quotes", "bangs", "dashes"],
+    ["#" * 1968, "#'" * 984, "!" * 1960 + "x", "-" * 1968 + "a", "a:/" * 656 + "a"],
+    ids=["hashes", "hashes-and-quotes", "bangs", "dashes", "colons-and-slashes"],
 )
 def test_a_long_run_of_punctuation_is_read_in_linear_time(tail: str) -> None:
     # Runs like these made the token and sentence-end patterns backtrack from
