@@ -103,7 +103,7 @@ class Filters:
         Applied in the dense scan, and again where the filtered-nearest
         path's rows are joined back to ``memories``; ``recall_rank()`` holds
         the same rule for its lexical candidates and neighbours (migration
-        0020), but ``recall_lexical_matches()`` knows nothing of replacement.
+        0020), and ``recall_lexical_matches()`` before it chooses them (0024).
         """
         a = f"{alias}." if alias else ""
         if self.as_of is not None:

@@ -540,6 +540,30 @@ def test_a_server_of_the_previous_release_still_ranks(cast, monkeypatch) -> None
     assert len(sent) > ranked
 
 
+def test_replaced_memories_take_none_of_the_lexical_sides_places(
+    cast, monkeypatch, settings
+) -> None:
+    # The lexical side keeps its best BM25 matches (search.POOL of them);
+    # replaced versions that matched better took those places and were
+    # dropped only afterwards, so a current match was left out (0024): here
+    # (a pool of 2, two replaced versions that outscore both current
+    # memories) a lexical search found nothing at all. A hybrid search has the
+    # nearest neighbours too, so shows it only past the pool's size.
+    from memories import search
+
+    settings.RECALL_SUPERSESSION = "off"  # only the links named below
+    note = remember(cast.alice.id, "Ordered more zebrafish food from Aquarium Supplies.")["id"]
+    chain = [remember(cast.alice.id, "Zebrafish: the zebrafish tank is zebrafish tank A.")["id"]]
+    for tank in ("B", "C"):
+        content = f"Zebrafish: the zebrafish tank is zebrafish tank {tank}."
+        chain.append(remember(cast.alice.id, content, replaces=chain[-1])["id"])
+    monkeypatch.setattr(search, "POOL", 2)
+
+    found = ids(recalled(cast.alice.id, "zebrafish", mode="lexical", use_cache=False))
+
+    assert found == [chain[-1], note]
+
+
 def first_read_then(monkeypatch, meanwhile) -> None:
     """Run ``meanwhile`` once, just after store() first reads what is stored already."""
     from memories.services import storing

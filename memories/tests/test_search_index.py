@@ -258,23 +258,32 @@ def test_the_lexical_function_reads_only_the_callers_tenant(cast):
 
     for user in (cast.alice, cast.charlie):
         with tenancy.tenant(user.id), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT memory_id FROM recall_lexical_matches('default', '{7731}',"
-                " '{7731}', '{1}', 5, 0.9, 0.4, 10, NULL, NULL, NULL, NULL, NULL)"
-            )
-            found = cursor.fetchall()
-        assert len(found) == (1 if user == cast.charlie else 0)
+            # Both forms: 0024's, which recall_rank() calls, and 0006's, kept for
+            # servers of the release before it.
+            found = []
+            for held in ("", ", NULL, true"):
+                call = (
+                    "SELECT memory_id FROM recall_lexical_matches('default', '{7731}',"
+                    " '{7731}', '{1}', 5, 0.9, 0.4, 10, NULL, NULL, NULL, NULL, NULL"
+                )
+                cursor.execute(call + held + ")")
+                found.append(len(cursor.fetchall()))
+        assert found == ([1, 1] if user == cast.charlie else [0, 0])
 
 
 def test_only_the_tenant_roles_may_call_the_lexical_function(cast):
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT has_function_privilege(r, 'recall_lexical_matches(text, text[], text[],"
-            " float8[], float8, float8, float8, integer, timestamptz, timestamptz, jsonb,"
-            " text[], jsonb)', 'EXECUTE')"
-            " FROM unnest(ARRAY['recall_app', 'recall_agent', 'recall_operator', 'public']) r"
-        )
-        assert [row[0] for row in cursor.fetchall()] == [True, True, False, False]
+        for held in ("", ", timestamptz, boolean"):
+            form = (
+                "recall_lexical_matches(text, text[], text[], float8[], float8, float8, float8,"
+                " integer, timestamptz, timestamptz, jsonb, text[], jsonb" + held + ")"
+            )
+            cursor.execute(
+                "SELECT has_function_privilege(r, %s, 'EXECUTE')"
+                " FROM unnest(ARRAY['recall_app', 'recall_agent', 'recall_operator', 'public']) r",
+                [form],
+            )
+            assert [row[0] for row in cursor.fetchall()] == [True, True, False, False]
         cursor.execute(
             "SELECT rolcanlogin, rolbypassrls, rolsuper FROM pg_roles"
             " WHERE rolname = 'recall_search'"
@@ -282,14 +291,19 @@ def test_only_the_tenant_roles_may_call_the_lexical_function(cast):
         assert cursor.fetchone() == (False, False, False)
         cursor.execute(
             "SELECT pg_has_role(current_user, 'recall_search', 'USAGE'),"
-            " p.prosecdef, pg_get_userbyid(p.proowner), p.proconfig"
+            " p.prosecdef, pg_get_userbyid(p.proowner), p.proconfig, p.prorows"
             " FROM pg_proc p WHERE p.proname = 'recall_lexical_matches'"
         )
-        member, definer, owner, config = cursor.fetchone()
-    # The owner role must not inherit recall_search's USING (true) policies.
-    assert not member
-    assert definer and owner == "recall_search"
-    assert "search_path=pg_catalog, public" in config
+        forms = cursor.fetchall()
+    assert len(forms) == 2
+    for member, definer, owner, config, rows in forms:
+        # The owner role must not inherit recall_search's USING (true) policies.
+        assert not member
+        assert definer and owner == "recall_search"
+        # The GIN index by bitmap scans only (0009), a pool's estimate (0011).
+        assert {"search_path=pg_catalog, public", "enable_seqscan=off"} <= set(config)
+        assert {"enable_indexscan=off", "enable_indexonlyscan=off"} <= set(config)
+        assert rows == 50
 
 
 # The GIN index under forced row-level security ----------------------------------------
@@ -443,7 +457,7 @@ def test_the_planner_expects_a_pool_of_lexical_matches_not_a_thousand(cast):
     with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
         cursor.execute(
             "EXPLAIN SELECT memory_id FROM recall_lexical_matches('default', '{7731}',"
-            " '{7731}', '{1}', 5, 0.9, 0.4, %s, NULL, NULL, NULL, NULL, NULL)",
+            " '{7731}', '{1}', 5, 0.9, 0.4, %s, NULL, NULL, NULL, NULL, NULL, NULL, true)",
             [search.POOL],
         )
         plan = cursor.fetchone()[0]
