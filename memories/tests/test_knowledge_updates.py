@@ -564,6 +564,26 @@ def test_replaced_memories_take_none_of_the_lexical_sides_places(
     assert found == [chain[-1], note]
 
 
+def test_memories_not_held_at_as_of_take_none_of_the_lexical_sides_places(
+    cast, monkeypatch, settings
+) -> None:
+    # The same for as_of: two memories stored after it match better, and
+    # are no answer then.
+    from memories import search
+    from memories.tests.test_as_of import moment
+
+    settings.RECALL_SUPERSESSION = "off"
+    note = remember(cast.alice.id, "Ordered more zebrafish food from Aquarium Supplies.")["id"]
+    then = moment()
+    for tank in ("B", "C"):
+        remember(cast.alice.id, f"Zebrafish: the zebrafish tank is zebrafish tank {tank}.")
+    monkeypatch.setattr(search, "POOL", 2)
+
+    found = recalled(cast.alice.id, "zebrafish", mode="lexical", use_cache=False, as_of=then)
+
+    assert ids(found) == [note]
+
+
 def first_read_then(monkeypatch, meanwhile) -> None:
     """Run ``meanwhile`` once, just after store() first reads what is stored already."""
     from memories.services import storing
