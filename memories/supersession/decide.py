@@ -102,6 +102,9 @@ WEIGHTS: dict[str, float] = {
 CLOSE = 0.7
 # Values a newer memory may add to a clean swap: when the change happened.
 _WHEN_CHANGED = frozenset({"when", "day"})
+# Change words that only say when ("Kenji now also likes udon"): with an
+# addition word they add a fact, as the addition alone does.
+ONLY_NOW = frozenset({"now", "new", "currently", "current", "nowadays", "these days"})
 # The subject named in other words ("Dashboards live at grafana.tools..." and
 # "Grafana was moved to metrics..."): no subject word in common, but a change
 # word, one value swapped for another of its kind and nothing else added or
@@ -272,7 +275,8 @@ def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
     if old.names_up_front - new_names and new.names_up_front - old_names:
         a, b = sorted(old.names_up_front - new_names)[0], sorted(new.names_up_front - old_names)[0]
         return f"different subjects ({a} / {b})"
-    if new.additive and not evidence.change_words:
+    if new.additive and set(evidence.change_words) <= ONLY_NOW:
+        # "Kenji now also likes udon": 'now' says when, 'also' that it adds.
         return "the new memory adds to the old one"
     if not evidence.shared and not _renamed(evidence):
         return NO_SUBJECT
@@ -473,6 +477,22 @@ def apart(old: str, new: str) -> str | None:
     return reason
 
 
+def _names_only_the_subject(old: Reading, new: Reading, evidence: Evidence) -> bool:
+    """Whether the values both texts hold are only what they are about, said with a change word.
+
+    "Kenji's favourite food is ramen" / "... is actually udon": the one value
+    read, Kenji, is the subject both share, not the fact's value (a dish in
+    lower case is no value the rules read), so "the same values, said again"
+    would be wrong. Not for an addition ("moved to Slack too"), which the
+    rule may keep as it was.
+    """
+    return (
+        bool(evidence.change_words)
+        and not new.additive
+        and {value.text for value in old.values} <= old.names_up_front & new.names_up_front
+    )
+
+
 def _long(*texts: str) -> bool:
     """Whether a text is too long to be one fact, judged by its length alone.
 
@@ -512,6 +532,7 @@ def judge(new: str, candidate: Candidate) -> Decision:
         old_reading.values
         and old_reading.values == new_reading.values
         and old_reading.negated == new_reading.negated
+        and not _names_only_the_subject(old_reading, new_reading, evidence)
     ):
         # "Maya lives in Bristol now" and "Maya moved to Bristol": one value, said twice.
         return Decision(candidate.id, "duplicate", "the same values, said again", 0.0)

@@ -313,6 +313,13 @@ def test_a_title_ends_no_sentence_and_names_the_person_after_it() -> None:
             0.80,
             "different subjects (sister / brother)",
         ),
+        # 'now' says when, 'also' that a fact is added: no replacement.
+        (
+            "Kenji likes ramen.",
+            "Kenji now also likes udon.",
+            0.50,
+            "the new memory adds to the old one",
+        ),
         (
             "The production Postgres database runs on pg-prod-1.",
             "Staging Postgres was migrated to pg-staging-7 last week.",
@@ -422,6 +429,19 @@ def test_it_calls_a_restatement_without_a_new_value_a_duplicate() -> None:
     new = "Office wifi password: copper-kettle-17."
 
     assert verdict(old, new, 0.95) == "duplicate"
+    # The same value with a change word: still said again.
+    assert verdict("Maya lives in Bristol.", "Maya moved to Bristol.", 0.90) == "duplicate"
+
+
+def test_a_change_whose_only_value_read_is_its_subject_is_no_duplicate() -> None:
+    # Kenji is the one value read in both (a dish in lower case is none), and
+    # he is what both are about: the same subject, not the same value.
+    decision = judge(
+        "Kenji's favourite food is actually udon, he says.",
+        Candidate("old", "Kenji's favourite food is ramen.", 0.69),
+    )
+
+    assert decision.verdict == "supersede", decision.reason
 
 
 def test_it_never_replaces_below_the_similarity_floor() -> None:
