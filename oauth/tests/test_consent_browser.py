@@ -105,8 +105,9 @@ def measure(page: Any) -> dict[str, Any]:
     }
 
 
-def test_the_consent_page_holds_its_layout_at_laptop_and_phone_widths(cast, server, callback):
-    cast.alice.password = PBKDF2PasswordHasher().encode(PASSWORD, "consentlayoutsalt")
+def sign_up_and_register(cast: Any, server: LiveServer, callback: Callback) -> str:
+    """Give Alice a password and register a public client at ``callback``; its client id."""
+    cast.alice.password = PBKDF2PasswordHasher().encode(PASSWORD, "consentbrowsersalt")
     cast.alice.save(update_fields=["password"])
     registered = httpx2.post(
         f"{server.url}/oauth/register/",
@@ -118,7 +119,11 @@ def test_the_consent_page_holds_its_layout_at_laptop_and_phone_widths(cast, serv
         timeout=30,
     )
     assert registered.status_code == 201, registered.text
-    client_id = registered.json()["client_id"]
+    return str(registered.json()["client_id"])
+
+
+def test_the_consent_page_holds_its_layout_at_laptop_and_phone_widths(cast, server, callback):
+    client_id = sign_up_and_register(cast, server, callback)
 
     seen: dict[int, dict[str, Any]] = {}
     violations: list[list[str]] = []  # each page's
@@ -192,18 +197,7 @@ def test_a_returning_client_goes_from_sign_in_straight_to_its_callback(cast, ser
     # approval_prompt=auto from a client the user is connected to skips the
     # consent page (oauth/views.py), so the sign-in form's redirects end at the
     # client: a form-action that allowed only this server would stop them there.
-    cast.alice.password = PBKDF2PasswordHasher().encode(PASSWORD, "consentreturnsalt")
-    cast.alice.save(update_fields=["password"])
-    registered = httpx2.post(
-        f"{server.url}/oauth/register/",
-        json={
-            "client_name": CLIENT_NAME,
-            "redirect_uris": [callback.url],
-            "token_endpoint_auth_method": "none",
-        },
-        timeout=30,
-    )
-    client_id = registered.json()["client_id"]
+    client_id = sign_up_and_register(cast, server, callback)
     request = {
         "response_type": "code",
         "client_id": client_id,
