@@ -275,7 +275,7 @@ def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
     if old.names_up_front - new_names and new.names_up_front - old_names:
         a, b = sorted(old.names_up_front - new_names)[0], sorted(new.names_up_front - old_names)[0]
         return f"different subjects ({a} / {b})"
-    if new.additive and set(evidence.change_words) <= ONLY_NOW:
+    if new.additive and set(evidence.change_words) <= (ONLY_NOW if not evidence.changed else set()):
         # "Kenji now also likes udon": 'now' says when, 'also' that it adds.
         return "the new memory adds to the old one"
     if not evidence.shared and not _renamed(evidence):
@@ -302,11 +302,16 @@ def _rescheduled(pair: tuple[str, str], old: Reading, new: Reading, evidence: Ev
 def _renamed(evidence: Evidence) -> bool:
     # Strictly one value swapped: with no subject word in common, a date the
     # newer adds ("moved to docs.acme.dev on 3 May") is one change too many.
+    # Not a URL: two buckets of one scheme ("Logs are shipped to
+    # s3://acme-logs" / "Backups now go to s3://acme-backups") are as often
+    # two stores as one store renamed, and nothing else is shared to tell.
+    swapped = [value for gone, came in evidence.changed.values() for value in (*gone, *came)]
     return (
         bool(evidence.change_words)
         and evidence.clean_swap
         and not evidence.added_kinds
         and evidence.similarity >= RENAMED
+        and not any("://" in value for value in swapped)
     )
 
 
@@ -532,8 +537,14 @@ def judge(new: str, candidate: Candidate) -> Decision:
         old_reading.values
         and old_reading.values == new_reading.values
         and old_reading.negated == new_reading.negated
-        and not _names_only_the_subject(old_reading, new_reading, evidence)
     ):
+        if _names_only_the_subject(old_reading, new_reading, evidence):
+            # Whether the words that differ are a new value ("ramen" /
+            # "udon") or another attribute ("test keys" / "live keys") is
+            # more than the rules can tell: a hint, or the chat model's call.
+            value = score(evidence.features())
+            why = f"no value read but the subject ({_because(evidence)}; score {value:.2f})"
+            return Decision(candidate.id, "keep", why, value, ambiguous=value >= AMBIGUOUS)
         # "Maya lives in Bristol now" and "Maya moved to Bristol": one value, said twice.
         return Decision(candidate.id, "duplicate", "the same values, said again", 0.0)
     if not evidence.changed and not flip and not evidence.change_words:

@@ -61,6 +61,12 @@ def verdict(old: str, new: str, similarity: float) -> str:
             "Terraform state moved to s3://acme-tf-state.",
             0.88,
         ),
+        # 'currently' and a value swapped: an update, whatever 'too' says after it.
+        (
+            "The API timeout is 60s.",
+            "The API timeout is currently 30s, which is too short for exports.",
+            0.68,
+        ),
     ],
 )
 def test_it_replaces_a_new_value_for_the_same_slot(old: str, new: str, similarity: float) -> None:
@@ -384,6 +390,17 @@ def test_it_keeps_look_alikes_apart(old: str, new: str, similarity: float, why: 
     assert not decision.ambiguous
 
 
+def test_two_buckets_with_nothing_else_in_common_stay_two_memories() -> None:
+    # One URL swapped for another with a change word, and no subject word in
+    # common: two stores as often as one store renamed.
+    decision = judge(
+        "Backups now go to s3://acme-backups.",
+        Candidate("old", "Logs are shipped to s3://acme-logs.", 0.55),
+    )
+
+    assert decision.verdict == "keep", decision.reason
+
+
 def test_it_keeps_two_facts_whose_only_common_ground_is_a_verb() -> None:
     assert verdict(
         "The web servers run nginx 1.24.", "The load balancer runs HAProxy 2.8.", 0.55
@@ -433,15 +450,24 @@ def test_it_calls_a_restatement_without_a_new_value_a_duplicate() -> None:
     assert verdict("Maya lives in Bristol.", "Maya moved to Bristol.", 0.90) == "duplicate"
 
 
-def test_a_change_whose_only_value_read_is_its_subject_is_no_duplicate() -> None:
-    # Kenji is the one value read in both (a dish in lower case is none), and
-    # he is what both are about: the same subject, not the same value.
-    decision = judge(
-        "Kenji's favourite food is actually udon, he says.",
-        Candidate("old", "Kenji's favourite food is ramen.", 0.69),
-    )
+@pytest.mark.parametrize(
+    ("old", "new", "similarity"),
+    [
+        # A new value the rules cannot read (a dish in lower case)...
+        ("Kenji's favourite food is ramen.", "Kenji's favourite food is actually udon.", 0.69),
+        # ... or another attribute of the same named thing: both still true.
+        ("Stripe's test keys live in the vault.", "Stripe's live keys were rotated.", 0.66),
+    ],
+)
+def test_a_change_whose_only_value_read_is_its_subject_is_named_not_linked(
+    old: str, new: str, similarity: float
+) -> None:
+    # The one value read in both is what both are about: the same subject,
+    # not the same value, so no duplicate; but no new value read either.
+    decision = judge(new, Candidate("old", old, similarity))
 
-    assert decision.verdict == "supersede", decision.reason
+    assert decision.verdict == "keep", decision.reason
+    assert decision.hint and decision.ambiguous
 
 
 def test_it_never_replaces_below_the_similarity_floor() -> None:
