@@ -149,8 +149,9 @@ def trusted_client_agent(
 ) -> tuple[Agent, bool]:
     """Return the agent a client the operator trusts (no consent page) acts as, and if it is new.
 
-    The one it acted as last, else what Allow alone picks on the consent
-    page: the user's agent of the client's name, made if there is none.
+    The agent of the user's newest live token for it, else what Allow alone
+    picks on the consent page: the user's agent of the client's name, made
+    if there is none.
     """
     connected = connected_agents(user_id=user_id, application=application)
     if connected:

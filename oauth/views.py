@@ -199,8 +199,9 @@ class ConsentView(AuthorizationView):
         self, request: HttpRequest, scopes: str, credentials: dict[str, Any], allow: bool
     ) -> Any:
         made = False
-        if allow and self.agent is None and self.request.method == "GET":
-            # Without the page: a trusted client's request (get()).
+        if allow and self.agent is None and self.request.method != "POST":
+            # Without the page (GET, or HEAD, which Django answers with get()):
+            # a trusted client's request.
             self.agent, made = self._trusted_client_agent(credentials)
         if allow and self.agent is not None:
             # oauthlib sets credentials on its request; the validator stores the
@@ -209,13 +210,22 @@ class ConsentView(AuthorizationView):
         try:
             response = super().create_authorization_response(request, scopes, credentials, allow)
         except OAuthToolkitError:
-            if made:
-                assert self.agent is not None
-                accounts_services.delete_agent(user_id=self.request.user.pk, agent_id=self.agent.id)
+            self._unmake(made)
             raise
-        if allow:
+        uri = response[0]  # (uri, headers, body, status)
+        issued = "code" in parse_qs(urlsplit(uri).query) and not _refused_at(uri)
+        if not issued:
+            # Refused with an error sent to the client (a redirect, not an
+            # exception): no code acts as the agent made for it.
+            self._unmake(made)
+        elif allow:
             oauth_services.mark_approved(client_id=credentials["client_id"])
         return response
+
+    def _unmake(self, made: bool) -> None:
+        """Delete the agent made for a code that was never issued."""
+        if made and self.agent is not None:
+            accounts_services.delete_agent(user_id=self.request.user.pk, agent_id=self.agent.id)
 
     def _trusted_client_agent(self, credentials: dict[str, Any]) -> tuple[Agent | None, bool]:
         """The agent a trusted client's code acts as, and whether it was made for it."""
@@ -408,5 +418,10 @@ def _granted(response: HttpResponse) -> bool:
     """Whether an authorization response sends the client a code: a redirect with no error."""
     if response.status_code not in (301, 302, 303):
         return False
-    location = urlsplit(response.get("Location", ""))
-    return "error" not in parse_qs(location.query) and "error" not in parse_qs(location.fragment)
+    return not _refused_at(response.get("Location", ""))
+
+
+def _refused_at(uri: str) -> bool:
+    """Whether a redirect to the client carries an error, in its query or its fragment."""
+    location = urlsplit(uri)
+    return "error" in parse_qs(location.query) or "error" in parse_qs(location.fragment)

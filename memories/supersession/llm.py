@@ -6,7 +6,9 @@ at ``OPENAI_BASE_URL``, as ``memory_recall`` uses; or a model of its own in
 with ``RECALL_SUPERSESSION_TIMEOUT``), ``settle()`` shows the model the new memory
 and the ambiguous candidates, numbered, as data inside tags, and asks for
 one verdict each: replace, keep both, or duplicate. Only candidates the
-offline rules scored between ``AMBIGUOUS`` and ``THRESHOLD`` are sent; a
+offline rules left open are sent: scored between ``AMBIGUOUS`` and
+``THRESHOLD``, reworded pairs, and pairs whose only value read is what both
+are about, kept at any score from ``AMBIGUOUS`` (``decide.judge``); a
 candidate a hard rule kept (a look-alike) never is, so a model cannot undo
 the conservative rules, only settle what they left open.
 

@@ -140,6 +140,42 @@ def test_a_trusted_client_takes_the_existing_agent_of_its_name(cast, alice_clien
         assert Agent.objects.filter(user=cast.alice).count() == 1
 
 
+def test_a_trusted_clients_code_asked_with_head_acts_as_an_agent_too(cast, alice_client):
+    # Django answers HEAD with get(): the toolkit issues a code there as well.
+    client_id = register(alice_client, name="House Assistant")
+    Application.objects.filter(client_id=client_id).update(skip_authorization=True)
+
+    code = code_from(alice_client.head("/oauth/authorize/?" + urlencode(request_params(client_id))))
+
+    with tenancy.tenant(cast.alice.id):
+        [agent] = Agent.objects.filter(user=cast.alice)
+    assert agent_of(code) == agent.id
+
+
+def test_a_trusted_clients_request_refused_after_its_agent_was_made_leaves_none(
+    cast, alice_client, monkeypatch
+):
+    # oauthlib refuses some requests with an error redirect, not an exception,
+    # after the checks before the page passed (they run again when the code
+    # is made): the agent made for the code goes with it.
+    from oauth2_provider.views import AuthorizationView
+
+    client_id = register(alice_client, name="House Assistant")
+    Application.objects.filter(client_id=client_id).update(skip_authorization=True)
+
+    def refused(self, request, scopes, credentials, allow):
+        return f"{CALLBACK}?error=invalid_scope&state=s1", {}, None, 302
+
+    monkeypatch.setattr(AuthorizationView, "create_authorization_response", refused)
+
+    sent = authorize(alice_client, client_id)
+
+    assert sent.status_code == 302 and "error=invalid_scope" in sent.headers["Location"]
+    with tenancy.tenant(cast.alice.id):
+        assert not Agent.objects.filter(user=cast.alice).exists()
+    assert Application.objects.get(client_id=client_id).approved_at is None
+
+
 def sign_in_page(client_id: str, **extra: str):
     authorize_url = "/oauth/authorize/?" + urlencode(request_params(client_id, **extra))
     page = Client().get("/login/?" + urlencode({"next": authorize_url}))
