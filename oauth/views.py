@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django import forms
 from django.conf import settings
@@ -31,6 +31,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from oauth2_provider.exceptions import FatalClientError, OAuthToolkitError
 from oauth2_provider.forms import AllowForm
+from oauth2_provider.settings import oauth2_settings
 from oauth2_provider.views import AuthorizationView, TokenView
 from oauthlib.oauth2.rfc6749 import errors
 
@@ -220,6 +221,18 @@ class ConsentView(AuthorizationView):
             self._unmake(made)
         elif allow:
             oauth_services.mark_approved(client_id=credentials["client_id"])
+        return response
+
+    def error_response(self, error: Any, application: Any, **kwargs: Any) -> HttpResponse:
+        # The toolkit names the issuer (RFC 9207) on the codes oauthlib issues
+        # and on the errors it returns, but not on a refusal raised on the way
+        # (a trusted client's agent that could not be made): a client that
+        # checks for the mix-up attack would discard that error.
+        response: HttpResponse = super().error_response(error, application, **kwargs)
+        location = response.get("Location") if response.status_code in (301, 302, 303) else None
+        if location and oauth2_settings.COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS:
+            issuer = oauth2_settings.oauth2_authorization_server_issuer(self.request)
+            response["Location"] = _with_issuer(location, issuer)
         return response
 
     def _unmake(self, made: bool) -> None:
@@ -419,6 +432,13 @@ def _granted(response: HttpResponse) -> bool:
     if response.status_code not in (301, 302, 303):
         return False
     return not _refused_at(response.get("Location", ""))
+
+
+def _with_issuer(uri: str, issuer: str) -> str:
+    """``uri`` with ``iss`` set to ``issuer`` in its query, as the only one (RFC 9207)."""
+    parts = urlsplit(uri)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "iss"]
+    return urlunsplit(parts._replace(query=urlencode([*query, ("iss", issuer)])))
 
 
 def _refused_at(uri: str) -> bool:

@@ -10,7 +10,7 @@ client's redirect URI, which the sign-in page's form-action must allow.
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from django.test import Client
@@ -174,6 +174,35 @@ def test_a_trusted_clients_request_refused_after_its_agent_was_made_leaves_none(
     with tenancy.tenant(cast.alice.id):
         assert not Agent.objects.filter(user=cast.alice).exists()
     assert Application.objects.get(client_id=client_id).approved_at is None
+
+
+def test_a_trusted_client_whose_agent_cannot_be_made_gets_access_denied_with_the_issuer(
+    cast, alice_client, monkeypatch
+):
+    from core.errors import ValidationFailed
+    from oauth import services as oauth_services
+
+    client_id = register(alice_client, name="House Assistant")
+    Application.objects.filter(client_id=client_id).update(skip_authorization=True)
+    # The issuer every code names.
+    granted = urlsplit(authorize(alice_client, client_id).headers["Location"])
+    [issuer] = parse_qs(granted.query)["iss"]
+    Grant.objects.all().delete()
+
+    def cannot(**_):
+        raise ValidationFailed("You have too many agents.")
+
+    monkeypatch.setattr(oauth_services, "trusted_client_agent", cannot)
+
+    sent = authorize(alice_client, client_id)
+
+    assert sent.status_code == 302
+    location = urlsplit(sent.headers["Location"])
+    assert f"{location.scheme}://{location.netloc}{location.path}" == CALLBACK
+    query = parse_qs(location.query)
+    assert query["error"] == ["access_denied"] and query["state"] == ["s1"]
+    assert query["iss"] == [issuer]  # RFC 9207, as on every other answer
+    assert not Grant.objects.exists()
 
 
 def sign_in_page(client_id: str, **extra: str):
