@@ -130,6 +130,12 @@ def connected_agents(*, user_id: uuid.UUID | str, application: Application) -> l
 
     Tokens that act as no agent, or as one since deleted, count for none.
     """
+    return _connected(user_id, application, accounts_services.list_agents(user_id=user_id))
+
+
+def _connected(
+    user_id: uuid.UUID | str, application: Application, agents: list[Agent]
+) -> list[Agent]:
     agent_ids = (
         AccessToken.objects.filter(
             user_id=user_id,
@@ -140,8 +146,8 @@ def connected_agents(*, user_id: uuid.UUID | str, application: Application) -> l
         .order_by("-created")
         .values_list("agent_id", flat=True)
     )
-    agents = {agent.id: agent for agent in accounts_services.list_agents(user_id=user_id)}
-    return [agents[agent_id] for agent_id in dict.fromkeys(agent_ids) if agent_id in agents]
+    by_id = {agent.id: agent for agent in agents}
+    return [by_id[agent_id] for agent_id in dict.fromkeys(agent_ids) if agent_id in by_id]
 
 
 def trusted_client_agent(
@@ -153,11 +159,11 @@ def trusted_client_agent(
     picks on the consent page: the user's agent of the client's name, made
     if there is none.
     """
-    connected = connected_agents(user_id=user_id, application=application)
+    agents = accounts_services.list_agents(user_id=user_id)
+    connected = _connected(user_id, application, agents)
     if connected:
         return connected[0], False
     name = agent_name_for(application)
-    agents = accounts_services.list_agents(user_id=user_id)
     same_name = next((agent for agent in agents if agent.name.lower() == name.lower()), None)
     if same_name is not None:
         return same_name, False

@@ -214,8 +214,7 @@ class ConsentView(AuthorizationView):
             self._unmake(made)
             raise
         uri = response[0]  # (uri, headers, body, status)
-        issued = "code" in parse_qs(urlsplit(uri).query) and not _refused_at(uri)
-        if not issued:
+        if _refused_at(uri):
             # Refused with an error sent to the client (a redirect, not an
             # exception): no code acts as the agent made for it.
             self._unmake(made)

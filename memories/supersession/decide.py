@@ -275,7 +275,8 @@ def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
     if old.names_up_front - new_names and new.names_up_front - old_names:
         a, b = sorted(old.names_up_front - new_names)[0], sorted(new.names_up_front - old_names)[0]
         return f"different subjects ({a} / {b})"
-    if new.additive and set(evidence.change_words) <= (ONLY_NOW if not evidence.changed else set()):
+    only_when = not evidence.changed and set(evidence.change_words) <= ONLY_NOW
+    if new.additive and (not evidence.change_words or only_when):
         # "Kenji now also likes udon": 'now' says when, 'also' that it adds.
         return "the new memory adds to the old one"
     if not evidence.shared and not _renamed(evidence):
