@@ -122,6 +122,21 @@ def test_metadata_strings_are_searched_as_words(cast):
     assert contents(found) == ["Ship the release notes before Friday."]
 
 
+def test_a_word_inside_a_host_or_an_address_is_found_lexically(cast):
+    remember(cast.alice.id, "Outgoing mail is relayed through smtp.sendgrid.net.")
+    remember(cast.alice.id, "Journalists write to press@lumen.dev.")
+    for note in NOTES:
+        remember(cast.alice.id, note)
+
+    for word, content in (
+        ("sendgrid", "Outgoing mail is relayed through smtp.sendgrid.net."),
+        ("lumen press", "Journalists write to press@lumen.dev."),
+        ("smtp.sendgrid.net", "Outgoing mail is relayed through smtp.sendgrid.net."),
+    ):
+        found = services.recall(user_id=cast.alice.id, query=word, mode="lexical")
+        assert contents(found) == [content], word
+
+
 # What the threshold keeps ----------------------------------------------------------------
 
 

@@ -90,6 +90,35 @@ def test_names_numbers_and_identifiers_survive_analysis(cast):
         assert lexeme in vector, (lexeme, vector)
 
 
+def test_the_words_inside_hosts_and_addresses_are_words_of_the_memory(cast):
+    memory_id = remember(
+        cast.alice.id,
+        "Mail goes via smtp.sendgrid.net; press@lumen.dev takes enquiries, see"
+        " https://grafana.tools.acme.io/d/abc, kafka-orders.corp and rabbit-01.corp.",
+        metadata={"docs": "wiki.acme.io"},
+    )
+
+    vector = index_of(cast.alice.id)["documents"][("default", memory_id)][0]
+    lexemes = {entry.split(":")[0].strip("'") for entry in vector.split()}
+
+    # The whole token stays; its labels that are words come as words too.
+    assert {"smtp.sendgrid.net", "press@lumen.dev", "grafana.tools.acme.io"} <= lexemes
+    assert {"sendgrid", "smtp", "press", "lumen", "grafana", "tool", "acm"} <= lexemes
+    assert {"kafka", "order", "rabbit", "wiki"} <= lexemes
+    # Not the last label, which names no subject and would match the word "dev".
+    assert not {"net", "dev", "io", "corp"} & lexemes
+    assert_consistent(cast.alice.id)
+
+
+def test_numbers_and_versions_add_no_parts(cast):
+    memory_id = remember(cast.alice.id, "The NAS is at 192.168.1.40 on Python 3.11, log4j v2.17.1")
+
+    vector = index_of(cast.alice.id)["documents"][("default", memory_id)][0]
+    lexemes = {entry.split(":")[0].strip("'") for entry in vector.split()}
+
+    assert lexemes == {"nas", "192.168.1.40", "python", "3.11", "log4j", "v2.17.1"}
+
+
 def test_updating_content_moves_the_counts_and_a_new_vector_alone_does_not(cast):
     memory_id = remember(cast.alice.id, TEA)
     remember(cast.alice.id, COFFEE)
@@ -412,6 +441,39 @@ def test_the_backfill_indexes_memories_stored_before_the_index(cast):
         index = assert_consistent(user.id)
         assert index["terms"][("default", word)] == 1
     assert Counter(ns for ns, _ in index_of(cast.alice.id)["documents"]) == {"default": 1}
+
+
+def test_the_parts_migration_analyses_older_documents_again_and_back(cast):
+    """0025 on documents analysed before it: the parts arrive, and leave when undone."""
+    from importlib import import_module
+
+    parts = import_module("memories.migrations.0025_search_address_parts")
+
+    class Editor:
+        pass
+
+    editor = Editor()
+    editor.connection = connection
+    mail = remember(cast.alice.id, "Outgoing mail is relayed through smtp.sendgrid.net.")
+    remember(cast.charlie.id, "Press enquiries go to press@lumen.dev.")
+    tea = remember(cast.alice.id, TEA)
+    before = index_of(cast.alice.id)["documents"][("default", tea)]
+
+    with connection.cursor() as cursor:
+        cursor.execute(parts.OLD)
+    parts.reanalyse(None, editor)
+    assert ("default", "sendgrid") not in assert_consistent(cast.alice.id)["terms"]
+    assert ("default", "press") in assert_consistent(cast.charlie.id)["terms"]
+    assert ("default", "lumen") not in index_of(cast.charlie.id)["terms"]
+
+    with connection.cursor() as cursor:
+        cursor.execute(parts.NEW)
+    parts.reanalyse(None, editor)
+    index = assert_consistent(cast.alice.id)
+    assert index["terms"][("default", "sendgrid")] == 1
+    assert "'sendgrid'" in index["documents"][("default", mail)][0]
+    assert index["documents"][("default", tea)] == before
+    assert assert_consistent(cast.charlie.id)["terms"][("default", "lumen")] == 1
 
 
 # What a search reads besides the index ------------------------------------------------
