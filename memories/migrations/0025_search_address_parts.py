@@ -3,33 +3,37 @@ from django.db import migrations, transaction
 # Guarantee: the words inside a host, an e-mail address or a dotted name are
 # searchable words of the memory, as well as the whole token.
 #
-# PostgreSQL's parser reads "smtp.sendgrid.net", "press@lumen.dev" and
-# "kafka-orders.corp" as one token each (a host, an e-mail), so a lexical
-# search for "sendgrid", "press" or "orders" found nothing in a memory that
-# says where mail is relayed, whom journalists write to or which broker
-# carries the orders. recall_search_text() now appends each such token's
-# parts, as words, after the text: every label that begins with two
-# letters, but the last (".net", ".dev", ".io", ".py" name no subject, and
-# "dev" or "io" would match the words). The whole token stays, so a search
-# for the exact host matches it on every lexeme. Numbers are no parts:
-# "192.168.1.40", "v2.17.1" and "3.11" add nothing. A query goes through
-# the same function, so "smtp.sendgrid.net" asked matches the parts too.
+# PostgreSQL's parser reads "smtp.sendgrid.net", "press@lumen.dev",
+# "kafka-orders.corp" and "/etc/nginx/nginx.conf" as one token each (a host,
+# an e-mail address, a file), so a lexical search for "sendgrid", "press",
+# "orders" or "nginx" found nothing in a memory that says where mail is
+# relayed, whom journalists write to or which broker carries the orders.
+# recall_search_text() now appends the parts of each token the parser keeps
+# whole as a host, an e-mail address or a file, as words after the text:
+# every part that begins with two letters, each once, but the last label
+# (".net", ".dev", ".io", ".conf" name no subject, and "dev" or "io" would
+# match the words). Only those tokens: a word the parser already reads on
+# its own ("straße@bücher.de" is three words to it, "https://user@host" two)
+# is not counted twice, and a URL gives its host's parts once, through the
+# host token the parser also emits. Numbers are no parts: "192.168.1.40",
+# "v2.17.1" and "3.11" add nothing. The whole token stays, so a search for
+# the exact host matches it on every lexeme, and a query goes through the
+# same function, so "smtp.sendgrid.net" asked matches the parts too.
 #
-# The hyphen rule of 0006 (a hyphen before a digit separates) applies to the
-# parts as well: "rabbit-01.corp" gives "rabbit" and "01".
+# The hyphen rule of 0006 (a hyphen before a digit separates) applies
+# first, as before: "rabbit-01.corp" is the word "rabbit" and the host
+# "01.corp", which has no part to add. 3722 is the default parser's fixed
+# OID; ts_parse() by OID is immutable, by name only stable.
 NEW = r"""
 CREATE OR REPLACE FUNCTION recall_search_text(value text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ SELECT regexp_replace(
-        value || coalesce(' ' || (
-            SELECT string_agg(p.part, ' ' ORDER BY m.n, p.k)
-              FROM regexp_matches(value, '[[:alnum:]_%+-]+(?:[.@][[:alnum:]_-]+)+', 'g')
-                   WITH ORDINALITY AS m(found, n)
+    AS $$ SELECT h.s || coalesce(' ' || (
+            SELECT string_agg(DISTINCT p.part, ' ')
+              FROM ts_parse(3722, h.s) AS t(tokid, token)
              CROSS JOIN LATERAL regexp_split_to_table(
-                   regexp_replace(m.found[1], '[.][^.@]*$', ''), '[.@]')
-                   WITH ORDINALITY AS p(part, k)
-             WHERE p.part ~ '^[[:alpha:]]{2}'), ''),
-        '([[:alnum:]])-(?=[[:digit:]])', '\1 ', 'g') $$;
+                   regexp_replace(t.token, '[.][^./@]*$', ''), '[./@]+') AS p(part)
+             WHERE t.tokid IN (4, 6, 19) AND p.part ~ '^[[:alpha:]]{2}'), '')
+      FROM regexp_replace(value, '([[:alnum:]])-(?=[[:digit:]])', '\1 ', 'g') AS h(s) $$;
 """
 OLD = r"""
 CREATE OR REPLACE FUNCTION recall_search_text(value text) RETURNS text
@@ -40,13 +44,20 @@ CREATE OR REPLACE FUNCTION recall_search_text(value text) RETURNS text
 BATCH = 2000
 
 # Each document analysed the old way is analysed again, a batch of memories
-# per transaction in primary-key order, as 0007 filled them: memories is only
-# read, no memory row is rewritten (nor re-inserted into the HNSW graph), no
-# lock is held for long, and a document whose words do not change is not
-# written at all. The statistics follow by 0006's trigger on
-# search_documents. A memory written meanwhile is analysed by its own
-# write's trigger with the new function; a search meanwhile reads some
-# documents of each kind, and finds the parts only in the new ones.
+# per transaction in primary-key order, as 0007 filled them: no memory row is
+# rewritten (nor re-inserted into the HNSW graph), no lock is held for long,
+# and a document whose words do not change is not written at all. The
+# statistics follow by 0006's trigger on search_documents.
+#
+# Servers keep writing meanwhile (upgrades roll), so the batch's memories are
+# locked FOR SHARE first: that waits for a write in progress to commit and
+# holds off new ones until the batch commits, and the UPDATE, a statement
+# with a later snapshot, then reads the content they committed. Without the
+# lock, an edit committed while the UPDATE waited for its document would be
+# read as it was before, and its old words written back over the new ones.
+# The lock order is a writer's own: memories, then documents, then counts.
+# A memory inserted meanwhile is analysed by its own trigger with whichever
+# function was current; a search meanwhile reads documents of both readings.
 REANALYSE = """
 UPDATE search_documents d
    SET vector = a.vector,
@@ -66,10 +77,13 @@ def reanalyse(apps, schema_editor):
             # operator role sees every tenant's rows.
             cursor.execute("SET LOCAL ROLE recall_operator")
             if last is None:
-                cursor.execute("SELECT id FROM memories ORDER BY id LIMIT %s", [BATCH])
+                cursor.execute(
+                    "SELECT id FROM memories ORDER BY id LIMIT %s FOR SHARE", [BATCH]
+                )
             else:
                 cursor.execute(
-                    "SELECT id FROM memories WHERE id > %s ORDER BY id LIMIT %s", [last, BATCH]
+                    "SELECT id FROM memories WHERE id > %s ORDER BY id LIMIT %s FOR SHARE",
+                    [last, BATCH],
                 )
             ids = [row[0] for row in cursor.fetchall()]
             if ids:

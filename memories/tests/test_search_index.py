@@ -110,6 +110,20 @@ def test_the_words_inside_hosts_and_addresses_are_words_of_the_memory(cast):
     assert_consistent(cast.alice.id)
 
 
+def test_a_word_the_parser_reads_on_its_own_is_not_counted_twice(cast):
+    memory_id = remember(
+        cast.alice.id,
+        "Ask straße@bücher.de or https://user@host:8443/x about rabbit-01.corp,"
+        " acme.io and wiki.acme.io",
+    )
+
+    vector = index_of(cast.alice.id)["documents"][("default", memory_id)][0]
+    positions = dict(entry.rsplit(":", 1) for entry in vector.split())
+
+    for lexeme in ("'straße'", "'bücher'", "'user'", "'host'", "'rabbit'", "'acm'", "'wiki'"):
+        assert positions[lexeme].count(",") == 0, (lexeme, vector)
+
+
 def test_numbers_and_versions_add_no_parts(cast):
     memory_id = remember(cast.alice.id, "The NAS is at 192.168.1.40 on Python 3.11, log4j v2.17.1")
 
@@ -443,37 +457,123 @@ def test_the_backfill_indexes_memories_stored_before_the_index(cast):
     assert Counter(ns for ns, _ in index_of(cast.alice.id)["documents"]) == {"default": 1}
 
 
-def test_the_parts_migration_analyses_older_documents_again_and_back(cast):
+PARTS = "memories.migrations.0025_search_address_parts"
+
+
+class Editor:
+    """What a migration's RunPython step reads of the schema editor: its connection."""
+
+    def __init__(self) -> None:
+        self.connection = connection
+
+
+def written_by(memory_id: str) -> int:
+    """The transaction that last wrote a memory's search document (its xmin)."""
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT xmin::text::bigint FROM search_documents WHERE memory_id = %s", [memory_id]
+        )
+        return cursor.fetchone()[0]
+
+
+def test_the_parts_migration_analyses_older_documents_again_and_back(cast, monkeypatch):
     """0025 on documents analysed before it: the parts arrive, and leave when undone."""
     from importlib import import_module
 
-    parts = import_module("memories.migrations.0025_search_address_parts")
-
-    class Editor:
-        pass
-
-    editor = Editor()
-    editor.connection = connection
+    parts = import_module(PARTS)
+    monkeypatch.setattr(parts, "BATCH", 2)  # several batches, each after the last's id
     mail = remember(cast.alice.id, "Outgoing mail is relayed through smtp.sendgrid.net.")
     remember(cast.charlie.id, "Press enquiries go to press@lumen.dev.")
     tea = remember(cast.alice.id, TEA)
+    remember(cast.charlie.id, "Backups land in backups.example.org nightly.")
+    remember(cast.alice.id, "Dashboards live at grafana.acme.io.")
     before = index_of(cast.alice.id)["documents"][("default", tea)]
 
     with connection.cursor() as cursor:
         cursor.execute(parts.OLD)
-    parts.reanalyse(None, editor)
+    parts.reanalyse(None, Editor())
     assert ("default", "sendgrid") not in assert_consistent(cast.alice.id)["terms"]
+    assert ("default", "grafana") not in index_of(cast.alice.id)["terms"]
     assert ("default", "press") in assert_consistent(cast.charlie.id)["terms"]
     assert ("default", "lumen") not in index_of(cast.charlie.id)["terms"]
+    untouched = written_by(tea)
 
     with connection.cursor() as cursor:
         cursor.execute(parts.NEW)
-    parts.reanalyse(None, editor)
+    parts.reanalyse(None, Editor())
     index = assert_consistent(cast.alice.id)
     assert index["terms"][("default", "sendgrid")] == 1
+    assert index["terms"][("default", "grafana")] == 1
     assert "'sendgrid'" in index["documents"][("default", mail)][0]
+    # A document whose words do not change is not written again.
     assert index["documents"][("default", tea)] == before
-    assert assert_consistent(cast.charlie.id)["terms"][("default", "lumen")] == 1
+    assert written_by(tea) == untouched
+    charlie = assert_consistent(cast.charlie.id)["terms"]
+    assert charlie[("default", "lumen")] == charlie[("default", "backup")] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_edit_committed_while_the_parts_migration_runs_keeps_its_words(cast):
+    """A batch waits for a write in progress and reads what it committed, not what it replaced."""
+    from importlib import import_module
+
+    parts = import_module(PARTS)
+    memory_id = remember(cast.alice.id, "Outgoing mail is relayed through smtp.sendgrid.net.")
+    try:
+        # The document as it was before 0025: the batch has it to rewrite.
+        with connection.cursor() as cursor:
+            cursor.execute(parts.OLD)
+        parts.reanalyse(None, Editor())
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(parts.NEW)  # committed: this test's database outlives it
+    assert "'sendgrid'" not in index_of(cast.alice.id)["documents"][("default", memory_id)][0]
+    edited, release = threading.Event(), threading.Event()
+
+    def edit() -> None:
+        try:
+            with transaction.atomic():
+                services.update_memory(
+                    user_id=cast.alice.id, id=memory_id, content="The giraffe eats acacia leaves."
+                )
+                edited.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    def migrate() -> None:
+        try:
+            parts.reanalyse(None, Editor())
+        finally:
+            connections.close_all()
+
+    editor_thread = threading.Thread(target=edit)
+    editor_thread.start()
+    assert edited.wait(30)
+    migrator = threading.Thread(target=migrate)
+    migrator.start()
+    try:
+        # Let the edit commit only once the migration waits on a lock it holds.
+        for _ in range(300):
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+                if cursor.fetchone()[0]:
+                    break
+            migrator.join(0.05)
+        else:
+            pytest.fail("the migration never waited for the edit in progress")
+    finally:
+        release.set()
+        editor_thread.join()
+        migrator.join()
+
+    index = assert_consistent(cast.alice.id)
+    vector = index["documents"][("default", memory_id)][0]
+    assert "'giraff'" in vector and "'sendgrid'" not in vector, vector
+    assert ("default", "sendgrid") not in index["terms"]
 
 
 # What a search reads besides the index ------------------------------------------------
