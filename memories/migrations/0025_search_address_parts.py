@@ -1,4 +1,6 @@
-from django.db import migrations, transaction
+import time
+
+from django.db import OperationalError, migrations, transaction
 
 # Guarantee: the words inside a host, an e-mail address or a dotted name are
 # searchable words of the memory, as well as the whole token.
@@ -28,7 +30,7 @@ NEW = r"""
 CREATE OR REPLACE FUNCTION recall_search_text(value text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$ SELECT h.s || coalesce(' ' || (
-            SELECT string_agg(DISTINCT p.part, ' ')
+            SELECT string_agg(DISTINCT lower(p.part), ' ')
               FROM ts_parse(3722, h.s) AS t(tokid, token)
              CROSS JOIN LATERAL regexp_split_to_table(
                    regexp_replace(t.token, '[.][^./@]*$', ''), '[./@]+') AS p(part)
@@ -55,7 +57,12 @@ BATCH = 2000
 # with a later snapshot, then reads the content they committed. Without the
 # lock, an edit committed while the UPDATE waited for its document would be
 # read as it was before, and its old words written back over the new ones.
-# The lock order is a writer's own: memories, then documents, then counts.
+# A writer that takes two memories out of id order (a restated memory that
+# replaces another locks the replaced one first) can close a cycle with a
+# batch's locks; PostgreSQL then rolls one of the two back (40P01). A batch
+# that loses such a race, or a serialization failure, is run again, a few
+# times, after a pause; a writer that loses it gets the contention error
+# every write may get, and the same call again succeeds.
 # A memory inserted meanwhile is analysed by its own trigger with whichever
 # function was current; a search meanwhile reads documents of both readings.
 REANALYSE = """
@@ -68,30 +75,53 @@ UPDATE search_documents d
 """
 
 
+# Tries per batch, and the pause before the next, in seconds, times the try.
+ATTEMPTS = 5
+PAUSE = 0.2
+
+
 def reanalyse(apps, schema_editor):
     connection = schema_editor.connection
     last = None
     while True:
-        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-            # Both tables are under forced row-level security: only the
-            # operator role sees every tenant's rows.
-            cursor.execute("SET LOCAL ROLE recall_operator")
-            if last is None:
-                cursor.execute(
-                    "SELECT id FROM memories ORDER BY id LIMIT %s FOR SHARE", [BATCH]
-                )
-            else:
-                cursor.execute(
-                    "SELECT id FROM memories WHERE id > %s ORDER BY id LIMIT %s FOR SHARE",
-                    [last, BATCH],
-                )
-            ids = [row[0] for row in cursor.fetchall()]
-            if ids:
-                cursor.execute(REANALYSE, [ids])
-            cursor.execute("RESET ROLE")
+        ids = _batch(connection, last)
         if len(ids) < BATCH:
             return
         last = ids[-1]
+
+
+def _batch(connection, last):
+    """Analyse again the memories after ``last`` (a batch); return their ids."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                # Both tables are under forced row-level security: only the
+                # operator role sees every tenant's rows.
+                cursor.execute("SET LOCAL ROLE recall_operator")
+                if last is None:
+                    cursor.execute(
+                        "SELECT id FROM memories ORDER BY id LIMIT %s FOR SHARE", [BATCH]
+                    )
+                else:
+                    cursor.execute(
+                        "SELECT id FROM memories WHERE id > %s ORDER BY id LIMIT %s FOR SHARE",
+                        [last, BATCH],
+                    )
+                ids = [row[0] for row in cursor.fetchall()]
+                if ids:
+                    cursor.execute(REANALYSE, [ids])
+                cursor.execute("RESET ROLE")
+            return ids
+        except OperationalError as error:
+            if attempt == ATTEMPTS or not _lost_race(error):
+                raise
+            time.sleep(PAUSE * attempt)
+    raise AssertionError("unreachable")
+
+
+def _lost_race(error):
+    """Whether PostgreSQL rolled the batch back to settle a race (40P01, 40001)."""
+    return getattr(error.__cause__, "sqlstate", None) in {"40P01", "40001"}
 
 
 class Migration(migrations.Migration):
