@@ -477,6 +477,20 @@ def written_by(memory_id: str) -> int:
         return cursor.fetchone()[0]
 
 
+def wait_until_blocked(migrator: threading.Thread, holder: str) -> None:
+    """Return once a session of this database waits for a lock; fail after 15 s."""
+    for _ in range(300):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            if cursor.fetchone()[0]:
+                return
+        migrator.join(0.05)
+    pytest.fail(f"the migration never waited for {holder}")
+
+
 def test_the_parts_migration_analyses_older_documents_again_and_back(cast, monkeypatch):
     """0025 on documents analysed before it: the parts arrive, and leave when undone."""
     from importlib import import_module
@@ -549,27 +563,18 @@ def test_an_edit_committed_while_the_parts_migration_runs_keeps_its_words(cast):
             connections.close_all()
 
     editor_thread = threading.Thread(target=edit)
-    editor_thread.start()
-    assert edited.wait(30)
     migrator = threading.Thread(target=migrate)
-    migrator.start()
+    editor_thread.start()
     try:
+        assert edited.wait(30)
+        migrator.start()
         # Let the edit commit only once the migration waits on a lock it holds.
-        for _ in range(300):
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-                if cursor.fetchone()[0]:
-                    break
-            migrator.join(0.05)
-        else:
-            pytest.fail("the migration never waited for the edit in progress")
+        wait_until_blocked(migrator, "the edit in progress")
     finally:
         release.set()
         editor_thread.join()
-        migrator.join()
+        if migrator.is_alive():
+            migrator.join()
 
     index = assert_consistent(cast.alice.id)
     vector = index["documents"][("default", memory_id)][0]
@@ -625,27 +630,18 @@ def test_a_batch_that_loses_a_deadlock_to_a_writer_runs_again(cast, monkeypatch)
             ),
         ),
     )
+    migrator = threading.Thread(target=run, args=(lambda: parts.reanalyse(None, Editor()),))
     writer.start()
     try:
         assert locked.wait(30)
-        migrator = threading.Thread(target=run, args=(lambda: parts.reanalyse(None, Editor()),))
         migrator.start()
         # The batch holds `low` and waits for `high`: let the write close the cycle.
-        for _ in range(300):
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-                if cursor.fetchone()[0]:
-                    break
-            migrator.join(0.05)
-        else:
-            pytest.fail("the migration never waited for the write in progress")
+        wait_until_blocked(migrator, "the write in progress")
     finally:
         release.set()
         writer.join()
-    migrator.join()
+        if migrator.is_alive():
+            migrator.join()
 
     assert failures == []
     assert lost == [True]  # the batch lost the deadlock once, and its second try won
