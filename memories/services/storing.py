@@ -240,7 +240,12 @@ def _store(
         links: list[superseding.Link] = []
         if call.replaces is not None:
             superseding.check_replaces(
-                user_id, agent_id, call.namespace, call.replaces, call.task_id
+                user_id,
+                agent_id,
+                call.namespace,
+                call.replaces,
+                call.task_id,
+                found=first[0] if first else None,
             )
             links = [superseding.Link(call.replaces, {"decided_by": "explicit"})]
         stored: dict[Place, uuid.UUID] = {}

@@ -102,23 +102,29 @@ def check_replaces(
     namespace: str,
     old: uuid.UUID,
     task_id: str | None = None,
+    found: uuid.UUID | None = None,
 ) -> None:
     """Check, inside the caller's tenant transaction, that a write may replace ``old``.
 
     It must be a memory the caller can see (else NotFound: another tenant's
     or agent's id is indistinguishable from none), of the same namespace and
     writer, a note of the same task as the write (``task_id``) or of none,
-    and current: the pairs detection and newer first take.
+    and current: the pairs detection and newer first take. ``found`` is the
+    memory already holding the write's content, which the link will change.
     """
     # Locked, as ``lock`` does, before the write stores anything: the answer
     # holds until the link is written, and the lock order stays rows first.
-    row = (
+    # With ``found``, both in one statement in id order, as every writer of
+    # two memories takes them: the link's update of ``found`` came after
+    # ``old`` whatever their ids, and a delete of both could wait on it.
+    rows = (
         Memory.objects.live()
         .select_for_update(no_key=True)
-        .filter(user_id=user_id, id=old)
-        .values("namespace", "agent_id", "superseded_by", "source_kind", "task_id")
-        .first()
+        .filter(user_id=user_id, id__in=sorted({old, *([found] if found else [])}))
+        .order_by("id")
+        .values("id", "namespace", "agent_id", "superseded_by", "source_kind", "task_id")
     )
+    row = next((r for r in rows if r["id"] == old), None)
     if row is None:
         raise NotFound(f"No memory with id {old} to replace.")
     writer = str(agent_id) if agent_id else None

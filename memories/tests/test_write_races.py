@@ -42,6 +42,7 @@ from memories.validation import content_hash
 
 OLD = "Staging Postgres runs on pg-staging-3."
 NEW = "Staging Postgres was migrated to pg-staging-7 last week."
+WIFI = "The office wifi password is harbour-lights-42."
 # How long a helper thread may take before the test gives up on it: a guard
 # against a hang, never a measure of speed.
 PATIENCE = 60.0
@@ -342,7 +343,7 @@ def test_an_import_restoring_links_and_a_live_write_to_a_linked_memory_both_fini
     # generation with the first link and then waited for that row: a deadlock.
     first = remember(cast.alice.id, OLD)["id"]
     remember(cast.alice.id, NEW, replaces=first)
-    second = remember(cast.alice.id, "The office wifi password is harbour-lights-42.")["id"]
+    second = remember(cast.alice.id, WIFI)["id"]
     remember(cast.alice.id, "New office wifi password: copper-kettle-17.", replaces=second)
     remember(cast.alice.id, "The dentist is Dr. Okafor on Mill Lane.")
     records = list(services.export_memories(user_id=cast.alice.id))
@@ -380,9 +381,7 @@ def test_an_import_restoring_links_and_a_live_write_to_a_linked_memory_both_fini
     assert (report.linked, report.unlinked) == (2, 0)
     with tenancy.operator():
         linked = Memory.objects.filter(user_id=cast.charlie.id, superseded_by__isnull=False)
-        assert sorted(m.content for m in linked) == sorted(
-            [OLD, "The office wifi password is harbour-lights-42."]
-        )
+        assert sorted(m.content for m in linked) == sorted([OLD, WIFI])
         assert Memory.objects.get(id=other).priority == "high"
     assert dangling_links(cast.charlie.id) == []
 
@@ -427,7 +426,7 @@ def test_forgetting_a_namespace_while_a_write_holds_two_of_its_memories_answers_
     # one stored first, the higher id: each then waited for the other.
     # HIGH goes to the text found first, by storage and by the namespace's
     # index (content hash order).
-    texts = sorted([OLD, "The office wifi password is harbour-lights-42."], key=content_hash)
+    texts = sorted([OLD, WIFI], key=content_hash)
     ids = iter([HIGH, LOW])
     monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
     for text in texts:
@@ -461,7 +460,7 @@ def test_the_expiry_purge_passes_over_a_memory_a_live_write_holds(cast) -> None:
     # The purge spans every user's namespaces: waiting on a live write's row
     # would put it in that write's lock order. It leaves the row for its next run.
     held = remember(cast.alice.id, OLD, ttl_seconds=60)["id"]
-    remember(cast.alice.id, "The office wifi password is harbour-lights-42.", ttl_seconds=60)
+    remember(cast.alice.id, WIFI, ttl_seconds=60)
     later = timezone.now() + timedelta(minutes=2)
     waited, done = purge_while_held(cast.alice.id, held, later)
 
@@ -577,7 +576,7 @@ def test_a_fact_stated_again_naming_a_replacement_and_an_update_of_it_both_finis
     # an update of that memory holds its row and then needs the generation.
     old = remember(cast.alice.id, OLD)["id"]
     new = remember(cast.alice.id, NEW, replaces=old)["id"]
-    named = remember(cast.alice.id, "The office wifi password is harbour-lights-42.")["id"]
+    named = remember(cast.alice.id, WIFI)["id"]
     writer = Background(lambda: remember(cast.alice.id, OLD, replaces=named))
     with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
         cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [named])
@@ -591,6 +590,36 @@ def test_a_fact_stated_again_naming_a_replacement_and_an_update_of_it_both_finis
         assert Memory.objects.get(id=old).superseded_by is None
         assert str(Memory.objects.get(id=named).superseded_by) == old
         assert Memory.objects.get(id=named).priority == "high"
+    assert dangling_links(cast.alice.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_current_fact_stated_again_naming_a_replacement_locks_both_in_id_order(
+    cast, monkeypatch
+) -> None:
+    # Content already stored, and current, named as the replacement of
+    # another memory: the write locked the named memory (HIGH), and then
+    # the stored one (LOW) when it recorded the link on it, out of id order.
+    # A writer of both in id order (a delete, a link) holding LOW and then
+    # asking for HIGH closed a cycle, and PostgreSQL failed one of them.
+    # Two unrelated facts, so that detection links neither to the other.
+    ids = iter([LOW, HIGH])
+    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
+    remember(cast.alice.id, OLD)
+    remember(cast.alice.id, WIFI)
+    monkeypatch.undo()
+    writer = Background(lambda: remember(cast.alice.id, OLD, replaces=str(HIGH)))
+    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [LOW])
+        writer.start()
+        writer.until_waiting()
+        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [HIGH])
+    done = writer.outcome()
+
+    assert done == {"id": str(LOW), "deduped": True, "replaces": [str(HIGH)]}
+    with tenancy.operator():
+        assert Memory.objects.get(id=HIGH).superseded_by == LOW
+    assert actions(str(HIGH)) == ["created", "superseded"]
     assert dangling_links(cast.alice.id) == []
 
 
