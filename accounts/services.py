@@ -386,10 +386,17 @@ def delete_agent(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str) -> None
     """Delete an agent with its memories and scoped keys; its OAuth connections end too.
 
     The database removes the memories and keys (ON DELETE CASCADE on the
-    composite keys) and keeps its usage events with no agent.
+    composite keys) and keeps its usage events with no agent. The memories
+    are locked first, in id order, as every writer of several takes them:
+    the cascade meets them in the order of its scan.
     """
     with tenancy.tenant(user_id):
         agent = _own_agent(user_id, agent_id)
         with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM memories WHERE user_id = %s AND agent_id = %s"
+                " ORDER BY id FOR UPDATE",
+                [str(user_id), agent.id],
+            )
             cursor.execute("DELETE FROM agents WHERE id = %s", [agent.id])
     invalidate_cached_auth()

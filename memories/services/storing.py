@@ -197,7 +197,8 @@ PLACE_ATTEMPTS = 3
 
 
 class _PlaceChanged(Exception):
-    """A memory store() found before its transaction was forgotten or replaced meanwhile."""
+    """A memory store() found before its transaction was forgotten or replaced meanwhile,
+    or content it did not find was stored by another call meanwhile."""
 
 
 class PlacesChanged(Conflict):
@@ -272,12 +273,16 @@ def _store(
                 found, inserted = _insert_or_find(
                     user_id, agent_id, call, item, place, new_id, vector_for[i]
                 )
-                if inserted:
-                    stored[place] = found
-                    if waiting is not None:
-                        pending = (found, waiting)
-                result = _linked(user_id, found, not inserted, links)
-                if inserted and hints:
+                if not inserted:
+                    # Stored by another call since the first look: found
+                    # now, it is neither locked with what this write links
+                    # nor checked as a restatement. Start again, finding it.
+                    raise _PlaceChanged
+                stored[place] = found
+                if waiting is not None:
+                    pending = (found, waiting)
+                result = _linked(user_id, found, False, links)
+                if hints:
                     result["may_replace"] = list(hints)
                 results.append(result)
                 continue

@@ -43,6 +43,8 @@ from memories.validation import content_hash
 OLD = "Staging Postgres runs on pg-staging-3."
 NEW = "Staging Postgres was migrated to pg-staging-7 last week."
 WIFI = "The office wifi password is harbour-lights-42."
+# This test's connection taking a memory's row as a writer of it would.
+HOLD = "SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE"
 # How long a helper thread may take before the test gives up on it: a guard
 # against a hang, never a measure of speed.
 PATIENCE = 60.0
@@ -372,7 +374,7 @@ def test_an_import_restoring_links_and_a_live_write_to_a_linked_memory_both_fini
         held = Memory.objects.get(user_id=cast.charlie.id, content__startswith="The office wifi").id
         other = Memory.objects.get(user_id=cast.charlie.id, content__startswith="The dentist").id
     with tenancy.tenant(cast.charlie.id), connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [held])
+        cursor.execute(HOLD, [held])
         go.set()
         importer.until_waiting()
         cursor.execute("UPDATE memories SET priority = 'high' WHERE id = %s", [other])
@@ -432,15 +434,27 @@ def test_forgetting_a_namespace_while_a_write_holds_two_of_its_memories_answers_
     for text in texts:
         remember(cast.alice.id, text)
     monkeypatch.undo()
-    deleter = Background(
-        lambda: services.forget_namespace(user_id=cast.alice.id, namespace="default")
+    done = crossing(
+        cast.alice.id,
+        lambda: services.forget_namespace(user_id=cast.alice.id, namespace="default"),
+        LOW,
+        HOLD,
+        HIGH,
     )
-    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [LOW])
-        deleter.start()
-        deleter.until_waiting()
-        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [HIGH])
-    assert deleter.outcome()["deleted_count"] == 2
+    assert done["deleted_count"] == 2
+
+
+def crossing(user_id: Any, call: Callable[[], Any], held: Any, then: str, row: Any) -> Any:
+    """Run ``call`` while this test's connection holds memory ``held`` as a writer of
+    two rows would; once the call waits for it, run ``then`` on ``row`` (the second
+    row this connection takes) and commit. Returns the call's outcome."""
+    background = Background(call)
+    with tenancy.tenant(user_id), connection.cursor() as cursor:
+        cursor.execute(HOLD, [held])
+        background.start()
+        background.until_waiting()
+        cursor.execute(then, [row])
+    return background.outcome()
 
 
 def purge_while_held(user_id: Any, held: str, later: Any) -> tuple[bool, Any]:
@@ -448,7 +462,7 @@ def purge_while_held(user_id: Any, held: str, later: Any) -> tuple[bool, Any]:
     memory ``held`` as a live write would; whether the purge waited, and its outcome."""
     purge = Background(lambda: services.clean_up(now=later))
     with tenancy.tenant(user_id), connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [held])
+        cursor.execute(HOLD, [held])
         purge.start()
         purge.until_waiting()
         waited = purge.is_alive()
@@ -550,13 +564,7 @@ def test_forgetting_a_replacing_memory_while_a_write_holds_the_pair_answers_both
             return services.forget(user_id=cast.alice.id, mode="by_id", id=str(HIGH))
         return services.forget_namespace(user_id=cast.alice.id, namespace="default")
 
-    deleter = Background(call)
-    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [LOW])
-        deleter.start()
-        deleter.until_waiting()
-        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [HIGH])
-    done = deleter.outcome()
+    done = crossing(cast.alice.id, call, LOW, HOLD, HIGH)
 
     if how == "by_id":
         assert done == {"success": True}
@@ -577,13 +585,13 @@ def test_a_fact_stated_again_naming_a_replacement_and_an_update_of_it_both_finis
     old = remember(cast.alice.id, OLD)["id"]
     new = remember(cast.alice.id, NEW, replaces=old)["id"]
     named = remember(cast.alice.id, WIFI)["id"]
-    writer = Background(lambda: remember(cast.alice.id, OLD, replaces=named))
-    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [named])
-        writer.start()
-        writer.until_waiting()
-        cursor.execute("UPDATE memories SET priority = 'high' WHERE id = %s", [named])
-    done = writer.outcome()
+    done = crossing(
+        cast.alice.id,
+        lambda: remember(cast.alice.id, OLD, replaces=named),
+        named,
+        "UPDATE memories SET priority = 'high' WHERE id = %s",
+        named,
+    )
 
     assert done["id"] == old and sorted(done["replaces"]) == sorted([named, new])
     with tenancy.operator():
@@ -608,19 +616,67 @@ def test_a_current_fact_stated_again_naming_a_replacement_locks_both_in_id_order
     remember(cast.alice.id, OLD)
     remember(cast.alice.id, WIFI)
     monkeypatch.undo()
-    writer = Background(lambda: remember(cast.alice.id, OLD, replaces=str(HIGH)))
-    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [LOW])
-        writer.start()
-        writer.until_waiting()
-        cursor.execute("SELECT id FROM memories WHERE id = %s FOR NO KEY UPDATE", [HIGH])
-    done = writer.outcome()
+    done = crossing(
+        cast.alice.id, lambda: remember(cast.alice.id, OLD, replaces=str(HIGH)), LOW, HOLD, HIGH
+    )
 
     assert done == {"id": str(LOW), "deduped": True, "replaces": [str(HIGH)]}
     with tenancy.operator():
         assert Memory.objects.get(id=HIGH).superseded_by == LOW
     assert actions(str(HIGH)) == ["created", "superseded"]
     assert dangling_links(cast.alice.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_naming_a_replacement_whose_content_is_stored_meanwhile_starts_again(
+    cast, monkeypatch
+) -> None:
+    # Another call stores the same content after this write first looked
+    # (here: the first look finds nothing) and commits before it inserts.
+    # The insert then found that memory (LOW) and linked to it without
+    # locking it, after the named memory (HIGH): out of id order, and after
+    # a write. It starts again instead, and finds the content stored.
+    ids = iter([LOW, HIGH])
+    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
+    remember(cast.alice.id, OLD)
+    remember(cast.alice.id, WIFI)
+    monkeypatch.undo()
+    looks = iter([False])
+    real = storing._held_by_place
+    monkeypatch.setattr(storing, "_held_by_place", lambda *a: real(*a) if next(looks, True) else {})
+    done = crossing(
+        cast.alice.id, lambda: remember(cast.alice.id, OLD, replaces=str(HIGH)), LOW, HOLD, HIGH
+    )
+
+    assert done == {"id": str(LOW), "deduped": True, "replaces": [str(HIGH)]}
+    with tenancy.operator():
+        assert Memory.objects.get(id=HIGH).superseded_by == LOW
+    assert dangling_links(cast.alice.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deleting_an_agent_while_a_write_holds_two_of_its_memories_answers_both(
+    cast, agents, monkeypatch
+) -> None:
+    # The agent's memories went with it through the foreign key's cascade,
+    # in the order the scan met them (HIGH first), not by id.
+    from accounts import services as accounts
+
+    ids = iter([HIGH, LOW])
+    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
+    agent = agents.research.id
+    for text in sorted([OLD, WIFI], key=content_hash):
+        remember(cast.alice.id, text, agent_id=agent)
+    monkeypatch.undo()
+    crossing(
+        cast.alice.id,
+        lambda: accounts.delete_agent(user_id=cast.alice.id, agent_id=agent),
+        LOW,
+        HOLD,
+        HIGH,
+    )
+    with tenancy.operator():
+        assert not Memory.objects.filter(agent_id=agent).exists()
 
 
 @pytest.mark.django_db(transaction=True)
