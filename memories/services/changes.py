@@ -114,7 +114,10 @@ def update_memory(
                 if other is None and attempt == 1:
                     # An expired copy the purge has not reached holds the place in
                     # the dedup index; it goes, as before a write, and the update
-                    # is tried again.
+                    # is tried again. The failed update's lock on the memory went
+                    # with its savepoint: the memory is taken again first, before
+                    # the delete writes, as every writer takes rows first.
+                    _hold(user_id, memory_id)
                     drop_expired_copy(current, changes["content_hash"])
                     continue
                 raise Conflict(
@@ -125,6 +128,15 @@ def update_memory(
     if not updated:
         raise NotFound(f"No memory with id {memory_id}.")
     return {"success": True}
+
+
+def _hold(user_id: uuid.UUID | str, memory_id: uuid.UUID) -> None:
+    """Lock a memory whose content this transaction will change (a key of the dedup index)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memories WHERE id = %s AND user_id = %s FOR UPDATE",
+            [memory_id, str(user_id)],
+        )
 
 
 def forget(

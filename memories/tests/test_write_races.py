@@ -680,6 +680,57 @@ def test_deleting_an_agent_while_a_write_holds_two_of_its_memories_answers_both(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_an_edit_to_an_expired_copys_content_and_another_edit_of_the_memory_both_finish(
+    cast, monkeypatch
+) -> None:
+    # The edit's first update fails on the dedup index (an expired copy
+    # holds the content's place), and rolling it back released the memory's
+    # row. The copy's delete then took the namespace's generation, and the
+    # update again needed the row, which the other edit had taken meanwhile
+    # and held while it waited for the generation.
+    from memories.services import changes
+
+    target = remember(cast.alice.id, NEW)["id"]
+    expired = remember(cast.alice.id, WIFI, ttl_seconds=60)["id"]
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memories SET expires_at = now() - interval '1 s' WHERE id = %s", [expired]
+        )
+    dropped, resume = threading.Event(), threading.Event()
+    pids: list[int] = []
+    real = changes.drop_expired_copy
+
+    def pausing(*args: Any) -> None:
+        real(*args)
+        pids.append(backend_pid())
+        dropped.set()
+        assert resume.wait(PATIENCE), "the test never let the edit go on"
+
+    monkeypatch.setattr(changes, "drop_expired_copy", pausing)
+    edit = Background(
+        lambda: services.update_memory(user_id=cast.alice.id, id=target, content=WIFI)
+    )
+    other = Background(
+        lambda: services.update_memory(user_id=cast.alice.id, id=target, priority="high")
+    )
+    edit.start()
+    assert dropped.wait(PATIENCE), "the edit never dropped the expired copy"
+    other.start()
+    for _ in range(int(PATIENCE / 0.05)):
+        if not other.is_alive() or (other.pid and waits_for(other.pid, pids[0])):
+            break
+        threading.Event().wait(0.05)
+    resume.set()
+
+    assert edit.outcome() == {"success": True}
+    assert other.outcome() == {"success": True}
+    with tenancy.operator():
+        memory = Memory.objects.get(id=target)
+        assert (memory.content, memory.priority) == (WIFI, "high")
+        assert not Memory.objects.filter(id=expired).exists()
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("meanwhile", ["restored", "forgotten"])
 def test_an_undo_waits_for_a_concurrent_undo_or_forget_and_reports_what_it_found(
     cast, meanwhile
