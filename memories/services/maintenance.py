@@ -177,6 +177,16 @@ def reembed(
             break
         vectors = embedder.embed([row["content"] for row in rows])
         with tenancy.operator():
+            # The batch's rows first, in one statement in id order, as every
+            # writer of several memories takes them: each update below also
+            # writes its namespace's generation, and a row asked for after
+            # that could be held by an edit waiting for the generation.
+            list(
+                Memory.objects.filter(id__in=[row["id"] for row in rows])
+                .order_by("id")
+                .select_for_update(no_key=True)
+                .values_list("id", flat=True)
+            )
             for row, vector in zip(rows, vectors, strict=True):
                 # The hash guard skips a memory whose content changed meanwhile;
                 # its update already embedded it with the current model.

@@ -92,3 +92,34 @@ def test_a_dry_run_changes_nothing(cast, switch_model):
         assert list(Memory.objects.values_list("embedding_model", flat=True)) == [
             "all-MiniLM-L6-v2"
         ]
+
+
+def test_re_embedding_and_an_edit_of_a_memory_in_its_batch_both_finish(
+    cast, switch_model, monkeypatch
+):
+    # A batch updated its memories one statement each: the first update took
+    # the namespace's generation, and the next memory's row was then asked
+    # for while an edit held it and waited for the generation. The batch's
+    # rows are now locked first, in id order, as every writer of several.
+    from memories.services import storing
+    from memories.tests.test_write_races import HIGH, LOW, crossing
+
+    ids = iter([LOW, HIGH])
+    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
+    for content in ["alpha beta", "gamma delta"]:
+        services.remember(user_id=cast.alice.id, tier=Tier.PRO, content=content)
+    monkeypatch.undo()
+    switch_model()
+
+    done = crossing(
+        cast.alice.id,
+        lambda: services.reembed(batch_size=64),
+        HIGH,
+        "UPDATE memories SET priority = 'high' WHERE id = %s",
+        HIGH,
+    )
+
+    assert (done.done, done.skipped) == (2, 0)
+    with tenancy.operator():
+        assert set(Memory.objects.values_list("embedding_model", flat=True)) == {"hash-16"}
+        assert Memory.objects.get(id=HIGH).priority == "high"
