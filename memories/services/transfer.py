@@ -602,6 +602,18 @@ def _import_batch(
     inserted.update(fresh)
 
 
+_INSERT_IMPORTED = (
+    "INSERT INTO memories (id, user_id, agent_id, namespace, source_kind, author,"
+    " path, thread_id, position, task_id, content, content_hash, embedding,"
+    " embedding_model, metadata, priority, expires_at, version, created_at,"
+    " updated_at) VALUES "
+)
+_IMPORTED_ROW = (
+    "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::vector, %s, %s::jsonb,"
+    " %s, %s, %s, %s, %s)"
+)
+
+
 def _store_batch(
     user_id: uuid.UUID | str,
     batch: list[_Incoming],
@@ -617,6 +629,12 @@ def _store_batch(
     fresh: set[uuid.UUID] = set()
     # An expired copy not yet purged still holds its place to the dedup index.
     drop_expired_copies(user_id, sorted({item.content_hash for item in batch}))
+    # The batch's memories go in one statement, after every record is read.
+    # Inserted one statement each, the first took the namespace's generation
+    # (its trigger) and a later one could wait on a place a live write held
+    # while that write waited for the generation: a deadlock.
+    placed: dict[tuple[Any, ...], uuid.UUID] = {}
+    rows: list[list[Any]] = []
     for item in batch:
         agent_id = agents[item.agent.casefold()] if item.agent else None
         place = {
@@ -628,14 +646,15 @@ def _store_batch(
             "task_id": item.task_id,
             "path": item.path,
         }
-        existing = holder(place, item.content_hash)
+        key = (*place.values(), item.content_hash)
+        existing = placed.get(key) or holder(place, item.content_hash)
         if existing:
             counts.deduplicated += 1
             stored[item.id] = existing
             continue
         memory_id = uuid.uuid4() if item.id in taken else item.id
         taken.add(memory_id)
-        stored[item.id] = memory_id
+        stored[item.id] = placed[key] = memory_id
         history = item.history or [
             {
                 "version": 1,
@@ -654,39 +673,39 @@ def _store_batch(
             for version in history
         )
         vector = item.vector if item.vector is not None else vectors[item.id]
-        with connection.cursor() as cursor:
-            # The history just written covers this version, so the history
-            # trigger adds no row of its own.
-            cursor.execute(
-                "INSERT INTO memories (id, user_id, agent_id, namespace, source_kind, author,"
-                " path, thread_id, position, task_id, content, content_hash, embedding,"
-                " embedding_model, metadata, priority, expires_at, version, created_at,"
-                " updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-                " %s::vector, %s, %s::jsonb, %s, %s, %s, %s, %s)",
-                [
-                    memory_id,
-                    str(user_id),
-                    agent_id,
-                    item.namespace,
-                    item.source_kind,
-                    item.author,
-                    item.path,
-                    item.thread_id,
-                    item.position,
-                    item.task_id,
-                    item.content,
-                    item.content_hash,
-                    vector_literal(vector),
-                    embedder.model_id,
-                    json.dumps(item.metadata),
-                    item.priority,
-                    item.expires_at,
-                    max(item.version, max(v["version"] for v in history)),
-                    item.created_at,
-                    item.updated_at,
-                ],
-            )
+        rows.append(
+            [
+                memory_id,
+                str(user_id),
+                agent_id,
+                item.namespace,
+                item.source_kind,
+                item.author,
+                item.path,
+                item.thread_id,
+                item.position,
+                item.task_id,
+                item.content,
+                item.content_hash,
+                vector_literal(vector),
+                embedder.model_id,
+                json.dumps(item.metadata),
+                item.priority,
+                item.expires_at,
+                max(item.version, max(v["version"] for v in history)),
+                item.created_at,
+                item.updated_at,
+            ]
+        )
         fresh.add(memory_id)
         counts.imported += 1
         counts.embedded += item.vector is None
+    if rows:
+        with connection.cursor() as cursor:
+            # The history just written covers each version, so the history
+            # trigger adds no row of its own.
+            cursor.execute(
+                _INSERT_IMPORTED + ", ".join([_IMPORTED_ROW] * len(rows)),
+                [value for row in rows for value in row],
+            )
     return counts, stored, fresh

@@ -731,6 +731,54 @@ def test_an_edit_to_an_expired_copys_content_and_another_edit_of_the_memory_both
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_live_write_of_a_later_record_while_an_import_batch_runs_keeps_one_memory(
+    cast, monkeypatch
+) -> None:
+    # The batch inserted its records one statement each: after the first it
+    # held the namespace's generation, and a live write of the second
+    # record's content (its row stored, waiting for the generation) then
+    # held the place the batch's next insert waited on.
+    from memories.services import transfer
+
+    dentist = "The dentist is Dr. Okafor on Mill Lane."
+    remember(cast.alice.id, OLD)
+    remember(cast.alice.id, dentist)
+    records = list(services.export_memories(user_id=cast.alice.id))
+    second = str(records[1]["content"])
+    looked, resume = threading.Event(), threading.Event()
+    pids: list[int] = []
+    real = transfer.holder
+
+    def pausing(place: Any, digest: str) -> Any:
+        if digest == content_hash(second) and not looked.is_set():
+            pids.append(backend_pid())
+            looked.set()
+            assert resume.wait(PATIENCE), "the test never let the import go on"
+        return real(place, digest)
+
+    monkeypatch.setattr(transfer, "holder", pausing)
+    importer = Background(
+        lambda: services.import_memories(user_id=cast.charlie.id, records=records)
+    )
+    importer.start()
+    assert looked.wait(PATIENCE), "the import never came to its second record"
+    live = Background(lambda: remember(cast.charlie.id, second))
+    live.start()
+    for _ in range(int(PATIENCE / 0.05)):
+        if not live.is_alive() or (live.pid and waits_for(live.pid, pids[0])):
+            break
+        threading.Event().wait(0.05)
+    resume.set()
+
+    assert not live.outcome()["deduped"]
+    report = importer.outcome()
+    assert (report.imported, report.deduplicated) == (1, 1)
+    with tenancy.operator():
+        contents = Memory.objects.filter(user_id=cast.charlie.id).values_list("content", flat=True)
+        assert sorted(contents) == sorted([OLD, dentist])
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("meanwhile", ["restored", "forgotten"])
 def test_an_undo_waits_for_a_concurrent_undo_or_forget_and_reports_what_it_found(
     cast, meanwhile
