@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, Unpack
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection
 from django.utils import timezone
 
 from core import tenancy
@@ -99,44 +99,33 @@ def update_memory(
     if not changes:
         return {"success": True}
 
-    with tenancy.tenant(user_id, agent_id=agent_id):
-        for attempt in (1, 2):
-            try:
-                with transaction.atomic():
-                    updated = (
-                        Memory.objects.live()
-                        .filter(id=memory_id, user_id=user_id)
-                        .update(**changes)
-                    )
-                break
-            except IntegrityError:
+    for attempt in (1, 2):
+        try:
+            with tenancy.tenant(user_id, agent_id=agent_id):
+                updated = (
+                    Memory.objects.live().filter(id=memory_id, user_id=user_id).update(**changes)
+                )
+            break
+        except IntegrityError:
+            with tenancy.tenant(user_id, agent_id=agent_id):
                 other = holder(current, changes["content_hash"])
                 if other is None and attempt == 1:
-                    # An expired copy the purge has not reached holds the place in
-                    # the dedup index; it goes, as before a write, and the update
-                    # is tried again. The failed update's lock on the memory went
-                    # with its savepoint: the memory is taken again first, before
-                    # the delete writes, as every writer takes rows first.
-                    _hold(user_id, memory_id)
+                    # An expired copy the purge has not reached holds the
+                    # place in the dedup index; it goes, as the purge would,
+                    # in a transaction of its own, and the update is tried
+                    # again. In the update's transaction, its delete wrote
+                    # (the namespace's generation) before the update took
+                    # its row, and took the copy's row after the memory's.
                     drop_expired_copy(current, changes["content_hash"])
                     continue
-                raise Conflict(
-                    f"Another memory in namespace '{current['namespace']}' already has this "
-                    f"content (id {other}). Update or forget that one instead.",
-                    conflicting_id=str(other),
-                ) from None
+            raise Conflict(
+                f"Another memory in namespace '{current['namespace']}' already has this "
+                f"content (id {other}). Update or forget that one instead.",
+                conflicting_id=str(other),
+            ) from None
     if not updated:
         raise NotFound(f"No memory with id {memory_id}.")
     return {"success": True}
-
-
-def _hold(user_id: uuid.UUID | str, memory_id: uuid.UUID) -> None:
-    """Lock a memory whose content this transaction will change (a key of the dedup index)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id FROM memories WHERE id = %s AND user_id = %s FOR UPDATE",
-            [memory_id, str(user_id)],
-        )
 
 
 def forget(

@@ -586,6 +586,13 @@ def _import_batch(
     for attempt in range(1, IMPORT_ATTEMPTS + 1):
         try:
             with context.acting_as("import"), tenancy.tenant(user_id):
+                # An expired copy not yet purged still holds its place in the
+                # dedup index. It goes in a transaction of its own, as the
+                # purge would: in the batch's, the delete wrote (the
+                # namespace's generation) before the batch's insert could
+                # wait on a place a live write held.
+                drop_expired_copies(user_id, sorted({item.content_hash for item in batch}))
+            with context.acting_as("import"), tenancy.tenant(user_id):
                 counts, held, fresh = _store_batch(
                     user_id, batch, agents, set(taken), vectors, embedder
                 )
@@ -627,8 +634,6 @@ def _store_batch(
     counts = Imported()
     stored: dict[uuid.UUID, uuid.UUID] = {}
     fresh: set[uuid.UUID] = set()
-    # An expired copy not yet purged still holds its place to the dedup index.
-    drop_expired_copies(user_id, sorted({item.content_hash for item in batch}))
     # The batch's memories go in one statement, after every record is read.
     # Inserted one statement each, the first took the namespace's generation
     # (its trigger) and a later one could wait on a place a live write held

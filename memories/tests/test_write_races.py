@@ -444,6 +444,15 @@ def test_forgetting_a_namespace_while_a_write_holds_two_of_its_memories_answers_
     assert done["deleted_count"] == 2
 
 
+def expire(memory_id: Any) -> Any:
+    """Make a memory expired, not yet purged: it still holds its place. Returns its id."""
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memories SET expires_at = now() - interval '1 s' WHERE id = %s", [memory_id]
+        )
+    return memory_id
+
+
 def crossing(user_id: Any, call: Callable[[], Any], held: Any, then: str, row: Any) -> Any:
     """Run ``call`` while this test's connection holds memory ``held`` as a writer of
     two rows would; once the call waits for it, run ``then`` on ``row`` (the second
@@ -691,11 +700,7 @@ def test_an_edit_to_an_expired_copys_content_and_another_edit_of_the_memory_both
     from memories.services import changes
 
     target = remember(cast.alice.id, NEW)["id"]
-    expired = remember(cast.alice.id, WIFI, ttl_seconds=60)["id"]
-    with tenancy.operator(), connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE memories SET expires_at = now() - interval '1 s' WHERE id = %s", [expired]
-        )
+    expired = expire(remember(cast.alice.id, WIFI, ttl_seconds=60)["id"])
     dropped, resume = threading.Event(), threading.Event()
     pids: list[int] = []
     real = changes.drop_expired_copy
@@ -731,13 +736,61 @@ def test_an_edit_to_an_expired_copys_content_and_another_edit_of_the_memory_both
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_live_write_of_a_later_record_while_an_import_batch_runs_keeps_one_memory(
+def test_an_edit_to_an_expired_copys_content_and_a_delete_of_both_both_finish(
     cast, monkeypatch
+) -> None:
+    # The edit locked its memory (HIGH) and then, in a statement of its own,
+    # the expired copy (LOW) it deletes: out of id order, against a delete
+    # of the namespace that takes both by id.
+    from core.errors import NotFound
+    from memories.services import changes
+
+    ids = iter([LOW, HIGH])
+    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
+    expire(remember(cast.alice.id, WIFI, ttl_seconds=60)["id"])
+    target = remember(cast.alice.id, NEW)["id"]
+    monkeypatch.undo()
+    reached, resume = threading.Event(), threading.Event()
+    pids: list[int] = []
+    real = changes.drop_expired_copy
+
+    def pausing(*args: Any) -> None:
+        pids.append(backend_pid())
+        reached.set()
+        assert resume.wait(PATIENCE), "the test never let the edit go on"
+        real(*args)
+
+    monkeypatch.setattr(changes, "drop_expired_copy", pausing)
+    edit = Background(
+        lambda: services.update_memory(user_id=cast.alice.id, id=target, content=WIFI)
+    )
+    deleter = Background(
+        lambda: services.forget_namespace(user_id=cast.alice.id, namespace="default")
+    )
+    edit.start()
+    assert reached.wait(PATIENCE), "the edit never came to the expired copy"
+    deleter.start()
+    for _ in range(int(PATIENCE / 0.05)):
+        if not deleter.is_alive() or (deleter.pid and waits_for(deleter.pid, pids[0])):
+            break
+        threading.Event().wait(0.05)
+    resume.set()
+
+    assert deleter.outcome()["deleted_count"] == 2
+    with pytest.raises(NotFound):
+        edit.outcome()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("expired_copy", [False, True])
+def test_a_live_write_of_a_later_record_while_an_import_batch_runs_keeps_one_memory(
+    cast, monkeypatch, expired_copy
 ) -> None:
     # The batch inserted its records one statement each: after the first it
     # held the namespace's generation, and a live write of the second
     # record's content (its row stored, waiting for the generation) then
-    # held the place the batch's next insert waited on.
+    # held the place the batch's next insert waited on. Deleting an expired
+    # copy of a record's content in the batch's transaction did the same.
     from memories.services import transfer
 
     dentist = "The dentist is Dr. Okafor on Mill Lane."
@@ -745,6 +798,8 @@ def test_a_live_write_of_a_later_record_while_an_import_batch_runs_keeps_one_mem
     remember(cast.alice.id, dentist)
     records = list(services.export_memories(user_id=cast.alice.id))
     second = str(records[1]["content"])
+    if expired_copy:
+        expire(remember(cast.charlie.id, str(records[0]["content"]), ttl_seconds=60)["id"])
     looked, resume = threading.Event(), threading.Event()
     pids: list[int] = []
     real = transfer.holder
