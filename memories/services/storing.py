@@ -183,6 +183,11 @@ def store(
     for _ in range(PLACE_ATTEMPTS):
         try:
             return _store(user_id, tier, call, agent_id, ids, finish, vectors)
+        except _ExpiredInTheWay:
+            # Deleted before the writing transaction, as the purge would: in
+            # it, the copy's row came after the rows the write had taken.
+            with tenancy.tenant(user_id, agent_id=agent_id):
+                drop_expired_copies(user_id, sorted({digest for _, _, digest in places_of(call)}))
         except _PlaceChanged:
             pass
     raise PlacesChanged(
@@ -199,6 +204,10 @@ PLACE_ATTEMPTS = 3
 class _PlaceChanged(Exception):
     """A memory store() found before its transaction was forgotten or replaced meanwhile,
     or content it did not find was stored by another call meanwhile."""
+
+
+class _ExpiredInTheWay(_PlaceChanged):
+    """An expired copy the purge has not reached holds a place the call inserts at."""
 
 
 class PlacesChanged(Conflict):
@@ -270,14 +279,7 @@ def _store(
                     links, waiting, hints = detected.links, detected.pending, detected.hints
                 if links:
                     superseding.announce(links)
-                found, inserted = _insert_or_find(
-                    user_id, agent_id, call, item, place, new_id, vector_for[i]
-                )
-                if not inserted:
-                    # Stored by another call since the first look: found
-                    # now, it is neither locked with what this write links
-                    # nor checked as a restatement. Start again, finding it.
-                    raise _PlaceChanged
+                found = _insert_new(user_id, agent_id, call, item, place, new_id, vector_for[i])
                 stored[place] = found
                 if waiting is not None:
                     pending = (found, waiting)
@@ -356,7 +358,7 @@ def _linked(
     return result
 
 
-def _insert_or_find(
+def _insert_new(
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None,
     call: Remembering,
@@ -364,22 +366,20 @@ def _insert_or_find(
     place: Place,
     memory_id: uuid.UUID,
     vector: np.ndarray,
-) -> tuple[uuid.UUID, bool]:
-    """Insert one memory; return its id and True, or the id already in its place and False."""
+) -> uuid.UUID:
+    """Insert one memory and return its id, or start the call again.
+
+    A place held at the insert was free at the first look: another call
+    stored the same content since (found now, it is neither locked with what
+    this write links nor checked as a restatement), or an expired copy the
+    purge has not reached holds it (live() skips it; it goes first).
+    """
     row = _insert(user_id, agent_id, call, item, place, memory_id, vector)
     if row is not None:
-        return row, True
-    # A concurrent call stored the same content first, or an expired copy
-    # still holds the place (live() skips it): that one is deleted, and this
-    # memory takes its place.
-    again = _ids_by_place(user_id, agent_id, call, [place]).get(place)
-    if again is None:
-        _drop_expired(user_id, agent_id, call, place)
-        row = _insert(user_id, agent_id, call, item, place, memory_id, vector)
-        if row is not None:
-            return row, True
-        again = _ids_by_place(user_id, agent_id, call, [place])[place]
-    return again, False
+        return row
+    if _ids_by_place(user_id, agent_id, call, [place]).get(place) is None:
+        raise _ExpiredInTheWay
+    raise _PlaceChanged
 
 
 def _insert_all(
@@ -627,25 +627,6 @@ def _placed_like(current: Mapping[str, Any], digest: str) -> Q:
         task_id=current["task_id"],
         path=current["path"],
         content_hash=digest,
-    )
-
-
-def _drop_expired(
-    user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, call: Remembering, place: Place
-) -> None:
-    _delete_expired(
-        user_id,
-        Memory.objects.filter(
-            written_by(agent_id),
-            user_id=user_id,
-            namespace=call.namespace,
-            thread_id=call.thread_id,
-            task_id=call.task_id,
-            position=place[0],
-            path=place[1],
-            content_hash=place[2],
-            expires_at__lte=Now(),
-        ),
     )
 
 

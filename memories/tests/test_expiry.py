@@ -99,6 +99,26 @@ def test_an_expired_memory_does_not_count_as_a_duplicate(cast):
     assert (listed["id"], listed["expires_at"]) == (again["id"], None)
 
 
+def test_a_conversation_stored_again_after_its_copy_expired_is_stored_in_one_call(cast):
+    # Every message's place is held by an expired copy; they all go before
+    # the writing transaction, not one per attempt of the call.
+    messages = [{"role": "user", "content": f"Message {n} of the trip plan."} for n in range(1, 6)]
+    first = services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, messages=messages, thread_id="trip", ttl_seconds=60
+    )
+    for memory in first["memories"]:
+        expire_now(memory["id"])
+
+    again = services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, messages=messages, thread_id="trip"
+    )
+
+    assert [m["deduped"] for m in again["memories"]] == [False] * 5
+    assert not {m["id"] for m in again["memories"]} & {m["id"] for m in first["memories"]}
+    with tenancy.operator():
+        assert Memory.objects.filter(user_id=cast.alice.id).count() == 5
+
+
 def test_an_expired_replacement_stored_again_takes_its_place_and_frees_what_it_replaced(cast):
     older = remember(cast.alice.id, "The user's desk is 4B.")["id"]
     expiring = remember(

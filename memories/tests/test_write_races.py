@@ -110,9 +110,9 @@ class Paused:
         self.inserted = threading.Event()
         self.resume = threading.Event()
         self.pid = 0
-        self._original = storing._insert_or_find
+        self._original = storing._insert_new
 
-    def __call__(self, *args: Any, **kwargs: Any) -> tuple[uuid.UUID, bool]:
+    def __call__(self, *args: Any, **kwargs: Any) -> uuid.UUID:
         found = self._original(*args, **kwargs)
         self.pid = backend_pid()
         self.inserted.set()
@@ -128,7 +128,7 @@ def race(
     Returns both results; re-raises the first error either thread met.
     """
     paused = Paused()
-    monkeypatch.setattr(storing, "_insert_or_find", paused)
+    monkeypatch.setattr(storing, "_insert_new", paused)
     results: dict[str, Any] = {}
     errors: list[BaseException] = []
     other_pid: list[int] = []
@@ -733,6 +733,30 @@ def test_an_edit_to_an_expired_copys_content_and_another_edit_of_the_memory_both
         memory = Memory.objects.get(id=target)
         assert (memory.content, memory.priority) == (WIFI, "high")
         assert not Memory.objects.filter(id=expired).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_whose_place_an_expired_copy_holds_takes_no_row_after_its_named_one(
+    cast, monkeypatch
+) -> None:
+    # The write locked the memory it names (HIGH), and its insert then met
+    # the expired copy (LOW) and deleted it in the same transaction: a row
+    # taken after another, out of id order. The copy now goes first, in a
+    # transaction of its own, and the write starts again.
+    ids = iter([LOW, HIGH])
+    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
+    expire(remember(cast.alice.id, OLD, ttl_seconds=60)["id"])
+    remember(cast.alice.id, WIFI)
+    monkeypatch.undo()
+
+    done = crossing(
+        cast.alice.id, lambda: remember(cast.alice.id, OLD, replaces=str(HIGH)), LOW, HOLD, HIGH
+    )
+
+    assert not done["deduped"] and done["replaces"] == [str(HIGH)]
+    with tenancy.operator():
+        assert not Memory.objects.filter(id=LOW).exists()
+        assert str(Memory.objects.get(id=HIGH).superseded_by) == done["id"]
 
 
 @pytest.mark.django_db(transaction=True)
