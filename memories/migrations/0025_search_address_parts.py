@@ -57,9 +57,9 @@ BATCH = 2000
 # with a later snapshot, then reads the content they committed. Without the
 # lock, an edit committed while the UPDATE waited for its document would be
 # read as it was before, and its old words written back over the new ones.
-# A writer that takes two memories out of id order (a restated memory that
-# replaces another locks the replaced one first) can close a cycle with a
-# batch's locks; PostgreSQL then rolls one of the two back (40P01). A batch
+# A session that takes two memories out of id order (the service's writers
+# take them in id order; an operator's SQL need not) can close a cycle with
+# a batch's locks; PostgreSQL then rolls one of the two back (40P01). A batch
 # that loses such a race, or a serialization failure, is run again, a few
 # times, after a pause; a writer that loses it gets the contention error
 # every write may get, and the same call again succeeds.

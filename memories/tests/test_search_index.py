@@ -4,7 +4,6 @@ and searched through its GIN index although row-level security is forced."""
 from __future__ import annotations
 
 import threading
-import uuid
 from collections import Counter
 
 import pytest
@@ -584,27 +583,17 @@ def test_an_edit_committed_while_the_parts_migration_runs_keeps_its_words(cast):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_batch_that_loses_a_deadlock_to_a_writer_runs_again(cast, monkeypatch):
-    """A restated memory that replaces another locks them out of id order; the batch,
-    rolled back to settle the cycle, is run again, and the write goes through."""
+    """A session that takes memories out of id order (an operator's SQL, say: the
+    service's writers take them in id order) closes a cycle with a batch; the batch,
+    rolled back to settle it, is run again, and the session's write goes through."""
     from importlib import import_module
 
-    from memories.services import superseding
+    from memories.tests.test_write_races import crossing
 
     parts = import_module(PARTS)
     monkeypatch.setattr(parts, "PAUSE", 0.05)
     texts = ["Mail relays through smtp.sendgrid.net.", "The office wifi password is hunter2."]
-    ids = {remember(cast.alice.id, text): text for text in texts}
-    low, high = sorted(ids)
-    locked, release = threading.Event(), threading.Event()
-    checked = superseding.check_replaces
-
-    def check_then_hold(*args, **kwargs):
-        checked(*args, **kwargs)  # holds `high`; the write updates `low` next
-        locked.set()
-        release.wait(30)
-
-    monkeypatch.setattr(superseding, "check_replaces", check_then_hold)
-    failures: list[BaseException] = []
+    low, high = sorted(remember(cast.alice.id, text) for text in texts)
     lost: list[bool] = []
     judged = parts._lost_race
 
@@ -613,40 +602,19 @@ def test_a_batch_that_loses_a_deadlock_to_a_writer_runs_again(cast, monkeypatch)
         return lost[-1]
 
     monkeypatch.setattr(parts, "_lost_race", lost_race)
-
-    def run(target) -> None:
-        try:
-            target()
-        except BaseException as error:  # reported below
-            failures.append(error)
-        finally:
-            connections.close_all()
-
-    writer = threading.Thread(
-        target=run,
-        args=(
-            lambda: services.remember(
-                user_id=cast.alice.id, tier=Tier.PRO, content=ids[low], replaces=high
-            ),
-        ),
+    # The batch takes `low`, then waits for `high`, which the session holds;
+    # the session then asks for `low`: a cycle.
+    crossing(
+        cast.alice.id,
+        lambda: parts.reanalyse(None, Editor()),
+        high,
+        "UPDATE memories SET priority = 'high' WHERE id = %s",
+        low,
     )
-    migrator = threading.Thread(target=run, args=(lambda: parts.reanalyse(None, Editor()),))
-    writer.start()
-    try:
-        assert locked.wait(30)
-        migrator.start()
-        # The batch holds `low` and waits for `high`: let the write close the cycle.
-        wait_until_blocked(migrator, "the write in progress")
-    finally:
-        release.set()
-        writer.join()
-        if migrator.is_alive():
-            migrator.join()
 
-    assert failures == []
     assert lost == [True]  # the batch lost the deadlock once, and its second try won
     with tenancy.operator():
-        assert Memory.objects.get(id=high).superseded_by == uuid.UUID(low)
+        assert Memory.objects.get(id=low).priority == "high"
     index = assert_consistent(cast.alice.id)
     assert index["terms"][("default", "sendgrid")] == 1
 
