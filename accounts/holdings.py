@@ -4,6 +4,9 @@ Deleting a user takes their memories, usage and billing rows with them, and
 the users' list shows each user's memories. Accounts sits below the apps
 that own those rows and imports none of them: each registers its counts here
 when Django starts (its app config's ``ready()``), and the admin asks.
+Deleting an agent takes its memories through the database's cascade; an app
+whose writers lock its rows in an order of their own registers a hook that
+takes them so, before the cascade meets them in its own.
 """
 
 from __future__ import annotations
@@ -18,14 +21,32 @@ Counter = Callable[..., int]
 # Returns an annotation counting each user's rows, for a queryset of users.
 PerUser = Callable[[], Expression]
 
+# Takes ``user_id=`` and ``agent_id=`` in the transaction that deletes the
+# agent, before the delete.
+BeforeAgentDeleted = Callable[..., None]
+
 _counters: dict[str, Counter] = {}
 _per_user: dict[str, PerUser] = {}
+_before_agent_deleted: dict[str, BeforeAgentDeleted] = {}
 
 
-def register(label: str, counter: Counter, per_user: PerUser | None = None) -> None:
+def register(
+    label: str,
+    counter: Counter,
+    per_user: PerUser | None = None,
+    before_agent_deleted: BeforeAgentDeleted | None = None,
+) -> None:
     _counters[label] = counter
     if per_user is not None:
         _per_user[label] = per_user
+    if before_agent_deleted is not None:
+        _before_agent_deleted[label] = before_agent_deleted
+
+
+def agent_deleting(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str) -> None:
+    """Run every registered hook for an agent about to be deleted, in its transaction."""
+    for hook in _before_agent_deleted.values():
+        hook(user_id=user_id, agent_id=agent_id)
 
 
 def count(user_ids: Iterable[uuid.UUID | str]) -> dict[str, int]:

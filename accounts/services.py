@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from accounts import keycache, tiers
+from accounts import holdings, keycache, tiers
 from accounts.models import Agent, ApiKey, User
 from core import storable, tenancy
 from core.errors import NotFound, QuotaExceeded, ValidationFailed
@@ -386,17 +386,13 @@ def delete_agent(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str) -> None
     """Delete an agent with its memories and scoped keys; its OAuth connections end too.
 
     The database removes the memories and keys (ON DELETE CASCADE on the
-    composite keys) and keeps its usage events with no agent. The memories
-    are locked first, in id order, as every writer of several takes them:
-    the cascade meets them in the order of its scan.
+    composite keys) and keeps its usage events with no agent. The apps that
+    own those rows lock them first, as their writers take them
+    (``holdings.agent_deleting``): the cascade meets them in its scan's order.
     """
     with tenancy.tenant(user_id):
         agent = _own_agent(user_id, agent_id)
+        holdings.agent_deleting(user_id=user_id, agent_id=agent.id)
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT id FROM memories WHERE user_id = %s AND agent_id = %s"
-                " ORDER BY id FOR UPDATE",
-                [str(user_id), agent.id],
-            )
             cursor.execute("DELETE FROM agents WHERE id = %s", [agent.id])
     invalidate_cached_auth()

@@ -9,7 +9,12 @@ class MemoriesConfig(AppConfig):
         from accounts import holdings
         from memories import services
 
-        holdings.register("memories", services.count_memories, services.memories_per_user)
+        holdings.register(
+            "memories",
+            services.count_memories,
+            services.memories_per_user,
+            before_agent_deleted=services.hold_agents_memories,
+        )
 
         from memories.importers import job
 

@@ -128,6 +128,19 @@ def update_memory(
     return {"success": True}
 
 
+def hold_agents_memories(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str) -> None:
+    """Lock an agent's memories, in id order, in the transaction about to delete the agent.
+
+    Its memories go with it through the foreign key's cascade, in the order of
+    the cascade's scan; every writer of several memories takes them in id order.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memories WHERE user_id = %s AND agent_id = %s ORDER BY id FOR UPDATE",
+            [str(user_id), str(agent_id)],
+        )
+
+
 def forget(
     *,
     user_id: uuid.UUID | str,
