@@ -188,7 +188,7 @@ def store(
             # it, the copy's row came after the rows the write had taken.
             with tenancy.tenant(user_id, agent_id=agent_id):
                 drop_expired_copies(user_id, sorted({digest for _, _, digest in places_of(call)}))
-        except _PlaceChanged:
+        except (_PlaceChanged, superseding.ChainMoved):
             pass
     raise PlacesChanged(
         "The memories this call would find were changed by other calls meanwhile;"

@@ -484,9 +484,11 @@ CHAIN_END = """
       AND (expires_at IS NULL OR expires_at > statement_timestamp())
     LIMIT 1
 """
-# How many times the chain is walked again when another write replaced its
-# end between the walk and the lock.
-RESTATE_ATTEMPTS = 3
+
+
+class ChainMoved(Exception):
+    """Another write replaced a chain's end between the walk and the lock: the write
+    that restates starts again (``storing.store``) and walks the chain anew."""
 
 
 def restate(
@@ -509,31 +511,30 @@ def restate(
     The memory and the chain's end are locked in one statement, in id order,
     as ``lock`` does, with ``also`` (a memory the write names in
     ``replaces``): every row the write takes, before it changes any. An end
-    another write replaced meanwhile sends the walk round again. A memory
-    another write restored meanwhile is left as it is.
+    another write replaced meanwhile raises ``ChainMoved``: the new end, locked
+    in a second statement, would be a row taken after the others, out of id
+    order. A memory another write restored meanwhile is left as it is.
     """
     user = str(user_id)
     linking = mode() != "off"
     with connection.cursor() as cursor:
         holder: uuid.UUID | None = None
-        for _ in range(RESTATE_ATTEMPTS):
-            end = None
-            if linking:
-                cursor.execute(CHAIN_END, {"start": memory_id, "user": user})
-                end = cursor.fetchone()
-            cursor.execute(
-                "SELECT id, superseded_by FROM memories WHERE user_id = %s AND id = ANY(%s)"
-                " ORDER BY id FOR NO KEY UPDATE",
-                [user, [memory_id, *([end[0]] if end else []), *also]],
-            )
-            held = dict(cursor.fetchall())
-            if held.get(memory_id) is None:
-                return []  # restored (or forgotten) meanwhile
-            if end is None or end[0] not in held:
-                break  # no current end (forgotten, expired)
-            if held[end[0]] is None:
-                holder = end[0]
-                break
+        end = None
+        if linking:
+            cursor.execute(CHAIN_END, {"start": memory_id, "user": user})
+            end = cursor.fetchone()
+        cursor.execute(
+            "SELECT id, superseded_by FROM memories WHERE user_id = %s AND id = ANY(%s)"
+            " ORDER BY id FOR NO KEY UPDATE",
+            [user, [memory_id, *([end[0]] if end else []), *also]],
+        )
+        held = dict(cursor.fetchall())
+        if held.get(memory_id) is None:
+            return []  # restored (or forgotten) meanwhile
+        if end is not None and end[0] in held:  # else forgotten or expired: no end
+            if held[end[0]] is not None:
+                raise ChainMoved
+            holder = end[0]
         why = {
             "decided_by": "restated",
             "reason": "stated again"

@@ -417,6 +417,7 @@ def test_an_import_drops_a_link_whose_memory_was_forgotten_before_it_linked(
 # Two ids at the ends of the order, so that the first stored is the last by id.
 HIGH = uuid.UUID("ffffffff-ffff-4fff-bfff-ffffffffffff")
 LOW = uuid.UUID("00000000-0000-4000-8000-000000000000")
+MID = uuid.UUID("80000000-0000-4000-8000-000000000000")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -855,6 +856,59 @@ def test_a_live_write_of_a_later_record_while_an_import_batch_runs_keeps_one_mem
     with tenancy.operator():
         contents = Memory.objects.filter(user_id=cast.charlie.id).values_list("content", flat=True)
         assert sorted(contents) == sorted([OLD, dentist])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fact_stated_again_while_its_chain_moves_on_takes_no_row_late(cast, monkeypatch) -> None:
+    # "pg-3" (MID), replaced by "pg-7" (HIGH), stated again: the write locks
+    # MID and HIGH, the chain's end. Meanwhile another write makes LOW
+    # replace HIGH. The write walked the chain again and locked LOW in a
+    # second statement, after MID: a writer of LOW and MID in id order,
+    # holding LOW, then waited on it while it waited on LOW.
+    from memories.services import superseding
+
+    ids = iter([MID, HIGH, LOW])
+    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
+    remember(cast.alice.id, OLD)
+    remember(cast.alice.id, NEW, replaces=str(MID))
+    remember(cast.alice.id, WIFI)
+    monkeypatch.undo()
+    has_low = threading.Event()
+
+    def other_write() -> None:
+        with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
+            cursor.execute(HOLD, [LOW])
+            has_low.set()
+            cursor.execute(HOLD, [MID])
+
+    writer = Background(lambda: remember(cast.alice.id, OLD))
+    other = Background(other_write)
+    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
+        cursor.execute(HOLD, [HIGH])
+        writer.start()
+        writer.until_waiting()
+        # LOW replaces HIGH; LOW's own row is left alone (no version of its own).
+        superseding.apply(
+            cast.alice.id,
+            LOW,
+            [superseding.Link(HIGH, {"decided_by": "explicit"})],
+            stored_before=False,
+        )
+        other.start()
+        assert has_low.wait(PATIENCE), "the other write never took its first row"
+        for _ in range(int(PATIENCE / 0.05)):
+            if not other.is_alive() or (writer.pid and waits_for(other.pid or 0, writer.pid)):
+                break
+            threading.Event().wait(0.05)
+    done = writer.outcome()
+    other.outcome()
+
+    assert done == {"id": str(MID), "deduped": True, "replaces": [str(LOW)]}
+    with tenancy.operator():
+        assert Memory.objects.get(id=MID).superseded_by is None
+        assert Memory.objects.get(id=LOW).superseded_by == MID
+        assert Memory.objects.get(id=HIGH).superseded_by == LOW
+    assert dangling_links(cast.alice.id) == []
 
 
 @pytest.mark.django_db(transaction=True)
