@@ -20,7 +20,7 @@ from django.db import connection
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from core import tenancy
+from core import context, tenancy
 from core.errors import Conflict, ValidationFailed
 from core.logging import describe_exception
 from memories import embeddings, validation
@@ -184,10 +184,11 @@ def store(
         try:
             return _store(user_id, tier, call, agent_id, ids, finish, vectors)
         except _ExpiredInTheWay:
-            # Deleted before the writing transaction, as the purge would: in
-            # it, the copy's row came after the rows the write had taken.
-            with tenancy.tenant(user_id, agent_id=agent_id):
-                drop_expired_copies(user_id, sorted({digest for _, _, digest in places_of(call)}))
+            # Deleted before the writing transaction, as the purge would (and
+            # recorded as its work): in it, the copy's row came after the rows
+            # the write had taken.
+            with context.acting_as("maintenance"), tenancy.tenant(user_id, agent_id=agent_id):
+                _drop_expired_at(user_id, agent_id, call)
         except (_PlaceChanged, superseding.ChainMoved):
             pass
     raise PlacesChanged(
@@ -627,6 +628,25 @@ def _placed_like(current: Mapping[str, Any], digest: str) -> Q:
         task_id=current["task_id"],
         path=current["path"],
         content_hash=digest,
+    )
+
+
+def _drop_expired_at(
+    user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, call: Remembering
+) -> None:
+    """Delete the expired copies of the call's contents where it writes: its writer,
+    namespace, thread and task (the places of the dedup index it can meet)."""
+    _delete_expired(
+        user_id,
+        Memory.objects.filter(
+            written_by(agent_id),
+            user_id=user_id,
+            namespace=call.namespace,
+            thread_id=call.thread_id,
+            task_id=call.task_id,
+            content_hash__in=sorted({digest for _, _, digest in places_of(call)}),
+            expires_at__lte=Now(),
+        ),
     )
 
 

@@ -119,6 +119,26 @@ def test_a_conversation_stored_again_after_its_copy_expired_is_stored_in_one_cal
         assert Memory.objects.filter(user_id=cast.alice.id).count() == 5
 
 
+def test_a_write_drops_only_the_expired_copies_in_its_way_as_the_purge_would(cast, agents):
+    fact = "The team offsite is in Lisbon."
+    mine = remember(cast.alice.id, fact, ttl_seconds=60)["id"]
+    theirs = remember(
+        cast.alice.id, fact, ttl_seconds=60, agent_id=agents.research.id, namespace="other"
+    )["id"]
+    expire_now(mine)
+    expire_now(theirs)
+
+    again = remember(cast.alice.id, fact)
+
+    assert not again["deduped"]
+    with tenancy.operator():
+        # Another writer's copy in another namespace is the purge's to take.
+        assert Memory.objects.filter(id=theirs).exists()
+        assert not Memory.objects.filter(id=mine).exists()
+        gone = MemoryHistory.objects.get(memory_id=mine, action="deleted")
+    assert gone.client == "maintenance"
+
+
 def test_an_expired_replacement_stored_again_takes_its_place_and_frees_what_it_replaced(cast):
     older = remember(cast.alice.id, "The user's desk is 4B.")["id"]
     expiring = remember(
