@@ -639,6 +639,7 @@ def _store_batch(
     # (its trigger) and a later one could wait on a place a live write held
     # while that write waited for the generation: a deadlock.
     placed: dict[tuple[Any, ...], uuid.UUID] = {}
+    versions: list[MemoryHistory] = []
     rows: list[list[Any]] = []
     for item in batch:
         agent_id = agents[item.agent.casefold()] if item.agent else None
@@ -673,7 +674,7 @@ def _store_batch(
                 "recorded_at": item.created_at,
             }
         ]
-        MemoryHistory.objects.bulk_create(
+        versions.extend(
             MemoryHistory(memory_id=memory_id, user_id=user_id, agent_id=agent_id, **version)
             for version in history
         )
@@ -706,6 +707,7 @@ def _store_batch(
         counts.imported += 1
         counts.embedded += item.vector is None
     if rows:
+        MemoryHistory.objects.bulk_create(versions)
         with connection.cursor() as cursor:
             # The history just written covers each version, so the history
             # trigger adds no row of its own.
