@@ -14,6 +14,7 @@ class MemoriesConfig(AppConfig):
             services.count_memories,
             services.memories_per_user,
             before_agent_deleted=services.hold_agents_memories,
+            before_users_deleted=services.hold_users_memories,
         )
 
         from memories.importers import job

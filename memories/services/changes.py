@@ -11,7 +11,7 @@ import hashlib
 import logging
 import secrets
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Unpack
 
@@ -138,6 +138,19 @@ def hold_agents_memories(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str)
         cursor.execute(
             "SELECT id FROM memories WHERE user_id = %s AND agent_id = %s ORDER BY id FOR UPDATE",
             [str(user_id), str(agent_id)],
+        )
+
+
+def hold_users_memories(*, user_ids: Sequence[uuid.UUID | str]) -> None:
+    """Lock the users' memories, in id order, in the transaction about to delete the users.
+
+    Django's collector deletes them in the order its scan meets them; every
+    writer of several memories takes them in id order.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memories WHERE user_id = ANY(%s::uuid[]) ORDER BY id FOR UPDATE",
+            [[str(user_id) for user_id in user_ids]],
         )
 
 

@@ -33,6 +33,7 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
+from accounts.models import User
 from accounts.tiers import Tier
 from core import tenancy
 from memories import services
@@ -670,6 +671,37 @@ def test_deleting_an_agent_while_a_write_holds_two_of_its_memories_answers_both(
     )
     with tenancy.operator():
         assert not Memory.objects.filter(agent_id=agent).exists()
+
+
+USERS = "/admin/accounts/user/"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("bulk", [False, True], ids=["delete page", "delete_selected action"])
+def test_deleting_a_user_in_the_admin_while_a_write_holds_two_of_their_memories_answers_both(
+    cast, admin_client, monkeypatch, bulk
+) -> None:
+    # Django's collector deleted the user's memories in the order its scan
+    # met them (HIGH first), not by id: the admin's delete held HIGH and
+    # waited for LOW while the write held LOW and asked for HIGH.
+    ids = iter([HIGH, LOW])
+    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
+    for text in sorted([OLD, WIFI], key=content_hash):
+        remember(cast.alice.id, text)
+    monkeypatch.undo()
+    action = {"action": "delete_selected", "_selected_action": [cast.alice.id], "post": "yes"}
+    deletion = (USERS, action) if bulk else (f"{USERS}{cast.alice.id}/delete/", {"post": "yes"})
+    response = crossing(
+        cast.alice.id,
+        lambda: admin_client.post(*deletion),
+        LOW,
+        HOLD,
+        HIGH,
+    )
+    assert response.status_code == 302
+    with tenancy.operator():
+        assert not Memory.objects.filter(user_id=cast.alice.id).exists()
+        assert not User.objects.filter(id=cast.alice.id).exists()
 
 
 @pytest.mark.django_db(transaction=True)
