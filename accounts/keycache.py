@@ -12,15 +12,20 @@ from collections import OrderedDict
 from typing import Any
 
 from django.conf import settings
+from django.db import connection, transaction
 
 from accounts import keys
 from accounts.callers import AuthContext
 from core import sharedstate
+from core.logging import describe_exception
 
 # The warnings are the authentication's; they keep its logger.
 logger = logging.getLogger("accounts.auth")
 
 VERSION_KEY = "recall:auth:version"
+# Every process's listener (memories/jobs.py) LISTENs here: a NOTIFY, sent
+# once the change commits, clears its cache, with or without Redis.
+CHANNEL = "recall_auth"
 
 
 class AuthCache:
@@ -29,6 +34,9 @@ class AuthCache:
         self.ttl = ttl
         self._entries: OrderedDict[str, tuple[AuthContext, float]] = OrderedDict()
         self._lock = threading.Lock()
+        # Counts the clears: a lookup that began before one read what the
+        # clear was for, and must not put it back (``put(since=)``).
+        self.generation = 0
 
     def get(self, digest: str) -> AuthContext | None:
         with self._lock:
@@ -42,8 +50,11 @@ class AuthCache:
             self._entries.move_to_end(digest)
             return context
 
-    def put(self, digest: str, context: AuthContext) -> None:
+    def put(self, digest: str, context: AuthContext, *, since: int | None = None) -> None:
+        """Keep ``context``, unless the cache was cleared after generation ``since``."""
         with self._lock:
+            if since is not None and since != self.generation:
+                return
             self._entries[digest] = (context, time.monotonic())
             self._entries.move_to_end(digest)
             while len(self._entries) > self.max_entries:
@@ -52,6 +63,7 @@ class AuthCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self.generation += 1
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -166,11 +178,32 @@ def cached(raw: str) -> AuthContext | None:
     return synced().get(keys.digest(raw))
 
 
-def invalidate() -> None:
-    """Forget every cached key here at once, and in other processes within seconds."""
+def invalidate(*, announce: bool = True) -> None:
+    """Forget every cached key here at once, and in other processes within seconds.
+
+    With ``announce``, also NOTIFY every process listening on the database
+    (``CHANNEL``): PostgreSQL delivers it when the open transaction commits,
+    at once outside one. A process whose listener is down, or that has none
+    (behind a transaction pooler without ``DATABASE_DIRECT_URL``), learns
+    through Redis or the TTL.
+    """
     get_cache().clear()
     _workers.bump()
     _sync.bump()
+    if announce:
+        _announce()
+
+
+def _announce() -> None:
+    try:
+        # In a savepoint: a failure must not doom the caller's transaction.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+    except Exception as exc:
+        logger.warning(
+            "auth cache: could not tell other processes; they see the change within the TTL",
+            extra={"ttl_s": settings.AUTH_CACHE_TTL_SECONDS, **describe_exception(exc)},
+        )
 
 
 def reset() -> None:

@@ -156,9 +156,10 @@ def set_user_tier(*, user_id: uuid.UUID | str, tier: str) -> None:
 def invalidate_cached_auth() -> None:
     # Now, and again once the surrounding transaction (an admin request, a
     # webhook) commits: a request that authenticates in between still reads
-    # the old row and would cache it until the TTL runs out.
+    # the old row and would cache it until the TTL runs out. Other processes
+    # hear of it once, at the commit (PostgreSQL delivers the NOTIFY then).
     keycache.invalidate()
-    transaction.on_commit(keycache.invalidate)
+    transaction.on_commit(lambda: keycache.invalidate(announce=False))
 
 
 # Self-service: a user's own keys, on the tenant path ---------------------------

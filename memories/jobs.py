@@ -15,6 +15,10 @@ lifespan) and alone in ``recall worker``. Each worker thread:
   connection per process), or after ``JOB_POLL_SECONDS`` whatever happens,
   which also picks up jobs whose worker died (their lease ran out).
 
+The same listening connection hears two more channels: clears of the query
+cache (``health.CACHE_CHANNEL``) and of the key cache (``keycache.CHANNEL``:
+a revocation or a tier change made by any process, the CLI's included).
+
 A heartbeat thread extends the leases of the jobs this process's workers are
 running, three times a lease (``queue.extend_leases``), so a slow job, one
 embedding request after another, stays with the worker that is still
@@ -38,6 +42,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from accounts import keycache
 from core import errors, outage
 from core.logging import describe_exception
 from memories.services import maintenance, queue
@@ -66,9 +71,11 @@ class Workers:
             return self
         self._stopping.clear()
         self._quiet.clear()
+        # Every serving process listens, with job workers or none: the
+        # channel also carries the caches' clears.
+        self._listener = _Listener(self._stopping)
+        self._spawn(self._listener.run, "job-listener")
         if self.threads:
-            self._listener = _Listener(self._stopping)
-            self._spawn(self._listener.run, "job-listener")
             self._heartbeat = threading.Thread(target=self._beat, name="job-heartbeat", daemon=True)
             self._heartbeat.start()
         for n in range(self.threads):
@@ -184,9 +191,14 @@ class _Listener:
         with psycopg.connect(**params, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
             conn.execute(f"LISTEN {CACHE_CHANNEL}")
+            conn.execute(f"LISTEN {keycache.CHANNEL}")
+            # A change missed while this listener was away.
+            keycache.get_cache().clear()
             while not self._stopping.is_set():
                 for note in conn.notifies(timeout=1.0, stop_after=1):
-                    if note.channel == CACHE_CHANNEL:
+                    if note.channel == keycache.CHANNEL:
+                        keycache.get_cache().clear()
+                    elif note.channel == CACHE_CHANNEL:
                         clear_broadcast(note.payload)
                     else:
                         queue.waiting.set()

@@ -75,3 +75,34 @@ def test_without_invalidation_a_revoked_key_lives_only_until_the_ttl(cast, setti
     with tenancy.operator():  # behind the services' back, e.g. raw SQL
         ApiKey.objects.filter(id=cast.alice_key.key.id).update(revoked_at=timezone.now())
     assert auth.authenticate(cast.alice_key.raw) is None
+
+
+def test_a_revocation_committed_while_a_key_is_looked_up_is_not_cached_back(cast, monkeypatch):
+    # The lookup read the row while it was live; the revocation then
+    # committed and cleared the cache, and the lookup's put brought the key
+    # back for the TTL in a process no other signal reaches.
+    from accounts import services
+
+    real = services.find_live_key
+
+    def read_then_revoked(**kwargs):
+        key = real(**kwargs)
+        services.revoke_keys([cast.alice_key.key.id])
+        return key
+
+    monkeypatch.setattr(services, "find_live_key", read_then_revoked)
+    assert auth.authenticate(cast.alice_key.raw) is not None  # what it read, this once
+    monkeypatch.undo()
+
+    assert auth.authenticate(cast.alice_key.raw) is None
+
+
+def test_a_put_after_a_clear_keeps_nothing_read_before_it():
+    cache = AuthCache()
+    context = AuthContext(user_id="u", api_key_id="k", tier="free")
+    since = cache.generation
+    cache.clear()
+    cache.put("digest", context, since=since)
+    assert cache.get("digest") is None
+    cache.put("digest", context, since=cache.generation)
+    assert cache.get("digest") is context

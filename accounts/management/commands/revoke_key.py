@@ -10,7 +10,9 @@ from accounts import services
 class Command(BaseCommand):
     help = (
         "Revoke an API key by id or display prefix (recall_live_XXXXXXXX). "
-        "It stops working at once on this server, and within seconds on others sharing Redis."
+        "It stops working at once on every server of this database that listens for changes "
+        "(all but those behind a transaction pooler without DATABASE_DIRECT_URL), "
+        "and within seconds on any sharing Redis."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
