@@ -222,30 +222,40 @@ class UsageRecorder:
 
     def _write(self, batch: list[Event]) -> list[Event]:
         """Insert the batch; return the events to try again later (their write met an outage)."""
-        from billing import services
-
         by_user: dict[uuid.UUID, list[Event]] = defaultdict(list)
         for event in batch:
             by_user[event.user_id].append(event)
         retry: list[Event] = []
         for user_id, events in by_user.items():
-            try:
-                close_old_connections()
-                services.save_usage_events(user_id=user_id, events=events)
-            except Exception as exc:
-                if errors.is_outage(exc):
-                    outage.note("usage events", exc)
-                    retry.extend(events)
-                    continue
-                self.dropped += len(events)
-                logger.error(
-                    "usage events dropped: write failed",
-                    exc_info=True,
-                    extra={"count": len(events), "request_ids": [e.request_id for e in events]},
-                )
-            else:
-                outage.recovered("usage events")
+            retry.extend(self._write_user(user_id, events))
         return retry
+
+    def _write_user(self, user_id: uuid.UUID, events: list[Event]) -> list[Event]:
+        """Insert one user's events; return those to try again later (an outage).
+
+        A batch the database refuses for another reason is written again one
+        event at a time, so that only the event at fault is lost.
+        """
+        from billing import services
+
+        try:
+            close_old_connections()
+            services.save_usage_events(user_id=user_id, events=events)
+        except Exception as exc:
+            if errors.is_outage(exc):
+                outage.note("usage events", exc)
+                return events
+            if len(events) > 1:
+                return [held for event in events for held in self._write_user(user_id, [event])]
+            self.dropped += 1
+            logger.error(
+                "usage events dropped: write failed",
+                exc_info=True,
+                extra={"count": 1, "request_ids": [events[0].request_id]},
+            )
+            return []
+        outage.recovered("usage events")
+        return []
 
     def _write_last_used(self, *, force: bool) -> None:
         """Write the keys that are due (all of them with ``force``)."""

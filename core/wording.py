@@ -14,6 +14,7 @@ them anyway.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -259,6 +260,18 @@ def _number(value: float) -> str:
 
 def _shown(value: object) -> str:
     return "null" if value is None else str(value)
+
+
+def quoted_name(name: str) -> str:
+    """A name the caller sent (a tool's, an argument's), quoted in the message about it.
+
+    At most 64 characters; a control character or a lone surrogate shows as
+    U+FFFD, never as a Python escape.
+    """
+    shown = "".join(
+        "\ufffd" if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in name[:64]
+    )
+    return f"'{shown}'"
 
 
 def accepted(tool: str, declared: Sequence[str]) -> str:

@@ -211,3 +211,41 @@ def test_an_unknown_api_key_is_still_called_an_api_key(live, path):
     assert refused(response, 401) == (
         "Missing or invalid API key. Send Authorization: Bearer recall_live_..."
     )
+
+
+def post_call(url: str, secret: str, params: dict) -> dict:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+        "Authorization": f"Bearer {secret}",
+    }
+    response = httpx2.post(url, headers=headers, content=json.dumps(body), timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()["result"]
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({}, "name is required: the tool to call, as text."),
+        ({"name": 1, "arguments": {}}, "name is required: the tool to call, as text."),
+        ({"name": "ab\u0000cd", "arguments": {}}, "Unknown tool 'ab\ufffdcd'."),
+        ({"name": "recall", "arguments": {"qu\u0000ery": 1}}, "Unknown argument 'qu\ufffdery'."),
+    ],
+    ids=["no name", "a number", "a NUL", "an argument's NUL"],
+)
+def test_a_missing_or_unprintable_name_is_worded_without_python(live, cast, params, expected):
+    # It said "Unknown tool 'None'", or quoted a NUL as '\\x00'.
+    from tests.conftest import usage_events
+
+    result = post_call(live.mcp_url, cast.alice_key.raw, params)
+
+    code, message = fuzz.error_of(result["structuredContent"])
+    assert code == "validation_failed"
+    assert message.startswith(expected)
+    assert "None" not in message and "\\x" not in message
+    # The call leaves its usage event, whatever the name was.
+    [event] = usage_events(1, user_id=cast.alice.id)
+    assert event.success is False and "\x00" not in event.tool_name

@@ -210,3 +210,40 @@ def test_an_event_written_twice_is_stored_once(cast):
 
     with tenancy.tenant(cast.alice.id):
         assert UsageEvent.objects.filter(event_id=once.event_id).count() == 1
+
+
+def test_an_event_the_database_refuses_costs_only_itself_not_its_batch(cast, caplog):
+    # A NUL in an event's text fails its insert; it used to take every event
+    # of its user written in the same batch with it.
+    recorder = usage.UsageRecorder()
+    good = [event(cast.alice.id, cast.alice_key.key.id) for _ in range(4)]
+    bad = event(cast.alice.id, cast.alice_key.key.id, tool_name="ab\x00cd")
+    with caplog.at_level(logging.WARNING, logger="billing.usage"):
+        kept = recorder._write([good[0], good[1], bad, good[2], good[3]])
+    recorder.stop()
+
+    assert kept == []
+    assert recorder.dropped == 1
+    assert caplog.text.count("usage events dropped: write failed") == 1
+    with tenancy.tenant(cast.alice.id):
+        stored = set(UsageEvent.objects.values_list("request_id", flat=True))
+    assert stored == {e.request_id for e in good}
+
+
+@pytest.mark.parametrize("name", ["ab\x00cd", "\udfff", "x\ud800y"])
+def test_a_call_of_a_tool_named_with_what_postgresql_cannot_store_leaves_one_event(cast, name):
+    from accounts.callers import AuthContext
+    from core import usage as core_usage
+
+    caller = AuthContext(user_id=cast.alice.id, api_key_id=cast.alice_key.key.id, tier="free")
+    made = core_usage.event_of(
+        caller, name, request_id=uuid.uuid4().hex, error_code="not_found", latency_ms=1
+    )
+    recorder = usage.UsageRecorder()
+    recorder.record(made)
+    recorder.stop()
+
+    assert recorder.dropped == 0
+    with tenancy.tenant(cast.alice.id):
+        [stored] = UsageEvent.objects.all()
+    assert "\x00" not in stored.tool_name and "\ufffd" in stored.tool_name

@@ -334,12 +334,10 @@ def _check_arguments(
 ) -> tuple[str | None, dict[str, Any]]:
     """Check a call's arguments: a caller-facing problem, or None and the checked arguments."""
     if tool is None:
-        return (
-            f"Unknown tool {str(name)[:64]!r}. Tools: "
-            + ", ".join(fn.__name__ for fn, _ in catalogue)
-            + ".",
-            {},
-        )
+        tools = ", ".join(fn.__name__ for fn, _ in catalogue)
+        if not isinstance(name, str) or not name:
+            return f"name is required: the tool to call, as text. Tools: {tools}.", {}
+        return f"Unknown tool {wording.quoted_name(name)}. Tools: {tools}.", {}
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
@@ -350,7 +348,7 @@ def _check_arguments(
     declared = list(tool.parameters.get("properties", {}))
     unknown = sorted(str(key)[:64] for key in arguments if key not in declared)
     if unknown:
-        names = ", ".join(repr(key) for key in unknown[:8])
+        names = ", ".join(wording.quoted_name(key) for key in unknown[:8])
         return (
             f"Unknown argument{'s' if len(unknown) > 1 else ''} {names}. "
             + wording.accepted(tool.name, declared),
