@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
+from core import storable
+
 
 @dataclass(frozen=True)
 class Event:
@@ -61,23 +63,14 @@ def event_of(
         api_key_id=caller.api_key_id,
         agent_id=caller.agent_id,
         request_id=request_id,
-        tool_name=storable(tool[:64]),
+        # The name is the client's to send: one the database refused failed
+        # the whole batch of its user's events with it.
+        tool_name=storable.scrub(tool, max_length=64),
         success=error_code is None,
         error_code=error_code,
         latency_ms=latency_ms,
         tokens_consumed=tokens_consumed,
     )
-
-
-def storable(text: str) -> str:
-    """``text`` as a PostgreSQL text column holds it: a NUL or a lone surrogate becomes U+FFFD.
-
-    A tool's name is the client's to send; one the database refused failed
-    the whole batch of its user's events with it.
-    """
-    if "\x00" not in text and text.isascii():
-        return text
-    return "".join("\ufffd" if ch == "\x00" or "\ud800" <= ch <= "\udfff" else ch for ch in text)
 
 
 @dataclass
