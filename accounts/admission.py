@@ -12,6 +12,7 @@ never runs.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from dataclasses import dataclass
@@ -120,3 +121,34 @@ async def aadmit(
             lambda: admit(caller, tool=tool, request_id=request_id)
         )
     return admit(caller, tool=tool, request_id=request_id)
+
+
+# An address may try this many times an account's allowance, across accounts.
+SIGN_IN_ADDRESS_FACTOR = 3
+
+
+def sign_in(address: str | None, account: str) -> int:
+    """Take one sign-in attempt for ``account`` from ``address``: 0 if it may go ahead,
+    else the seconds until it may.
+
+    Every attempt counts, right or wrong, before the password is checked, so
+    a refused one learns nothing. Two buckets (``SIGN_IN_RATE_LIMIT``): the
+    address's for this account, and the address's across accounts, three
+    times as large. Counting by account alone would let anyone lock a user
+    out; by address alone, one address could try every account.
+    """
+    count, period = settings.SIGN_IN_RATE_LIMIT
+    where = address or "unknown"
+    who = hashlib.sha256(account.strip().lower()[:320].encode("utf-8", "replace")).hexdigest()
+    limiter = ratelimit.get_rate_limiter()
+    waits = []
+    for key, capacity in (
+        (f"sign-in:{where}:{who[:32]}", count),
+        (f"sign-in:{where}", count * SIGN_IN_ADDRESS_FACTOR),
+    ):
+        decision = limiter.check(key, capacity, capacity / period)
+        if not decision.allowed:
+            waits.append(max(1, math.ceil(decision.retry_after)))
+    if waits:
+        logger.info("sign-in throttled", extra={"address": where, "retry_after_s": max(waits)})
+    return max(waits, default=0)

@@ -22,7 +22,6 @@ the client made about itself (oauth/views.py).
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import unicodedata
@@ -37,6 +36,7 @@ from django.utils import timezone
 from oauth2_provider import views as toolkit
 
 from core import safejson
+from core.addresses import client_address
 from oauth import redirects, services
 
 NAME_MAX = 100
@@ -133,23 +133,6 @@ def admit(address: str | None) -> int:
     return max(1, math.ceil((oldest + WINDOW - now).total_seconds()))
 
 
-def _address(request: HttpRequest) -> str | None:
-    """Return the address registrations are counted by, or None when there is none.
-
-    uvicorn puts a trusted proxy's X-Forwarded-For in REMOTE_ADDR. An IPv6
-    client commonly holds a whole /64, so that network counts as one address.
-    """
-    try:
-        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
-        return str(ipaddress.ip_network(f"{address}/64", strict=False).network_address)
-    return str(address)
-
-
 def _refusal(error: str, description: str, status: int = 400) -> JsonResponse:
     return JsonResponse({"error": error, "error_description": description}, status=status)
 
@@ -177,7 +160,7 @@ class RegistrationView(toolkit.DynamicClientRegistrationView):
         refused = _checked(request)
         if refused is not None:
             return refused
-        address = _address(request)
+        address = client_address(request)
         with transaction.atomic():
             wait = admit(address)
             if wait:

@@ -1,4 +1,4 @@
-"""Put staff requests to the admin on the operator path; give pages their CSP.
+"""Put staff requests to the admin on the operator path; give pages their CSP; pace sign-ins.
 
 ``memories``, ``api_keys``, ``usage_events`` and ``forget_confirmations`` have
 row-level security FORCED: the role Django connects as sees none of their
@@ -25,17 +25,27 @@ they enter ``tenancy.operator()`` themselves.
 
 ``ContentSecurityPolicyMiddleware`` adds ``core.csp``'s policy to every HTML
 response that does not carry one of its own (see that module).
+
+``SignInThrottleMiddleware`` paces password guessing at both sign-in forms
+(the dashboard's, which OAuth consent also uses, and the admin's):
+``admission.sign_in`` counts each attempt by client address and account,
+and past the allowance the page answers 429 with ``Retry-After`` without
+checking the password.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.contrib.auth.forms import AuthenticationForm
 from django.db import transaction
 from django.http import HttpRequest, HttpResponseBase
+from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from accounts import admission
 from core import csp, tenancy
+from core.addresses import client_address
 
 
 class OperatorAdminMiddleware:
@@ -82,3 +92,39 @@ class ContentSecurityPolicyMiddleware:
             response.setdefault(csp.HEADER, csp.POLICY)
             response.setdefault(csp.PERMISSIONS_HEADER, csp.PERMISSIONS)
         return response
+
+
+class SignInThrottleMiddleware:
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+        self._paths: frozenset[str] | None = None
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        if request.method != "POST" or request.path not in self._sign_in_paths():
+            return self.get_response(request)
+        account = request.POST.get("username", "")
+        wait = admission.sign_in(client_address(request), account)
+        if not wait:
+            return self.get_response(request)
+        minutes = -(-wait // 60)
+        response = TemplateResponse(
+            request,
+            "registration/login.html",
+            {
+                "form": AuthenticationForm(request, initial={"username": account[:254]}),
+                "next": request.POST.get("next", ""),
+                "throttled_minutes": minutes,
+            },
+            status=429,
+        )
+        response["Retry-After"] = str(wait)
+        # Rendered here: it goes back up through the middleware, not a view.
+        return response.render()
+
+    def _sign_in_paths(self) -> frozenset[str]:
+        if self._paths is None:
+            self._paths = frozenset({reverse("login"), reverse("admin:login")})
+        return self._paths

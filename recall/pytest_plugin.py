@@ -33,6 +33,10 @@ for name in (
 ):
     os.environ.pop(name, None)
 
+# Every test signs in from 127.0.0.1, and the servers a run starts live for
+# the whole run: the sign-in pace's own tests set their limit.
+os.environ["SIGN_IN_RATE_LIMIT"] = "1000000/hour"
+
 if os.environ.get("RECALL_TEST_DATABASE_URL"):
     os.environ["DATABASE_URL"] = os.environ["RECALL_TEST_DATABASE_URL"]
     os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production")

@@ -87,6 +87,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Sign-in attempts paced per address and account (see the module).
+    "recall.middleware.SignInThrottleMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Staff requests under /admin/ run on the operator path (see the module).
@@ -294,6 +296,10 @@ RATE_LIMITS: dict[str, tuple[int, int] | None] = {
     "team": env.rate("RATE_LIMIT_TEAM", "60/min"),
     "unlimited": None,
 }
+# Sign-in attempts (the dashboard's and the admin's), counted per client
+# address and account; an address alone gets three times as many, across
+# accounts (accounts/admission.py, ``sign_in``).
+SIGN_IN_RATE_LIMIT = env.rate("SIGN_IN_RATE_LIMIT", "10/hour")
 
 # Serving --------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from django.core import mail
 
 from accounts.models import User
@@ -119,3 +120,59 @@ def test_the_sign_in_form_is_csrf_protected(cast):
     )
 
     assert response.status_code == 403
+
+
+@pytest.fixture
+def paced(settings):
+    """Three attempts an hour per address and account (nine per address), on fresh buckets."""
+    from accounts import ratelimit
+
+    settings.SIGN_IN_RATE_LIMIT = (3, 3600)
+    ratelimit.reset_rate_limiter()
+    yield
+    ratelimit.reset_rate_limiter()
+
+
+def sign_in(client, email: str, password: str, address: str = "203.0.113.7", path="/login/"):
+    return client.post(path, {"username": email, "password": password}, REMOTE_ADDR=address)
+
+
+def test_password_guessing_is_paced_and_a_paced_attempt_is_not_checked(cast, client, paced):
+    for _ in range(3):
+        assert sign_in(client, "alice@example.com", "guess").status_code == 200
+
+    refused = sign_in(client, "alice@example.com", "alice-password-1")  # the right one
+
+    assert refused.status_code == 429
+    assert 0 < int(refused["Retry-After"]) <= 1200  # a new attempt every 20 minutes
+    text = refused.content.decode()
+    assert "Too many sign-in attempts from here. Try again in" in text
+    assert 'value="alice@example.com"' in text
+    assert client.get("/usage/").status_code == 302  # not signed in
+
+
+def test_pacing_by_address_and_account_locks_no_one_else_out(cast, client, paced):
+    for _ in range(3):
+        sign_in(client, "alice@example.com", "guess")
+
+    elsewhere = sign_in(client, "alice@example.com", "alice-password-1", address="198.51.100.4")
+    assert elsewhere.status_code == 302  # Alice, from her own address
+    client.post("/logout/")
+    other = sign_in(client, "charlie@example.com", "charlie-password-1")
+    assert other.status_code == 302  # another account from the guessing address
+
+
+def test_one_address_trying_many_accounts_is_paced_too(cast, client, paced):
+    for n in range(9):
+        assert sign_in(client, f"user{n}@example.com", "guess").status_code == 200
+
+    assert sign_in(client, "user9@example.com", "guess").status_code == 429
+    # An IPv6 client's whole /64 counts as one address.
+    assert sign_in(client, "a@example.com", "x", address="2001:db8::1").status_code == 200
+
+
+def test_the_admins_sign_in_is_paced_too(cast, client, paced):
+    def attempt() -> int:
+        return sign_in(client, "alice@example.com", "guess", path="/admin/login/").status_code
+
+    assert [attempt() for _ in range(4)] == [200, 200, 200, 429]
