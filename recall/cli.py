@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> None:
     elif command == "doctor":
         doctor(rest)
     elif command == "import" and any(a == "--from" or a.startswith("--from=") for a in rest):
-        _django(["recall", "import_from", *rest])
+        _operator(["recall", "import_from", *rest])
     elif command in ADMIN_COMMANDS:
-        _django(["recall", ADMIN_COMMANDS[command], *rest])
+        _operator(["recall", ADMIN_COMMANDS[command], *rest])
     elif command == "manage":
         _django(["recall", *rest])
     else:
@@ -99,6 +99,27 @@ def _django(argv: list[str]) -> None:
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(argv)
+
+
+def _operator(argv: list[str]) -> None:
+    """Run an operator's command, on a database brought up to date first.
+
+    On a fresh data directory the first command may be ``create-user``,
+    before any ``serve`` has migrated: it failed on a missing table.
+    """
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from recall import startup
+
+    executor = MigrationExecutor(connection)
+    if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+        with startup.startup_lock():
+            startup.migrate()
+    _django(argv)
 
 
 def serve(argv: list[str] | None = None) -> None:

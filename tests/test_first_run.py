@@ -240,3 +240,30 @@ def test_doctor_finds_the_running_server_from_the_data_directory_alone(first_run
     assert "/ready: ready" in done.stdout
     assert f"serving 127.0.0.1:{first_run.port} to" in done.stdout
     assert "127.0.0.1:8080" not in done.stdout
+
+
+def test_an_operator_command_on_a_fresh_data_directory_migrates_first(tmp_path):
+    # `recall create-user` before any `recall serve` failed on a missing table.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
+    }
+    env["RECALL_DATA_DIR"] = str(tmp_path / "fresh")
+
+    def recall(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "recall", *args],
+            cwd=settings.BASE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+
+    created = recall("create-user", "ops@example.com", "--tier", "pro")
+    assert created.returncode == 0, created.stderr[-3000:]
+    assert "Created user ops@example.com (pro)" in created.stdout
+    key = recall("create-key", "ops@example.com")
+    assert key.returncode == 0, key.stderr[-3000:]
+    assert re.fullmatch(r"recall_live_[A-Za-z0-9_-]{32}", key.stdout.strip())
