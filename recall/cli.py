@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.write(__doc__ or "")
         return
     command, rest = args[0], args[1:]
-    if "-h" in rest or "--help" in rest:
+    asks_help = "-h" in rest or "--help" in rest
+    if asks_help:
         _help_without_database()
     if command == "serve":
         serve(rest)
@@ -71,9 +72,9 @@ def main(argv: list[str] | None = None) -> None:
     elif command == "doctor":
         doctor(rest)
     elif command == "import" and any(a == "--from" or a.startswith("--from=") for a in rest):
-        _operator(["recall", "import_from", *rest])
+        _operator(["recall", "import_from", *rest], migrate=not asks_help)
     elif command in ADMIN_COMMANDS:
-        _operator(["recall", ADMIN_COMMANDS[command], *rest])
+        _operator(["recall", ADMIN_COMMANDS[command], *rest], migrate=not asks_help)
     elif command == "manage":
         _django(["recall", *rest])
     else:
@@ -101,12 +102,15 @@ def _django(argv: list[str]) -> None:
     execute_from_command_line(argv)
 
 
-def _operator(argv: list[str]) -> None:
-    """Run an operator's command, on a database brought up to date first.
+def _operator(argv: list[str], *, migrate: bool) -> None:
+    """Run an operator's command, on a database brought up to date first (with ``migrate``).
 
     On a fresh data directory the first command may be ``create-user``,
     before any ``serve`` has migrated: it failed on a missing table.
     """
+    if not migrate:
+        _django(argv)
+        return
     import django
 
     django.setup()
