@@ -10,7 +10,7 @@ OAuth token.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
@@ -22,6 +22,7 @@ from accounts import services as accounts_services
 from accounts.models import Agent
 from core.errors import NotFound
 from oauth.models import AccessToken, Application, RefreshToken
+from oauth.resources import same as same_resource
 
 
 def find_application(*, client_id: str) -> Application | None:
@@ -125,18 +126,26 @@ def unused_agent_name(name: str, taken: Iterable[str]) -> str:
     return candidate
 
 
-def connected_agents(*, user_id: uuid.UUID | str, application: Application) -> list[Agent]:
+def connected_agents(
+    *, user_id: uuid.UUID | str, application: Application, resources: Sequence[str] = ()
+) -> list[Agent]:
     """Return the agents the user's live tokens for ``application`` act as, newest first.
 
-    Tokens that act as no agent, or as one since deleted, count for none.
+    Tokens that act as no agent, or as one since deleted, count for none;
+    with ``resources``, so do tokens not bound to every one of them (approving
+    a client for /mcp is not approving it for /agent/mcp's tools).
     """
-    return _connected(user_id, application, accounts_services.list_agents(user_id=user_id))
+    agents = accounts_services.list_agents(user_id=user_id)
+    return _connected(user_id, application, agents, resources)
 
 
 def _connected(
-    user_id: uuid.UUID | str, application: Application, agents: list[Agent]
+    user_id: uuid.UUID | str,
+    application: Application,
+    agents: list[Agent],
+    wanted: Sequence[str] = (),
 ) -> list[Agent]:
-    agent_ids = (
+    tokens = (
         AccessToken.objects.filter(
             user_id=user_id,
             application=application,
@@ -144,8 +153,13 @@ def _connected(
             agent_id__isnull=False,
         )
         .order_by("-created")
-        .values_list("agent_id", flat=True)
+        .values_list("agent_id", "resource")
     )
+    agent_ids = [
+        agent_id
+        for agent_id, bound in tokens
+        if all(any(same_resource(uri, have) for have in bound or []) for uri in wanted)
+    ]
     by_id = {agent.id: agent for agent in agents}
     return [by_id[agent_id] for agent_id in dict.fromkeys(agent_ids) if agent_id in by_id]
 

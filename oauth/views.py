@@ -98,11 +98,14 @@ class ConsentView(AuthorizationView):
             connected = oauth_services.connected_agents(
                 user_id=self.request.user.pk,  # signed in: the toolkit's dispatch saw to it
                 application=application,
+                # dispatch() gave a request without one the default resource.
+                resources=request.GET.getlist("resource"),
             )
             if len(connected) == 1:
                 self.agent = connected[0]
             else:
-                # No connection to go on with, or several to choose from: ask.
+                # No connection to go on with (none for this endpoint), or
+                # several to choose from: ask.
                 query = request.GET.copy()
                 query["approval_prompt"] = "force"
                 request.GET = query  # type: ignore[assignment]  # a copy is mutable

@@ -89,6 +89,25 @@ def test_approval_prompt_auto_asks_when_the_live_token_acts_as_no_agent(cast, al
     assert not Grant.objects.exists()  # no code (the first was spent on its token)
 
 
+def test_approval_prompt_auto_for_another_endpoint_than_the_one_approved_asks(
+    cast, alice_client
+):
+    # Approved for /agent/mcp's tools; asked again for /mcp's, the code went
+    # straight to the client and its token worked there.
+    client_id = register(alice_client)
+    connect(alice_client, client_id, "desk")
+
+    page = authorize(alice_client, client_id, approval_prompt="auto", resource=f"{PUBLIC}/mcp")
+
+    assert page.status_code == 200 and b"authorizationForm" in page.content
+    assert not Grant.objects.exists()
+    # Without a resource the request is for /mcp, the default, as well.
+    params = request_params(client_id, approval_prompt="auto")
+    del params["resource"]
+    page = alice_client.get("/oauth/authorize/?" + urlencode(params))
+    assert page.status_code == 200 and b"authorizationForm" in page.content
+
+
 def test_approval_prompt_auto_asks_which_when_two_agents_are_connected(cast, alice_client):
     # The client was approved twice, as two agents: which one a session of it
     # acts as is the user's to say, not the newest token's.
