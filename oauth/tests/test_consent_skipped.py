@@ -89,9 +89,7 @@ def test_approval_prompt_auto_asks_when_the_live_token_acts_as_no_agent(cast, al
     assert not Grant.objects.exists()  # no code (the first was spent on its token)
 
 
-def test_approval_prompt_auto_for_another_endpoint_than_the_one_approved_asks(
-    cast, alice_client
-):
+def test_approval_prompt_auto_for_another_endpoint_than_the_one_approved_asks(cast, alice_client):
     # Approved for /agent/mcp's tools; asked again for /mcp's, the code went
     # straight to the client and its token worked there.
     client_id = register(alice_client)
