@@ -159,8 +159,21 @@ def link_stripe_customer(
     Finds the user by ``client_reference_id`` (our user id), falling back to
     the email address. Subscriptions that arrived before the link get the
     user now, and the user's tier follows them.
+
+    An email is what the payer typed (a Payment Link, a session made in
+    Stripe's dashboard), not proof of the account: it never moves a user
+    already linked to another customer, whose "Manage billing" would then
+    open a stranger's billing. Such a checkout is left for the operator.
     """
-    user = _user_by_id(user_id) or _user_by_email(email)
+    user = _user_by_id(user_id)
+    if user is None:
+        user = _user_by_email(email)
+        if user is not None and _linked_elsewhere(user, customer_id):
+            logger.warning(
+                "stripe checkout matched by email to a user linked to another customer; not linked",
+                extra={"stripe_customer": customer_id, "user_id": str(user.id)},
+            )
+            return None
     if user is None:
         logger.warning(
             "stripe checkout for an unknown user", extra={"stripe_customer": customer_id}
@@ -175,6 +188,15 @@ def link_stripe_customer(
     Subscription.objects.filter(customer_id=customer_id).update(user=user)
     sync_tier(user_id=user.id)
     return user
+
+
+def _linked_elsewhere(user: User, customer_id: str) -> bool:
+    """Whether ``user`` is already linked to a Stripe customer other than ``customer_id``."""
+    return (
+        BillingAccount.objects.filter(user=user, stripe_customer_id__isnull=False)
+        .exclude(stripe_customer_id=customer_id)
+        .exists()
+    )
 
 
 def _subscription_changed(sub: dict[str, Any], event_id: str, created: datetime) -> str:

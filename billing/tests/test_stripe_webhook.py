@@ -62,6 +62,23 @@ def test_checkout_falls_back_to_the_email_address(cast, client):
     assert BillingAccount.objects.get(user=cast.charlie).stripe_customer_id == "cus_c"
 
 
+def test_a_checkout_matched_only_by_email_never_moves_a_linked_user(linked, client, caplog):
+    # A Payment Link's payer typed Alice's address: her "Manage billing" went
+    # to the payer's customer.
+    with caplog.at_level(logging.WARNING, logger="billing"):
+        response = deliver(
+            client, checkout_completed(customer="cus_payer", email="alice@example.com")
+        )
+
+    assert response.status_code == 200
+    assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id == "cus_alice"
+    assert not BillingAccount.objects.filter(stripe_customer_id="cus_payer").exists()
+    assert "linked to another customer" in caplog.text
+    # Her own customer, by email alone, is still hers.
+    deliver(client, checkout_completed(customer="cus_alice", email="alice@example.com"))
+    assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id == "cus_alice"
+
+
 def test_checkout_for_an_unknown_user_is_acknowledged_and_changes_nothing(cast, client, caplog):
     with caplog.at_level(logging.WARNING, logger="billing"):
         response = deliver(
