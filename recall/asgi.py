@@ -75,7 +75,7 @@ from starlette.requests import HTTPConnection  # noqa: E402
 
 from accounts import admission, auth, keys  # noqa: E402
 from billing import usage  # noqa: E402
-from core import context, errors, outage  # noqa: E402
+from core import context, errors, outage, stalls  # noqa: E402
 from core import usage as core_usage  # noqa: E402
 from core.workers import is_worker  # noqa: E402
 from memories import embeddings, jobs  # noqa: E402
@@ -196,6 +196,8 @@ class Recall:
                     # several workers, the parent's: core/workers.py).
                     watcher = embedded.Supervisor(Path(settings.RECALL_DATA_DIR))
                     supervisor = await anyio.to_thread.run_sync(watcher.start)
+                # A database that stops answering ends the calls waiting on it.
+                stalls.install()
                 self.workers = jobs.Workers().start()
                 await send({"type": "lifespan.startup.complete"})
                 await receive()  # lifespan.shutdown

@@ -374,10 +374,12 @@ def worker(argv: list[str]) -> None:
     django.setup()
     from django.conf import settings
 
+    from core import stalls
     from memories import embeddings, jobs
     from recall import startup
 
     threads = max(args.threads if args.threads is not None else settings.JOB_WORKERS, 1)
+    stalls.install()
     startup.migrate()
     startup.check_embeddings()
     embeddings.get_embedder().load()

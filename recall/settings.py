@@ -184,6 +184,9 @@ else:
 _options.setdefault("connect_timeout", 5)
 _database["CONN_MAX_AGE"] = env.integer("DATABASE_CONN_MAX_AGE", 300, low=0, high=86400)
 _database["CONN_HEALTH_CHECKS"] = True
+# A wait on the database this long makes the stall watch ask whether it still
+# answers; if not, the waiting calls end as unavailable (core/stalls.py).
+DATABASE_STALL_SECONDS = env.number("DATABASE_STALL_SECONDS", 10.0, low=0.0, high=3600.0)
 DATABASES = {"default": _database}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

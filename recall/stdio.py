@@ -15,7 +15,7 @@ from django.conf import settings
 
 from accounts import auth
 from billing import usage
-from core import context
+from core import context, stalls
 from memories import jobs
 from memories.mcp import build_server, build_v1_server, runtime, v1_tools
 from memories.mcp import stdio as admission
@@ -41,6 +41,7 @@ def run(tools: str = "mcp") -> None:
     else:
         server = build_server()
         admission.install(server, runtime.failure)
+    stalls.install()
     # Background adds made over stdio need a worker even when no server runs.
     workers = jobs.Workers().start()
     try:

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx2
 
@@ -28,6 +28,10 @@ class Outcome:
     # "ok", or what the client saw instead: "http 503", "unavailable", "transport", ...
     kind: str
     memory_id: str | None = None
+    # How long the call took to be answered, in seconds, and when it was
+    # answered (time.monotonic()).
+    seconds: float = 0.0
+    answered: float = 0.0
 
 
 class WriteLoad:
@@ -60,7 +64,10 @@ class WriteLoad:
             while not self._stop.is_set():
                 n += 1
                 content = f"{self.tag} fault-load memory {worker}-{n}"
+                began = time.monotonic()
                 outcome = self._remember(client, content)
+                now = time.monotonic()
+                outcome = replace(outcome, seconds=now - began, answered=now)
                 with self._lock:
                     self.outcomes.append(outcome)
                 if outcome.kind != "ok":

@@ -1,5 +1,5 @@
 """`recall serve` on its embedded PostgreSQL, under write load, while the postmaster is
-killed (kill -9) or stalled (SIGSTOP, then SIGCONT).
+killed (kill -9) or stalled (SIGSTOP, then SIGCONT), or the whole database is frozen.
 
 Afterwards every acknowledged ``remember`` is stored, no refused one is,
 clients saw only success, ``unavailable`` or 503, and ``/ready`` went 503 and
@@ -8,6 +8,7 @@ came back to 200 by itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -28,6 +29,8 @@ from tests.support import free_port
 pytestmark = pytest.mark.slow
 
 ALLOWED = {"ok", "unavailable", "http 503"}
+# The server's stall watch (core/stalls.py), shorter than its default for the test.
+STALL_SECONDS = 2
 
 
 class Served:
@@ -49,6 +52,7 @@ class Served:
             PYTHONUNBUFFERED="1",
             RATE_LIMIT_FREE="100000/min",
             FREE_TIER_MAX_MEMORIES="1000000",
+            DATABASE_STALL_SECONDS=str(STALL_SECONDS),
         )
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
@@ -92,6 +96,19 @@ class Served:
         """The running postmaster's pid and socket directory, from its postmaster.pid."""
         lines = (self.data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()
         return int(lines[0]), lines[4]
+
+    def database_processes(self) -> list[int]:
+        """The postmaster and every process it started."""
+        postmaster, _ = self.postmaster()
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            if int(fields[1]) == postmaster:
+                children.append(int(stat.parent.name))
+        return [postmaster, *children]
 
     def stored(self) -> set[str]:
         """Every memory's content, read as the superuser (no row-level security)."""
@@ -166,3 +183,36 @@ def test_after_a_stall_of_the_postmaster_it_carries_on(served):
     assert statuses[-1] == 200
     assert served.postmaster()[0] == stalled  # alive all along: not restarted
     check_writes(served, load)
+
+
+def test_while_the_whole_database_is_frozen_calls_end_unavailable_before_it_thaws(served):
+    # Calls that reused a connection opened before the freeze waited on it
+    # for as long as the freeze lasted; those needing a new one were answered
+    # unavailable within connect_timeout (5 s).
+    # Before, all four threads' calls waited for the thaw and none was
+    # answered while the database was frozen.
+    with WriteLoad(f"{served.url}/mcp", served.key, tag="freeze") as load:
+        load.wait_for(20)
+        frozen = served.database_processes()
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        froze = time.monotonic()
+        try:
+            time.sleep(25)
+        finally:
+            for pid in frozen:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        thawed = time.monotonic()
+        statuses = watch_ready(served, until_ok_after=time.monotonic())
+        load.wait_for(20)
+
+    assert statuses[-1] == 200
+    # The watch ends a stalled wait after STALL_SECONDS and a failed check of
+    # at most connect_timeout; a new call then fails to connect within
+    # connect_timeout. (A call whose COMMIT was out waits for the thaw.)
+    while_frozen = [o for o in load.outcomes if froze < o.answered < thawed]
+    assert len(while_frozen) >= 3, load.kinds()
+    assert {o.kind for o in while_frozen} <= {"unavailable", "http 503"}
+    check_writes(served, load)
+    assert "database stopped answering" in served.logs()
