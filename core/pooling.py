@@ -54,6 +54,8 @@ def _from_url(config: dict[str, Any]) -> dict[str, Any]:
         params["port"] = str(config["PORT"])
     params.update(config.get("OPTIONS") or {})
     params.setdefault("connect_timeout", 5)
+    for name, value in settings.DATABASE_SOCKET_OPTIONS.items():
+        params.setdefault(name, value)
     return {k: v for k, v in params.items() if v is not None}
 
 

@@ -1,9 +1,8 @@
 """A database that stops answering ends the calls waiting on it, instead of holding them.
 
 ``connect_timeout`` bounds only a new connection. A connection opened before
-the database stopped answering (its processes stopped or paused, a network
-path that drops packets without a reset) waits on its socket with no
-deadline, and PostgreSQL's own timeouts run in the processes that stopped:
+the database stopped answering (its processes stopped or paused) waits on
+its socket with no deadline, and PostgreSQL's own timeouts run in the processes that stopped:
 a call that reused such a connection hung for as long as the stall lasted,
 while calls that needed a new one were answered ``unavailable`` in seconds.
 
@@ -22,6 +21,12 @@ nothing was written.
 
 A long statement on a live database is never ended here, however long it
 runs. ``DATABASE_STALL_SECONDS=0`` turns the watch off.
+
+What it cannot see: behind a transaction pooler without
+``DATABASE_DIRECT_URL``, the pooler answers the check for a database that
+does not. A peer that went away without a word (a failover, an expired NAT
+entry) is the sockets' own to notice: ``DATABASE_SOCKET_OPTIONS``
+(``tcp_user_timeout``, keepalives) end such a wait within about 30 s.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ _numbers = itertools.count()
 _lock = threading.Lock()
 _watchdog: threading.Thread | None = None
 _stopping = threading.Event()
+# Held while the watchdog ends waits, and while a connection starts a COMMIT.
+_shutting = threading.Lock()
 # When the database last answered the watchdog: a statement that runs long
 # on a live database is asked about at most once per DATABASE_STALL_SECONDS.
 _answered_at = float("-inf")
@@ -62,7 +69,10 @@ class WatchedConnection(psycopg.Connection[Any]):
     committing = False
 
     def commit(self) -> None:
-        self.committing = True
+        # Under the lock the watchdog ends waits with: it never shuts a
+        # connection that has started to commit.
+        with _shutting:
+            self.committing = True
         try:
             super().commit()
         finally:
@@ -126,38 +136,54 @@ def check() -> int:
     global _answered_at
     limit = stall_seconds()
     now = time.monotonic()
-    stalled = {
-        id(conn): conn
-        for began, conn in list(_waiting.values())
+    stalled = [
+        (number, conn)
+        for number, (began, conn) in list(_waiting.items())
         if now - began >= limit and not conn.committing
-    }
+    ]
     if not stalled or now - _answered_at < limit:
         return 0
     if _database_answers():
         _answered_at = now
         return 0
-    for conn in stalled.values():
-        _shut(conn)
-    logger.warning(
-        "database stopped answering: ended the calls waiting on it",
-        extra={"connections": len(stalled), "waited_s": limit},
-    )
-    return len(stalled)
+    ended = 0
+    with _shutting:
+        # The check took up to connect_timeout: only a wait still going on,
+        # and still not a commit, is ended.
+        for number, conn in stalled:
+            if number in _waiting and not conn.committing:
+                _shut(conn)
+                ended += 1
+    if ended:
+        logger.warning(
+            "database stopped answering: ended the calls waiting on it",
+            extra={"connections": ended, "waited_s": limit},
+        )
+    return ended
 
 
 def _database_answers() -> bool:
-    from django.db import connections
+    """Whether a new connection to the database completes within ``connect_timeout``.
 
-    params = dict(connections["default"].get_connection_params())
-    params.setdefault("connect_timeout", 5)
+    Only a timeout says it does not answer. A refusal the server sent (too
+    many clients, starting up) is an answer; so is a refused or unreachable
+    address, which a stalled wait meets by itself (``tcp_user_timeout``).
+    Through ``DATABASE_DIRECT_URL`` when there is one: a transaction pooler
+    would answer for a database that does not.
+    """
+    from core import pooling
+
+    params = pooling.lock_params()
     try:
         with psycopg.connect(**params):
-            return True
-    except psycopg.Error as exc:
-        if exc.sqlstate is not None:
-            return True  # it answered, if only to refuse (too many clients, say)
+            pass
+    except psycopg.errors.ConnectionTimeout as exc:
         outage.note("stall watch", exc)
         return False
+    except psycopg.Error:
+        pass
+    outage.recovered("stall watch")
+    return True
 
 
 def _shut(conn: psycopg.Connection[Any]) -> None:

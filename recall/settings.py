@@ -182,6 +182,19 @@ else:
     _options["prepare_threshold"] = None
     _database["DISABLE_SERVER_SIDE_CURSORS"] = True
 _options.setdefault("connect_timeout", 5)
+# Over TCP: a connection whose peer went away without a word (a failover, an
+# expired NAT entry, a host gone) errors once 30 s of sent data go
+# unacknowledged, or after 60 s idle with no answer to keepalives, instead of
+# waiting for the system's two hours. Unix sockets ignore them.
+DATABASE_SOCKET_OPTIONS = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30000,
+}
+for _name, _value in DATABASE_SOCKET_OPTIONS.items():
+    _options.setdefault(_name, _value)
 _database["CONN_MAX_AGE"] = env.integer("DATABASE_CONN_MAX_AGE", 300, low=0, high=86400)
 _database["CONN_HEALTH_CHECKS"] = True
 # A wait on the database this long makes the stall watch ask whether it still

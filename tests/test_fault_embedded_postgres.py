@@ -211,7 +211,9 @@ def test_while_the_whole_database_is_frozen_calls_end_unavailable_before_it_thaw
     # The watch ends a stalled wait after STALL_SECONDS and a failed check of
     # at most connect_timeout; a new call then fails to connect within
     # connect_timeout. (A call whose COMMIT was out waits for the thaw.)
-    while_frozen = [o for o in load.outcomes if froze < o.answered < thawed]
+    # (A call that finished its last statement just before the freeze may be
+    # answered just after it: a second's grace.)
+    while_frozen = [o for o in load.outcomes if froze + 1 < o.answered < thawed]
     assert len(while_frozen) >= 3, load.kinds()
     assert {o.kind for o in while_frozen} <= {"unavailable", "http 503"}
     check_writes(served, load)

@@ -6,7 +6,11 @@ end in tests/test_fault_embedded_postgres.py, on a server of its own.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import struct
+import threading
 
 import pytest
 from django.db import connection
@@ -44,3 +48,57 @@ def test_with_the_watch_off_connections_stay_as_psycopg_made_them(settings):
         cursor.execute("SELECT 1")
 
     assert type(connection.connection) is not stalls.WatchedConnection
+
+
+class FakeServer:
+    """A TCP server that takes a connection's startup packet, then refuses it
+    as a full PostgreSQL would, or says nothing at all."""
+
+    def __init__(self, *, refuse: bool) -> None:
+        self.refuse = refuse
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.listener.accept()
+                self.held.append(conn)
+                (length,) = struct.unpack("!I", conn.recv(4))
+                conn.recv(length - 4)
+                if self.refuse:
+                    fields = b"SFATAL\0C53300\0Msorry, too many clients already\0\0"
+                    conn.sendall(b"E" + struct.pack("!I", len(fields) + 4) + fields)
+
+    def params(self) -> dict:
+        return {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "user": "probe",
+            "dbname": "probe",
+            "sslmode": "disable",
+            "connect_timeout": 1,
+        }
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize(("refuse", "answers"), [(True, True), (False, False)])
+def test_only_a_database_that_does_not_answer_in_time_counts_as_stopped(
+    monkeypatch, refuse, answers
+):
+    # A refusal the server sent ("too many clients") came back without a
+    # SQLSTATE and was taken for silence: healthy long statements were ended.
+    from core import pooling
+
+    server = FakeServer(refuse=refuse)
+    monkeypatch.setattr(pooling, "lock_params", server.params)
+    try:
+        assert stalls._database_answers() is answers
+    finally:
+        server.close()
