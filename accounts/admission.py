@@ -123,8 +123,9 @@ async def aadmit(
     return admit(caller, tool=tool, request_id=request_id)
 
 
-# An address may try this many times an account's allowance, across accounts.
-SIGN_IN_ADDRESS_FACTOR = 3
+# An address may try this many times an account's allowance, across accounts:
+# room for an office or a carrier's NAT, where many people sign in from one.
+SIGN_IN_ADDRESS_FACTOR = 10
 
 
 def sign_in(address: str | None, account: str) -> int:
@@ -133,22 +134,22 @@ def sign_in(address: str | None, account: str) -> int:
 
     Every attempt counts, right or wrong, before the password is checked, so
     a refused one learns nothing. Two buckets (``SIGN_IN_RATE_LIMIT``): the
-    address's for this account, and the address's across accounts, three
+    address's for this account, and the address's across accounts, ten
     times as large. Counting by account alone would let anyone lock a user
-    out; by address alone, one address could try every account.
+    out; by address alone, one address could try every account. A guesser
+    spread over many addresses is paced per address only.
     """
     count, period = settings.SIGN_IN_RATE_LIMIT
     where = address or "unknown"
     who = hashlib.sha256(account.strip().lower()[:320].encode("utf-8", "replace")).hexdigest()
     limiter = ratelimit.get_rate_limiter()
-    waits = []
     for key, capacity in (
         (f"sign-in:{where}:{who[:32]}", count),
         (f"sign-in:{where}", count * SIGN_IN_ADDRESS_FACTOR),
     ):
         decision = limiter.check(key, capacity, capacity / period)
         if not decision.allowed:
-            waits.append(max(1, math.ceil(decision.retry_after)))
-    if waits:
-        logger.info("sign-in throttled", extra={"address": where, "retry_after_s": max(waits)})
-    return max(waits, default=0)
+            wait = max(1, math.ceil(decision.retry_after))
+            logger.info("sign-in throttled", extra={"address": where, "retry_after_s": wait})
+            return wait
+    return 0

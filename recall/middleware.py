@@ -36,6 +36,7 @@ checking the password.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.contrib.auth.forms import AuthenticationForm
 from django.db import transaction
@@ -103,12 +104,20 @@ class SignInThrottleMiddleware:
         self._paths: frozenset[str] | None = None
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        return self.get_response(request)
+
+    def process_view(
+        self, request: HttpRequest, view: Callable[..., Any], args: Any, kwargs: Any
+    ) -> HttpResponseBase | None:
+        # Here, not in __call__: CsrfViewMiddleware's process_view runs first
+        # and refuses a forged post, which must not spend the user's attempts
+        # (a page elsewhere could otherwise lock them out from their own address).
         if request.method != "POST" or request.path not in self._sign_in_paths():
-            return self.get_response(request)
+            return None
         account = request.POST.get("username", "")
         wait = admission.sign_in(client_address(request), account)
         if not wait:
-            return self.get_response(request)
+            return None
         minutes = -(-wait // 60)
         response = TemplateResponse(
             request,

@@ -313,7 +313,7 @@ RATE_LIMITS: dict[str, tuple[int, int] | None] = {
     "unlimited": None,
 }
 # Sign-in attempts (the dashboard's and the admin's), counted per client
-# address and account; an address alone gets three times as many, across
+# address and account; an address alone gets ten times as many, across
 # accounts (accounts/admission.py, ``sign_in``).
 SIGN_IN_RATE_LIMIT = env.rate("SIGN_IN_RATE_LIMIT", "10/hour")
 
