@@ -103,10 +103,13 @@ def _django(argv: list[str]) -> None:
 
 
 def _operator(argv: list[str], *, migrate: bool) -> None:
-    """Run an operator's command, on a database brought up to date first (with ``migrate``).
+    """Run an operator's command; with ``migrate``, on a database that has its tables.
 
     On a fresh data directory the first command may be ``create-user``,
-    before any ``serve`` has migrated: it failed on a missing table.
+    before any ``serve`` has migrated: it failed on a missing table. A
+    database never migrated is migrated here. One that only lacks a newer
+    version's migrations is not: servers of the older version may be using
+    it, and a migration may lock their tables; the command says so instead.
     """
     if not migrate:
         _django(argv)
@@ -121,6 +124,13 @@ def _operator(argv: list[str], *, migrate: bool) -> None:
 
     executor = MigrationExecutor(connection)
     if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+        if executor.loader.applied_migrations:
+            sys.stderr.write(
+                "recall: this database lacks migrations this version brings. Apply them "
+                "with `recall serve` (which migrates as it starts) or `recall manage migrate`, "
+                "once the servers of the older version are stopped.\n"
+            )
+            raise SystemExit(1)
         with startup.startup_lock():
             startup.migrate()
     _django(argv)

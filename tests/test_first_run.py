@@ -267,3 +267,12 @@ def test_an_operator_command_on_a_fresh_data_directory_migrates_first(tmp_path):
     key = recall("create-key", "ops@example.com")
     assert key.returncode == 0, key.stderr[-3000:]
     assert re.fullmatch(r"recall_live_[A-Za-z0-9_-]{32}", key.stdout.strip())
+
+    # A database an older version migrated is not migrated under its servers.
+    older = recall("manage", "migrate", "billing", "0008", "--verbosity", "0")
+    assert older.returncode == 0, older.stderr[-3000:]
+    refused = recall("create-key", "ops@example.com")
+    assert refused.returncode == 1
+    assert "lacks migrations this version brings" in refused.stderr
+    shown = recall("manage", "showmigrations", "billing").stdout
+    assert "[ ] 0009_billing_account_mcpize_tier" in shown  # still not applied
