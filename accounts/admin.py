@@ -158,12 +158,15 @@ class UserAdmin(auth_admin.UserAdmin):
         with transaction.atomic():
             holdings.users_deleting([obj.pk])
             super().delete_model(request, obj)
+            # Their keys went with them: no process may go on taking them.
+            services.invalidate_cached_auth()
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
         # The bulk action, as ``delete_model``.
         with transaction.atomic():
             holdings.users_deleting(queryset.values_list("pk", flat=True))
             super().delete_queryset(request, queryset)
+            services.invalidate_cached_auth()
 
     def save_model(self, request: HttpRequest, obj: User, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
@@ -289,6 +292,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
         response = TemplateResponse(request, "admin/accounts/apikey/issued.html", context)
         response["Cache-Control"] = "no-store"
         return response
+
+    def delete_model(self, request: HttpRequest, obj: ApiKey) -> None:
+        super().delete_model(request, obj)
+        # A deleted key stops at once, as a revoked one does.
+        services.invalidate_cached_auth()
 
     @admin.action(description="Revoke selected keys")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from django.contrib.messages import get_messages
 from django.utils import timezone
 
@@ -123,3 +124,13 @@ def test_it_filters_live_and_revoked_keys(cast, admin_client):
     assert cast.alice_key.key.prefix in live
     assert cast.bob_key.key.prefix in revoked
     assert cast.alice_key.key.prefix not in revoked
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_deleted_in_the_admin_stops_at_once(cast, admin_client):
+    assert auth.authenticate(cast.alice_key.raw) is not None  # cached now
+
+    response = admin_client.post(f"{URL}{cast.alice_key.key.id}/delete/", {"post": "yes"})
+
+    assert response.status_code == 302
+    assert auth.authenticate(cast.alice_key.raw) is None

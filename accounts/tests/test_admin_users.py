@@ -162,3 +162,21 @@ def test_the_delete_confirmation_counts_rather_than_lists(cast, admin_client):
     assert "2 API keys" in text
     assert "Memory:" not in text  # no memory is listed, let alone its content
     assert "secret memory" not in text
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("bulk", [False, True], ids=["delete page", "delete_selected action"])
+def test_a_deleted_users_keys_stop_at_once(cast, admin_client, bulk):
+    # The keys went with the user, but the key cache went on taking them
+    # for up to its TTL.
+    assert auth.authenticate(cast.alice_key.raw) is not None  # cached now
+
+    if bulk:
+        action = {"action": "delete_selected", "_selected_action": [cast.alice.id], "post": "yes"}
+        response = admin_client.post(URL, action)
+    else:
+        response = admin_client.post(f"{URL}{cast.alice.id}/delete/", {"post": "yes"})
+
+    assert response.status_code == 302
+    assert auth.authenticate(cast.alice_key.raw) is None
+    assert auth.authenticate(cast.charlie_key.raw) is not None
