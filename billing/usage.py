@@ -61,6 +61,9 @@ LINGER = 0.05
 # Seconds between attempts to write held events while the database is down.
 RETRY_MIN = 1.0
 RETRY_MAX = 30.0
+# A refused batch written again one event at a time stops after this many
+# refusals in a row: the cause is then the batch's, not one event's.
+REFUSED_IN_A_ROW = 3
 
 
 class UsageRecorder:
@@ -234,7 +237,8 @@ class UsageRecorder:
         """Insert one user's events; return those to try again later (an outage).
 
         A batch the database refuses for another reason is written again one
-        event at a time, so that only the event at fault is lost.
+        event at a time (``_write_each``), so that only the events at fault
+        are lost.
         """
         from billing import services
 
@@ -246,16 +250,53 @@ class UsageRecorder:
                 outage.note("usage events", exc)
                 return events
             if len(events) > 1:
-                return [held for event in events for held in self._write_user(user_id, [event])]
-            self.dropped += 1
-            logger.error(
-                "usage events dropped: write failed",
-                exc_info=True,
-                extra={"count": 1, "request_ids": [events[0].request_id]},
-            )
+                return self._write_each(user_id, events)
+            self._lose(events, exc)
             return []
         outage.recovered("usage events")
         return []
+
+    def _write_each(self, user_id: uuid.UUID, events: list[Event]) -> list[Event]:
+        """Write a refused batch one event at a time; return those to try again later.
+
+        After ``REFUSED_IN_A_ROW`` refusals in a row the cause is the batch's
+        (its user deleted, say), not one event's, and the rest are lost with
+        them rather than tried one by one.
+        """
+        from billing import services
+
+        lost: list[Event] = []
+        refusal: Exception | None = None
+        in_a_row = 0
+        for at, event in enumerate(events):
+            if in_a_row >= REFUSED_IN_A_ROW:
+                lost.extend(events[at:])
+                break
+            try:
+                services.save_usage_events(user_id=user_id, events=[event])
+            except Exception as exc:
+                if errors.is_outage(exc):
+                    outage.note("usage events", exc)
+                    self._lose(lost, refusal)
+                    return events[at:]
+                lost.append(event)
+                refusal = exc
+                in_a_row += 1
+            else:
+                in_a_row = 0
+        self._lose(lost, refusal)
+        return []
+
+    def _lose(self, events: list[Event], error: Exception | None) -> None:
+        """Count and log, once, events the database refused."""
+        if not events:
+            return
+        self.dropped += len(events)
+        logger.error(
+            "usage events dropped: write failed",
+            exc_info=error,
+            extra={"count": len(events), "request_ids": [e.request_id for e in events[:20]]},
+        )
 
     def _write_last_used(self, *, force: bool) -> None:
         """Write the keys that are due (all of them with ``force``)."""

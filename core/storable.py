@@ -46,7 +46,13 @@ def column_length(model: Any, name: str) -> int:
 
 
 def scrub(value: object, *, max_length: int) -> str:
-    """Return a loggable, storable rendering of an untrusted value: for records of refusals."""
+    """Return a loggable, storable rendering of an untrusted value: for records of refusals.
+
+    At most ``max_length`` characters; a NUL or a lone surrogate shows as
+    U+FFFD, so that what is recorded never passes for a value sent without
+    one (a tool named "remember\\x00" is not recorded as ``remember``).
+    """
     text = value if isinstance(value, str) else ""
-    text = text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
-    return text[:max_length]
+    return "".join(
+        "\ufffd" if ch == "\x00" or "\ud800" <= ch <= "\udfff" else ch for ch in text[:max_length]
+    )

@@ -219,7 +219,7 @@ def test_a_stripe_event_id_with_a_nul_is_refused_and_recorded_scrubbed(cast, cli
     assert response.status_code == 400
     with tenancy.operator():
         assert not BillingAccount.objects.exists()
-        assert WebhookRejection.objects.get().event_id == "evt_abc"
+        assert WebhookRejection.objects.get().event_id == "evt_\ufffdabc"
 
 
 def test_a_checkout_email_with_a_nul_is_refused(cast, client):
