@@ -28,6 +28,7 @@ from mcp.client.stdio import StdioServerParameters
 from recall.startup import RULE
 from tests.clients import raw_call
 from tests.support import free_port
+from tests.test_cli import recall_command
 
 pytestmark = pytest.mark.slow
 
@@ -252,14 +253,7 @@ def test_an_operator_command_on_a_fresh_data_directory_migrates_first(tmp_path):
     env["RECALL_DATA_DIR"] = str(tmp_path / "fresh")
 
     def recall(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "recall", *args],
-            cwd=settings.BASE_DIR,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
+        return recall_command(*args, env=env)
 
     created = recall("create-user", "ops@example.com", "--tier", "pro")
     assert created.returncode == 0, created.stderr[-3000:]
