@@ -94,21 +94,16 @@ def test_a_dry_run_changes_nothing(cast, switch_model):
         ]
 
 
-def test_re_embedding_and_an_edit_of_a_memory_in_its_batch_both_finish(
-    cast, switch_model, monkeypatch
-):
+def test_re_embedding_and_an_edit_of_a_memory_in_its_batch_both_finish(cast, switch_model):
     # A batch updated its memories one statement each: the first update took
     # the namespace's generation, and the next memory's row was then asked
     # for while an edit held it and waited for the generation. The batch's
     # rows are now locked first, in id order, as every writer of several.
-    from memories.services import storing
-    from memories.tests.test_write_races import HIGH, LOW, crossing
+    from memories.tests.test_write_races import HIGH, LOW, crossing, ids_in_turn
 
-    ids = iter([LOW, HIGH])
-    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
-    for content in ["alpha beta", "gamma delta"]:
-        services.remember(user_id=cast.alice.id, tier=Tier.PRO, content=content)
-    monkeypatch.undo()
+    with ids_in_turn(LOW, HIGH):
+        for content in ["alpha beta", "gamma delta"]:
+            services.remember(user_id=cast.alice.id, tier=Tier.PRO, content=content)
     switch_model()
 
     done = crossing(

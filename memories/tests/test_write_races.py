@@ -23,6 +23,7 @@ purge passes over a row a live write holds.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable
@@ -422,20 +423,16 @@ MID = uuid.UUID("80000000-0000-4000-8000-000000000000")
 
 
 @pytest.mark.django_db(transaction=True)
-def test_forgetting_a_namespace_while_a_write_holds_two_of_its_memories_answers_both(
-    cast, monkeypatch
-) -> None:
+def test_forgetting_a_namespace_while_a_write_holds_two_of_its_memories_answers_both(cast) -> None:
     # A write that replaces two memories locks them by id (superseding.lock).
     # Deleting a namespace took its rows in the order it found them, here the
     # one stored first, the higher id: each then waited for the other.
     # HIGH goes to the text found first, by storage and by the namespace's
     # index (content hash order).
     texts = sorted([OLD, WIFI], key=content_hash)
-    ids = iter([HIGH, LOW])
-    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
-    for text in texts:
-        remember(cast.alice.id, text)
-    monkeypatch.undo()
+    with ids_in_turn(HIGH, LOW):
+        for text in texts:
+            remember(cast.alice.id, text)
     done = crossing(
         cast.alice.id,
         lambda: services.forget_namespace(user_id=cast.alice.id, namespace="default"),
@@ -453,6 +450,15 @@ def expire(memory_id: Any) -> Any:
             "UPDATE memories SET expires_at = now() - interval '1 s' WHERE id = %s", [memory_id]
         )
     return memory_id
+
+
+@contextlib.contextmanager
+def ids_in_turn(*chosen: uuid.UUID) -> Any:
+    """The memories stored in the block get ``chosen`` ids, in turn: a test's rows in an order."""
+    ids = iter(chosen)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(storing.uuid, "uuid4", lambda: next(ids))
+        yield
 
 
 def crossing(user_id: Any, call: Callable[[], Any], held: Any, then: str, row: Any) -> Any:
@@ -556,19 +562,15 @@ def test_an_import_and_a_live_write_of_the_same_content_keep_one_memory(cast, mo
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("how", ["by_id", "namespace"])
-def test_forgetting_a_replacing_memory_while_a_write_holds_the_pair_answers_both(
-    cast, monkeypatch, how
-) -> None:
+def test_forgetting_a_replacing_memory_while_a_write_holds_the_pair_answers_both(cast, how) -> None:
     # A restatement (or a link) locks the replaced memory and the one that
     # replaced it, in id order. Deleting the replacing memory also clears the
     # older one's link (the key's cascade): a delete that took its own row
     # first and the older one in the cascade waited on the write while the
     # write waited on it. LOW is the older memory, so the write takes it first.
-    ids = iter([LOW, HIGH])
-    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
-    remember(cast.alice.id, OLD)
-    remember(cast.alice.id, NEW, replaces=str(LOW))
-    monkeypatch.undo()
+    with ids_in_turn(LOW, HIGH):
+        remember(cast.alice.id, OLD)
+        remember(cast.alice.id, NEW, replaces=str(LOW))
 
     def call() -> Any:
         if how == "by_id":
@@ -626,11 +628,9 @@ def test_a_current_fact_stated_again_naming_a_replacement_locks_both_in_id_order
     # finds nothing), the insert found LOW and linked to it unlocked; the
     # write now starts again and finds it. Two unrelated facts, so that
     # detection links neither to the other.
-    ids = iter([LOW, HIGH])
-    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
-    remember(cast.alice.id, OLD)
-    remember(cast.alice.id, WIFI)
-    monkeypatch.undo()
+    with ids_in_turn(LOW, HIGH):
+        remember(cast.alice.id, OLD)
+        remember(cast.alice.id, WIFI)
     if found == "only at its insert":
         looks = iter([False])
         real = storing._held_by_place
@@ -650,18 +650,16 @@ def test_a_current_fact_stated_again_naming_a_replacement_locks_both_in_id_order
 
 @pytest.mark.django_db(transaction=True)
 def test_deleting_an_agent_while_a_write_holds_two_of_its_memories_answers_both(
-    cast, agents, monkeypatch
+    cast, agents
 ) -> None:
     # The agent's memories went with it through the foreign key's cascade,
     # in the order the scan met them (HIGH first), not by id.
     from accounts import services as accounts
 
-    ids = iter([HIGH, LOW])
-    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
-    agent = agents.research.id
-    for text in sorted([OLD, WIFI], key=content_hash):
-        remember(cast.alice.id, text, agent_id=agent)
-    monkeypatch.undo()
+    with ids_in_turn(HIGH, LOW):
+        agent = agents.research.id
+        for text in sorted([OLD, WIFI], key=content_hash):
+            remember(cast.alice.id, text, agent_id=agent)
     crossing(
         cast.alice.id,
         lambda: accounts.delete_agent(user_id=cast.alice.id, agent_id=agent),
@@ -679,16 +677,14 @@ USERS = "/admin/accounts/user/"
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("bulk", [False, True], ids=["delete page", "delete_selected action"])
 def test_deleting_a_user_in_the_admin_while_a_write_holds_two_of_their_memories_answers_both(
-    cast, admin_client, monkeypatch, bulk
+    cast, admin_client, bulk
 ) -> None:
     # Django's collector deleted the user's memories in the order its scan
     # met them (HIGH first), not by id: the admin's delete held HIGH and
     # waited for LOW while the write held LOW and asked for HIGH.
-    ids = iter([HIGH, LOW])
-    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
-    for text in sorted([OLD, WIFI], key=content_hash):
-        remember(cast.alice.id, text)
-    monkeypatch.undo()
+    with ids_in_turn(HIGH, LOW):
+        for text in sorted([OLD, WIFI], key=content_hash):
+            remember(cast.alice.id, text)
     action = {"action": "delete_selected", "_selected_action": [cast.alice.id], "post": "yes"}
     deletion = (USERS, action) if bulk else (f"{USERS}{cast.alice.id}/delete/", {"post": "yes"})
     response = crossing(
@@ -752,18 +748,14 @@ def test_an_edit_to_an_expired_copys_content_and_another_edit_of_the_memory_both
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_write_whose_place_an_expired_copy_holds_takes_no_row_after_its_named_one(
-    cast, monkeypatch
-) -> None:
+def test_a_write_whose_place_an_expired_copy_holds_takes_no_row_after_its_named_one(cast) -> None:
     # The write locked the memory it names (HIGH), and its insert then met
     # the expired copy (LOW) and deleted it in the same transaction: a row
     # taken after another, out of id order. The copy now goes first, in a
     # transaction of its own, and the write starts again.
-    ids = iter([LOW, HIGH])
-    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
-    expire(remember(cast.alice.id, OLD, ttl_seconds=60)["id"])
-    remember(cast.alice.id, WIFI)
-    monkeypatch.undo()
+    with ids_in_turn(LOW, HIGH):
+        expire(remember(cast.alice.id, OLD, ttl_seconds=60)["id"])
+        remember(cast.alice.id, WIFI)
 
     done = crossing(
         cast.alice.id, lambda: remember(cast.alice.id, OLD, replaces=str(HIGH)), LOW, HOLD, HIGH
@@ -785,11 +777,9 @@ def test_an_edit_to_an_expired_copys_content_and_a_delete_of_both_both_finish(
     from core.errors import NotFound
     from memories.services import changes
 
-    ids = iter([LOW, HIGH])
-    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
-    expire(remember(cast.alice.id, WIFI, ttl_seconds=60)["id"])
-    target = remember(cast.alice.id, NEW)["id"]
-    monkeypatch.undo()
+    with ids_in_turn(LOW, HIGH):
+        expire(remember(cast.alice.id, WIFI, ttl_seconds=60)["id"])
+        target = remember(cast.alice.id, NEW)["id"]
     reached, resume = threading.Event(), threading.Event()
     pids: list[int] = []
     real = changes.drop_expired_copy
@@ -874,7 +864,7 @@ def test_a_live_write_of_a_later_record_while_an_import_batch_runs_keeps_one_mem
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_fact_stated_again_while_its_chain_moves_on_takes_no_row_late(cast, monkeypatch) -> None:
+def test_a_fact_stated_again_while_its_chain_moves_on_takes_no_row_late(cast) -> None:
     # "pg-3" (MID), replaced by "pg-7" (HIGH), stated again: the write locks
     # MID and HIGH, the chain's end. Meanwhile another write makes LOW
     # replace HIGH. The write walked the chain again and locked LOW in a
@@ -882,12 +872,10 @@ def test_a_fact_stated_again_while_its_chain_moves_on_takes_no_row_late(cast, mo
     # holding LOW, then waited on it while it waited on LOW.
     from memories.services import superseding
 
-    ids = iter([MID, HIGH, LOW])
-    monkeypatch.setattr(storing.uuid, "uuid4", lambda: next(ids))
-    remember(cast.alice.id, OLD)
-    remember(cast.alice.id, NEW, replaces=str(MID))
-    remember(cast.alice.id, WIFI)
-    monkeypatch.undo()
+    with ids_in_turn(MID, HIGH, LOW):
+        remember(cast.alice.id, OLD)
+        remember(cast.alice.id, NEW, replaces=str(MID))
+        remember(cast.alice.id, WIFI)
     has_low = threading.Event()
 
     def other_write() -> None:
