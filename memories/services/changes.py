@@ -428,14 +428,19 @@ def _delete_namespace(
 
 
 def _delete(condition: str, params: list[Any], purge: bool) -> int:
-    """Delete the memories ``condition`` selects (``params``: the user, then its own)."""
+    """Delete the memories ``condition`` selects (``params``: the user, then its own).
+
+    Return how many of them had not expired: an expired memory goes with the
+    rest (the purge would take it anyway) but no tool answers for it, so it
+    is not counted as deleted.
+    """
     with connection.cursor() as cursor:
         gone = superseding.delete_freeing(
             cursor, _DOOMED.format(condition), params, superseding.FREED
         )
-    if purge and gone:
-        _purge_history(gone)
-    return len(gone)
+    if purge and gone.ids:
+        _purge_history(gone.ids)
+    return gone.live
 
 
 def _purge_history(memory_ids: list[uuid.UUID]) -> int:

@@ -30,7 +30,7 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from django.conf import settings
@@ -315,23 +315,31 @@ _LOCK_DOOMED = (
     "SELECT id FROM memories WHERE user_id = %s AND (id IN ({doomed})"
     " OR superseded_by IN ({doomed})) ORDER BY id FOR UPDATE"
 )
-_DELETE_LOCKED = "DELETE FROM memories WHERE id IN ({doomed}) RETURNING id"
+_DELETE_LOCKED = (
+    "DELETE FROM memories WHERE id IN ({doomed})"
+    " RETURNING id, expires_at IS NULL OR expires_at > statement_timestamp()"
+)
 
 
-def delete_freeing(
-    cursor: Any, doomed: str, params: Sequence[Any], why: dict[str, str]
-) -> list[uuid.UUID]:
-    """Delete the memories the query ``doomed`` selects and return their ids; those they
-    replaced are current again, their history saying ``why``.
+class Gone(NamedTuple):
+    """What a delete removed: every memory's id, and how many had not expired yet."""
+
+    ids: list[uuid.UUID]
+    live: int
+
+
+def delete_freeing(cursor: Any, doomed: str, params: Sequence[Any], why: dict[str, str]) -> Gone:
+    """Delete the memories the query ``doomed`` selects and say which (``Gone``); those
+    they replaced are current again, their history saying ``why``.
 
     ``params`` are ``doomed``'s, the user first. Runs in the caller's transaction.
     """
     cursor.execute(_LOCK_DOOMED.format(doomed=doomed), [params[0], *params, *params])
     freeing(cursor, why)
     cursor.execute(_DELETE_LOCKED.format(doomed=doomed), list(params))
-    gone = [row[0] for row in cursor.fetchall()]
+    rows = cursor.fetchall()
     freeing(cursor, None)
-    return gone
+    return Gone([row[0] for row in rows], sum(1 for row in rows if row[1]))
 
 
 def announce(links: Sequence[Link]) -> None:

@@ -87,6 +87,26 @@ def test_no_read_returns_an_expired_memory(cast):
     assert [m["id"] for m in preview["matches"]] == [kept]
 
 
+def test_forgetting_an_expired_memory_answers_as_every_other_tool_does(cast):
+    gone = remember(cast.alice.id, "The user's parking spot is B12.", ttl_seconds=60)["id"]
+    lapsed = remember(cast.alice.id, "The user's locker is 41.", ttl_seconds=60)["id"]
+    kept = remember(cast.alice.id, "The user's desk is on floor 3.")["id"]
+    expire_now(gone)
+
+    with pytest.raises(NotFound):
+        services.forget(user_id=cast.alice.id, mode="by_id", id=gone)
+    preview = services.forget(user_id=cast.alice.id, mode="all", namespace="default")
+    expire_now(lapsed)
+    done = services.forget(
+        user_id=cast.alice.id, mode="all", confirmation_token=preview["confirmation_token"]
+    )
+
+    assert preview["total_matches"] == 2
+    assert done["deleted_count"] == 1
+    with tenancy.operator():
+        assert not Memory.objects.filter(id__in=[gone, lapsed, kept]).exists()
+
+
 def test_an_expired_memory_does_not_count_as_a_duplicate(cast):
     old = remember(cast.alice.id, "The user is at the conference.", ttl_seconds=60)["id"]
     expire_now(old)
