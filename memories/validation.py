@@ -248,8 +248,9 @@ def metadata_filter(value: Any) -> dict[str, Any]:
     if len(value) > FILTER_MAX_KEYS:
         raise ValidationFailed(f"metadata_filter may have at most {FILTER_MAX_KEYS} keys.")
     for key, item in value.items():
-        if not isinstance(key, str) or not key:
-            raise ValidationFailed("metadata_filter keys must be non-empty strings.")
+        # Any key metadata may hold, the empty one too: remember accepts it.
+        if not isinstance(key, str):
+            raise ValidationFailed("metadata_filter keys must be strings.")
         if isinstance(item, dict | list):
             raise ValidationFailed(
                 "metadata_filter values must be strings, numbers, booleans or null."

@@ -209,7 +209,6 @@ def test_an_empty_namespace_returns_no_results(cast):
         ({"metadata_filter": {f"k{n}": n for n in range(9)}}, "at most 8 keys"),
         ({"metadata_filter": {"tags": ["a"]}}, "strings, numbers, booleans or null"),
         ({"metadata_filter": {"nested": {"a": 1}}}, "strings, numbers, booleans or null"),
-        ({"metadata_filter": {"": 1}}, "non-empty strings"),
         ({"metadata_filter": "source=chat"}, "metadata_filter must be a JSON object"),
     ],
 )
@@ -227,6 +226,17 @@ def test_bounds_are_inclusive(cast):
     assert services.recall(user_id=cast.alice.id, query="cosine 1", limit=1, threshold=1.0) == []
     eight = {f"k{n}": n for n in range(8)}
     assert services.recall(user_id=cast.alice.id, query="cat", metadata_filter=eight) == []
+
+
+def test_a_filter_finds_every_key_remember_accepts_the_empty_one_too(cast):
+    odd = services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="The cat sleeps.", metadata={"": 1, " ": "x"}
+    )["id"]
+    services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="The cat eats.")
+
+    for where in ({"": 1}, {" ": "x"}):
+        found = services.recall(user_id=cast.alice.id, query="cat", metadata_filter=where)
+        assert [m["id"] for m in found] == [odd]
 
 
 class _Undo(Exception):
