@@ -140,7 +140,18 @@ def _refusal(error: str, description: str, status: int = 400) -> JsonResponse:
 def _checked(request: HttpRequest) -> JsonResponse | None:
     """Refuse metadata we will not store, and JSON nested too deep for the toolkit's own
     parse (it recursed until RecursionError, a 500); leave other malformed JSON to the
-    toolkit's answer, which comes after its credential check."""
+    toolkit's answer, which comes after its credential check.
+
+    The body must be sent as JSON (RFC 7591, section 3.1). A form or text body
+    is refused: a page on another site can send one without asking first.
+    """
+    kind = (request.content_type or "").lower()
+    if kind != "application/json" and not kind.endswith("+json"):
+        return _refusal(
+            "invalid_client_metadata",
+            "Send the client metadata as JSON, with Content-Type: application/json.",
+            status=415,
+        )
     try:
         data = safejson.loads(request.body)
     except safejson.TooDeep:

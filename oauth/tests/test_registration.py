@@ -151,6 +151,34 @@ def test_a_body_that_is_not_json_is_refused_not_a_crash(db, client, method, body
     assert not Application.objects.exists()
 
 
+@pytest.mark.parametrize("method", ["post", "put"])
+@pytest.mark.parametrize("kind", ["text/plain", "application/x-www-form-urlencoded", ""])
+def test_metadata_not_sent_as_json_is_refused(db, client, method, kind):
+    # A text or form body is what a page on another site may send without a
+    # preflight; RFC 7591 has clients send JSON.
+    path = "/oauth/register/" if method == "post" else "/oauth/register/some-client/"
+
+    refused = getattr(client, method)(
+        path, data=json.dumps(metadata()), content_type=kind, REMOTE_ADDR="192.0.2.10"
+    )
+
+    assert refused.status_code == 415
+    assert refused.json()["error"] == "invalid_client_metadata"
+    assert "application/json" in refused.json()["error_description"]
+    assert not Application.objects.exists()
+
+
+def test_json_with_a_charset_registers(db, client):
+    registered = client.post(
+        "/oauth/register/",
+        data=json.dumps(metadata()),
+        content_type="application/json; charset=utf-8",
+        REMOTE_ADDR="192.0.2.10",
+    )
+
+    assert registered.status_code == 201, registered.content
+
+
 @pytest.mark.parametrize(
     "uri",
     [
