@@ -16,6 +16,10 @@ the body by a size cap.
 one machine, where the document is served from loopback. It lifts the
 address rule and nothing else: https with a trusted certificate, one request
 without redirects, the deadline, the size cap and the JSON checks all hold.
+
+A fetched document's metadata is then checked as a registration's is
+(``registration.metadata_problem``): a redirect URI no client could own, or a
+name that hides characters, refuses the client however it was named.
 """
 
 from __future__ import annotations
@@ -29,14 +33,24 @@ from django.conf import settings
 from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher
 from oauth2_provider.settings import oauth2_settings
 
+from oauth import registration
+
 
 class MetadataFetcher(SafeMetadataFetcher):
     """The toolkit's ``CIMD_METADATA_FETCHER``: ``fetch(client_id)`` returns (document, max_age)."""
 
     def fetch(self, client_id: str) -> tuple[dict[str, Any], int]:
-        if not settings.OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES:
-            return super().fetch(client_id)
-        return self._fetch_from_any_address(client_id)
+        if settings.OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES:
+            document, max_age = self._fetch_from_any_address(client_id)
+        else:
+            document, max_age = super().fetch(client_id)
+        # A document is registration by another road: what it lists is held
+        # to the rules a registered client's metadata is (redirect URIs a
+        # client could own, a printable name, https informational URIs).
+        problem = registration.metadata_problem(document)
+        if problem is not None:
+            raise CIMDError(f"client_id document: {problem[1]}")
+        return document, max_age
 
     def _fetch_from_any_address(self, client_id: str) -> tuple[dict[str, Any], int]:
         parts = urlsplit(client_id)

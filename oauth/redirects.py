@@ -12,7 +12,8 @@ be one a real client of this kind could own:
   native clients the operating system wakes by scheme (RFC 8252 section 7.1),
   except the schemes a browser runs or reads itself (``javascript:``,
   ``data:``, ``file:``, ...), which would turn a redirect into a script or a
-  local read.
+  local read, and those the operating system hands to a program of its own
+  (``ms-msdt:``, ``search-ms:``, ``smb:``, ``intent:``, ...).
 
 No URI may carry a fragment (RFC 6749 section 3.1.2) or credentials.
 """
@@ -44,6 +45,43 @@ REFUSED_SCHEMES = {
     "ws",
     "wss",
 }
+# Schemes the operating system hands to one of its own programs, which acts
+# on the URI's words: a redirect there would run that program with what a
+# stranger registered (a file share, a shell folder, a troubleshooter, an
+# installer, an Android intent), not wake a client waiting for its code.
+SYSTEM_SCHEMES = {
+    "afp",
+    "callto",
+    "facetime",
+    "facetime-audio",
+    "ftps",
+    "gopher",
+    "hcp",
+    "help",
+    "intent",
+    "itms-services",
+    "ldap",
+    "ldaps",
+    "market",
+    "mhtml",
+    "mk",
+    "nfs",
+    "rdp",
+    "res",
+    "search",
+    "search-ms",
+    "sftp",
+    "shell",
+    "smb",
+    "ssh",
+    "telnet",
+    "vnc",
+    "webcal",
+    "x-apple.systempreferences",
+}
+# Windows gives its own programs' schemes this prefix (ms-settings, ms-msdt,
+# ms-officecmd, ms-word, ...): no client of ours owns one.
+SYSTEM_PREFIXES = ("ms-",)
 SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
 # Controls, spaces and the characters a URI never holds unencoded.
 UNSAFE = re.compile(r"[\x00-\x20\x7f<>\"{}|\\^`]")
@@ -79,8 +117,18 @@ def problem(uri: object) -> str | None:
             f"redirect URI {shown!r} uses http on another machine; use https, or http on "
             "127.0.0.1, [::1] or localhost"
         )
+    return _scheme_problem(scheme, shown)
+
+
+def _scheme_problem(scheme: str, shown: str) -> str | None:
+    """Return why a private-use ``scheme`` cannot carry a code, or None when it can."""
     if scheme in REFUSED_SCHEMES:
         return f"redirect URI {shown!r} uses the {scheme}: scheme, which no client can receive"
+    if scheme in SYSTEM_SCHEMES or scheme.startswith(SYSTEM_PREFIXES):
+        return (
+            f"redirect URI {shown!r} uses the {scheme}: scheme, which the operating system "
+            "hands to a program of its own, not to a client"
+        )
     return None
 
 

@@ -71,11 +71,31 @@ def test_it_refuses_malformed_document_urls(url, reason, settings, no_connection
         cimd.MetadataFetcher().fetch(url)
 
 
+LISTED = {"client_id": "x", "redirect_uris": ["http://127.0.0.1:9/cb"]}
+
+
 def test_it_fetches_a_document_and_honours_its_cache_lifetime(host):
-    url = host.serve_document("/c.json", {"client_id": "x"}, **{"Cache-Control": "max-age=900"})
+    url = host.serve_document("/c.json", LISTED, **{"Cache-Control": "max-age=900"})
     document, max_age = cimd.MetadataFetcher().fetch(url)
-    assert document == {"client_id": "x"}
+    assert document == LISTED
     assert max_age == 900
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"redirect_uris": ["ms-msdt:/id"]}, "operating system"),
+        ({"redirect_uris": ["javascript:alert(1)"]}, "javascript:"),
+        ({"redirect_uris": ["http://evil.example/cb"]}, "http on another"),
+        ({"redirect_uris": []}, "1 to 10"),
+        ({"client_name": "Claude\u202e"}, "printable"),
+        ({"logo_uri": "javascript:alert(1)"}, "logo_uri"),
+    ],
+)
+def test_a_document_is_held_to_the_rules_a_registration_is(host, fields, reason):
+    url = host.serve_document("/c.json", {**LISTED, **fields})
+    with pytest.raises(CIMDError, match=reason):
+        cimd.MetadataFetcher().fetch(url)
 
 
 def test_it_does_not_follow_redirects(host):
@@ -167,3 +187,23 @@ def test_the_consent_page_refuses_a_document_on_a_private_address(cast, client, 
     refused = authorize(client, "https://10.20.30.40/client.json", "http://127.0.0.1:9/cb")
     assert refused.status_code == 400
     assert "Location" not in refused.headers
+
+
+def test_the_consent_page_refuses_a_document_listing_a_redirect_no_client_owns(host, cast, client):
+    url = host.url("/c.json")
+    host.serve_document(
+        "/c.json",
+        {
+            "client_id": url,
+            "client_name": "Doc client",
+            "redirect_uris": ["ms-officecmd:launch"],
+            "token_endpoint_auth_method": "none",
+        },
+    )
+    client.force_login(cast.alice)
+
+    refused = authorize(client, url, "ms-officecmd:launch")
+
+    assert refused.status_code == 400
+    assert "Location" not in refused.headers
+    assert b"Doc client" not in refused.content
