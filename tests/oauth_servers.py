@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import shutil
 import socket
 import ssl
 import tempfile
@@ -147,6 +148,7 @@ class MetadataHost:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class Callback:
