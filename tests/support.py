@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,11 @@ class LiveServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.mcp_url = f"{self.url}/mcp"
         self.extra_env = env or {}
-        self.log_path = Path(tempfile.mkstemp(prefix="recall-server-", suffix=".log")[1])
+        handle, log_path = tempfile.mkstemp(prefix="recall-server-", suffix=".log")
+        os.close(handle)
+        self.log_path = Path(log_path)
+        # Tests read the log after stop(); it goes when the server object does.
+        weakref.finalize(self, self.log_path.unlink, missing_ok=True)
         self.process: subprocess.Popen[bytes] | None = None
 
     def environment(self) -> dict[str, str]:
