@@ -281,7 +281,7 @@ class Recall:
         metered_token = core_usage.metered.set(metering)
         started = time.perf_counter()
         try:
-            clean = jsonrpc.Clean(respond)
+            clean = jsonrpc.Clean(respond, message, scope.get("headers", ()))
             answered = endpoint.fast is not None and await endpoint.fast.answer(
                 scope, replay(body), body, message, clean
             )
@@ -370,6 +370,10 @@ async def receive_message(
     """Read the body and parse its one JSON-RPC message; answer and return None if refused."""
     if not is_json(header(scope, b"content-type")):
         message = jsonrpc.UNSUPPORTED_MEDIA_TYPE
+        await send_json(respond, 415, refusal("validation_failed", message))
+        return None
+    if (header(scope, b"content-encoding") or "identity").strip().lower() != "identity":
+        message = jsonrpc.UNSUPPORTED_ENCODING
         await send_json(respond, 415, refusal("validation_failed", message))
         return None
     body = await read_body(receive)

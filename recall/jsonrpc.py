@@ -15,19 +15,22 @@ whichever layer refused it (the gate, or either of the SDK's transports).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from mcp_types import PROTOCOL_VERSION_META_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from core import errors, safejson
+from core import errors, safejson, wording
 
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
+# MCP's code (2026-07-28) for a header that disagrees with the body.
+HEADER_MISMATCH = -32020
 # MCP's code (2026-07-28) for a protocol version the server does not speak;
 # its data names the versions it does, which clients retry with.
 UNSUPPORTED_PROTOCOL_VERSION = -32022
@@ -188,6 +191,7 @@ def check_version(header: str | None, message: dict[str, Any]) -> None:
 # refuses it: the gate (Content-Type), the SDK's two transports (Accept).
 NOT_ACCEPTABLE = "Not acceptable: send Accept: application/json, text/event-stream."
 UNSUPPORTED_MEDIA_TYPE = "Unsupported media type: send Content-Type: application/json."
+UNSUPPORTED_ENCODING = "Unsupported content encoding: send the body uncompressed."
 
 # Refusals the SDK words acceptably keep their message; anything that could be
 # library output is replaced by the generic message for its JSON-RPC code.
@@ -219,23 +223,68 @@ def clean_message(message: object, rpc_code: int) -> str:
     return text if plain else _GENERIC.get(rpc_code, "Invalid request.")
 
 
+# What each method's params hold, for a refusal of them: the SDK says only
+# "Invalid request parameters".
+_PARAMS_TAKEN = {
+    "initialize": "protocolVersion, capabilities and clientInfo ({name, version})",
+    "completion/complete": "ref and argument ({name, value})",
+    "logging/setLevel": (
+        "level: debug, info, notice, warning, error, critical, alert or emergency"
+    ),
+    "resources/read": "uri",
+    "resources/subscribe": "uri",
+    "resources/unsubscribe": "uri",
+    "prompts/get": "name",
+    "tools/call": "name and arguments",
+}
+# The 2026-era headers that must repeat the body, and what each repeats.
+_REPEATED = {
+    b"mcp-protocol-version": "MCP-Protocol-Version: the protocol version in params._meta",
+    b"mcp-method": "Mcp-Method: the request's method",
+    b"mcp-name": "Mcp-Name: the tool's name, on a tools/call",
+}
+# A successful status's body is read for an error only when this small.
+_SMALL = 4096
+
+
 class Clean:
     """Wrap ``send`` so that every error response the SDK starts is rewritten in our shape.
 
     Successful responses pass through untouched and unbuffered; an error
     response (status 400 and up) is small, so it is held until complete, then
     sent as a JSON-RPC error body carrying ``{"error": {"code", "message"}}``
-    (with a -32022's ``supported`` and ``requested`` beside it).
+    (with a -32022's ``supported`` and ``requested`` beside it). The 2025-era
+    transport answers some refusals with status 200 (params it cannot read, a
+    method it does not serve): a small JSON body that holds an ``error`` is
+    rewritten the same way, its status kept.
+
+    ``request`` (the parsed message) and ``headers`` (the request's) let a
+    refusal name the method and the header it is about.
     """
 
-    def __init__(self, send: Send) -> None:
+    def __init__(
+        self,
+        send: Send,
+        request: Mapping[str, Any] | None = None,
+        headers: Iterable[tuple[bytes, bytes]] = (),
+    ) -> None:
         self.send = send
+        self.request = request or {}
+        self.headers = {name.lower() for name, _ in headers}
         self.held: Mapping[str, Any] | None = None
         self.chunks: list[bytes] = []
+        self.ok: Mapping[str, Any] | None = None
 
     async def __call__(self, message: Mapping[str, Any]) -> None:
-        if message["type"] == "http.response.start" and message.get("status", 200) >= 400:
-            self.held = message
+        if message["type"] == "http.response.start":
+            if message.get("status", 200) >= 400:
+                self.held = message
+                return
+            if _is_json(message):
+                self.ok = message  # sent with its first body chunk
+                return
+        if self.ok is not None and message["type"] == "http.response.body":
+            await self._send_ok(message)
             return
         if self.held is None or message["type"] != "http.response.body":
             await self.send(message)
@@ -243,6 +292,17 @@ class Clean:
         self.chunks.append(message.get("body", b""))
         if message.get("more_body"):
             return
+        await self._send_clean()
+
+    async def _send_ok(self, message: Mapping[str, Any]) -> None:
+        start, self.ok = self.ok, None
+        assert start is not None
+        raw = message.get("body", b"")
+        if message.get("more_body") or len(raw) > _SMALL or b'"error"' not in raw:
+            await self.send(start)
+            await self.send(message)
+            return
+        self.held, self.chunks = start, [raw]
         await self._send_clean()
 
     async def _send_clean(self) -> None:
@@ -260,9 +320,13 @@ class Clean:
             body = refusal("validation_failed", _BY_STATUS[status], rid)
         elif isinstance(error, dict) and isinstance(error.get("code"), int):
             rpc_code = error["code"]
-            text = clean_message(error.get("message"), rpc_code)
+            text = self._reworded(rpc_code, error.get("message"))
             versions = _negotiation(rpc_code, error.get("data"))
             body = refusal("validation_failed", text, call_id(sent), rpc_code, versions)
+        elif status < 400:
+            await self.send(self.held)
+            await self.send({"type": "http.response.body", "body": raw})
+            return
         else:
             text = _BY_STATUS.get(status, "Request refused.")
             body = refusal("validation_failed", text, None, INVALID_REQUEST)
@@ -283,6 +347,32 @@ class Clean:
             }
         )
         await self.send({"type": "http.response.body", "body": payload})
+
+    def _reworded(self, rpc_code: int, message: object) -> str:
+        """The SDK's refusal in our words: the method it is about, the header it lacks."""
+        method = self.request.get("method")
+        named = wording.quoted_name(method) if isinstance(method, str) else None
+        if rpc_code == INVALID_PARAMS and message == "Invalid request parameters" and named:
+            taken = _PARAMS_TAKEN.get(str(method))
+            return f"Invalid params for {named}" + (f": it takes {taken}." if taken else ".")
+        if rpc_code == METHOD_NOT_FOUND and message == "Method not found" and named:
+            return f"Method not found: {named} is not a method this server serves."
+        if rpc_code == HEADER_MISMATCH and isinstance(message, str):
+            for header, repeats in _REPEATED.items():
+                if message.startswith(header.decode() + " ") and header not in self.headers:
+                    shown, what = repeats.split(": ", 1)
+                    return (
+                        f"The {shown} header is missing: with this protocol version every "
+                        f"request sends it, holding {what}."
+                    )
+        return clean_message(message, rpc_code)
+
+
+def _is_json(start: Mapping[str, Any]) -> bool:
+    for name, value in start.get("headers", []):
+        if name.lower() == b"content-type":
+            return bytes(value).split(b";", 1)[0].strip().lower() == b"application/json"
+    return False
 
 
 def _negotiation(rpc_code: int, data: object) -> dict[str, Any] | None:

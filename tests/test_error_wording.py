@@ -13,6 +13,7 @@ the same words.
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import httpx2
@@ -249,3 +250,86 @@ def test_a_missing_or_unprintable_name_is_worded_without_python(live, cast, para
     # The call leaves its usage event, whatever the name was.
     [event] = usage_events(1, user_id=cast.alice.id)
     assert event.success is False and "\x00" not in event.tool_name
+
+
+def send(url: str, secret: str, body: dict, **headers: str) -> httpx2.Response:
+    sent = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {secret}",
+        **headers,
+    }
+    return httpx2.post(url, headers=sent, content=json.dumps(body), timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "expected"),
+    [
+        (
+            "initialize",
+            None,
+            "Invalid params for 'initialize': it takes protocolVersion, capabilities and"
+            " clientInfo ({name, version}).",
+        ),
+        (
+            "completion/complete",
+            {},
+            "Invalid params for 'completion/complete': it takes ref and argument ({name, value}).",
+        ),
+        ("resources/read", {}, "Invalid params for 'resources/read': it takes uri."),
+        (
+            "bogus/method",
+            {},
+            "Method not found: 'bogus/method' is not a method this server serves.",
+        ),
+    ],
+)
+@pytest.mark.parametrize("path", ["/mcp", "/v1/mcp"])
+def test_a_refusal_the_2025_transport_answers_with_200_is_in_our_words(
+    live, cast, path, method, params, expected
+):
+    # It was {"code": -32602, "message": "Invalid request parameters", "data": ""}:
+    # the SDK's words, and no error code where every other refusal has one.
+    body = {"jsonrpc": "2.0", "id": 7, "method": method}
+    if params is not None:
+        body["params"] = params
+    headers = {} if method == "initialize" else {"MCP-Protocol-Version": fuzz.LEGACY}
+
+    response = send(live.url + path, cast.alice_key.raw, body, **headers)
+
+    assert refused(response, 200) == expected
+    assert response.json()["id"] == 7
+    assert response.json()["error"]["data"]["error"]["code"] == "validation_failed"
+
+
+def test_a_missing_method_header_is_called_missing_not_a_mismatch(live, cast):
+    body = fuzz.envelope("tools/list", {}, fuzz.MODERN)
+
+    response = send(live.mcp_url, cast.alice_key.raw, body, **{"MCP-Protocol-Version": fuzz.MODERN})
+
+    assert refused(response, 400) == (
+        "The Mcp-Method header is missing: with this protocol version every request sends it,"
+        " holding the request's method."
+    )
+
+
+def test_a_compressed_body_is_refused_as_an_encoding_we_do_not_read(live, cast):
+    body = gzip.compress(json.dumps(fuzz.envelope("tools/list", {}, fuzz.LEGACY)).encode())
+    sent = {**fuzz.headers(cast.alice_key.raw, fuzz.LEGACY), "Content-Encoding": "gzip"}
+
+    response = httpx2.post(live.mcp_url, headers=sent, content=body, timeout=30)
+
+    assert refused(response, 415) == "Unsupported content encoding: send the body uncompressed."
+
+
+def test_a_successful_answer_that_mentions_an_error_is_passed_through(live, cast):
+    # Only a JSON-RPC error is rewritten, not a result whose text says "error".
+    stored = {"content": 'The "error" budget is 0.1%.'}
+    call(live.mcp_url, cast.alice_key.raw, "remember", stored)
+    body = fuzz.envelope("tools/call", {"name": "list_memories", "arguments": {}}, fuzz.LEGACY)
+
+    response = send(live.mcp_url, cast.alice_key.raw, body, **{"MCP-Protocol-Version": fuzz.LEGACY})
+
+    assert response.status_code == 200
+    [memory] = response.json()["result"]["structuredContent"]["memories"]
+    assert memory["content"] == stored["content"]
