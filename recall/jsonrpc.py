@@ -313,16 +313,14 @@ class Clean:
             sent = safejson.loads(raw)
         except ValueError:
             sent = None
-        error = sent.get("error") if isinstance(sent, dict) else None
+        method = self.request.get("method")
+        ours = error_body(sent, method, self.headers) if isinstance(sent, dict) else None
         if status in _WORDED:
             # As the gate words its own 415: the same code, message and body.
             rid = call_id(sent) if isinstance(sent, dict) else None
             body = refusal("validation_failed", _BY_STATUS[status], rid)
-        elif isinstance(error, dict) and isinstance(error.get("code"), int):
-            rpc_code = error["code"]
-            text = self._reworded(rpc_code, error.get("message"))
-            versions = _negotiation(rpc_code, error.get("data"))
-            body = refusal("validation_failed", text, call_id(sent), rpc_code, versions)
+        elif ours is not None:
+            body = ours
         elif status < 400:
             await self.send(self.held)
             await self.send({"type": "http.response.body", "body": raw})
@@ -348,24 +346,41 @@ class Clean:
         )
         await self.send({"type": "http.response.body", "body": payload})
 
-    def _reworded(self, rpc_code: int, message: object) -> str:
-        """The SDK's refusal in our words: the method it is about, the header it lacks."""
-        method = self.request.get("method")
-        named = wording.quoted_name(method) if isinstance(method, str) else None
-        if rpc_code == INVALID_PARAMS and message == "Invalid request parameters" and named:
-            taken = _PARAMS_TAKEN.get(str(method))
-            return f"Invalid params for {named}" + (f": it takes {taken}." if taken else ".")
-        if rpc_code == METHOD_NOT_FOUND and message == "Method not found" and named:
-            return f"Method not found: {named} is not a method this server serves."
-        if rpc_code == HEADER_MISMATCH and isinstance(message, str):
-            for header, repeats in _REPEATED.items():
-                if message.startswith(header.decode() + " ") and header not in self.headers:
-                    shown, what = repeats.split(": ", 1)
-                    return (
-                        f"The {shown} header is missing: with this protocol version every "
-                        f"request sends it, holding {what}."
-                    )
-        return clean_message(message, rpc_code)
+
+def reworded(
+    rpc_code: int, message: object, method: object = None, headers: Iterable[bytes] = ()
+) -> str:
+    """The SDK's refusal of a ``method`` request in our words: the method it is about, what
+    its params take, the header it lacks (of the request's ``headers``, by lowercase name)."""
+    named = wording.quoted_name(method) if isinstance(method, str) else None
+    if rpc_code == INVALID_PARAMS and message == "Invalid request parameters" and named:
+        taken = _PARAMS_TAKEN.get(str(method))
+        return f"Invalid params for {named}" + (f": it takes {taken}." if taken else ".")
+    if rpc_code == METHOD_NOT_FOUND and message == "Method not found" and named:
+        return f"Method not found: {named} is not a method this server serves."
+    if rpc_code == HEADER_MISMATCH and isinstance(message, str):
+        for header, repeats in _REPEATED.items():
+            if message.startswith(header.decode() + " ") and header not in headers:
+                shown, what = repeats.split(": ", 1)
+                return (
+                    f"The {shown} header is missing: with this protocol version every "
+                    f"request sends it, holding {what}."
+                )
+    return clean_message(message, rpc_code)
+
+
+def error_body(
+    sent: dict[str, Any], method: object = None, headers: Iterable[bytes] = ()
+) -> dict[str, Any] | None:
+    """``sent``, a JSON-RPC error the SDK wrote, in our shape (a -32022 keeps the versions
+    it names); None if it is not one."""
+    error = sent.get("error")
+    if not isinstance(error, dict) or not isinstance(error.get("code"), int):
+        return None
+    rpc_code = error["code"]
+    text = reworded(rpc_code, error.get("message"), method, headers)
+    versions = _negotiation(rpc_code, error.get("data"))
+    return refusal("validation_failed", text, call_id(sent), rpc_code, versions)
 
 
 def _is_json(start: Mapping[str, Any]) -> bool:

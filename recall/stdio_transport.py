@@ -134,6 +134,8 @@ class Transport:
         self.stdout = stdout
         # Requests passed to the server and not yet answered, by id.
         self.pending: Counter[types.RequestId] = Counter()
+        # Their methods, for the words of a refusal the SDK writes.
+        self.methods: dict[types.RequestId | None, str] = {}
         self.ending = False
         self.answered = anyio.Event()
         self.gone = False
@@ -198,6 +200,7 @@ class Transport:
         if isinstance(parsed, types.JSONRPCRequest):
             request_id = parsed.id
             self.pending[request_id] += 1
+            self.methods[request_id] = parsed.method
 
             async def unanswered() -> None:
                 # A request the client cancelled: the SDK writes nothing for it.
@@ -209,7 +212,14 @@ class Transport:
     async def write(self, to_client: MemoryObjectReceiveStream[Outgoing]) -> None:
         async with to_client:
             async for item in to_client:
-                if isinstance(item, SessionMessage):
+                if isinstance(item, SessionMessage) and isinstance(
+                    item.message, types.JSONRPCError
+                ):
+                    # As jsonrpc.Clean rewords the SDK's refusals over HTTP.
+                    sent = item.message.model_dump(by_alias=True, exclude_unset=True, mode="json")
+                    ours = jsonrpc.error_body(sent, self.methods.get(item.message.id))
+                    text = json.dumps(ours or sent)
+                elif isinstance(item, SessionMessage):
                     text = item.message.model_dump_json(by_alias=True, exclude_unset=True)
                 else:
                     text = json.dumps(item)
@@ -233,6 +243,7 @@ class Transport:
             self.pending[request_id] -= 1
             if not self.pending[request_id]:
                 del self.pending[request_id]
+                self.methods.pop(request_id, None)
         if self.ending and not self.pending:
             self.answered.set()
 

@@ -160,6 +160,27 @@ def test_each_malformed_line_gets_a_json_rpc_error_and_serving_goes_on(stdio):
     assert process.read(1)[0]["id"] == 100
 
 
+def test_a_refusal_the_sdk_writes_is_in_our_words_as_over_http(stdio):
+    # They were {"message": "Method not found", "data": "bogus/method"} and
+    # "Invalid request parameters" with data "": the SDK's words, no error code.
+    process = stdio()
+    sent = [
+        ({"method": "bogus/method"}, -32601, "Method not found: 'bogus/method' is not a"),
+        ({"method": "resources/read", "params": {}}, -32602, "Invalid params for 'resources/read'"),
+    ]
+
+    for number, (request, code, words) in enumerate(sent, start=20):
+        process.send(line({"jsonrpc": "2.0", "id": number, **request}))
+        [answer] = process.read(1)
+
+        assert (answer["id"], answer["error"]["code"]) == (number, code)
+        assert answer["error"]["message"].startswith(words)
+        assert answer["error"]["data"]["error"] == {
+            "code": "validation_failed",
+            "message": answer["error"]["message"],
+        }
+
+
 def test_requests_in_flight_when_stdin_closes_are_answered(stdio):
     process = stdio()
 
