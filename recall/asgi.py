@@ -372,6 +372,9 @@ async def receive_message(
         message = jsonrpc.UNSUPPORTED_MEDIA_TYPE
         await send_json(respond, 415, refusal("validation_failed", message))
         return None
+    if refuses_json(header(scope, b"accept")):
+        await send_json(respond, 406, refusal("validation_failed", jsonrpc.NOT_ACCEPTABLE))
+        return None
     if (header(scope, b"content-encoding") or "identity").strip().lower() != "identity":
         message = jsonrpc.UNSUPPORTED_ENCODING
         await send_json(respond, 415, refusal("validation_failed", message))
@@ -495,6 +498,31 @@ def origin_allowed(origin: str, scope: Scope) -> bool:
         and parsed.hostname.lower().strip("[]") == host.strip("[]")
         and (origin_port or default) == (int(port) if port.isdigit() else default)
     )
+
+
+def refuses_json(accept: str | None) -> bool:
+    """Whether ``accept`` gives JSON, the only body we answer with, a q of 0.
+
+    The most specific range that matches decides (RFC 9110 12.5.1):
+    ``application/json;q=0`` refuses even beside ``*/*``. The SDK's own check,
+    which follows, asks that JSON be named at all.
+    """
+    best = (-1, 1.0)
+    for part in (accept or "").split(","):
+        media, *params = (piece.strip().lower() for piece in part.split(";"))
+        rank = {"application/json": 2, "application/*": 1, "*/*": 0}.get(media)
+        if rank is None or rank < best[0]:
+            continue
+        weight = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 1.0
+        best = (rank, weight)
+    return best[0] >= 0 and best[1] <= 0
 
 
 def is_json(content_type: str | None) -> bool:

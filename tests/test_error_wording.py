@@ -333,3 +333,22 @@ def test_a_successful_answer_that_mentions_an_error_is_passed_through(live, cast
     assert response.status_code == 200
     [memory] = response.json()["result"]["structuredContent"]["memories"]
     assert memory["content"] == stored["content"]
+
+
+@pytest.mark.parametrize(
+    "accept",
+    ["application/json;q=0, text/event-stream", "application/json; q=0.0, */*, text/event-stream"],
+)
+def test_an_accept_header_that_refuses_json_gets_406(live, cast, accept):
+    response = post(live.mcp_url, cast.alice_key.raw, fuzz.LEGACY, Accept=accept)
+
+    assert refused(response, 406) == NOT_ACCEPTABLE
+
+
+def test_an_accept_header_that_only_prefers_something_else_is_served(live, cast):
+    accept = "text/event-stream, application/json;q=0.1"
+
+    response = post(live.mcp_url, cast.alice_key.raw, fuzz.LEGACY, Accept=accept)
+
+    assert response.status_code == 200
+    assert response.json()["result"]["tools"]
