@@ -74,8 +74,10 @@ def text(value: Any, *, field: str, maximum: int) -> str:
     if not normalized:
         raise ValidationFailed(f"{field} must not be empty or only whitespace.")
     if len(normalized) > maximum:
+        # Counted as stored: NFC can make one character sent two (or two one).
+        counted = " once normalised (Unicode NFC)" if len(normalized) > len(value) else ""
         raise ValidationFailed(
-            f"{field} is {len(normalized):,} characters; the maximum is {maximum:,}."
+            f"{field} is {len(normalized):,} characters{counted}; the maximum is {maximum:,}."
         )
     return normalized
 
@@ -165,7 +167,8 @@ def _in_range(moment: datetime, field: str) -> datetime:
         utc = None
     if utc is None or not _EARLIEST + margin <= utc <= _LATEST - margin:
         raise ValidationFailed(
-            f"{field} is out of range: give a time between the years 1 and 9999."
+            f"{field} is out of range: give a time from 0001-01-01T00:00:00.001Z"
+            " to 9999-12-31T23:59:59.998Z."
         )
     return moment
 

@@ -284,6 +284,9 @@ def test_the_date_filter_applies_before_ranking(cast, dated):
         # datetime holds, it was an OverflowError and internal_error.
         ({"as_of": "9999-12-31T23:59:59.999Z"}, "as_of is out of range"),
         ({"as_of": "0001-01-01T00:00:00+05:00"}, "as_of is out of range"),
+        # The range the message gives is the range taken: year 1's first
+        # moment was refused "between the years 1 and 9999".
+        ({"created_after": "0001-01-01"}, "from 0001-01-01T00:00:00.001Z to 9999-12-31T23:"),
         # What follows a NUL byte was never read.
         ({"as_of": "2030-01-01T00:00:00Z\x00junk"}, "as_of must be an ISO 8601 date"),
         ({"as_of": "2030-01-01", "include_superseded": True}, "not both"),
