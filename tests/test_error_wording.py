@@ -352,3 +352,22 @@ def test_an_accept_header_that_only_prefers_something_else_is_served(live, cast)
 
     assert response.status_code == 200
     assert response.json()["result"]["tools"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_unknown_field_in_a_message_is_refused_by_name_not_dropped(live, cast, token, mode):
+    # "nmae" was dropped and the message stored without its speaker.
+    typo = [{"role": "user", "content": "Deploys are on Thursdays.", "nmae": "bob"}]
+
+    assert (
+        refusal(live.mcp_url, cast.alice_key.raw, "remember", {"messages": typo}, mode)
+        == "messages[0]['nmae'] is not accepted here."
+    )
+    assert (
+        refusal(live.url + "/v1/mcp", cast.alice_key.raw, "add_memory", {"messages": typo}, mode)
+        == "messages[0]['nmae'] is not accepted here."
+    )
+    assert (
+        refusal(live.url + "/agent/mcp", token, "memory_add", {"messages": typo}, mode)
+        == "messages[0]['nmae'] is not accepted here."
+    )

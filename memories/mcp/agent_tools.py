@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from mcp_types import CallToolResult, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from memories import services, validation
 from memories.formatting import memory_tags
@@ -42,6 +42,9 @@ Label = Annotated[str | None, Field(min_length=1, max_length=services.LABEL_MAX)
 
 
 class Message(BaseModel):
+    # An unknown field is refused by name, never dropped: "nmae" is a typo.
+    model_config = ConfigDict(extra="forbid")
+
     role: str = Field(min_length=1, max_length=32, description="user, assistant, system, tool...")
     content: str = Field(min_length=1, max_length=validation.CONTENT_MAX)
     name: str | None = Field(
@@ -50,6 +53,9 @@ class Message(BaseModel):
 
 
 class Document(BaseModel):
+    # An unknown field is refused by name, never dropped: "nmae" is a typo.
+    model_config = ConfigDict(extra="forbid")
+
     content: str = Field(
         min_length=1, max_length=services.DOCUMENT_MAX, description="The document's text."
     )

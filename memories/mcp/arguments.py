@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from memories import validation
 
@@ -173,6 +173,9 @@ ThreadId = Annotated[
 
 
 class Message(BaseModel):
+    # An unknown field is refused by name, never dropped: "nmae" is a typo.
+    model_config = ConfigDict(extra="forbid")
+
     role: str = Field(
         min_length=1, max_length=validation.ROLE_MAX, description="user, assistant, system, tool..."
     )

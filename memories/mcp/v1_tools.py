@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import NotFound, RecallError, ValidationFailed
 from memories import services, validation
@@ -90,6 +90,9 @@ MemoryId = Annotated[str, Field(max_length=64, description="The memory's id.")]
 
 
 class Message(BaseModel):
+    # An unknown field is refused by name, never dropped: "nmae" is a typo.
+    model_config = ConfigDict(extra="forbid")
+
     role: str = Field(min_length=1, max_length=validation.ROLE_MAX)
     content: str = Field(min_length=1, max_length=validation.CONTENT_MAX)
     name: str | None = Field(None, max_length=validation.LABEL_MAX)
