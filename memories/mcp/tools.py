@@ -539,7 +539,10 @@ def forget(
     ] = None,
     namespace: Annotated[
         Namespace | None,
-        Field(description='by_query: where to search ("default" if unset). all: required.'),
+        Field(
+            description='by_query: where to search ("default" if unset). all: required. '
+            "by_id: optional; if given, the memory must be in it."
+        ),
     ] = None,
     limit: Annotated[
         int,
@@ -556,6 +559,7 @@ def forget(
     """Delete memories: one by id, some by meaning, or a whole namespace.
 
     mode "by_id" with id deletes that memory: returns {"success": true}.
+    With a namespace too, only if the memory is in it.
 
     mode "by_query" never deletes on the first call. Call it with a query
     (and optionally namespace, threshold, limit, metadata_filter,

@@ -174,7 +174,21 @@ def forget(
     if mode == "by_id":
         if id is None:
             raise ValidationFailed('mode "by_id" needs the id of the memory to delete.')
-        return forget_by_id(user_id=user_id, agent_id=agent_id, id=id, purge=purge)
+        stray = [name for name in _SEARCH_ONLY if arguments.get(name) is not None]
+        if confirmation_token is not None:
+            stray.append("confirmation_token")
+        if stray:
+            raise ValidationFailed(
+                'mode "by_id" takes id, and optionally namespace and purge; '
+                f"{' and '.join(stray)} belong to the other modes."
+            )
+        return forget_by_id(
+            user_id=user_id,
+            agent_id=agent_id,
+            id=id,
+            purge=purge,
+            namespace=arguments.get("namespace"),
+        )
     if confirmation_token is not None:
         return forget_confirm(
             user_id=user_id,
@@ -200,14 +214,24 @@ def forget_by_id(
     agent_id: uuid.UUID | str | None = None,
     id: object,
     purge: object = False,
+    namespace: object = None,
 ) -> Forgotten:
-    """Delete one memory. Its history stays for HISTORY_RETENTION_DAYS, unless ``purge``."""
+    """Delete one memory. Its history stays for HISTORY_RETENTION_DAYS, unless ``purge``.
+
+    With ``namespace``, only if it is there: a memory elsewhere is not found.
+    """
     memory_id = validation.memory_id(id)
     wipe = validation.flag(purge, field="purge")
+    where = None if namespace is None else validation.namespace(namespace)
     with tenancy.tenant(user_id, agent_id=agent_id):
-        deleted = _delete_ids(user_id, [memory_id], wipe)
+        if where is None:
+            deleted = _delete_ids(user_id, [memory_id], wipe)
+        else:
+            deleted = _delete(BY_IDS_IN, [str(user_id), [memory_id], where], wipe)
     if not deleted:
-        raise NotFound(f"No memory with id {memory_id}.")
+        raise NotFound(
+            f"No memory with id {memory_id}" + (f" in namespace {where}." if where else ".")
+        )
     return {"success": True, "purged": True} if wipe else {"success": True}
 
 
@@ -410,6 +434,9 @@ def forget_namespace(
 # and the delete are ``superseding.delete_freeing``'s.
 _DOOMED = "SELECT id FROM memories WHERE user_id = %s AND {}"
 BY_IDS = "id = ANY(%s)"
+BY_IDS_IN = "id = ANY(%s) AND namespace = %s"
+# The search arguments of forget's by_query mode, which by_id has no use for.
+_SEARCH_ONLY = ("query", "metadata_filter", "created_after", "created_before", "threshold")
 IN_NAMESPACE = "namespace = %s"
 IN_NAMESPACE_UNTIL = "namespace = %s AND created_at <= %s"
 

@@ -61,6 +61,40 @@ def test_a_malformed_id_is_a_validation_error(cast):
         services.forget_by_id(user_id=cast.alice.id, id="1; DROP TABLE memories")
 
 
+def test_a_namespace_given_with_an_id_must_be_the_memorys(cast):
+    # The namespace was ignored: a memory in "work" was deleted by a call
+    # that named "home".
+    memory_id = remember(cast.alice.id, "The standup is at 9:30.", namespace="work")
+
+    with pytest.raises(NotFound) as caught:
+        services.forget(user_id=cast.alice.id, mode="by_id", id=memory_id, namespace="home")
+    assert caught.value.message == f"No memory with id {memory_id} in namespace home."
+    assert ids_of(cast.alice.id) == {memory_id}
+
+    done = services.forget(user_id=cast.alice.id, mode="by_id", id=memory_id, namespace="work")
+    assert done == {"success": True}
+    assert ids_of(cast.alice.id) == set()
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"query": "standup"}, "query belong"),
+        ({"metadata_filter": {"team": "a"}}, "metadata_filter belong"),
+        ({"confirmation_token": "x" * 20}, "confirmation_token belong"),
+        ({"query": "standup", "threshold": 0.5}, "query and threshold belong"),
+    ],
+)
+def test_by_id_refuses_the_arguments_of_the_other_modes_and_deletes_nothing(cast, given, named):
+    memory_id = remember(cast.alice.id, "The standup is at 9:30.")
+
+    with pytest.raises(ValidationFailed) as caught:
+        services.forget(user_id=cast.alice.id, mode="by_id", id=memory_id, **given)
+
+    assert named in caught.value.message
+    assert ids_of(cast.alice.id) == {memory_id}
+
+
 # by_query
 
 
