@@ -15,6 +15,7 @@ whichever layer refused it (the gate, or either of the SDK's transports).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -102,11 +103,39 @@ def parse(body: bytes) -> dict[str, Any]:
         raise Invalid("id must be a string or an integer.")
     if message.get("jsonrpc") != "2.0":
         raise Invalid('jsonrpc must be "2.0".', call_id=call_id)
+    if _SURROGATE_ESCAPE.search(body) and _holds_surrogate(message):
+        # Valid JSON, and Python reads it, but it is no text: a lone half of
+        # a UTF-16 pair (a JavaScript string cut inside an emoji). The SDK
+        # refused it as a parse error without the id, and stdio clients
+        # waited for an answer that never came.
+        raise Invalid(
+            "Text must be valid Unicode: a string holds half of a UTF-16 surrogate pair"
+            " (an escape from \\ud800 to \\udfff without its other half).",
+            rpc_code=INVALID_PARAMS,
+            call_id=call_id if _valid_id(call_id) else None,
+        )
     if "method" in message:
         _check_request(message, call_id)
     else:
         _check_response(message, call_id)
     return message
+
+
+# An escape of half a surrogate pair, which only a JSON body can carry.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _holds_surrogate(value: Any) -> bool:
+    """Whether a string in ``value``, a key included, holds a lone surrogate (a pair was
+    joined into one character when parsed)."""
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_holds_surrogate(key) or _holds_surrogate(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds_surrogate(item) for item in value)
+    return False
 
 
 def _check_request(message: dict[str, Any], call_id: Any) -> None:

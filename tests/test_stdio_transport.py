@@ -129,7 +129,7 @@ MALFORMED = [
     (b"hello world\n", -32700, None),
     (b'\xff\xfe{"jsonrpc":"2.0"}\n', -32700, None),
     (b"[" * 100_000 + b"]" * 100_000 + b"\n", -32700, None),
-    (SURROGATE, -32700, None),
+    (SURROGATE, -32602, 12),
     (b"[" + ping(5).strip() + b"," + ping(6).strip() + b"]\n", -32600, None),
     (b"42\n", -32600, None),
     (b"null\n", -32600, None),
