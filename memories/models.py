@@ -453,6 +453,19 @@ class JobQuerySet(models.QuerySet["Job"]):
         )
         return settled == 1
 
+    def hand_back(self, runs: Iterable[tuple[uuid.UUID, int]]) -> int:
+        """Queue again, due now, the jobs these runs (id, attempts) still hold: their runs
+        ended on a passing database error, which counts neither as a failure nor as a
+        lost run. Return how many."""
+        theirs = models.Q()
+        for job_id, attempts in runs:
+            theirs |= models.Q(id=job_id, attempts=attempts)
+        if not theirs:
+            return 0
+        return self.filter(theirs, status=JobStatus.RUNNING).update(
+            status=JobStatus.QUEUED, run_after=Now(), lease_until=None
+        )
+
     def failures(self, job_id: uuid.UUID) -> int:
         """How many of a job's runs failed for a passing reason and queued it again."""
         return self.filter(id=job_id).values_list("failures", flat=True).first() or 0

@@ -88,6 +88,8 @@ waiting = threading.Event()
 # extends. Two of this process's workers may run one job (the first's lease
 # ran out): each is its own run.
 _in_hand: dict[tuple[uuid.UUID, int], float] = {}
+# Runs that ended on a database outage, to queue again once it answers.
+_interrupted: set[tuple[uuid.UUID, int]] = set()
 _in_hand_lock = threading.Lock()
 
 
@@ -241,6 +243,7 @@ def run_next_job() -> bool:
     ``JOB_MAX_RUN_SECONDS``.
     """
     with context.acting_as("worker"), tenancy.operator():
+        _hand_back_interrupted()
         given_up = Job.objects.give_up_lost(LOST_RUNS, InternalError.code, _LOST_EVERY_RUN)
         taken = Job.objects.take_next(settings.JOB_LEASE_SECONDS, LOST_RUNS)
     if given_up:
@@ -260,10 +263,31 @@ def run_next_job() -> bool:
         else:
             with context.acting_as(taken.client or "worker", taken.api_key_id):
                 _run_job(taken)
+    except Exception as exc:
+        if errors.from_exception(exc).code == errors.Unavailable.code:
+            # The database went away mid-run, so nothing of the run was kept
+            # (or it settled the job as it committed). The job goes back to
+            # the queue as soon as the database answers again, rather than
+            # waiting out its lease as a worker that died would.
+            with _in_hand_lock:
+                _interrupted.add(run)
+        raise
     finally:
         with _in_hand_lock:
             _in_hand.pop(run, None)  # gone already if the heartbeat gave up on it
     return True
+
+
+def _hand_back_interrupted() -> None:
+    """Queue again the jobs whose runs here ended on a database outage (operator path)."""
+    with _in_hand_lock:
+        runs = list(_interrupted)
+    if not runs:
+        return
+    handed = Job.objects.hand_back(runs)
+    with _in_hand_lock:
+        _interrupted.difference_update(runs)
+    logger.info("jobs interrupted by a database outage queued again", extra={"jobs": handed})
 
 
 def extend_leases() -> int:
@@ -350,8 +374,8 @@ def _run_job(job: Taken) -> None:
         _fail(job, error)
     except Exception as exc:
         if errors.from_exception(exc).code == errors.Unavailable.code:
-            # The database is away: the worker backs off, and the job, still
-            # running under its lease, is taken again when that runs out.
+            # The database is away: the worker backs off, and the job is
+            # queued again once it answers (run_next_job).
             raise
         # A run that lost its job may trip over the other run's memories (the
         # same ids): that is no failure of the job's, and is logged as lost.

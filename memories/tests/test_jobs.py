@@ -214,6 +214,34 @@ def test_a_job_whose_worker_died_is_taken_again_when_its_lease_runs_out(cast):
     assert (status["status"], status["attempts"]) == ("done", 2)
 
 
+def test_a_run_cut_off_by_a_database_outage_is_queued_again_once_it_answers(cast, monkeypatch):
+    # It stayed "running" for its whole lease (five minutes) though its worker
+    # lived, and the run was counted as lost: three outages failed the job.
+    import psycopg
+
+    from memories.services import queue
+
+    queued = enqueue(cast.alice.id)
+    real = queue.store
+
+    def cut_off(**kwargs):
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(queue, "store", cut_off)
+    with pytest.raises(psycopg.OperationalError):
+        services.run_next_job()
+    assert (job_row(queued["job_id"]).status, job_row(queued["job_id"]).attempts) == (
+        "running",
+        1,
+    )
+
+    monkeypatch.setattr(queue, "store", real)
+    assert services.run_next_job() is True
+
+    row = job_row(queued["job_id"])
+    assert (row.status, row.attempts, row.lost_runs, row.failures) == ("done", 2, 0, 0)
+
+
 class Broken(embeddings.Embedder):
     model_id = "broken"
     default_threshold = 0.5
