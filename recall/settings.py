@@ -333,6 +333,9 @@ MCP_FAST_PATH = env.boolean("MCP_FAST_PATH", True)
 # Tool calls run in this many worker threads per process, each with its own
 # database connection.
 WORKER_THREADS = env.integer("WORKER_THREADS", 16, low=1, high=256)
+# `recall stdio` serves one client: its tool calls run in this many threads
+# (and connections); more at once wait their turn.
+STDIO_WORKER_THREADS = env.integer("STDIO_WORKER_THREADS", 4, low=1, high=256)
 # A client must send a whole request (headers and body) within this many
 # seconds of starting it, or the connection is closed with 408: slow clients
 # cannot hold connections open forever.

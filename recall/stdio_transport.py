@@ -36,9 +36,11 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import mcp_types as types
 import pydantic
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from django.conf import settings
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 
@@ -53,7 +55,14 @@ Outgoing = SessionMessage | dict[str, Any]
 
 
 async def serve(server: MCPServer) -> None:
-    """Serve ``server`` on this process's stdin and stdout until stdin ends, SIGINT or SIGTERM."""
+    """Serve ``server`` on this process's stdin and stdout until stdin ends, SIGINT or SIGTERM.
+
+    Tool calls run in at most ``STDIO_WORKER_THREADS`` threads, each with its
+    own database connection; more calls at once wait their turn. anyio's
+    default, 40, let one client's burst take 40 of the embedded database's
+    100 connections, beside a server's own.
+    """
+    anyio.to_thread.current_default_thread_limiter().total_tokens = settings.STDIO_WORKER_THREADS
     stdin, stdout = claim()
     await Transport(stdin, stdout).serve(server)
 

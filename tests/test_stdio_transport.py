@@ -9,9 +9,12 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.db import connection
 
 from core import tenancy
 from memories.models import Memory
@@ -49,8 +52,8 @@ def ping(call_id: int) -> bytes:
 class Stdio:
     """A `recall stdio` process spoken to a line at a time, as a desktop client does."""
 
-    def __init__(self, key: str) -> None:
-        params = stdio_server(key)
+    def __init__(self, key: str, **extra: str) -> None:
+        params = stdio_server(key, **extra)
         self.process = subprocess.Popen(
             [params.command, *params.args],
             env=params.env,
@@ -114,8 +117,8 @@ class Stdio:
 def stdio(cast):
     started: list[Stdio] = []
 
-    def start() -> Stdio:
-        started.append(Stdio(cast.alice_key.raw))
+    def start(**extra: str) -> Stdio:
+        started.append(Stdio(cast.alice_key.raw, **extra))
         return started[-1]
 
     yield start
@@ -179,6 +182,27 @@ def test_a_refusal_the_sdk_writes_is_in_our_words_as_over_http(stdio):
             "code": "validation_failed",
             "message": answer["error"]["message"],
         }
+
+
+def test_a_burst_of_calls_takes_a_few_database_connections_not_one_each(stdio):
+    # anyio's default of 40 threads, each with its own connection, let one
+    # client's burst take 40 of the embedded database's 100 connections
+    # beside a server's: calls failed "unavailable" ("too many clients").
+    name = f"stdio-burst-{uuid.uuid4().hex[:8]}"
+    process = stdio(PGAPPNAME=name, JOB_WORKERS="0", RATE_LIMIT_FREE="1000/min")
+    burst = 24
+
+    process.send(b"".join(call(200 + n, "recall", {"query": f"tea {n}"}) for n in range(burst)))
+    answers = process.read(burst, timeout=120)
+
+    assert sorted(a["id"] for a in answers) == list(range(200, 200 + burst))
+    assert all("result" in a and not a["result"]["isError"] for a in answers), answers[0]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name])
+        (held,) = cursor.fetchone()
+    # The tool threads', and the main thread's, the listener's and the usage
+    # recorder's (27 before).
+    assert held <= settings.STDIO_WORKER_THREADS + 3
 
 
 def test_requests_in_flight_when_stdin_closes_are_answered(stdio):
