@@ -17,6 +17,7 @@ so every committed write survives. A stalled server (SIGSTOP) is alive and
 is left alone. An external database is never supervised: its operator owns
 its restarts, and Django's connections recover by themselves once it is back.
 
+``max_connections`` is raised to ``MAX_CONNECTIONS`` (500), and
 ``shared_buffers`` is sized from the machine (``RECALL_EMBEDDED_SHARED_BUFFERS``,
 a quarter of its memory by default, see ``shared_buffers_wanted``) instead of
 initdb's 128 MB: at 1M memories the HNSW index alone is 2 GB, and a search
@@ -49,6 +50,11 @@ DATABASE = "recall"
 _BOOTSTRAP_LOCK_ID = 0x7265_6361_6C6C
 
 SHARED_BUFFERS_ENV = "RECALL_EMBEDDED_SHARED_BUFFERS"
+# initdb's 100 is fewer than one machine's processes may hold: each server
+# worker keeps a connection per tool thread (WORKER_THREADS, 16) besides its
+# job workers and listener, one worker per core, and each `recall stdio` its
+# own. A slot costs the server some kilobytes of shared memory.
+MAX_CONNECTIONS = 500
 # "auto": this share of the memory the server may use, within these bounds.
 # A quarter is PostgreSQL's own advice for a machine it shares with little
 # else; here it shares it with the app and its model (about 0.5 GB), and the
@@ -153,7 +159,8 @@ def shared_buffers_wanted(raw: str | None = None) -> int:
 
 
 def _size_shared_buffers(handle: Any, server: EmbeddedServer) -> EmbeddedServer:
-    """Give the server the ``shared_buffers`` wanted; return it, restarted if that was needed.
+    """Give the server the ``shared_buffers`` wanted, and ``MAX_CONNECTIONS``; return it,
+    restarted if that was needed.
 
     The size is kept in ``postgresql.auto.conf`` (ALTER SYSTEM), so every later
     start reads it. It takes a restart to apply: done at once when this
@@ -177,12 +184,20 @@ def _size_shared_buffers(handle: Any, server: EmbeddedServer) -> EmbeddedServer:
                     sql.Literal(f"{wanted // 1024}kB")
                 )
             )
-    if running == wanted:
+        row = conn.execute("SELECT current_setting('max_connections')::int").fetchone()
+        connections = int(row[0]) if row else 0
+        if connections < MAX_CONNECTIONS:
+            conn.execute(
+                sql.SQL("ALTER SYSTEM SET max_connections = {}").format(
+                    sql.Literal(str(MAX_CONNECTIONS))
+                )
+            )
+    if running == wanted and connections >= MAX_CONNECTIONS:
         return server
     with type(handle)._lock:
         if handle.global_process_id_list.get() != [os.getpid()]:
             logger.info(
-                "embedded postgres shared_buffers applies at its next start",
+                "embedded postgres shared_buffers and max_connections apply at its next start",
                 extra={"shared_buffers_mb": wanted // 1024**2, "running_mb": running // 1024**2},
             )
             return server
@@ -198,10 +213,11 @@ def _size_shared_buffers(handle: Any, server: EmbeddedServer) -> EmbeddedServer:
                 extra={"shared_buffers_mb": wanted // 1024**2, "running_mb": running // 1024**2},
             )
             _drop_setting(handle.pgdata / "postgresql.auto.conf", "shared_buffers")
+            _drop_setting(handle.pgdata / "postgresql.auto.conf", "max_connections")
             handle.ensure_postgres_running()
         else:
             logger.info(
-                "embedded postgres restarted with its shared_buffers",
+                "embedded postgres restarted with its shared_buffers and max_connections",
                 extra={"shared_buffers_mb": wanted // 1024**2},
             )
     info = handle.get_postmaster_info()

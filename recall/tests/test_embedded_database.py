@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from recall.db import embedded
+
 # Each process starts the server (or joins it), then leaves its mark. With a
 # fourth argument it first says "ready" and waits until that file exists, so a
 # test can release two processes into start() at the same moment.
@@ -111,11 +113,12 @@ BUFFERS = textwrap.dedent(
     server = embedded.start(Path(sys.argv[1]))
     with psycopg.connect(server.superuser_conninfo()) as c:
         running = c.execute("SHOW shared_buffers").fetchone()[0]
+        connections = c.execute("SHOW max_connections").fetchone()[0]
         written = c.execute(
             "SELECT pg_size_pretty(pg_size_bytes(setting)) FROM pg_file_settings"
             " WHERE name = 'shared_buffers' ORDER BY seqno DESC LIMIT 1"
         ).fetchone()[0]
-    print(running, written.replace(" ", ""), server.pid, flush=True)
+    print(running, written.replace(" ", ""), server.pid, connections, flush=True)
     time.sleep(float(sys.argv[2]))
     """
 )
@@ -146,12 +149,14 @@ def finished(process: subprocess.Popen[str]) -> tuple[list[str], str]:
 
 @pytest.mark.slow
 def test_the_first_start_runs_with_the_shared_buffers_wanted(tmp_path):
-    (running, written, _), _ = finished(buffers(tmp_path, "48MB"))
+    (running, written, _, connections), _ = finished(buffers(tmp_path, "48MB"))
     assert (running, written) == ("48MB", "48MB")  # not initdb's 128MB
+    # Nor initdb's 100 connections, fewer than a server's workers may hold.
+    assert int(connections) == embedded.MAX_CONNECTIONS
 
     # Kept for later starts, which need no restart: initdb's start and the
     # restart, then one start each.
-    (running, written, _), _ = finished(buffers(tmp_path, "48MB", linger=0.0))
+    (running, written, _, _), _ = finished(buffers(tmp_path, "48MB", linger=0.0))
     assert (running, written) == ("48MB", "48MB")
     assert postmaster_pid(tmp_path) is None  # stopped when the last user left
     assert (tmp_path / "pgdata" / "log").read_text().count("starting PostgreSQL") == 3
@@ -161,18 +166,18 @@ def test_the_first_start_runs_with_the_shared_buffers_wanted(tmp_path):
 def test_a_server_in_use_keeps_its_buffers_until_its_next_start(tmp_path):
     first = buffers(tmp_path, "48MB", linger=30.0)
     assert first.stdout is not None
-    running, _, pid = first.stdout.readline().split()
+    running, _, pid, _ = first.stdout.readline().split()
     assert running == "48MB"
 
     # Another process asks for more while the first uses the server: nobody
     # restarts it under the first's connections; the next start applies it.
-    (running, written, second_pid), _ = finished(buffers(tmp_path, "64MB"))
+    (running, written, second_pid, _), _ = finished(buffers(tmp_path, "64MB"))
     assert (running, written, second_pid) == ("48MB", "64MB", pid)
     first.kill()
     first.communicate(timeout=30)
     embedded_stop(tmp_path)
 
-    (running, written, _), _ = finished(buffers(tmp_path, "64MB"))
+    (running, written, _, _), _ = finished(buffers(tmp_path, "64MB"))
     assert (running, written) == ("64MB", "64MB")
 
 
@@ -190,7 +195,7 @@ def embedded_stop(data_dir: Path) -> None:
 def test_buffers_the_machine_cannot_map_leave_the_server_as_initdb_made_it(tmp_path):
     # 4 GB of shared memory in 2 GB of address space: PostgreSQL cannot map
     # it and refuses to start, and the server comes back without it.
-    (running, written, _), err = finished(buffers(tmp_path, "4GB", address_space=2 * GIB))
+    (running, written, _, _), err = finished(buffers(tmp_path, "4GB", address_space=2 * GIB))
     assert (running, written) == ("128MB", "128MB")
     assert "would not start with its shared_buffers" in err
     assert "RECALL_EMBEDDED_SHARED_BUFFERS" in err
