@@ -36,12 +36,14 @@ from memories.models import (
     MemoryHistory,
 )
 from memories.services import superseding
+from memories.services.queue import waits_for_announced
 from memories.services.shapes import Change, Deleted, Forgotten, Match, Version
 from memories.services.storing import drop_expired_copy, holder
 
 logger = logging.getLogger("memories.services")
 
 
+@waits_for_announced
 def update_memory(
     *,
     user_id: uuid.UUID | str,
@@ -208,6 +210,7 @@ def forget(
     return forget_preview(user_id=user_id, agent_id=agent_id, purge=purge, **arguments)
 
 
+@waits_for_announced
 def forget_by_id(
     *,
     user_id: uuid.UUID | str,
@@ -490,6 +493,7 @@ def _token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+@waits_for_announced
 def memory_history(
     *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, id: object
 ) -> list[Version]:

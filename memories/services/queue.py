@@ -22,12 +22,14 @@ whatever runs it then fails instead.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import connection
@@ -61,7 +63,8 @@ from memories.services.storing import (
 )
 
 logger = logging.getLogger("memories.services")
-
+P = ParamSpec("P")
+T = TypeVar("T")
 
 PENDING = (JobStatus.QUEUED, JobStatus.RUNNING)
 # Every process's workers LISTEN here (memories/jobs.py): an enqueue NOTIFYs it.
@@ -288,6 +291,70 @@ def _hand_back_interrupted() -> None:
     with _in_hand_lock:
         _interrupted.difference_update(runs)
     logger.info("jobs interrupted by a database outage queued again", extra={"jobs": handed})
+
+
+# How long a call that names a memory a background add announced waits for
+# the add to store it, before saying it is still on its way.
+ANNOUNCED_WAIT_SECONDS = 5.0
+
+
+def waits_for_announced(call: Callable[P, T]) -> Callable[P, T]:
+    """Have ``call`` (keyword arguments ``user_id``, ``agent_id``, ``id``) wait for a memory
+    a background add announced and has not stored yet.
+
+    ``remember`` with ``async`` (seed 001's ``add_memory`` by default) returns
+    the new memory's id at once; a call that names it straight away found no
+    memory and answered not_found, so a client that added and then deleted
+    kept the memory. Now the call waits up to ``ANNOUNCED_WAIT_SECONDS`` for
+    the job and runs again; a job still pending then is named in the refusal.
+    """
+
+    @functools.wraps(call)
+    def waiting(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return call(*args, **kwargs)
+        except NotFound:
+            user = str(kwargs["user_id"])
+            agent = None if kwargs.get("agent_id") is None else str(kwargs["agent_id"])
+            job = _announcing(user, agent, kwargs.get("id"))
+            if job is None:
+                raise
+            status = _settled(user, agent, job)
+            if status in PENDING:
+                raise NotFound(
+                    f"No memory with id {kwargs.get('id')} yet: the background add that"
+                    f" announced it (job {job}) is still {status}. Try again shortly, or"
+                    " check it with job_status."
+                ) from None
+        return call(*args, **kwargs)
+
+    return waiting
+
+
+def _announcing(user_id: str, agent_id: str | None, memory_id: object) -> uuid.UUID | None:
+    """The caller's pending background add that will store ``memory_id``, if one will."""
+    if not isinstance(memory_id, str | uuid.UUID):
+        return None
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        job: uuid.UUID | None = (
+            Job.objects.filter(
+                user_id=user_id, status__in=PENDING, payload__ids__contains=[str(memory_id)]
+            )
+            .values_list("id", flat=True)
+            .first()
+        )
+    return job
+
+
+def _settled(user_id: str, agent_id: str | None, job: uuid.UUID) -> str:
+    """Wait up to ``ANNOUNCED_WAIT_SECONDS`` for ``job`` to end; return its status then."""
+    deadline = time.monotonic() + ANNOUNCED_WAIT_SECONDS
+    while True:
+        with tenancy.tenant(user_id, agent_id=agent_id):
+            status = str(Job.objects.filter(id=job).values_list("status", flat=True).first())
+        if status not in PENDING or time.monotonic() >= deadline:
+            return status
+        time.sleep(0.05)
 
 
 def extend_leases() -> int:
