@@ -409,7 +409,29 @@ def error_body(
     rpc_code = error["code"]
     text = reworded(rpc_code, error.get("message"), method, headers)
     versions = _negotiation(rpc_code, error.get("data"))
-    return refusal("validation_failed", text, call_id(sent), rpc_code, versions)
+    return refusal(_our_code(rpc_code, error.get("data")), text, call_id(sent), rpc_code, versions)
+
+
+# JSON-RPC codes that say the request was at fault; any other is the server's.
+_THE_CALLERS = (
+    PARSE_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    INVALID_PARAMS,
+    HEADER_MISMATCH,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
+
+
+def _our_code(rpc_code: int, data: object) -> str:
+    """The error code of ours for an SDK refusal: its own if it carries one of ours, else
+    validation_failed for the caller's mistakes and internal_error for the server's (-32603,
+    a fast path's 0), so that a client retries a fault of ours and not its own."""
+    given = data.get("error") if isinstance(data, dict) else None
+    code = given.get("code") if isinstance(given, dict) else None
+    if isinstance(code, str) and code in errors.CODES:
+        return code
+    return "validation_failed" if rpc_code in _THE_CALLERS else "internal_error"
 
 
 def _is_json(start: Mapping[str, Any]) -> bool:

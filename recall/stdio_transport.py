@@ -148,6 +148,7 @@ class Transport:
         self.ending = False
         self.answered = anyio.Event()
         self.gone = False
+        self.writing = anyio.CapacityLimiter(1)
 
     async def serve(self, server: MCPServer) -> None:
         # MCPServer runs only over the SDK's own stdio transport; its
@@ -242,7 +243,9 @@ class Transport:
         if self.gone:
             return
         try:
-            await anyio.to_thread.run_sync(write_all, self.stdout, data)
+            # A limiter of its own: the tool calls' (STDIO_WORKER_THREADS)
+            # would hold answers already made behind calls still running.
+            await anyio.to_thread.run_sync(write_all, self.stdout, data, limiter=self.writing)
         except OSError:
             # The client closed stdout: what is left is answered to no one.
             self.gone = True

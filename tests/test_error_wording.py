@@ -322,17 +322,22 @@ def test_a_compressed_body_is_refused_as_an_encoding_we_do_not_read(live, cast):
     assert refused(response, 415) == "Unsupported content encoding: send the body uncompressed."
 
 
-def test_a_successful_answer_that_mentions_an_error_is_passed_through(live, cast):
-    # Only a JSON-RPC error is rewritten, not a result whose text says "error".
-    stored = {"content": 'The "error" budget is 0.1%.'}
-    call(live.mcp_url, cast.alice_key.raw, "remember", stored)
-    body = fuzz.envelope("tools/call", {"name": "list_memories", "arguments": {}}, fuzz.LEGACY)
+def test_a_tool_error_result_is_passed_through_as_it_is(live, cast):
+    # A small 200 body holding "error" is read (a JSON-RPC error is reworded);
+    # a tool's own error result, whose structuredContent has an "error", is not
+    # one, and comes back as the tool answered it.
+    missing = "00000000-0000-4000-8000-000000000000"
+    params = {"name": "update_memory", "arguments": {"id": missing, "content": "x"}}
+    body = fuzz.envelope("tools/call", params, fuzz.LEGACY)
 
     response = send(live.mcp_url, cast.alice_key.raw, body, **{"MCP-Protocol-Version": fuzz.LEGACY})
 
     assert response.status_code == 200
-    [memory] = response.json()["result"]["structuredContent"]["memories"]
-    assert memory["content"] == stored["content"]
+    assert b'"error"' in response.content and len(response.content) < 4096
+    answer = response.json()
+    assert "error" not in answer
+    assert answer["result"]["isError"] is True
+    assert answer["result"]["structuredContent"]["error"]["code"] == "not_found"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,44 @@
+"""The JSON-RPC envelope's refusals in our shape: which error code each SDK refusal gets."""
+
+from __future__ import annotations
+
+import pytest
+
+from recall import jsonrpc
+
+
+def sdk_error(code: int, message: str, data: object = "") -> dict:
+    return {"jsonrpc": "2.0", "id": 4, "error": {"code": code, "message": message, "data": data}}
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "ours"),
+    [
+        (-32602, "Invalid request parameters", "validation_failed"),
+        (-32601, "Method not found", "validation_failed"),
+        (-32600, "Invalid request", "validation_failed"),
+        # The server's own faults: a client must not read them as its mistake.
+        (-32603, "Internal server error", "internal_error"),
+        (0, "boom", "internal_error"),
+    ],
+)
+def test_an_sdk_refusal_gets_the_code_of_whose_fault_it_is(code, message, ours):
+    body = jsonrpc.error_body(sdk_error(code, message), "tools/call")
+
+    assert body is not None
+    assert body["id"] == 4
+    assert body["error"]["code"] == code
+    assert body["error"]["data"]["error"]["code"] == ours
+
+
+def test_a_code_of_ours_the_refusal_carries_is_kept():
+    carried = {"error": {"code": "unavailable", "message": "The database is unavailable."}}
+
+    body = jsonrpc.error_body(sdk_error(-32603, "The database is unavailable.", carried))
+
+    assert body is not None
+    assert body["error"]["data"]["error"]["code"] == "unavailable"
+
+
+def test_a_result_is_not_an_error():
+    assert jsonrpc.error_body({"jsonrpc": "2.0", "id": 1, "result": {}}) is None
