@@ -29,10 +29,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from core import context, errors, tenancy
@@ -287,7 +289,7 @@ def _hand_back_interrupted() -> None:
         runs = list(_interrupted)
     if not runs:
         return
-    handed = Job.objects.hand_back(runs)
+    handed = Job.objects.hand_back(runs, LOST_RUNS, settings.JOB_POLL_SECONDS)
     with _in_hand_lock:
         _interrupted.difference_update(runs)
     logger.info("jobs interrupted by a database outage queued again", extra={"jobs": handed})
@@ -331,19 +333,32 @@ def waits_for_announced(call: Callable[P, T]) -> Callable[P, T]:
     return waiting
 
 
-def _announcing(user_id: str, agent_id: str | None, memory_id: object) -> uuid.UUID | None:
-    """The caller's pending background add that will store ``memory_id``, if one will."""
-    if not isinstance(memory_id, str | uuid.UUID):
+def _announcing(user_id: str, agent_id: str | None, given: object) -> uuid.UUID | None:
+    """The caller's background add that will store the memory ``given`` names, if one will
+    within ``ANNOUNCED_WAIT_SECONDS``: queued and due by then, or running.
+
+    Only an id it announced for a new memory counts: one it found stored
+    already (``found``) is that memory's, and a forgotten one is stored under
+    another id.
+    """
+    try:
+        wanted = str(validation.memory_id(given))
+    except ValidationFailed:
         return None
+    due_by = timezone.now() + timedelta(seconds=ANNOUNCED_WAIT_SECONDS)
     with tenancy.tenant(user_id, agent_id=agent_id):
-        job: uuid.UUID | None = (
+        candidates = list(
             Job.objects.filter(
-                user_id=user_id, status__in=PENDING, payload__ids__contains=[str(memory_id)]
-            )
-            .values_list("id", flat=True)
-            .first()
+                Q(status=JobStatus.RUNNING) | Q(status=JobStatus.QUEUED, run_after__lte=due_by),
+                user_id=user_id,
+                kind="remember",
+                payload__ids__contains=[wanted],
+            ).values_list("id", "payload__ids", "payload__found")
         )
-    return job
+    for job, ids, found in candidates:
+        if isinstance(ids, list) and wanted in ids and ids.index(wanted) not in (found or []):
+            return uuid.UUID(str(job))
+    return None
 
 
 def _settled(user_id: str, agent_id: str | None, job: uuid.UUID) -> str:
@@ -354,7 +369,7 @@ def _settled(user_id: str, agent_id: str | None, job: uuid.UUID) -> str:
             status = str(Job.objects.filter(id=job).values_list("status", flat=True).first())
         if status not in PENDING or time.monotonic() >= deadline:
             return status
-        time.sleep(0.05)
+        time.sleep(0.25)
 
 
 def extend_leases() -> int:

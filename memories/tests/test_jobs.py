@@ -214,7 +214,9 @@ def test_a_job_whose_worker_died_is_taken_again_when_its_lease_runs_out(cast):
     assert (status["status"], status["attempts"]) == ("done", 2)
 
 
-def test_a_run_cut_off_by_a_database_outage_is_queued_again_once_it_answers(cast, monkeypatch):
+def test_a_run_cut_off_by_a_database_outage_is_queued_again_once_it_answers(
+    cast, monkeypatch, settings
+):
     # It stayed "running" for its whole lease (five minutes) though its worker
     # lived, and the run was counted as lost: three outages failed the job.
     import psycopg
@@ -235,11 +237,48 @@ def test_a_run_cut_off_by_a_database_outage_is_queued_again_once_it_answers(cast
         1,
     )
 
+    settings.JOB_POLL_SECONDS = 0.05  # the back-off before it is due again
     monkeypatch.setattr(queue, "store", real)
+    assert services.run_next_job() is False  # queued again, due a poll later
+    time.sleep(0.1)
     assert services.run_next_job() is True
 
     row = job_row(queued["job_id"])
-    assert (row.status, row.attempts, row.lost_runs, row.failures) == ("done", 2, 0, 0)
+    # A lost run, found at once rather than when the lease ran out.
+    assert (row.status, row.attempts, row.lost_runs, row.failures) == ("done", 2, 1, 0)
+
+
+def test_a_job_whose_runs_keep_cutting_the_database_off_is_not_run_for_ever(
+    cast, monkeypatch, settings
+):
+    # Handed back at once every time, a job that crashes the database itself
+    # would be run again without end: each hand-back is a lost run.
+    import psycopg
+
+    from memories.services import queue
+
+    settings.JOB_POLL_SECONDS = 0.05
+    queued = enqueue(cast.alice.id)
+
+    def cut_off(**kwargs):
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(queue, "store", cut_off)
+    for _ in range(queue.LOST_RUNS):
+        with pytest.raises(psycopg.OperationalError):  # run, once due again
+            for _ in range(40):
+                services.run_next_job()
+                time.sleep(0.05)
+    for _ in range(4):
+        assert services.run_next_job() is False  # left running, for its lease to end
+        time.sleep(0.05)
+    assert job_row(queued["job_id"]).status == "running"
+
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute("UPDATE memory_jobs SET lease_until = statement_timestamp()")
+    services.run_next_job()
+    status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert (status["status"], status["error"]["code"]) == ("failed", "internal_error")
 
 
 class Broken(embeddings.Embedder):
@@ -337,6 +376,37 @@ def test_a_memory_still_on_its_way_is_refused_naming_its_job(cast, monkeypatch):
     with pytest.raises(NotFound) as caught:
         services.forget_by_id(user_id=cast.charlie.id, id=memory_id)
     assert caught.value.message == f"No memory with id {memory_id}."
+
+
+def test_an_id_an_async_add_found_stored_already_is_not_waited_for(cast):
+    # The add names the stored memory's id; forgotten, it is stored again
+    # under another: a call naming the first id waited, and was told "yet".
+    stored = services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="Tea, no sugar.")
+    queued = enqueue(cast.alice.id, content="Tea, no sugar.")
+    assert queued["memory_ids"] == [stored["id"]]
+    services.forget_by_id(user_id=cast.alice.id, id=stored["id"])
+
+    began = time.monotonic()
+    with pytest.raises(NotFound) as caught:
+        services.forget_by_id(user_id=cast.alice.id, id=stored["id"])
+
+    assert caught.value.message == f"No memory with id {stored['id']}."
+    assert time.monotonic() - began < 1
+
+
+def test_a_job_not_due_within_the_wait_is_not_waited_for(cast):
+    queued = enqueue(cast.alice.id)
+    [memory_id] = queued["memory_ids"]
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memory_jobs SET run_after = statement_timestamp() + interval '1 minute'"
+        )
+
+    began = time.monotonic()
+    with pytest.raises(NotFound):
+        services.update_memory(user_id=cast.alice.id, id=memory_id.upper(), content="x")
+
+    assert time.monotonic() - began < 1
 
 
 @pytest.mark.django_db(transaction=True)
