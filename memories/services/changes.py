@@ -177,6 +177,10 @@ def forget(
         if id is None:
             raise ValidationFailed('mode "by_id" needs the id of the memory to delete.')
         stray = [name for name in _SEARCH_ONLY if arguments.get(name) is not None]
+        if arguments.get("limit") not in (None, 10):  # the tool's default
+            stray.append("limit")
+        if arguments.get("include_superseded"):
+            stray.append("include_superseded")
         if confirmation_token is not None:
             stray.append("confirmation_token")
         if stray:
@@ -227,10 +231,14 @@ def forget_by_id(
     wipe = validation.flag(purge, field="purge")
     where = None if namespace is None else validation.namespace(namespace)
     with tenancy.tenant(user_id, agent_id=agent_id):
+        # An expired memory is no tool's to delete: not found, as for every
+        # other tool, and left (its history too) for the purge.
         if where is None:
-            deleted = _delete_ids(user_id, [memory_id], wipe)
+            deleted = _delete(BY_LIVE_IDS, [str(user_id), [memory_id]], wipe)
         else:
-            deleted = _delete(BY_IDS_IN, [str(user_id), [memory_id], where], wipe)
+            deleted = _delete(
+                BY_LIVE_IDS + " AND namespace = %s", [str(user_id), [memory_id], where], wipe
+            )
     if not deleted:
         raise NotFound(
             f"No memory with id {memory_id}" + (f" in namespace {where}." if where else ".")
@@ -437,7 +445,7 @@ def forget_namespace(
 # and the delete are ``superseding.delete_freeing``'s.
 _DOOMED = "SELECT id FROM memories WHERE user_id = %s AND {}"
 BY_IDS = "id = ANY(%s)"
-BY_IDS_IN = "id = ANY(%s) AND namespace = %s"
+BY_LIVE_IDS = "id = ANY(%s) AND (expires_at IS NULL OR expires_at > statement_timestamp())"
 # The search arguments of forget's by_query mode, which by_id has no use for.
 _SEARCH_ONLY = ("query", "metadata_filter", "created_after", "created_before", "threshold")
 IN_NAMESPACE = "namespace = %s"

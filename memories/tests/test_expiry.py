@@ -94,7 +94,10 @@ def test_forgetting_an_expired_memory_answers_as_every_other_tool_does(cast):
     expire_now(gone)
 
     with pytest.raises(NotFound):
-        services.forget(user_id=cast.alice.id, mode="by_id", id=gone)
+        services.forget(user_id=cast.alice.id, mode="by_id", id=gone, purge=True)
+    with tenancy.operator():  # left, its history too, for the purge
+        assert Memory.objects.filter(id=gone).exists()
+        assert MemoryHistory.objects.filter(memory_id=gone).exists()
     preview = services.forget(user_id=cast.alice.id, mode="all", namespace="default")
     expire_now(lapsed)
     done = services.forget(

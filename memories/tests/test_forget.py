@@ -83,6 +83,8 @@ def test_a_namespace_given_with_an_id_must_be_the_memorys(cast):
         ({"metadata_filter": {"team": "a"}}, "metadata_filter belong"),
         ({"confirmation_token": "x" * 20}, "confirmation_token belong"),
         ({"query": "standup", "threshold": 0.5}, "query and threshold belong"),
+        ({"limit": 5}, "limit belong"),
+        ({"include_superseded": True}, "include_superseded belong"),
     ],
 )
 def test_by_id_refuses_the_arguments_of_the_other_modes_and_deletes_nothing(cast, given, named):
