@@ -62,15 +62,19 @@ def prepare(
     announce_urls: bool = True,
     load_model: bool = True,
     announce_now: bool = True,
+    first_user: bool = True,
 ) -> FirstRun | None:
     """Get ready to serve; ``load_model=False`` for a parent whose workers load their own.
 
     ``announce_now=False`` leaves the first run's banner to the caller (``Banner``).
+    ``first_user=False`` creates no first user on an empty database: a process
+    that serves one key (``recall stdio``) has no use for it, and its banner
+    would go to a desktop client's log.
     """
     with startup_lock():
         migrate()
         check_embeddings()
-        first = bootstrap()
+        first = bootstrap() if first_user else None
     if first is not None and announce_now:
         announce(first, out, announce_urls=announce_urls)
     from memories import embeddings

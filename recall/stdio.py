@@ -28,10 +28,16 @@ def run(tools: str = "mcp") -> None:
     if not raw:
         sys.stderr.write("recall stdio: set RECALL_API_KEY to the API key this process acts as.\n")
         raise SystemExit(2)
-    startup.prepare(sys.stderr, announce_urls=False)
+    startup.prepare(sys.stderr, announce_urls=False, first_user=False)
     caller = auth.authenticate(raw)
     if caller is None:
-        sys.stderr.write("recall stdio: RECALL_API_KEY is not a valid, live API key.\n")
+        where = (
+            f" for the database in RECALL_DATA_DIR ({startup.data_directory()}): is that"
+            " the server's data directory?"
+            if settings.EMBEDDED_DATABASE
+            else " for the database in DATABASE_URL."
+        )
+        sys.stderr.write(f"recall stdio: RECALL_API_KEY is not a valid, live API key{where}\n")
         raise SystemExit(2)
     auth.current.set(caller)
     context.transport.set("stdio")

@@ -270,3 +270,38 @@ def test_an_operator_command_on_a_fresh_data_directory_migrates_first(tmp_path):
     assert "lacks migrations this version brings" in refused.stderr
     shown = recall("manage", "showmigrations", "billing").stdout
     assert "[ ] 0009_billing_account_mcpize_tier" in shown  # still not applied
+
+
+def test_stdio_on_a_data_directory_without_users_makes_no_first_user_and_says_where(tmp_path):
+    # A desktop client's configuration with a wrong RECALL_DATA_DIR: `recall
+    # stdio` created the first user and printed its password and a key to
+    # stderr, the client's log, then refused the client's key without
+    # naming the directory it had looked in.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
+    }
+    env["RECALL_DATA_DIR"] = str(tmp_path / "elsewhere")
+    env["RECALL_API_KEY"] = "recall_live_" + "A" * 32
+
+    ran = subprocess.run(
+        [sys.executable, "-m", "recall", "stdio"],
+        env=env,
+        cwd=settings.BASE_DIR,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+    assert ran.returncode == 2, ran.stderr[-3000:]
+    resolved = str((tmp_path / "elsewhere").resolve())
+    assert f"not a valid, live API key for the database in RECALL_DATA_DIR ({resolved})" in (
+        ran.stderr
+    )
+    assert "recall_live_" not in ran.stderr.replace(env["RECALL_API_KEY"], "")
+    assert RULE not in ran.stderr and RULE not in ran.stdout
+    listed = recall_command("list-keys", "--all", env=env)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert "admin@localhost" not in listed.stdout, listed.stdout
