@@ -35,6 +35,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -157,6 +158,15 @@ def serve(argv: list[str] | None = None) -> None:
     count = args.workers if args.workers is not None else settings.WEB_CONCURRENCY
     if count < 1:
         parser.error("--workers must be at least 1")
+    taken = _port_taken(settings.HOST, settings.PORT)
+    if taken:
+        # Before the first run's user and key: their banner would point at
+        # whatever holds the port, and be shown once.
+        sys.stderr.write(
+            f"recall serve: cannot listen on {settings.HOST}:{settings.PORT} ({taken}):"
+            " another server may be running there. Stop it, or set PORT to a free port.\n"
+        )
+        raise SystemExit(1)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
     # signal with the handlers it found. Make those a normal exit, so atexit
     # hooks run (they stop the embedded PostgreSQL) and the exit code is 0;
@@ -205,6 +215,26 @@ def serve(argv: list[str] | None = None) -> None:
         finally:
             if banner is not None:
                 banner.show()
+
+
+def _port_taken(host: str, port: int) -> str | None:
+    """Why ``recall serve`` could not listen on ``host:port``, or None if it could now.
+
+    Bound and released at once, with SO_REUSEADDR as uvicorn binds, so a
+    port a stopped server left in TIME_WAIT is free.
+    """
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    family, kind, proto, _, address = addresses[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return str(exc.strerror or exc)
+    return None
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -304,4 +305,28 @@ def test_stdio_on_a_data_directory_without_users_makes_no_first_user_and_says_wh
     assert RULE not in ran.stderr and RULE not in ran.stdout
     listed = recall_command("list-keys", "--all", env=env)
     assert listed.returncode == 0, listed.stderr[-3000:]
+    assert "admin@localhost" not in listed.stdout, listed.stdout
+
+
+def test_serve_on_a_port_in_use_stops_before_making_the_first_user(tmp_path):
+    # It created the first user and key, failed to bind, then printed the
+    # banner with the other server's address: secrets shown once, for a
+    # database nobody could reach.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
+    }
+    env["RECALL_DATA_DIR"] = str(tmp_path / "second")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        env.update(HOST="127.0.0.1", PORT=str(holder.getsockname()[1]))
+
+        ran = recall_command("serve", env=env)
+
+    assert ran.returncode == 1, ran.stderr[-3000:]
+    assert f"cannot listen on 127.0.0.1:{env['PORT']} (Address already in use)" in ran.stderr
+    assert RULE not in ran.stdout and "recall_live_" not in ran.stdout + ran.stderr
+    listed = recall_command("list-keys", "--all", env=env)
     assert "admin@localhost" not in listed.stdout, listed.stdout
