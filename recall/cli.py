@@ -1,4 +1,4 @@
-"""The ``recall`` command.
+"""recall: run Recall's memory server, and look after its users, keys and data.
 
     recall serve                 migrate, load the model, serve HTTP on PORT (default 8080)
                                  (--workers N: N processes on one port; default: the cores)
@@ -12,7 +12,7 @@
                                  mcp-memory-service, basic-memory, letta, jsonl, csv;
                                  --dry-run, --namespace, --ids, --map, --source-model)
     recall create-user EMAIL     create a user (--tier, --password, --staff)
-    recall create-key EMAIL      issue an API key, printed once (--name, --tier)
+    recall create-key EMAIL      issue an API key, printed once (--name, --tier, --agent)
     recall set-tier EMAIL TIER   set a user's tier and their keys' (free ... team, unlimited)
     recall list-keys [EMAIL]     list keys without their secrets (--all for revoked too)
     recall revoke-key ID|PREFIX  revoke a key

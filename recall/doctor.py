@@ -451,7 +451,12 @@ def embedding_model() -> Iterator[Finding]:
 def redis_server() -> Iterator[Finding]:
     name = "redis"
     if not settings.REDIS_URL:
-        yield Finding(name, "ok", "not configured: rate limits and the auth cache are per process")
+        yield Finding(
+            name,
+            "ok",
+            "not configured: one server's workers share rate limits and key revocations"
+            " (a shared-memory file); servers on other machines do not",
+        )
         return
     import redis
 

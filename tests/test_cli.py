@@ -112,7 +112,7 @@ def test_operators_create_users_and_keys_set_tiers_and_revoke_keys(capsys):
 
     call_command("list_keys", "dana@example.com")
     listed = capsys.readouterr().out
-    assert raw[:20] in listed and raw not in listed and "pro" in listed and "1 keys." in listed
+    assert raw[:20] in listed and raw not in listed and "pro" in listed and "1 key." in listed
 
     call_command("set_tier", "dana@example.com", "unlimited")
     assert "now unlimited" in capsys.readouterr().out

@@ -23,4 +23,4 @@ class Command(BaseCommand):
                 f"{key.id}  {key.prefix}…  {key.tier:<7}  {state:<16}  last used {used:<16}  "
                 f"{key.user.email}  {key.name}"
             )
-        self.stdout.write(f"{len(rows)} keys.")
+        self.stdout.write(f"{len(rows)} key{'' if len(rows) == 1 else 's'}.")
