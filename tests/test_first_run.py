@@ -34,6 +34,16 @@ from tests.test_cli import recall_command
 pytestmark = pytest.mark.slow
 
 
+def data_directory_only(data_dir: Path) -> dict[str, str]:
+    """This environment, on the embedded database in ``data_dir`` with secrets of its own."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
+    }
+    return {**env, "RECALL_DATA_DIR": str(data_dir)}
+
+
 @dataclass
 class FirstRun:
     url: str
@@ -68,12 +78,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FirstRun]:
     home = tmp_path_factory.mktemp("home")
     port = free_port()
     banner = tmp_path_factory.mktemp("out") / "banner.txt"
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
-    }
-    env.update(RECALL_DATA_DIR=str(data_dir), PORT=str(port))
+    env = {**data_directory_only(data_dir), "PORT": str(port)}
     # One stream, as a terminal shows them: the banner among the log lines.
     with banner.open("wb") as out:
         process = subprocess.Popen(
@@ -246,12 +251,7 @@ def test_doctor_finds_the_running_server_from_the_data_directory_alone(first_run
 
 def test_an_operator_command_on_a_fresh_data_directory_migrates_first(tmp_path):
     # `recall create-user` before any `recall serve` failed on a missing table.
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
-    }
-    env["RECALL_DATA_DIR"] = str(tmp_path / "fresh")
+    env = data_directory_only(tmp_path / "fresh")
 
     def recall(*args: str) -> subprocess.CompletedProcess[str]:
         return recall_command(*args, env=env)
@@ -278,23 +278,10 @@ def test_stdio_on_a_data_directory_without_users_makes_no_first_user_and_says_wh
     # stdio` created the first user and printed its password and a key to
     # stderr, the client's log, then refused the client's key without
     # naming the directory it had looked in.
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
-    }
-    env["RECALL_DATA_DIR"] = str(tmp_path / "elsewhere")
+    env = data_directory_only(tmp_path / "elsewhere")
     env["RECALL_API_KEY"] = "recall_live_" + "A" * 32
 
-    ran = subprocess.run(
-        [sys.executable, "-m", "recall", "stdio"],
-        env=env,
-        cwd=settings.BASE_DIR,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    ran = recall_command("stdio", env=env)
 
     assert ran.returncode == 2, ran.stderr[-3000:]
     resolved = str((tmp_path / "elsewhere").resolve())
@@ -312,12 +299,7 @@ def test_serve_on_a_port_in_use_stops_before_making_the_first_user(tmp_path):
     # It created the first user and key, failed to bind, then printed the
     # banner with the other server's address: secrets shown once, for a
     # database nobody could reach.
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
-    }
-    env["RECALL_DATA_DIR"] = str(tmp_path / "second")
+    env = data_directory_only(tmp_path / "second")
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
