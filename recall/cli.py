@@ -220,20 +220,23 @@ def serve(argv: list[str] | None = None) -> None:
 def _port_taken(host: str, port: int) -> str | None:
     """Why ``recall serve`` could not listen on ``host:port``, or None if it could now.
 
-    Bound and released at once, with SO_REUSEADDR as uvicorn binds, so a
-    port a stopped server left in TIME_WAIT is free.
+    Each address ``host`` names is bound and released at once, with
+    SO_REUSEADDR as uvicorn binds (so a port a stopped server left in
+    TIME_WAIT is free): uvicorn listens on each of them.
     """
     try:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as exc:
         return str(exc.strerror or exc)
-    family, kind, proto, _, address = addresses[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            return str(exc.strerror or exc)
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                return str(exc.strerror or exc)
     return None
 
 
