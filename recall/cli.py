@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -158,13 +159,13 @@ def serve(argv: list[str] | None = None) -> None:
     count = args.workers if args.workers is not None else settings.WEB_CONCURRENCY
     if count < 1:
         parser.error("--workers must be at least 1")
-    taken = _port_taken(settings.HOST, settings.PORT)
+    taken = _port_taken(settings.HOST, settings.PORT, count)
     if taken:
         # Before the first run's user and key: their banner would point at
         # whatever holds the port, and be shown once.
         sys.stderr.write(
-            f"recall serve: cannot listen on {settings.HOST}:{settings.PORT} ({taken}):"
-            " another server may be running there. Stop it, or set PORT to a free port.\n"
+            f"recall serve: cannot listen on {settings.HOST}:{settings.PORT} ({taken})."
+            " Stop what holds it, or set HOST and PORT.\n"
         )
         raise SystemExit(1)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
@@ -217,25 +218,42 @@ def serve(argv: list[str] | None = None) -> None:
                 banner.show()
 
 
-def _port_taken(host: str, port: int) -> str | None:
+def _port_taken(host: str, port: int, workers: int) -> str | None:
     """Why ``recall serve`` could not listen on ``host:port``, or None if it could now.
 
-    Each address ``host`` names is bound and released at once, with
-    SO_REUSEADDR as uvicorn binds (so a port a stopped server left in
-    TIME_WAIT is free): uvicorn listens on each of them.
+    The sockets are bound and released at once as uvicorn will bind them,
+    with SO_REUSEADDR (a port a stopped server left in TIME_WAIT is free):
+    with several workers, one socket for ``host`` (IPv6 if it holds a
+    colon, and not v6-only); with one, asyncio's, one per address ``host``
+    names, v6-only, skipping a family this machine lacks.
     """
+    if not host:
+        return None
+    if workers > 1:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return _bind_fails([(family, (host, port))], v6_only=False)
     try:
-        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as exc:
         return str(exc.strerror or exc)
-    for family, kind, proto, _, address in addresses:
-        with socket.socket(family, kind, proto) as probe:
+    return _bind_fails([(family, address) for family, *_, address in found], v6_only=True)
+
+
+def _bind_fails(addresses: list[tuple[int, tuple[object, ...]]], *, v6_only: bool) -> str | None:
+    for family, address in addresses:
+        try:
+            probe = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # a family this machine lacks: uvicorn skips it too
+        with probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
-                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6_only))
             try:
                 probe.bind(address)
             except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return "in use: another server may be running there"
                 return str(exc.strerror or exc)
     return None
 

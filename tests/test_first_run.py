@@ -308,7 +308,8 @@ def test_serve_on_a_port_in_use_stops_before_making_the_first_user(tmp_path):
         ran = recall_command("serve", env=env)
 
     assert ran.returncode == 1, ran.stderr[-3000:]
-    assert f"cannot listen on 127.0.0.1:{env['PORT']} (Address already in use)" in ran.stderr
+    assert f"cannot listen on 127.0.0.1:{env['PORT']} (in use: another server" in ran.stderr
     assert RULE not in ran.stdout and "recall_live_" not in ran.stdout + ran.stderr
     listed = recall_command("list-keys", "--all", env=env)
+    assert listed.returncode == 0, listed.stderr[-3000:]
     assert "admin@localhost" not in listed.stdout, listed.stdout
