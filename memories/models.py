@@ -453,29 +453,6 @@ class JobQuerySet(models.QuerySet["Job"]):
         )
         return settled == 1
 
-    def hand_back(
-        self, runs: Iterable[tuple[uuid.UUID, int]], lost_runs: int, seconds: float
-    ) -> int:
-        """Queue again, due in ``seconds``, the jobs these runs (id, attempts) still hold:
-        their runs ended on a database outage. Return how many.
-
-        Such a run is a lost run, found before its lease runs out: a job that
-        takes the database down itself (a backend crash, memory) must not be
-        run again for ever. A job on its ``lost_runs``-th stays running, for
-        ``give_up_lost`` to fail when its lease runs out.
-        """
-        theirs = models.Q()
-        for job_id, attempts in runs:
-            theirs |= models.Q(id=job_id, attempts=attempts)
-        if not theirs:
-            return 0
-        return self.filter(theirs, status=JobStatus.RUNNING, lost_runs__lt=lost_runs - 1).update(
-            status=JobStatus.QUEUED,
-            lost_runs=models.F("lost_runs") + 1,
-            run_after=Now() + timedelta(seconds=seconds),
-            lease_until=None,
-        )
-
     def failures(self, job_id: uuid.UUID) -> int:
         """How many of a job's runs failed for a passing reason and queued it again."""
         return self.filter(id=job_id).values_list("failures", flat=True).first() or 0

@@ -454,8 +454,8 @@ def redis_server() -> Iterator[Finding]:
         yield Finding(
             name,
             "ok",
-            "not configured: one server's workers share rate limits and key revocations"
-            " (a shared-memory file); servers on other machines do not",
+            "not configured: rate limits are per server (its workers share them);"
+            " key revocations reach every server through the database",
         )
         return
     import redis

@@ -30,8 +30,10 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
-# MCP's code (2026-07-28) for a header that disagrees with the body.
+# MCP's codes (2026-07-28) for a header that disagrees with the body, and
+# for a request that needs a client capability it did not declare.
 HEADER_MISMATCH = -32020
+MISSING_CAPABILITY = -32021
 # MCP's code (2026-07-28) for a protocol version the server does not speak;
 # its data names the versions it does, which clients retry with.
 UNSUPPORTED_PROTOCOL_VERSION = -32022
@@ -343,7 +345,7 @@ class Clean:
         except ValueError:
             sent = None
         method = self.request.get("method")
-        ours = error_body(sent, method, self.headers) if isinstance(sent, dict) else None
+        ours = error_body(sent, method, self.headers, status) if isinstance(sent, dict) else None
         if status in _WORDED:
             # As the gate words its own 415: the same code, message and body.
             rid = call_id(sent) if isinstance(sent, dict) else None
@@ -399,7 +401,10 @@ def reworded(
 
 
 def error_body(
-    sent: dict[str, Any], method: object = None, headers: Iterable[bytes] = ()
+    sent: dict[str, Any],
+    method: object = None,
+    headers: Iterable[bytes] = (),
+    status: int | None = None,
 ) -> dict[str, Any] | None:
     """``sent``, a JSON-RPC error the SDK wrote, in our shape (a -32022 keeps the versions
     it names); None if it is not one."""
@@ -409,7 +414,8 @@ def error_body(
     rpc_code = error["code"]
     text = reworded(rpc_code, error.get("message"), method, headers)
     versions = _negotiation(rpc_code, error.get("data"))
-    return refusal(_our_code(rpc_code, error.get("data")), text, call_id(sent), rpc_code, versions)
+    code = _BY_HTTP_STATUS.get(status or 0) or _our_code(rpc_code, error.get("data"))
+    return refusal(code, text, call_id(sent), rpc_code, versions)
 
 
 # JSON-RPC codes that say the request was at fault; any other is the server's.
@@ -419,8 +425,12 @@ _THE_CALLERS = (
     METHOD_NOT_FOUND,
     INVALID_PARAMS,
     HEADER_MISMATCH,
+    MISSING_CAPABILITY,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
+# HTTP statuses the SDK refuses with that say more than their JSON-RPC code:
+# too many sessions (-32603), no such session or one stream only (-32600).
+_BY_HTTP_STATUS = {503: "unavailable", 404: "not_found", 409: "conflict"}
 
 
 def _our_code(rpc_code: int, data: object) -> str:

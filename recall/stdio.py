@@ -31,13 +31,7 @@ def run(tools: str = "mcp") -> None:
     startup.prepare(sys.stderr, announce_urls=False, first_user=False)
     caller = auth.authenticate(raw)
     if caller is None:
-        where = (
-            f" for the database in RECALL_DATA_DIR ({startup.data_directory()}): is that"
-            " the server's data directory?"
-            if settings.EMBEDDED_DATABASE
-            else " for the database in DATABASE_URL."
-        )
-        sys.stderr.write(f"recall stdio: RECALL_API_KEY is not a valid, live API key{where}\n")
+        sys.stderr.write(f"recall stdio: {refused_key()}\n")
         raise SystemExit(2)
     auth.current.set(caller)
     context.transport.set("stdio")
@@ -61,3 +55,23 @@ def run(tools: str = "mcp") -> None:
             signal.signal(signum, signal.SIG_IGN)
         workers.stop()
         usage.get_recorder().stop()
+
+
+def refused_key() -> str:
+    """Say why RECALL_API_KEY was refused, and where it was looked for."""
+    from accounts.models import User
+    from core import tenancy
+
+    where = (
+        f"the database in RECALL_DATA_DIR ({startup.data_directory()})"
+        if settings.EMBEDDED_DATABASE
+        else "the database in DATABASE_URL"
+    )
+    with tenancy.operator():
+        anyone = User.objects.exists()
+    if not anyone:
+        return (
+            f"RECALL_API_KEY is not a valid, live API key for {where}, which has no users:"
+            " is that the server's data directory?"
+        )
+    return f"RECALL_API_KEY is not a valid, live API key for {where} (unknown, or revoked)."

@@ -285,9 +285,8 @@ def test_stdio_on_a_data_directory_without_users_makes_no_first_user_and_says_wh
 
     assert ran.returncode == 2, ran.stderr[-3000:]
     resolved = str((tmp_path / "elsewhere").resolve())
-    assert f"not a valid, live API key for the database in RECALL_DATA_DIR ({resolved})" in (
-        ran.stderr
-    )
+    wanted = f"not a valid, live API key for the database in RECALL_DATA_DIR ({resolved})"
+    assert f"{wanted}, which has no users" in ran.stderr
     assert "recall_live_" not in ran.stderr.replace(env["RECALL_API_KEY"], "")
     assert RULE not in ran.stderr and RULE not in ran.stdout
     listed = recall_command("list-keys", "--all", env=env)

@@ -103,6 +103,9 @@ def test_stdio_refuses_to_start_without_a_valid_key(cast):
         assert result.returncode == 2
         assert "RECALL_API_KEY" in result.stderr
         assert result.stdout == ""  # stdout is the protocol channel
+    # A database with users: the key is unknown or revoked, and where it was
+    # looked for is said.
+    assert "for the database in DATABASE_URL (unknown, or revoked)." in result.stderr
 
 
 # (signal, the exit status a shell expects of a command it stopped: 128 + the signal)

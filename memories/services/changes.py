@@ -232,7 +232,7 @@ def forget_by_id(
     where = None if namespace is None else validation.namespace(namespace)
     with tenancy.tenant(user_id, agent_id=agent_id):
         # An expired memory is no tool's to delete: not found, as for every
-        # other tool, and left (its history too) for the purge.
+        # other tool. The purge removes it; its history stays its retention.
         if where is None:
             deleted = _delete(BY_LIVE_IDS, [str(user_id), [memory_id]], wipe)
         else:

@@ -34,7 +34,6 @@ from typing import ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
 from django.utils import timezone
 
 from core import context, errors, tenancy
@@ -44,6 +43,7 @@ from core.errors import (
     InternalError,
     NotFound,
     RecallError,
+    Unavailable,
     ValidationFailed,
 )
 from core.logging import describe_exception
@@ -72,7 +72,7 @@ PENDING = (JobStatus.QUEUED, JobStatus.RUNNING)
 # Every process's workers LISTEN here (memories/jobs.py): an enqueue NOTIFYs it.
 CHANNEL = "recall_jobs"
 
-# A job whose worker died (or hung, or lost the database) is taken over,
+# A job whose worker died (or hung) is taken over,
 # whatever JOB_MAX_ATTEMPTS allows, its worker's loss being no failure of its
 # own; but when this many of its runs have been lost so (for an import: since
 # it last saved progress) it fails: it kills or hangs whatever runs it.
@@ -93,9 +93,13 @@ waiting = threading.Event()
 # extends. Two of this process's workers may run one job (the first's lease
 # ran out): each is its own run.
 _in_hand: dict[tuple[uuid.UUID, int], float] = {}
-# Runs that ended on a database outage, to queue again once it answers.
+# Runs that ended on a database outage, to retry once it answers.
 _interrupted: set[tuple[uuid.UUID, int]] = set()
 _in_hand_lock = threading.Lock()
+_OUTAGE = Unavailable(
+    "The database became unavailable while this job ran, on its last try; nothing of it"
+    " was stored. Send it again."
+)
 
 
 def wake() -> None:
@@ -247,8 +251,9 @@ def run_next_job() -> bool:
     workers' heartbeat extends its lease (``extend_leases``) for up to
     ``JOB_MAX_RUN_SECONDS``.
     """
-    with context.acting_as("worker"), tenancy.operator():
+    with context.acting_as("worker"):
         _hand_back_interrupted()
+    with context.acting_as("worker"), tenancy.operator():
         given_up = Job.objects.give_up_lost(LOST_RUNS, InternalError.code, _LOST_EVERY_RUN)
         taken = Job.objects.take_next(settings.JOB_LEASE_SECONDS, LOST_RUNS)
     if given_up:
@@ -284,15 +289,19 @@ def run_next_job() -> bool:
 
 
 def _hand_back_interrupted() -> None:
-    """Queue again the jobs whose runs here ended on a database outage (operator path)."""
+    """Retry later, or fail, the jobs whose runs here ended on a database outage.
+
+    An outage is a passing problem, as an embedder's is: the job is queued
+    again with back-off and counts the failure, and on its
+    ``JOB_MAX_ATTEMPTS``-th it fails as ``unavailable``, so a job that takes
+    the database down itself is not run for ever.
+    """
     with _in_hand_lock:
         runs = list(_interrupted)
-    if not runs:
-        return
-    handed = Job.objects.hand_back(runs, LOST_RUNS, settings.JOB_POLL_SECONDS)
-    with _in_hand_lock:
-        _interrupted.difference_update(runs)
-    logger.info("jobs interrupted by a database outage queued again", extra={"jobs": handed})
+    for job_id, attempts in runs:
+        _retry_or_fail_run(job_id, attempts, _OUTAGE)
+        with _in_hand_lock:
+            _interrupted.discard((job_id, attempts))
 
 
 # How long a call that names a memory a background add announced waits for
@@ -318,10 +327,11 @@ def waits_for_announced(call: Callable[P, T]) -> Callable[P, T]:
         except NotFound:
             user = str(kwargs["user_id"])
             agent = None if kwargs.get("agent_id") is None else str(kwargs["agent_id"])
-            job = _announcing(user, agent, kwargs.get("id"))
-            if job is None:
+            announced = _announcing(user, agent, kwargs.get("id"))
+            if announced is None:
                 raise
-            status = _settled(user, agent, job)
+            job, due = announced
+            status = _settled(user, agent, job) if due else JobStatus.QUEUED.value
             if status in PENDING:
                 raise NotFound(
                     f"No memory with id {kwargs.get('id')} yet: the background add that"
@@ -333,9 +343,10 @@ def waits_for_announced(call: Callable[P, T]) -> Callable[P, T]:
     return waiting
 
 
-def _announcing(user_id: str, agent_id: str | None, given: object) -> uuid.UUID | None:
-    """The caller's background add that will store the memory ``given`` names, if one will
-    within ``ANNOUNCED_WAIT_SECONDS``: queued and due by then, or running.
+def _announcing(user_id: str, agent_id: str | None, given: object) -> tuple[uuid.UUID, bool] | None:
+    """The caller's pending background add that will store the memory ``given`` names, and
+    whether it may within ``ANNOUNCED_WAIT_SECONDS`` (running, or due by then); None if
+    none will.
 
     Only an id it announced for a new memory counts: one it found stored
     already (``found``) is that memory's, and a forgotten one is stored under
@@ -349,15 +360,16 @@ def _announcing(user_id: str, agent_id: str | None, given: object) -> uuid.UUID 
     with tenancy.tenant(user_id, agent_id=agent_id):
         candidates = list(
             Job.objects.filter(
-                Q(status=JobStatus.RUNNING) | Q(status=JobStatus.QUEUED, run_after__lte=due_by),
                 user_id=user_id,
+                status__in=PENDING,
                 kind="remember",
                 payload__ids__contains=[wanted],
-            ).values_list("id", "payload__ids", "payload__found")
+            ).values_list("id", "status", "run_after", "payload__ids", "payload__found")
         )
-    for job, ids, found in candidates:
+    for job, status, run_after, ids, found in candidates:
         if isinstance(ids, list) and wanted in ids and ids.index(wanted) not in (found or []):
-            return uuid.UUID(str(job))
+            due = status == JobStatus.RUNNING or run_after <= due_by
+            return uuid.UUID(str(job)), due
     return None
 
 
@@ -449,7 +461,7 @@ def _run_job(job: Taken) -> None:
             finish=settle,
         )
     except JobLost:
-        _lost(job)
+        _lost(job.id, job.attempts)
     except (EmbeddingUnavailable, InternalError, PlacesChanged) as error:
         _retry_or_fail(job, error)
     except RecallError as error:
@@ -480,31 +492,39 @@ def retry_in(job_id: uuid.UUID) -> float | None:
 
 def _retry_or_fail(job: Taken, error: RecallError) -> bool:
     """Queue the job again, or fail it when out of attempts; False if this run lost it."""
-    delay = retry_in(job.id)
+    return _retry_or_fail_run(job.id, job.attempts, error)
+
+
+def _retry_or_fail_run(job_id: uuid.UUID, attempts: int, error: RecallError) -> bool:
+    delay = retry_in(job_id)
     if delay is None:
-        return _fail(job, error)
+        return _fail_run(job_id, attempts, error)
     with tenancy.operator():
-        queued = Job.objects.retry_later(job.id, delay, attempts=job.attempts)
+        queued = Job.objects.retry_later(job_id, delay, attempts=attempts)
     if not queued:
-        _lost(job)
+        _lost(job_id, attempts)
     return queued
 
 
 def _fail(job: Taken, error: RecallError) -> bool:
+    return _fail_run(job.id, job.attempts, error)
+
+
+def _fail_run(job_id: uuid.UUID, attempts: int, error: RecallError) -> bool:
     # The payload goes: a failed job keeps its outcome, never the content.
     with tenancy.operator():
-        failed = Job.objects.fail(job.id, error.code, error.message, attempts=job.attempts)
+        failed = Job.objects.fail(job_id, error.code, error.message, attempts=attempts)
     if not failed:
-        _lost(job)
+        _lost(job_id, attempts)
     return failed
 
 
-def _lost(job: Taken) -> None:
+def _lost(job_id: uuid.UUID, attempts: int) -> None:
     # The other run's outcome stands, whatever this one met: it changes
     # nothing, and says so once (ids only: the payload is content).
     logger.warning(
         "job lost to another run; this run wrote nothing",
-        extra={"job_id": str(job.id), "attempt": job.attempts},
+        extra={"job_id": str(job_id), "attempt": attempts},
     )
 
 

@@ -95,7 +95,7 @@ def test_forgetting_an_expired_memory_answers_as_every_other_tool_does(cast):
 
     with pytest.raises(NotFound):
         services.forget(user_id=cast.alice.id, mode="by_id", id=gone, purge=True)
-    with tenancy.operator():  # left, its history too, for the purge
+    with tenancy.operator():  # left for the purge, and purge=true erased nothing
         assert Memory.objects.filter(id=gone).exists()
         assert MemoryHistory.objects.filter(memory_id=gone).exists()
     preview = services.forget(user_id=cast.alice.id, mode="all", namespace="default")

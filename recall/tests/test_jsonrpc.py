@@ -42,3 +42,13 @@ def test_a_code_of_ours_the_refusal_carries_is_kept():
 
 def test_a_result_is_not_an_error():
     assert jsonrpc.error_body({"jsonrpc": "2.0", "id": 1, "result": {}}) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "ours"), [(503, "unavailable"), (404, "not_found"), (409, "conflict")]
+)
+def test_an_http_status_that_says_more_than_the_json_rpc_code_decides(status, ours):
+    body = jsonrpc.error_body(sdk_error(-32600, "Session not found"), status=status)
+
+    assert body is not None
+    assert body["error"]["data"]["error"]["code"] == ours
