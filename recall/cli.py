@@ -234,8 +234,8 @@ def _port_taken(host: str, port: int, workers: int) -> str | None:
         return _bind_fails([(family, (host, port))], v6_only=False)
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError as exc:
-        return str(exc.strerror or exc)
+    except (OSError, ValueError) as exc:  # ValueError: UnicodeError, a name IDNA refuses
+        return str(getattr(exc, "strerror", None) or exc)
     return _bind_fails([(family, address) for family, *_, address in found], v6_only=True)
 
 
@@ -246,15 +246,17 @@ def _bind_fails(addresses: list[tuple[int, tuple[object, ...]]], *, v6_only: boo
         except OSError:
             continue  # a family this machine lacks: uvicorn skips it too
         with probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6_only))
             try:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6 and v6_only:  # else the system's default
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 probe.bind(address)
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
                     return "in use: another server may be running there"
                 return str(exc.strerror or exc)
+            except (ValueError, TypeError) as exc:  # a host no socket takes (a NUL)
+                return str(exc)
     return None
 
 

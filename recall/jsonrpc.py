@@ -414,7 +414,7 @@ def error_body(
     rpc_code = error["code"]
     text = reworded(rpc_code, error.get("message"), method, headers)
     versions = _negotiation(rpc_code, error.get("data"))
-    code = _BY_HTTP_STATUS.get(status or 0) or _our_code(rpc_code, error.get("data"))
+    code = _our_code(rpc_code, error.get("data"), status)
     return refusal(code, text, call_id(sent), rpc_code, versions)
 
 
@@ -433,14 +433,17 @@ _THE_CALLERS = (
 _BY_HTTP_STATUS = {503: "unavailable", 404: "not_found", 409: "conflict"}
 
 
-def _our_code(rpc_code: int, data: object) -> str:
+def _our_code(rpc_code: int, data: object, status: int | None = None) -> str:
     """The error code of ours for an SDK refusal: its own if it carries one of ours, else
-    validation_failed for the caller's mistakes and internal_error for the server's (-32603,
-    a fast path's 0), so that a client retries a fault of ours and not its own."""
+    what its HTTP status says (``_BY_HTTP_STATUS``), else validation_failed for the caller's
+    mistakes and internal_error for the server's (-32603, a fast path's 0), so that a
+    client retries a fault of ours and not its own."""
     given = data.get("error") if isinstance(data, dict) else None
     code = given.get("code") if isinstance(given, dict) else None
     if isinstance(code, str) and code in errors.CODES:
         return code
+    if status in _BY_HTTP_STATUS:
+        return _BY_HTTP_STATUS[status]
     return "validation_failed" if rpc_code in _THE_CALLERS else "internal_error"
 
 

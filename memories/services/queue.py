@@ -274,11 +274,12 @@ def run_next_job() -> bool:
             with context.acting_as(taken.client or "worker", taken.api_key_id):
                 _run_job(taken)
     except Exception as exc:
-        if errors.from_exception(exc).code == errors.Unavailable.code:
+        if runner is None and errors.from_exception(exc).code == errors.Unavailable.code:
             # The database went away mid-run, so nothing of the run was kept
-            # (or it settled the job as it committed). The job goes back to
-            # the queue as soon as the database answers again, rather than
-            # waiting out its lease as a worker that died would.
+            # (or it settled the job as it committed). Once it answers, the
+            # add is retried with back-off, as after an embedder's failure,
+            # rather than waiting out its lease as a dead worker's would. An
+            # import keeps its lease: its runner saves progress as it goes.
             with _in_hand_lock:
                 _interrupted.add(run)
         raise
@@ -298,10 +299,21 @@ def _hand_back_interrupted() -> None:
     """
     with _in_hand_lock:
         runs = list(_interrupted)
-    for job_id, attempts in runs:
-        _retry_or_fail_run(job_id, attempts, _OUTAGE)
-        with _in_hand_lock:
-            _interrupted.discard((job_id, attempts))
+        _interrupted.clear()
+    for number, (job_id, attempts) in enumerate(runs):
+        try:
+            _retry_or_fail_run(job_id, attempts, _OUTAGE)
+        except Exception as exc:
+            if errors.from_exception(exc).code == errors.Unavailable.code:
+                with _in_hand_lock:  # still away: these wait for the next poll
+                    _interrupted.update(runs[number:])
+                raise
+            # Not the database: the job's lease still ends, and another run
+            # takes it then. The workers go on taking jobs meanwhile.
+            logger.error(
+                "could not retry a job cut off by a database outage",
+                extra={"job_id": str(job_id), **describe_exception(exc)},
+            )
 
 
 # How long a call that names a memory a background add announced waits for

@@ -241,7 +241,7 @@ def test_a_run_cut_off_by_a_database_outage_is_queued_again_once_it_answers(
     monkeypatch.setattr(queue, "store", real)
     assert services.run_next_job() is False  # queued again, with back-off
     assert job_row(queued["job_id"]).status == "queued"
-    time.sleep(1.1)
+    time.sleep(1.5)
     assert services.run_next_job() is True
 
     row = job_row(queued["job_id"])
@@ -277,6 +277,24 @@ def test_a_job_whose_runs_keep_cutting_the_database_off_is_not_run_for_ever(
     status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
     assert (status["status"], status["error"]["code"]) == ("failed", "unavailable")
     assert job_row(queued["job_id"]).payload is None
+
+
+def test_a_retry_that_fails_for_another_reason_than_the_database_stops_no_worker(cast, monkeypatch):
+    # The retry of a run cut off by an outage came before taking any job: an
+    # error of its own, repeated at every poll, would have stopped the workers.
+    from memories.services import queue
+
+    def broken(*args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(queue, "_retry_or_fail_run", broken)
+    monkeypatch.setattr(queue, "_interrupted", {(uuid.uuid4(), 1)})
+    queued = enqueue(cast.alice.id)
+
+    assert services.run_next_job() is True
+
+    assert queue._interrupted == set()
+    assert services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])["status"] == "done"
 
 
 class Broken(embeddings.Embedder):
