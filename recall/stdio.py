@@ -59,7 +59,7 @@ def run(tools: str = "mcp") -> None:
 
 def refused_key() -> str:
     """Say why RECALL_API_KEY was refused, and where it was looked for."""
-    from accounts.models import User
+    from accounts import services
     from core import tenancy
 
     where = (
@@ -68,7 +68,7 @@ def refused_key() -> str:
         else "the database in DATABASE_URL"
     )
     with tenancy.operator():
-        anyone = User.objects.exists()
+        anyone = services.has_users()
     if not anyone:
         return (
             f"RECALL_API_KEY is not a valid, live API key for {where}, which has no users:"

@@ -65,8 +65,13 @@ def test_two_workers_admit_exactly_ten_calls_a_minute_for_one_free_key(cast):
 
 def test_a_key_revoked_through_one_worker_stops_working_in_every_worker_at_once(cast):
     with LiveServer(workers=2, env={"RATE_LIMIT_FREE": "1000/min"}) as server:
-        # Both workers authenticate Bob's key, so both have it cached.
-        assert calls_at_once(server, cast.bob_key.raw, 32) == [200] * 32
+        # Both workers authenticate Bob's key, so both have it cached. The
+        # kernel hands connections to whichever worker accepts first, and a
+        # worker still loading its model accepts none: a few rounds.
+        for _ in range(10):
+            assert calls_at_once(server, cast.bob_key.raw, 32) == [200] * 32
+            if len(pids(server, "tool call finished")) == 2:
+                break
         assert len(pids(server, "tool call finished")) == 2
 
         revoked = httpx2.delete(
