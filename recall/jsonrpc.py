@@ -301,7 +301,7 @@ class Clean:
     ) -> None:
         self.send = send
         self.request = request or {}
-        self.headers = {name.lower() for name, _ in headers}
+        self.headers = headers  # read only for a refusal, never on an answer
         self.held: Mapping[str, Any] | None = None
         self.chunks: list[bytes] = []
         self.ok: Mapping[str, Any] | None = None
@@ -345,7 +345,8 @@ class Clean:
         except ValueError:
             sent = None
         method = self.request.get("method")
-        ours = error_body(sent, method, self.headers, status) if isinstance(sent, dict) else None
+        names = {name.lower() for name, _ in self.headers}
+        ours = error_body(sent, method, names, status) if isinstance(sent, dict) else None
         if status in _WORDED:
             # As the gate words its own 415: the same code, message and body.
             rid = call_id(sent) if isinstance(sent, dict) else None

@@ -59,8 +59,8 @@ async def serve(server: MCPServer) -> None:
 
     Tool calls run in at most ``STDIO_WORKER_THREADS`` threads, each with its
     own database connection; more calls at once wait their turn. anyio's
-    default, 40, let one client's burst take 40 of the embedded database's
-    100 connections, beside a server's own.
+    default, 40, let one client's burst take 40 connections of the database,
+    beside a server's own.
     """
     anyio.to_thread.current_default_thread_limiter().total_tokens = settings.STDIO_WORKER_THREADS
     stdin, stdout = claim()

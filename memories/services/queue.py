@@ -302,7 +302,7 @@ def _hand_back_interrupted() -> None:
         _interrupted.clear()
     for number, (job_id, attempts) in enumerate(runs):
         try:
-            _retry_or_fail_run(job_id, attempts, _OUTAGE)
+            _retry_or_fail(job_id, attempts, _OUTAGE)
         except Exception as exc:
             if errors.from_exception(exc).code == errors.Unavailable.code:
                 with _in_hand_lock:  # still away: these wait for the next poll
@@ -475,9 +475,9 @@ def _run_job(job: Taken) -> None:
     except JobLost:
         _lost(job.id, job.attempts)
     except (EmbeddingUnavailable, InternalError, PlacesChanged) as error:
-        _retry_or_fail(job, error)
+        _retry_or_fail(job.id, job.attempts, error)
     except RecallError as error:
-        _fail(job, error)
+        _fail(job.id, job.attempts, error)
     except Exception as exc:
         if errors.from_exception(exc).code == errors.Unavailable.code:
             # The database is away: the worker backs off, and the job is
@@ -485,7 +485,9 @@ def _run_job(job: Taken) -> None:
             raise
         # A run that lost its job may trip over the other run's memories (the
         # same ids): that is no failure of the job's, and is logged as lost.
-        if _retry_or_fail(job, InternalError("Storing this memory failed on our side.")):
+        if _retry_or_fail(
+            job.id, job.attempts, InternalError("Storing this memory failed on our side.")
+        ):
             logger.error("job failed", extra={"job_id": str(job.id), **describe_exception(exc)})
 
 
@@ -502,15 +504,11 @@ def retry_in(job_id: uuid.UUID) -> float | None:
     return settings.JOB_POLL_SECONDS * 2**failed
 
 
-def _retry_or_fail(job: Taken, error: RecallError) -> bool:
+def _retry_or_fail(job_id: uuid.UUID, attempts: int, error: RecallError) -> bool:
     """Queue the job again, or fail it when out of attempts; False if this run lost it."""
-    return _retry_or_fail_run(job.id, job.attempts, error)
-
-
-def _retry_or_fail_run(job_id: uuid.UUID, attempts: int, error: RecallError) -> bool:
     delay = retry_in(job_id)
     if delay is None:
-        return _fail_run(job_id, attempts, error)
+        return _fail(job_id, attempts, error)
     with tenancy.operator():
         queued = Job.objects.retry_later(job_id, delay, attempts=attempts)
     if not queued:
@@ -518,11 +516,7 @@ def _retry_or_fail_run(job_id: uuid.UUID, attempts: int, error: RecallError) -> 
     return queued
 
 
-def _fail(job: Taken, error: RecallError) -> bool:
-    return _fail_run(job.id, job.attempts, error)
-
-
-def _fail_run(job_id: uuid.UUID, attempts: int, error: RecallError) -> bool:
+def _fail(job_id: uuid.UUID, attempts: int, error: RecallError) -> bool:
     # The payload goes: a failed job keeps its outcome, never the content.
     with tenancy.operator():
         failed = Job.objects.fail(job_id, error.code, error.message, attempts=attempts)

@@ -287,7 +287,7 @@ def test_a_retry_that_fails_for_another_reason_than_the_database_stops_no_worker
     def broken(*args):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(queue, "_retry_or_fail_run", broken)
+    monkeypatch.setattr(queue, "_retry_or_fail", broken)
     monkeypatch.setattr(queue, "_interrupted", {(uuid.uuid4(), 1)})
     queued = enqueue(cast.alice.id)
 
