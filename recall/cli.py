@@ -298,6 +298,10 @@ def stdio(argv: list[str]) -> None:
         help="which tool set: /mcp's (default) or seed 001's, as /v1/mcp serves it",
     )
     args = parser.parse_args(argv)
+    missing = _no_database_in_data_directory()
+    if missing:
+        sys.stderr.write(f"recall stdio: {missing}\n")
+        raise SystemExit(2)
     # Once it has served, the process is on its way out: a signal then would
     # only break off the exit hooks that stop the embedded PostgreSQL.
     with StartupSignals("recall stdio", then=_ignore) as signals:
@@ -307,6 +311,32 @@ def stdio(argv: list[str]) -> None:
 
         # Its transport takes SIGINT and SIGTERM over once it serves.
         runner.run(tools=args.tools)
+
+
+def _no_database_in_data_directory() -> str | None:
+    """Say so when ``recall stdio`` would start the embedded PostgreSQL where none is.
+
+    A desktop client's configuration with a wrong RECALL_DATA_DIR would
+    otherwise get a new database (initdb, secrets, migrations) made there only
+    to refuse its key: a key is only ever valid in the database that made it.
+    """
+    from django.core.exceptions import ImproperlyConfigured
+
+    from recall import env
+
+    if env.is_set("DATABASE_URL"):
+        return None
+    try:
+        where = env.data_directory("RECALL_DATA_DIR", embedded=True)
+    except ImproperlyConfigured:
+        return None  # the settings say what is wrong with it, as for every command
+    if (where / "pgdata" / "PG_VERSION").is_file():
+        return None
+    return (
+        f"RECALL_DATA_DIR ({where.resolve()}) holds no Recall database, so no API key is valid"
+        " there: is that the server's data directory? `recall serve` makes the database"
+        " and its first key."
+    )
 
 
 class Interrupted(KeyboardInterrupt):

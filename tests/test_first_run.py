@@ -273,12 +273,30 @@ def test_an_operator_command_on_a_fresh_data_directory_migrates_first(tmp_path):
     assert "[ ] 0009_billing_account_mcpize_tier" in shown  # still not applied
 
 
-def test_stdio_on_a_data_directory_without_users_makes_no_first_user_and_says_where(tmp_path):
+def test_stdio_on_a_data_directory_without_a_database_makes_none_and_says_where(tmp_path):
     # A desktop client's configuration with a wrong RECALL_DATA_DIR: `recall
-    # stdio` created the first user and printed its password and a key to
-    # stderr, the client's log, then refused the client's key without
-    # naming the directory it had looked in.
+    # stdio` ran initdb and the migrations there, wrote secrets, and only then
+    # refused the key, which no database made there could ever hold.
     env = data_directory_only(tmp_path / "elsewhere")
+    env["RECALL_API_KEY"] = "recall_live_" + "A" * 32
+
+    ran = recall_command("stdio", env=env, timeout=60)
+
+    assert ran.returncode == 2, ran.stderr[-3000:]
+    resolved = str((tmp_path / "elsewhere").resolve())
+    assert f"RECALL_DATA_DIR ({resolved}) holds no Recall database" in ran.stderr
+    assert "`recall serve` makes the database" in ran.stderr
+    assert env["RECALL_API_KEY"] not in ran.stderr
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_stdio_on_a_database_without_users_makes_no_first_user_and_says_where(tmp_path):
+    # Before, `recall stdio` created the first user and printed its password
+    # and a key to stderr, the client's log, then refused the client's key
+    # without naming the directory it had looked in.
+    env = data_directory_only(tmp_path / "elsewhere")
+    made = recall_command("manage", "migrate", "--verbosity", "0", env=env)
+    assert made.returncode == 0, made.stderr[-3000:]
     env["RECALL_API_KEY"] = "recall_live_" + "A" * 32
 
     ran = recall_command("stdio", env=env)
