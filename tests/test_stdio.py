@@ -200,6 +200,18 @@ def test_an_interrupt_while_starting_stops_the_embedded_database(tmp_path, signu
     }
     env.update(RECALL_DATA_DIR=str(tmp_path), RECALL_API_KEY=BOGUS_KEY)
     pgdata = tmp_path.resolve() / "pgdata"
+    # A data directory with a database cluster, not yet migrated: `recall
+    # stdio` refuses one that holds no database at all.
+    made = subprocess.run(
+        [sys.executable, "-c", INIT_CLUSTER, str(tmp_path)],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert not postmasters(pgdata)
     process = start(env)
     try:
         # The server starts early in start-up; migrating its new database
@@ -218,6 +230,14 @@ def test_an_interrupt_while_starting_stops_the_embedded_database(tmp_path, signu
     assert not left, "the embedded PostgreSQL was left running"
     assert not (pgdata / "postmaster.pid").exists()
     assert_stopped_quietly(process, out, err, code)
+
+
+# Starts the embedded server on a data directory (initdb the first time), and
+# stops it as the process exits.
+INIT_CLUSTER = (
+    "import sys; from pathlib import Path; from recall.db import embedded; "
+    "embedded.start(Path(sys.argv[1]))"
+)
 
 
 def postmasters(pgdata: Path) -> list[psutil.Process]:
