@@ -18,9 +18,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import select
+import stat
+import sys
 import sysconfig
 import traceback
 from datetime import UTC, datetime
+from typing import TextIO
+
+# A write of at most this many bytes to a pipe select() calls writable does
+# not wait: POSIX makes it atomic, and Linux reports a pipe writable while a
+# page of it is free.
+_ATOMIC_WRITE = 4096
 
 # Attributes every LogRecord has; anything else came from ``extra=``.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {
@@ -136,3 +146,74 @@ def _database_error(exc: BaseException) -> dict[str, object]:
             return found
         seen = seen.__cause__ or seen.__context__
     return {}
+
+
+class StderrHandler(logging.StreamHandler):
+    """Log to stderr, dropping lines rather than waiting for a pipe nobody reads.
+
+    MCP lets a stdio client ignore the server's stderr. One that pipes it and
+    never reads it fills the pipe (64 KiB on Linux) with a line per call, and a
+    blocking write there stops the whole server. When stderr is a pipe, each
+    line goes out in writes the pipe takes without waiting, or is dropped and
+    counted, and the next line written is a warning saying how many were lost.
+    A line longer than one such write may be cut short; the next line then
+    starts on a line of its own. Terminals and files are written as by
+    ``logging.StreamHandler``.
+    """
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        super().__init__(sys.stderr if stream is None else stream)
+        self.dropped = 0
+        self._cut = False
+        self._pipe = _pipe_fd(self.stream)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._pipe is None:
+            super().emit(record)
+            return
+        try:
+            if self.dropped:
+                notice = logging.makeLogRecord(
+                    {
+                        "name": __name__,
+                        "levelno": logging.WARNING,
+                        "levelname": "WARNING",
+                        "msg": "log lines were dropped: stderr was not being read",
+                        "dropped": self.dropped,
+                    }
+                )
+                if self._write(self.format(notice) + self.terminator):
+                    self.dropped = 0
+            if not self._write(self.format(record) + self.terminator):
+                self.dropped += 1
+        except Exception:
+            self.handleError(record)
+
+    def _write(self, text: str) -> bool:
+        """Write ``text`` if the pipe takes it without waiting; False if any is left out."""
+        assert self._pipe is not None
+        data = text.encode("utf-8", "backslashreplace")
+        if self._cut:
+            data = b"\n" + data
+        try:
+            self.stream.flush()  # anything written through sys.stderr goes first
+            for start in range(0, len(data), _ATOMIC_WRITE):
+                if not select.select([], [self._pipe], [], 0)[1]:
+                    self._cut = self._cut or start > 0
+                    return False
+                os.write(self._pipe, data[start : start + _ATOMIC_WRITE])
+                self._cut = False
+        except (OSError, ValueError):
+            return False  # the reader has gone, or stderr was closed
+        return True
+
+
+def _pipe_fd(stream: object) -> int | None:
+    """The file descriptor behind ``stream`` when it is a pipe, on a system with select()."""
+    if os.name != "posix":
+        return None
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        return fd if stat.S_ISFIFO(os.fstat(fd).st_mode) else None
+    except (AttributeError, OSError, ValueError):
+        return None  # pytest's capture, a closed stream

@@ -495,7 +495,7 @@ LOGGING = {
         "console": {"()": "core.logging.ConsoleFormatter"},
     },
     "handlers": {
-        "stderr": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},
+        "stderr": {"()": "core.logging.StderrHandler", "formatter": LOG_FORMAT},
     },
     "root": {"handlers": ["stderr"], "level": "WARNING"},
     "loggers": {

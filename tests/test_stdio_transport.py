@@ -52,7 +52,7 @@ def ping(call_id: int) -> bytes:
 class Stdio:
     """A `recall stdio` process spoken to a line at a time, as a desktop client does."""
 
-    def __init__(self, key: str, **extra: str) -> None:
+    def __init__(self, key: str, *, read_stderr: bool = True, **extra: str) -> None:
         params = stdio_server(key, **extra)
         self.process = subprocess.Popen(
             [params.command, *params.args],
@@ -65,7 +65,8 @@ class Stdio:
         self.held = b""
         self.stderr: list[bytes] = []
         self.drain = threading.Thread(target=self._drain_stderr, daemon=True)
-        self.drain.start()
+        if read_stderr:
+            self.drain.start()
         self.send(line(INITIALIZE))
         [ready] = self.read(1, timeout=120)
         assert ready["id"] == 0 and "result" in ready
@@ -117,8 +118,8 @@ class Stdio:
 def stdio(cast):
     started: list[Stdio] = []
 
-    def start(**extra: str) -> Stdio:
-        started.append(Stdio(cast.alice_key.raw, **extra))
+    def start(*, read_stderr: bool = True, **extra: str) -> Stdio:
+        started.append(Stdio(cast.alice_key.raw, read_stderr=read_stderr, **extra))
         return started[-1]
 
     yield start
@@ -203,6 +204,37 @@ def test_a_burst_of_calls_takes_a_few_database_connections_not_one_each(stdio):
     # The tool threads', and those of the main thread, the listener, the
     # usage recorder, maintenance and the stall watch's check (27 before).
     assert held <= settings.STDIO_WORKER_THREADS + 5
+
+
+def test_a_client_that_never_reads_stderr_is_still_answered(stdio):
+    # MCP lets a client ignore the server's stderr. One that pipes it and
+    # never reads it filled the pipe's 64 KiB with a log line per call, and
+    # after about 150 calls the server stopped answering on stdout.
+    process = stdio(read_stderr=False, LOG_LEVEL="debug", RATE_LIMIT_FREE="100000/min")
+    assert process.process.stderr is not None
+    pipe = process.process.stderr.fileno()
+    calls = 600
+
+    for start in range(0, calls, 100):
+        batch = range(1000 + start, 1100 + start)
+        process.send(b"".join(call(n, "recall", {"query": f"tea {n}"}) for n in batch))
+        answers = process.read(len(batch), timeout=120)
+        assert sorted(a["id"] for a in answers) == list(batch)
+
+    # The log was written until the pipe filled, then dropped, and the lines
+    # say so once someone reads again.
+    read = b""
+    while select.select([pipe], [], [], 1)[0]:
+        read += os.read(pipe, 1 << 16)
+    assert len(read) >= 32 << 10
+    process.send(call(9, "recall", {"query": "tea"}))
+    [answer] = process.read(1)
+    assert answer["id"] == 9 and not answer["result"]["isError"]
+    deadline = time.monotonic() + 10
+    while b"dropped" not in read and time.monotonic() < deadline:
+        if select.select([pipe], [], [], 0.2)[0]:
+            read += os.read(pipe, 1 << 16)
+    assert b"log lines were dropped: stderr was not being read" in read
 
 
 def test_requests_in_flight_when_stdin_closes_are_answered(stdio):
