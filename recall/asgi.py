@@ -368,7 +368,7 @@ async def receive_message(
     scope: Scope, receive: Receive, respond: Send
 ) -> tuple[bytes, dict[str, Any]] | None:
     """Read the body and parse its one JSON-RPC message; answer and return None if refused."""
-    if not is_json(header(scope, b"content-type")):
+    if not jsonrpc.is_json(header(scope, b"content-type")):
         message = jsonrpc.UNSUPPORTED_MEDIA_TYPE
         await send_json(respond, 415, refusal("validation_failed", message))
         return None
@@ -507,6 +507,8 @@ def refuses_json(accept: str | None) -> bool:
     ``application/json;q=0`` refuses even beside ``*/*``. The SDK's own check,
     which follows, asks that JSON be named at all.
     """
+    if "q" not in (accept or "").lower():
+        return False  # no weights: JSON is refused only by leaving it out
     best = (-1, 1.0)
     for part in (accept or "").split(","):
         media, *params = (piece.strip().lower() for piece in part.split(";"))
@@ -523,11 +525,6 @@ def refuses_json(accept: str | None) -> bool:
                     weight = 1.0
         best = (rank, weight)
     return best[0] >= 0 and best[1] <= 0
-
-
-def is_json(content_type: str | None) -> bool:
-    media_type = (content_type or "").split(";", 1)[0].strip().lower()
-    return media_type == "application/json"
 
 
 def unavailable() -> Refusal:

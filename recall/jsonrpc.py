@@ -451,8 +451,14 @@ def _our_code(rpc_code: int, data: object, status: int | None = None) -> str:
 def _is_json(start: Mapping[str, Any]) -> bool:
     for name, value in start.get("headers", []):
         if name.lower() == b"content-type":
-            return bytes(value).split(b";", 1)[0].strip().lower() == b"application/json"
+            return is_json(bytes(value).decode("latin-1"))
     return False
+
+
+def is_json(content_type: str | None) -> bool:
+    """Whether a Content-Type header names JSON, whatever its parameters."""
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    return media_type == "application/json"
 
 
 def _negotiation(rpc_code: int, data: object) -> dict[str, Any] | None:
