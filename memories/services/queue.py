@@ -526,10 +526,12 @@ def _fail(job_id: uuid.UUID, attempts: int, error: RecallError) -> bool:
 
 
 def _lost(job_id: uuid.UUID, attempts: int) -> None:
-    # The other run's outcome stands, whatever this one met: it changes
-    # nothing, and says so once (ids only: the payload is content).
+    # The job's recorded outcome stands, whatever this run met: another run
+    # took it (this one's writes rolled back with JobLost), or it had ended
+    # already (a run handed back after an outage may have settled it before
+    # the database went). Said once, ids only: the payload is content.
     logger.warning(
-        "job lost to another run; this run wrote nothing",
+        "job no longer this run's: another run took it, or it had ended; its outcome stands",
         extra={"job_id": str(job_id), "attempt": attempts},
     )
 
