@@ -74,11 +74,12 @@ def main(argv: list[str] | None = None) -> None:
     elif command == "doctor":
         doctor(rest)
     elif command == "import" and any(a == "--from" or a.startswith("--from=") for a in rest):
-        _operator(["recall", "import_from", *rest], migrate=not asks_help)
+        _operator(["recall", "import_from", *rest], migrate=not asks_help, shown=command)
     elif command in ADMIN_COMMANDS:
-        _operator(["recall", ADMIN_COMMANDS[command], *rest], migrate=not asks_help)
+        _operator(["recall", ADMIN_COMMANDS[command], *rest], migrate=not asks_help, shown=command)
     elif command == "manage":
-        _django(["recall", *rest])
+        # Django names the program after argv[0] in its help and usage lines.
+        _django(["recall manage", *rest])
     else:
         sys.stderr.write(f"recall: unknown command {command!r}; see `recall --help`.\n")
         raise SystemExit(2)
@@ -98,13 +99,25 @@ def _help_without_database() -> None:
     os.environ.setdefault("API_KEY_SECRET", "help")
 
 
-def _django(argv: list[str]) -> None:
-    from django.core.management import execute_from_command_line
+def _django(argv: list[str], *, shown: str | None = None) -> None:
+    """Run a Django management command; ``shown`` is the name its usage line gives it.
 
-    execute_from_command_line(argv)
+    Django's would be the command's own (``create_key``), which ``recall``
+    does not take: the operator typed ``create-key``.
+    """
+    from django.core.management import ManagementUtility, execute_from_command_line
+
+    if shown is None:
+        execute_from_command_line(argv)
+        return
+    import django
+
+    django.setup()
+    command = ManagementUtility(argv).fetch_command(argv[1])
+    command.run_from_argv([argv[0], shown, *argv[2:]])
 
 
-def _operator(argv: list[str], *, migrate: bool) -> None:
+def _operator(argv: list[str], *, migrate: bool, shown: str | None = None) -> None:
     """Run an operator's command; with ``migrate``, on a database that has its tables.
 
     On a fresh data directory the first command may be ``create-user``,
@@ -114,7 +127,7 @@ def _operator(argv: list[str], *, migrate: bool) -> None:
     it, and a migration may lock their tables; the command says so instead.
     """
     if not migrate:
-        _django(argv)
+        _django(argv, shown=shown)
         return
     import django
 
@@ -135,7 +148,7 @@ def _operator(argv: list[str], *, migrate: bool) -> None:
             raise SystemExit(1)
         with startup.startup_lock():
             startup.migrate()
-    _django(argv)
+    _django(argv, shown=shown)
 
 
 def serve(argv: list[str] | None = None) -> None:
