@@ -12,7 +12,9 @@ which leaves three gaps:
   object.
 * It holds a line whole, however long. Here a line may hold
   ``MAX_LINE_BYTES``, an HTTP body's cap at /mcp; a longer one is answered
-  -32600 and skipped up to its newline without being kept.
+  -32600 and skipped up to its newline without being kept. The answer
+  carries the request's id when the line opens with it (``leading_id``), so
+  the client's call ends rather than waiting for an answer.
 * At end of input it cancels the requests still running: their work is done
   (a memory stored) but their answers are lost. Here reading stops, every
   request read is answered, then the server ends.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -50,6 +53,14 @@ from recall import jsonrpc
 MAX_LINE_BYTES = 1024 * 1024
 TOO_LONG = f"Message too large: a line may hold at most {MAX_LINE_BYTES} bytes."
 CHUNK = 64 * 1024
+# How much of a line over the cap is kept to find the request's id in.
+HEAD_BYTES = 4096
+# An id among a message's first members, after only "jsonrpc" and "method"
+# (as clients write them): one further in could be a parameter's.
+_LEADING_ID = re.compile(
+    rb'\s*\{\s*(?:"(?:jsonrpc|method)"\s*:\s*"(?:[^"\\]|\\.)*"\s*,\s*)*'
+    rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*[,}]'
+)
 
 Outgoing = SessionMessage | dict[str, Any]
 
@@ -98,6 +109,21 @@ def message(line: bytes) -> types.JSONRPCMessage:
         ) from None
 
 
+class Overlong(bytes):
+    """The first ``HEAD_BYTES`` of a line over the limit, which is not kept."""
+
+
+def leading_id(head: bytes) -> Any:
+    """The id a message opens with, or None: what a refusal of a line too long answers."""
+    found = _LEADING_ID.match(head)
+    if found is None:
+        return None
+    try:
+        return jsonrpc.call_id({"id": json.loads(found.group(1))})
+    except ValueError:
+        return None
+
+
 class Lines:
     """Split a byte stream into lines, holding at most ``limit`` bytes of any one."""
 
@@ -106,8 +132,8 @@ class Lines:
         self.held = bytearray()
         self.skipping = False
 
-    def feed(self, data: bytes) -> Iterator[bytes | None]:
-        """Yield each line ``data`` completes, and None for a line over the limit.
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """Yield each line ``data`` completes, and an ``Overlong`` for a line over the limit.
 
         A line over the limit is reported once, as soon as it gets there, and
         then dropped up to its newline.
@@ -117,8 +143,7 @@ class Lines:
             if self.skipping:
                 self.skipping = False
             elif len(self.held) + end - start > self.limit:
-                self.held.clear()
-                yield None
+                yield self._drop(data[start : start + HEAD_BYTES])
             else:
                 yield bytes(self.held) + data[start:end]
                 self.held.clear()
@@ -126,9 +151,13 @@ class Lines:
         if not self.skipping:
             self.held += data[start:]
             if len(self.held) > self.limit:
-                self.held.clear()
                 self.skipping = True
-                yield None
+                yield self._drop(b"")
+
+    def _drop(self, more: bytes) -> Overlong:
+        head = Overlong((bytes(self.held[:HEAD_BYTES]) + more)[:HEAD_BYTES])
+        self.held.clear()
+        return head
 
     def rest(self) -> bytes:
         """What follows the last newline: a last line the client did not end."""
@@ -192,12 +221,12 @@ class Transport:
 
     async def take(
         self,
-        line: bytes | None,
+        line: bytes,
         to_server: MemoryObjectSendStream[SessionMessage | Exception],
         out: MemoryObjectSendStream[Outgoing],
     ) -> None:
-        if line is None:
-            await out.send(jsonrpc.Invalid(TOO_LONG).body())
+        if isinstance(line, Overlong):
+            await out.send(jsonrpc.Invalid(TOO_LONG, call_id=leading_id(line)).body())
             return
         if not line.strip():
             return

@@ -274,6 +274,39 @@ def test_a_line_over_the_cap_is_refused_as_it_grows_and_skipped_to_its_newline(s
     assert process.read(1) == [{"jsonrpc": "2.0", "id": 7, "result": {}}]
 
 
+def test_a_request_over_the_cap_is_refused_under_its_own_id(stdio):
+    # It was answered with id null, so the client's call waited for ever.
+    process = stdio()
+    content = "x" * (2 << 20)
+
+    process.send(call(31, "remember", {"content": content}))
+    [answer] = process.read(1)
+
+    assert answer["id"] == 31
+    assert answer["error"]["code"] == -32600
+    assert answer["error"]["message"].startswith("Message too large")
+    process.send(ping(32))
+    assert process.read(1) == [{"jsonrpc": "2.0", "id": 32, "result": {}}]
+
+
+@pytest.mark.parametrize(
+    ("head", "found"),
+    [
+        (b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {', 7),
+        (b'{"method":"tools/call","jsonrpc":"2.0","id":"a\\"b","params":{', 'a"b'),
+        (b'  {"id": -3}', -3),
+        # An "id" inside params is a parameter's, not the request's.
+        (b'{"jsonrpc": "2.0", "params": {"id": 9}, "id": 4', None),
+        (b'{"jsonrpc": "2.0", "id": 1.5, "method": "x"', None),
+        (b'{"jsonrpc": "2.0", "id": true, "method": "x"', None),
+        (b'{"jsonrpc": "2.0", "id": 12', None),  # cut before the id ends
+        (b"[" * 5000, None),
+    ],
+)
+def test_the_id_of_a_line_too_long_is_read_only_from_its_opening(head, found):
+    assert stdio_transport.leading_id(head) == found
+
+
 def test_the_line_cap_is_the_http_body_cap():
     assert stdio_transport.MAX_LINE_BYTES == asgi.MAX_BODY_BYTES
 
