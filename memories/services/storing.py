@@ -237,7 +237,9 @@ def _store(
     opening = dict(superseding.SETTINGS) if detecting else None
     with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
         _still_held(user_id, held)
-        check_quota(user_id, tier, adding=len(fresh))
+        # A direct add leaves the places promised to adds already queued; a
+        # job's own run is one of those.
+        check_quota(user_id, tier, adding=len(fresh), pending=finish is None)
         # A replaced note stated again is made current first: its rows are
         # the first this transaction locks (superseding.restate).
         first = held.get(places[0])

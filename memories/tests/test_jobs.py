@@ -176,6 +176,22 @@ def test_the_quota_is_checked_when_queuing_counting_jobs_already_queued(cast, se
         enqueue(cast.alice.id, content="four", tier=Tier.FREE)
 
 
+def test_a_direct_add_leaves_the_places_queued_adds_were_promised(cast, settings):
+    # A direct add counted stored memories only, took the place promised to a
+    # queued add, and the job accepted as queued later failed quota_exceeded.
+    settings.FREE_TIER_MAX_MEMORIES = 3
+    fill_memories(cast.alice.id, 1)
+    queued = [enqueue(cast.alice.id, content=c, tier=Tier.FREE) for c in ("two", "three")]
+
+    with pytest.raises(QuotaExceeded):
+        services.remember(user_id=cast.alice.id, tier=Tier.FREE, content="four")
+
+    while services.run_next_job():
+        pass
+    for job in queued:
+        assert job_row(job["job_id"]).status == "done"
+
+
 def test_jobs_are_invisible_to_other_tenants(cast):
     queued = enqueue(cast.alice.id)
 
