@@ -44,12 +44,16 @@ class Admission:
         return self.error is None
 
 
-def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "") -> Admission:
+def admit(
+    caller: AuthContext, *, tool: str | None = None, request_id: str = "", shared: bool = True
+) -> Admission:
     """Take one token from the caller's bucket (its key's, or its user's OAuth bucket), or refuse.
 
     A key's call also takes one from its user's ceiling for the key's tier
     (``AuthContext.ceiling_key``): ``MAX_KEYS_PER_USER`` allowances shared by
     all the user's keys, revoked ones included, and it is refused if that is empty.
+    ``shared=False`` leaves the ceiling out: revoking a key, which a leaked key
+    that spent the ceiling must not be able to prevent.
 
     Pass ``tool`` for a tool call: its refusal comes with a ``rate_limited``
     usage event that consumed no tokens. Other requests (the key API) leave
@@ -59,7 +63,7 @@ def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "")
     if limit is None:
         # The Unlimited tier: no bucket, and no RateLimit-* headers to describe one.
         return Admission(retry_after=0, headers={})
-    decision = _check(caller, *limit)
+    decision = _check(caller, *limit, shared=shared)
     headers = decision.headers()
     if decision.allowed:
         return Admission(retry_after=0, headers=headers)
@@ -90,7 +94,9 @@ def admit(caller: AuthContext, *, tool: str | None = None, request_id: str = "")
     return Admission(retry_after=wait, headers=headers, error=error, event=event)
 
 
-def _check(caller: AuthContext, capacity: int, refill_per_s: float) -> ratelimit.RateDecision:
+def _check(
+    caller: AuthContext, capacity: int, refill_per_s: float, *, shared: bool = True
+) -> ratelimit.RateDecision:
     """Take a token from the caller's bucket and then from its ceiling, if it has one.
 
     The call goes ahead only if both have a token. The ceiling is asked only
@@ -102,7 +108,7 @@ def _check(caller: AuthContext, capacity: int, refill_per_s: float) -> ratelimit
     """
     limiter = ratelimit.get_rate_limiter()
     decision = limiter.check(caller.rate_key, capacity, refill_per_s)
-    ceiling_key = caller.ceiling_key
+    ceiling_key = caller.ceiling_key if shared else None
     if not decision.allowed or ceiling_key is None:
         return decision
     keys = settings.MAX_KEYS_PER_USER

@@ -67,7 +67,10 @@ def key_api(*methods: str) -> Callable[[View], View]:
                 return JsonResponse(
                     UNAUTHORIZED, status=401, headers={"WWW-Authenticate": challenge}
                 )
-            admitted = admission.admit(caller)
+            # A revocation is held to the calling key's own bucket only: a
+            # leaked key that spent the allowance its user's keys share must
+            # not keep them from revoking it.
+            admitted = admission.admit(caller, shared=request.method != "DELETE")
             if admitted.error is not None:
                 return error(admitted.error, admitted.headers)
             if caller.api_key_id is not None:

@@ -81,6 +81,25 @@ def test_it_shares_the_bucket_the_mcp_endpoint_uses(cast, client, settings):
     assert call(client, "GET", "/api/keys", cast.alice_key.raw).status_code == 429
 
 
+def test_a_leaked_key_that_spent_the_shared_allowance_can_still_be_revoked(cast, client, settings):
+    # It drained the ceiling every key of its user draws on, and the user's
+    # other keys were answered 429 when they tried to revoke it.
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "free": (2, 60)}
+    settings.MAX_KEYS_PER_USER = 1
+    leaked, other = cast.alice_key, cast.bob_key  # both Alice's
+    for _ in range(2):
+        call(client, "GET", "/api/keys", leaked.raw)
+    assert call(client, "GET", "/api/keys", other.raw).status_code == 429  # the ceiling
+
+    revoked = call(client, "DELETE", f"/api/keys/{leaked.key.id}", other.raw)
+
+    assert revoked.status_code == 200, revoked.json()
+    assert call(client, "GET", "/api/keys", leaked.raw).status_code == 401
+    # The calling key's own bucket (2: the refused GET took one) still
+    # paces a flood of revocations.
+    assert call(client, "DELETE", f"/api/keys/{leaked.key.id}", other.raw).status_code == 429
+
+
 def test_it_needs_no_csrf_token(cast):
     from django.test import Client
 
