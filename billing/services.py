@@ -180,13 +180,15 @@ def link_stripe_customer(
         )
         return None
     _lock(f"stripe-customer:{customer_id}")
-    # A customer belongs to one user; a re-used customer moves to the new one.
-    BillingAccount.objects.filter(stripe_customer_id=customer_id).exclude(user=user).update(
-        stripe_customer_id=None
-    )
+    # A customer belongs to one user; a re-used customer moves to the new one,
+    # and the tier its subscriptions gave the user it leaves goes with it.
+    previous = BillingAccount.objects.filter(stripe_customer_id=customer_id).exclude(user=user)
+    left = list(previous.values_list("user_id", flat=True))
+    previous.update(stripe_customer_id=None)
     BillingAccount.objects.update_or_create(user=user, defaults={"stripe_customer_id": customer_id})
     Subscription.objects.filter(customer_id=customer_id).update(user=user)
-    sync_tier(user_id=user.id)
+    for who in sorted([*left, user.id], key=str):  # locks in one order
+        sync_tier(user_id=who, lost_customer=who in left)
     return user
 
 
@@ -259,12 +261,14 @@ _STRIPE_HANDLERS: dict[str, Callable[[dict[str, Any], str, datetime], str]] = {
 }
 
 
-def sync_tier(*, user_id: uuid.UUID | str) -> str | None:
+def sync_tier(*, user_id: uuid.UUID | str, lost_customer: bool = False) -> str | None:
     """Set the user's tier from their Stripe subscriptions (operator path). Return the new tier.
 
     Leaves the tier alone for a user with no subscriptions (an operator may
-    have set it), and while any live subscription has an unmapped price. A
-    tier MCPize bills the user for stands beside it: the higher of the two.
+    have set it), unless ``lost_customer``: their Stripe customer, and with it
+    every subscription, has just moved to another user. Leaves it alone too
+    while any live subscription has an unmapped price. A tier MCPize bills
+    the user for stands beside it: the higher of the two.
     """
     # One lock per user for both sources: each reads the other's tier.
     _lock(f"billing-user:{user_id}")
@@ -272,6 +276,8 @@ def sync_tier(*, user_id: uuid.UUID | str) -> str | None:
         billed = _stripe_tier(user_id)
     except _UnmappedPrice:
         return None
+    if billed is None and lost_customer:
+        billed = tiers.Tier.FREE.value
     if billed is None:
         return None
     best = _higher(billed, _mcpize_tier(user_id))

@@ -79,6 +79,21 @@ def test_a_checkout_matched_only_by_email_never_moves_a_linked_user(linked, clie
     assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id == "cus_alice"
 
 
+def test_a_customer_checked_out_again_for_another_user_takes_its_tier_along(linked, client):
+    # The user it left kept the paid tier, with no subscription left whose
+    # events could ever change it.
+    now = int(time.time())
+    deliver(client, subscription(price="price_pro", created=now - 10))
+    assert tier_of(linked.alice) == "pro"
+
+    deliver(client, checkout_completed(client_reference_id=str(linked.charlie.id)))
+
+    assert (tier_of(linked.alice), tier_of(linked.charlie)) == ("free", "pro")
+    assert key_tiers(linked.alice) == {"free"}
+    deliver(client, subscription("customer.subscription.deleted", status="canceled", created=now))
+    assert (tier_of(linked.alice), tier_of(linked.charlie)) == ("free", "free")
+
+
 def test_checkout_for_an_unknown_user_is_acknowledged_and_changes_nothing(cast, client, caplog):
     with caplog.at_level(logging.WARNING, logger="billing"):
         response = deliver(
