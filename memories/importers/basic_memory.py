@@ -128,6 +128,21 @@ def note(relative: str, mtime: datetime, data: bytes) -> Iterator[Record | Refus
         )
 
 
+class _AliasRefused(yaml.composer.ComposerError):
+    pass
+
+
+class _NoAliases(yaml.SafeLoader):
+    """YAML without anchors' aliases: a note's frontmatter has no use for them, and a
+    few hundred bytes of nested aliases expand to gigabytes, or refer to themselves."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise _AliasRefused(None, None, "an alias", event.start_mark)
+        return super().compose_node(parent, index)
+
+
 def split(text: str) -> tuple[dict[str, Any], str]:
     """Return a note's frontmatter (a dict, maybe empty) and its body."""
     lines = text.split("\n")
@@ -139,10 +154,13 @@ def split(text: str) -> tuple[dict[str, Any], str]:
     else:
         raise ValueError("the frontmatter's closing --- is missing")
     try:
-        front = yaml.safe_load("\n".join(lines[1:end]))
+        front = yaml.load("\n".join(lines[1:end]), Loader=_NoAliases)  # noqa: S506 (safe)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""
+        if isinstance(error, _AliasRefused):
+            refused = f"the frontmatter uses a YAML alias (*name){where}: none is accepted"
+            raise ValueError(refused) from None
         raise ValueError(f"the frontmatter is not valid YAML{where}") from None
     if front is None:
         front = {}

@@ -359,6 +359,24 @@ def test_a_zipped_basic_memory_folder_imports_the_same(cast, tmp_path):
     }
 
 
+def test_yaml_aliases_in_a_note_are_refused_before_they_expand(cast, tmp_path):
+    # 327 bytes of nested aliases took 67 s and 2.4 GB before the depth check
+    # refused them; one referring to itself crashed the import.
+    laughs = "\n".join(
+        [f"l0: &l0 [{', '.join(['x'] * 9)}]"]
+        + [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, 9)]
+    )
+    (tmp_path / "laughs.md").write_text(f"---\n{laughs}\n---\nA note.\n")
+    (tmp_path / "loop.md").write_text("---\nloop: &a [*a]\n---\nAnother note.\n")
+    (tmp_path / "fine.md").write_text("---\ntitle: Fine\n---\nThe user likes tea.\n")
+
+    out = imported("alice@example.com", "basic-memory", tmp_path)
+
+    assert "laughs.md: the frontmatter uses a YAML alias (*name) at line 3" in out
+    assert "loop.md: the frontmatter uses a YAML alias (*name) at line 2" in out
+    assert [row["content"] for row in rows(cast.alice)] == ["The user likes tea."]
+
+
 # Letta ------------------------------------------------------------------------------
 
 
