@@ -30,7 +30,20 @@ def to_lines(records: Iterable[dict[str, Any]]) -> Iterator[str]:
 
 def from_lines(stream: IO[str]) -> Iterator[dict[str, Any]]:
     """Yield each line's object, skipping blank lines; a bad line fails naming its number."""
-    for number, line in enumerate(stream, start=1):
+    lines = iter(stream)
+    number = 0
+    while True:
+        try:
+            line = next(lines)
+        except StopIteration:
+            return
+        except UnicodeDecodeError:
+            # Text is decoded ahead, a block at a time: the bad byte may be a
+            # few lines further on.
+            raise ValidationFailed(
+                f"the file is not UTF-8 text, at line {number + 1} or a little after it."
+            ) from None
+        number += 1
         if not line.strip():
             continue
         if len(line) > MAX_LINE_CHARS:

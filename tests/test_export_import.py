@@ -21,7 +21,7 @@ from django.core.management.base import CommandError
 
 from accounts.tiers import Tier
 from core import context
-from memories import services
+from memories import embeddings, services
 
 pytestmark = pytest.mark.slow
 
@@ -201,6 +201,65 @@ def test_vectors_in_the_file_are_reused_when_the_model_matches(cast, tmp_path):
     )
 
     assert "0 embedded again" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("embedding", "outcome"),
+    [
+        # No direction: every search of its namespace put it first, score null.
+        (lambda n: [0.0] * n, "1 embedded again"),
+        (lambda n: [0.5] * (n - 1), "1 embedded again"),
+        (lambda n: ["a", "b"], "record 1: embedding must be a list of numbers."),
+        (lambda n: [[1, 2], [3]], "record 1: embedding must be a list of numbers."),
+        (lambda n: {"a": 1}, "record 1: embedding must be a list of numbers."),
+        (lambda n: [True] * n, "record 1: embedding must be a list of numbers."),
+    ],
+    ids=["zeros", "short", "strings", "ragged", "object", "booleans"],
+)
+def test_a_vector_that_cannot_be_ranked_is_not_reused(cast, tmp_path, embedding, outcome):
+    embedder = embeddings.get_embedder()
+    record = {
+        "content": "The user keeps bees.",
+        "created_at": "2026-01-01T00:00:00Z",
+        "embedding_model": embedder.model_id,
+        "embedding": embedding(embedder.dimensions),
+    }
+    file = tmp_path / "vector.jsonl"
+    file.write_text(json.dumps(record) + "\n")
+    out = io.StringIO()
+
+    try:
+        call_command(
+            "import_memories", "alice@example.com", str(file), stdout=out, stderr=io.StringIO()
+        )
+    except CommandError as error:
+        out.write(str(error))
+
+    assert outcome in out.getvalue()
+    if "embedded again" in outcome:
+        [found] = services.recall(user_id=cast.alice.id, query="bees", mode="semantic")
+        assert found["score"] > 0.5
+
+
+def test_a_file_that_is_not_utf8_is_refused_and_a_byte_order_mark_is_not_content(cast, tmp_path):
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"content": "caf\xe9", "created_at": "2026-01-01T00:00:00Z"}\n')
+    marked = tmp_path / "marked.jsonl"
+    marked.write_bytes(b'\xef\xbb\xbf{"content": "tea", "created_at": "2026-01-01T00:00:00Z"}\n')
+
+    with pytest.raises(CommandError, match="the file is not UTF-8 text, at line 1"):
+        call_command(
+            "import_memories",
+            "alice@example.com",
+            str(latin),
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )
+    out = io.StringIO()
+    call_command(
+        "import_memories", "alice@example.com", str(marked), stdout=out, stderr=io.StringIO()
+    )
+    assert "Imported 1 of 1 memories" in out.getvalue()
 
 
 def test_a_bad_line_stops_the_import_naming_it(cast, tmp_path):

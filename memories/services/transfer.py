@@ -283,8 +283,18 @@ def _incoming(record: Any, embedder: embeddings.Embedder) -> _Incoming:
     vector = None
     raw = record.get("embedding")
     if raw is not None and record.get("embedding_model") == embedder.model_id:
+        if not isinstance(raw, list) or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) for x in raw
+        ):
+            raise ValidationFailed("embedding must be a list of numbers.")
         candidate = np.asarray(raw, dtype=np.float32)
-        if candidate.shape == (embedder.dimensions,) and np.all(np.isfinite(candidate)):
+        # One of another size, not finite or all zeros (no direction, which
+        # cosine cannot rank) is not reused: the content is embedded again.
+        if (
+            candidate.shape == (embedder.dimensions,)
+            and np.all(np.isfinite(candidate))
+            and np.any(candidate)
+        ):
             vector = candidate
     created = validation.timestamp(record.get("created_at"), field="created_at")
     updated = (

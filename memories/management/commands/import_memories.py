@@ -37,7 +37,8 @@ class Command(BaseCommand):
                 stream = (
                     sys.stdin
                     if name == "-"
-                    else stack.enter_context(Path(name).open(encoding="utf-8"))
+                    # utf-8-sig: a byte order mark some editors write is not content.
+                    else stack.enter_context(Path(name).open(encoding="utf-8-sig"))
                 )
                 with context.acting_as("import"):
                     report = services.import_memories(
