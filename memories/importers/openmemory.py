@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import io
 import zipfile
+import zlib
 from typing import Any
 
 from core.errors import ValidationFailed
@@ -66,32 +67,43 @@ def _from_lines(
                 yield _memory(
                     value, f"line {line}", mapping, value.get("app"), value.get("categories")
                 )
-        except (OSError, EOFError, gzip.BadGzipFile):
+        except (OSError, EOFError, zlib.error, zipfile.BadZipFile):
             raise ValidationFailed(f"{label}: the gzip stream is damaged.") from None
+        except UnicodeDecodeError:
+            raise ValidationFailed(f"{label}: not UTF-8 text.") from None
 
 
 def _from_json(
     archive: zipfile.ZipFile, member: str, label: str, mapping: dict[str, str]
 ) -> Stream:
-    apps: dict[str, str] = {}
-    categories: dict[str, str] = {}
     with archive.open(member) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8")
         events = jsonstream.Events(text, label)
-        for key, index, value, line in events.items(frozenset({"memories"})):
-            if key == "apps" and isinstance(value, list):
-                apps = {str(a.get("id")): str(a.get("name")) for a in value if isinstance(a, dict)}
-            elif key == "categories" and isinstance(value, list):
-                categories = {
-                    str(c.get("id")): str(c.get("name")) for c in value if isinstance(c, dict)
-                }
-            elif key == "memories" and index is not None:
-                where = f"memory {index + 1} (line {line})"
-                if not isinstance(value, dict):
-                    yield Refused(where, "not a JSON object")
-                    continue
-                names = [categories.get(str(c), str(c)) for c in value.get("category_ids") or []]
-                yield _memory(value, where, mapping, apps.get(str(value.get("app_id"))), names)
+        try:
+            yield from _json_memories(events, mapping)
+        except (OSError, zlib.error, zipfile.BadZipFile):
+            raise ValidationFailed(f"{label}: the archive is damaged.") from None
+        except UnicodeDecodeError:
+            raise ValidationFailed(f"{label}: not UTF-8 text.") from None
+
+
+def _json_memories(events: jsonstream.Events, mapping: dict[str, str]) -> Stream:
+    apps: dict[str, str] = {}
+    categories: dict[str, str] = {}
+    for key, index, value, line in events.items(frozenset({"memories"})):
+        if key == "apps" and isinstance(value, list):
+            apps = {str(a.get("id")): str(a.get("name")) for a in value if isinstance(a, dict)}
+        elif key == "categories" and isinstance(value, list):
+            categories = {
+                str(c.get("id")): str(c.get("name")) for c in value if isinstance(c, dict)
+            }
+        elif key == "memories" and index is not None:
+            where = f"memory {index + 1} (line {line})"
+            if not isinstance(value, dict):
+                yield Refused(where, "not a JSON object")
+                continue
+            names = [categories.get(str(c), str(c)) for c in value.get("category_ids") or []]
+            yield _memory(value, where, mapping, apps.get(str(value.get("app_id"))), names)
 
 
 def _memory(

@@ -8,6 +8,7 @@ the same services the tools use.
 
 from __future__ import annotations
 
+import gzip
 import io
 from datetime import UTC, datetime
 from pathlib import Path
@@ -250,6 +251,52 @@ def test_an_openmemory_export_zip_imports_and_refuses_deleted_memories(cast, tmp
     assert tabs["metadata"]["imported_from"]["categories"] == ["preferences"]
     staging = memories["The staging database is called orders-stg"]
     assert staging["metadata"]["imported_from"]["state"] == "archived"
+
+
+def damaged_gzip(path: Path) -> Path:
+    import zipfile
+
+    good = gzip.compress((FIXTURES / "openmemory" / "memories.jsonl").read_bytes())
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("memories.jsonl.gz", good[:20] + b"\xff" * 40 + good[60:])
+    return path
+
+
+def damaged_member(path: Path) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+        archive.write(FIXTURES / "openmemory" / "memories.json", "memories.json")
+    data = bytearray(path.read_bytes())
+    data[data.index(b"Uses tabs")] ^= 0x20  # one byte of the member: its CRC no longer holds
+    path.write_bytes(bytes(data))
+    return path
+
+
+def latin1_member(path: Path) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("memories.json", '{"memories": [{"content": "café"}]}'.encode("latin-1"))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (damaged_gzip, "the gzip stream is damaged"),
+        (damaged_member, "the archive is damaged"),
+        (latin1_member, "not UTF-8 text"),
+    ],
+    ids=["gzip", "crc", "latin-1"],
+)
+def test_a_damaged_openmemory_archive_is_refused_by_name(cast, tmp_path, make, reason):
+    # Each was a traceback from the command, and "failed on our side" on the dashboard.
+    archive = make(tmp_path / "export.zip")
+
+    with pytest.raises(CommandError, match=reason):
+        imported("alice@example.com", "openmemory", archive)
+    assert rows(cast.alice) == []
 
 
 # mcp-memory-service -----------------------------------------------------------------
