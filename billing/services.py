@@ -53,7 +53,7 @@ from billing.models import (
     WebhookRejection,
 )
 from core import storable, tenancy
-from core.errors import NotFound, ValidationFailed
+from core.errors import Conflict, NotFound, ValidationFailed
 from core.usage import Event
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,11 @@ def tier_for_price(price_id: str) -> str | None:
 
 
 def handle_stripe_event(event: dict[str, Any]) -> str:
-    """Apply a verified Stripe event once (operator path). Return what happened, for the log."""
+    """Apply a verified Stripe event once (operator path). Return what happened, for the log.
+
+    An event that cannot be applied (a checkout for no user we know) raises a
+    ``RecallError`` and writes nothing: it is not recorded as handled either.
+    """
     kind = event.get("type", "")
     handler = _STRIPE_HANDLERS.get(kind)
     if handler is None:
@@ -145,15 +149,15 @@ def _checkout_completed(session: dict[str, Any], event_id: str, created: datetim
     if not customer_id:
         return "no_customer"
     email = (session.get("customer_details") or {}).get("email") or session.get("customer_email")
-    user = link_stripe_customer(
+    link_stripe_customer(
         customer_id=customer_id, user_id=session.get("client_reference_id"), email=email
     )
-    return "linked" if user else "unknown_user"
+    return "linked"
 
 
 def link_stripe_customer(
     *, customer_id: str, user_id: str | None = None, email: str | None = None
-) -> User | None:
+) -> User:
     """Link a Stripe customer to the user Checkout was for (operator path).
 
     Finds the user by ``client_reference_id`` (our user id), falling back to
@@ -163,7 +167,10 @@ def link_stripe_customer(
     An email is what the payer typed (a Payment Link, a session made in
     Stripe's dashboard), not proof of the account: it never moves a user
     already linked to another customer, whose "Manage billing" would then
-    open a stranger's billing. Such a checkout is left for the operator.
+    open a stranger's billing. Such a checkout is refused (``Conflict``), as
+    is one for no user we know (``NotFound``): the delivery is then not
+    recorded as handled, so once the operator has made or linked the user,
+    Stripe's retry (or "Resend" in its dashboard) applies it.
     """
     user = _user_by_id(user_id)
     if user is None:
@@ -173,12 +180,18 @@ def link_stripe_customer(
                 "stripe checkout matched by email to a user linked to another customer; not linked",
                 extra={"stripe_customer": customer_id, "user_id": str(user.id)},
             )
-            return None
+            raise Conflict(
+                "the payer's email belongs to a user already linked to another Stripe customer;"
+                " link this customer to the right user in the admin, then resend the event"
+            )
     if user is None:
         logger.warning(
             "stripe checkout for an unknown user", extra={"stripe_customer": customer_id}
         )
-        return None
+        raise NotFound(
+            "no user matches this checkout (neither its client_reference_id nor the payer's"
+            " email); create or link the user, then resend the event"
+        )
     _lock(f"stripe-customer:{customer_id}")
     # A customer belongs to one user; a re-used customer moves to the new one,
     # and the tier its subscriptions gave the user it leaves goes with it.
@@ -205,7 +218,7 @@ def _subscription_changed(sub: dict[str, Any], event_id: str, created: datetime)
     sub_id = sub.get("id")
     customer_id = sub.get("customer")
     if not sub_id or not customer_id:
-        return "malformed"
+        raise ValidationFailed("data.object must have an id and a customer")
     status = sub.get("status") or "canceled"
     _lock(f"stripe-customer:{customer_id}")
     current = Subscription.objects.filter(id=sub_id).first()

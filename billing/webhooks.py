@@ -85,7 +85,19 @@ def stripe_webhook(request: HttpRequest) -> JsonResponse:
         event = stripe_shapes.event(body)
     except stripe_shapes.Refused as exc:
         return _refused("stripe", exc.reason, event_id=exc.event_id, event_type=exc.event_type)
-    outcome = services.handle_stripe_event(event)
+    try:
+        outcome = services.handle_stripe_event(event)
+    except RecallError as exc:
+        # Nothing was written, the delivery included: once the operator has
+        # mended what it names, Stripe's retry (or "Resend") applies it.
+        return _refused(
+            "stripe",
+            exc.message,
+            status=exc.http_status,
+            code=exc.code,
+            event_id=event["id"],
+            event_type=event.get("type"),
+        )
     return JsonResponse({"received": True, "outcome": outcome})
 
 

@@ -9,7 +9,7 @@ import stripe
 
 from accounts import auth, ratelimit
 from accounts.models import ApiKey, User
-from billing.models import BillingAccount, Subscription, WebhookEvent
+from billing.models import BillingAccount, Subscription, WebhookEvent, WebhookRejection
 from billing.tests.stripe_events import (
     PRICES,
     SECRET,
@@ -70,10 +70,12 @@ def test_a_checkout_matched_only_by_email_never_moves_a_linked_user(linked, clie
             client, checkout_completed(customer="cus_payer", email="alice@example.com")
         )
 
-    assert response.status_code == 200
+    assert response.status_code == 409
+    assert "already linked to another Stripe customer" in response.json()["error"]["message"]
     assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id == "cus_alice"
     assert not BillingAccount.objects.filter(stripe_customer_id="cus_payer").exists()
     assert "linked to another customer" in caplog.text
+    assert WebhookRejection.objects.get().status == 409
     # Her own customer, by email alone, is still hers.
     deliver(client, checkout_completed(customer="cus_alice", email="alice@example.com"))
     assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id == "cus_alice"
@@ -94,15 +96,42 @@ def test_a_customer_checked_out_again_for_another_user_takes_its_tier_along(link
     assert (tier_of(linked.alice), tier_of(linked.charlie)) == ("free", "free")
 
 
-def test_checkout_for_an_unknown_user_is_acknowledged_and_changes_nothing(cast, client, caplog):
+def test_checkout_for_an_unknown_user_is_refused_and_applies_once_the_user_exists(
+    cast, client, caplog
+):
+    # It was answered 200 and recorded as handled: a payer whose account was
+    # not found left a log line, and resending the event changed nothing.
+    checkout = checkout_completed(client_reference_id="not-a-uuid", email="dana@example.com")
     with caplog.at_level(logging.WARNING, logger="billing"):
-        response = deliver(
-            client, checkout_completed(client_reference_id="not-a-uuid", email="who@nowhere.test")
-        )
+        response = deliver(client, checkout)
 
-    assert response.status_code == 200
+    assert response.status_code == 404
+    assert response.json()["error"]["message"].startswith("Refused: no user matches this checkout")
     assert not BillingAccount.objects.exists()
     assert "unknown user" in caplog.text
+    rejection = WebhookRejection.objects.get()
+    assert (rejection.source, rejection.event_id, rejection.status) == (
+        "stripe",
+        checkout["id"],
+        404,
+    )
+    assert not WebhookEvent.objects.filter(event_id=checkout["id"]).exists()
+
+    dana = User.objects.create_user(email="dana@example.com", password="x" * 16)
+    resent = deliver(client, checkout)
+
+    assert resent.status_code == 200 and resent.json()["outcome"] == "linked"
+    assert BillingAccount.objects.get(user=dana).stripe_customer_id == "cus_alice"
+
+
+def test_a_subscription_event_without_a_customer_is_refused(cast, client):
+    payload = subscription()
+    del payload["data"]["object"]["customer"]
+
+    response = deliver(client, payload)
+
+    assert response.status_code == 400
+    assert WebhookRejection.objects.get().reason == "data.object must have an id and a customer"
 
 
 # customer.subscription.* -----------------------------------------------------------
