@@ -258,13 +258,13 @@ def _subscription_changed(sub: dict[str, Any], event_id: str, created: datetime)
     if user is None:
         # Checkout's own event links the customer; the tier follows then.
         return "unlinked"
-    if status in GRANTING and tier_for_price(price_id) is None:
+    sync_tier(user_id=user.id)
+    if _stripe_tier(user.id)[1]:
         logger.warning(
-            "stripe price not in STRIPE_PRICE_TO_TIER; tier left unchanged",
+            "a live stripe price is not in STRIPE_PRICE_TO_TIER; the tier may rise, not fall",
             extra={"price": price_id, "subscription": sub_id, "user_id": str(user.id)},
         )
         return "unknown_price"
-    sync_tier(user_id=user.id)
     return "applied"
 
 
@@ -279,16 +279,14 @@ def sync_tier(*, user_id: uuid.UUID | str, lost_customer: bool = False) -> str |
 
     Leaves the tier alone for a user with no subscriptions (an operator may
     have set it), unless ``lost_customer``: their Stripe customer, and with it
-    every subscription, has just moved to another user. Leaves it alone too
-    while any live subscription has an unmapped price. A tier MCPize bills
-    the user for stands beside it: the higher of the two.
+    every subscription, has just moved to another user. A tier MCPize bills
+    the user for stands beside it: the higher of the two. While a live
+    subscription has an unmapped price, what it grants is unknown: the tier
+    may rise to what the known sources grant, and never falls.
     """
     # One lock per user for both sources: each reads the other's tier.
     _lock(f"billing-user:{user_id}")
-    try:
-        billed = _stripe_tier(user_id)
-    except _UnmappedPrice:
-        return None
+    billed, unmapped = _stripe_tier(user_id)
     if billed is None and lost_customer:
         billed = tiers.Tier.FREE.value
     if billed is None:
@@ -298,6 +296,8 @@ def sync_tier(*, user_id: uuid.UUID | str, lost_customer: bool = False) -> str |
     if user is not None and not tiers.is_billable(user.tier):
         _leave_operator_grant(user, source="stripe", billed=best)
         return None
+    if user is not None and unmapped and tiers.rank(best) <= tiers.rank(user.tier):
+        return None
     if user is not None and user.tier != best:
         accounts_services.set_user_tier(user_id=user_id, tier=best)
         logger.info(
@@ -306,26 +306,23 @@ def sync_tier(*, user_id: uuid.UUID | str, lost_customer: bool = False) -> str |
     return best
 
 
-class _UnmappedPrice(Exception):
-    """A live Stripe subscription has a price STRIPE_PRICE_TO_TIER does not map: what it
-    grants is unknown, so no source may change the tier meanwhile."""
-
-
-def _stripe_tier(user_id: uuid.UUID | str) -> str | None:
-    """The tier the user's Stripe subscriptions grant, or None with none; raises
-    ``_UnmappedPrice`` while a live one has a price no tier is mapped to."""
+def _stripe_tier(user_id: uuid.UUID | str) -> tuple[str | None, bool]:
+    """The tier the user's Stripe subscriptions grant (None with none), and whether a live
+    one has a price no tier is mapped to (which that tier then leaves out)."""
     subscriptions = list(Subscription.objects.filter(user_id=user_id))
     if not subscriptions:
-        return None
+        return None, False
     best = tiers.Tier.FREE.value
+    unmapped = False
     for sub in subscriptions:
         if sub.status not in GRANTING:
             continue
         tier = tier_for_price(sub.price_id)
         if tier is None:
-            raise _UnmappedPrice
-        best = _higher(best, tier)
-    return best
+            unmapped = True
+        else:
+            best = _higher(best, tier)
+    return best, unmapped
 
 
 def _mcpize_tier(user_id: uuid.UUID | str) -> str | None:
@@ -416,17 +413,18 @@ def apply_mcpize_tier(
         if not _record_mcpize(user, tier, signed_at):
             return "stale"
         # A Stripe subscription the user also pays for stands beside it.
-        try:
-            best = _higher(tier, _stripe_tier(uid))
-        except _UnmappedPrice:
+        stripe_billed, unmapped = _stripe_tier(uid)
+        best = _higher(tier, stripe_billed)
+        if not tiers.is_billable(user.tier):
+            _leave_operator_grant(user, source="mcpize", billed=best)
+            return "applied"
+        if unmapped and tiers.rank(best) <= tiers.rank(user.tier):
+            # What the unmapped price grants is unknown: the tier may rise, not fall.
             logger.warning(
                 "tier left unchanged: a live stripe subscription has an unmapped price",
                 extra={"user_id": str(uid), "billed": tier, "source": "mcpize"},
             )
-            return "applied"
-        if not tiers.is_billable(user.tier):
-            _leave_operator_grant(user, source="mcpize", billed=best)
-            return "applied"
+            return "unknown_price"
         accounts_services.set_user_tier(user_id=uid, tier=best)
     logger.info("tier changed by mcpize", extra={"user_id": str(uid), "to": best})
     return "applied"

@@ -80,5 +80,29 @@ def test_mcpize_leaves_the_tier_alone_while_a_stripe_price_is_unmapped(cast, cli
 
     answered = mcpize(client, {"userId": str(cast.alice.id), "tier": "free"})
 
-    assert answered.json()["outcome"] == "applied"
+    assert answered.json()["outcome"] == "unknown_price"
+    assert tier_of(cast.alice) == "team"
+
+
+def test_beside_an_unmapped_price_the_tier_may_rise_and_never_falls(cast, client):
+    # Both sources answered "applied" and changed nothing: a customer paying
+    # MCPize for Team stayed on Starter, and so did a cancelled Starter plan.
+    now = int(time.time())
+    deliver(client, checkout_completed(client_reference_id=str(cast.alice.id)))
+    deliver(client, subscription(id="sub_starter", price="price_starter", created=now - 30))
+    legacy = deliver(client, subscription(id="sub_legacy", price="price_mystery", created=now - 20))
+    assert legacy.json()["outcome"] == "unknown_price"
+
+    cancelled = deliver(
+        client,
+        subscription(
+            "customer.subscription.deleted", id="sub_starter", status="canceled", created=now - 10
+        ),
+    )
+    assert cancelled.json()["outcome"] == "unknown_price"
+    assert tier_of(cast.alice) == "starter"  # what sub_legacy grants is unknown
+
+    raised = mcpize(client, {"userId": str(cast.alice.id), "tier": "team"})
+
+    assert raised.json()["outcome"] == "applied"
     assert tier_of(cast.alice) == "team"
