@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from accounts.tiers import Tier
-from core import context
+from core import context, tenancy
 from memories import embeddings, services
+from memories.models import Memory, MemoryHistory
 
 pytestmark = pytest.mark.slow
 
@@ -260,6 +262,49 @@ def test_a_file_that_is_not_utf8_is_refused_and_a_byte_order_mark_is_not_content
         "import_memories", "alice@example.com", str(marked), stdout=out, stderr=io.StringIO()
     )
     assert "Imported 1 of 1 memories" in out.getvalue()
+
+
+def test_an_import_stopped_by_a_bad_line_links_what_it_stored(cast, tmp_path):
+    # The batches before the bad line were kept, but not their links: a fact
+    # the file marked replaced was current beside what replaced it.
+    old, new = uuid.uuid4(), uuid.uuid4()
+    at = "2026-01-02T00:00:00Z"
+    records = [
+        {
+            "id": str(old),
+            "content": "Staging runs on pg-1.",
+            "created_at": "2026-01-01T00:00:00Z",
+            "superseded_by": str(new),
+            "superseded_at": at,
+        },
+        {"id": str(new), "content": "Staging moved to pg-2.", "created_at": at},
+    ] + [{"content": f"Filler fact number {n}.", "created_at": at} for n in range(150)]
+    file = tmp_path / "cut.jsonl"
+    file.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"content": "cut\n')
+
+    with pytest.raises(CommandError) as stopped:
+        call_command(
+            "import_memories",
+            "alice@example.com",
+            str(file),
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )
+
+    assert str(stopped.value).startswith("line 153 is not valid JSON. The 100 memories before it")
+    assert "(1 replacements linked among them)" in str(stopped.value)
+    with tenancy.operator():
+        assert Memory.objects.get(id=old).superseded_by == new
+    # Imported again once mended: nothing twice, and the link made no version.
+    file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = io.StringIO()
+    call_command(
+        "import_memories", "alice@example.com", str(file), stdout=out, stderr=io.StringIO()
+    )
+    assert "Imported 52 of 152 memories" in out.getvalue()
+    with tenancy.operator():
+        assert Memory.objects.get(id=old).version == 1
+        assert not MemoryHistory.objects.filter(memory_id=old, action="superseded").exists()
 
 
 def test_a_bad_line_stops_the_import_naming_it(cast, tmp_path):

@@ -241,33 +241,59 @@ def import_memories(
     inserted: set[uuid.UUID] = set()
     naming = False  # whether any imported history names another memory
     links: list[_Incoming] = []
-    for record in records:
-        report.read += 1
-        try:
-            incoming = _incoming(record, embedder)
-        except ValidationFailed as error:
-            raise ValidationFailed(f"record {report.read}: {error.message}") from None
-        if incoming.expires_at is not None and incoming.expires_at <= timezone.now():
-            report.expired += 1
-            continue
-        batch.append(incoming)
-        naming = naming or any(v["superseded_by"] or v["replaces"] for v in incoming.history)
-        if incoming.superseded_by is not None:
-            links.append(incoming)
-        if len(batch) >= IMPORT_BATCH:
+    try:
+        for record in records:
+            report.read += 1
+            try:
+                incoming = _incoming(record, embedder)
+            except ValidationFailed as error:
+                raise ValidationFailed(f"record {report.read}: {error.message}") from None
+            if incoming.expires_at is not None and incoming.expires_at <= timezone.now():
+                report.expired += 1
+                continue
+            batch.append(incoming)
+            naming = naming or any(v["superseded_by"] or v["replaces"] for v in incoming.history)
+            if incoming.superseded_by is not None:
+                links.append(incoming)
+            if len(batch) >= IMPORT_BATCH:
+                _import_batch(user_id, batch, embedder, report, agents, stored, inserted)
+                batch = []
+                if progress is not None:
+                    progress(report)
+        if batch:
             _import_batch(user_id, batch, embedder, report, agents, stored, inserted)
-            batch = []
-            if progress is not None:
-                progress(report)
-    if batch:
-        _import_batch(user_id, batch, embedder, report, agents, stored, inserted)
+    except ValidationFailed as error:
+        if not stored:
+            raise
+        # The batches before the bad record are in: their links and history
+        # are restored as for a whole file, so that no fact the file marks
+        # replaced is left current beside what replaced it.
+        _restore_links(user_id, links, stored, inserted, report, naming=naming)
+        raise ValidationFailed(
+            f"{error.message} The {report.imported:,} memories before it were imported"
+            f" ({report.linked:,} replacements linked among them); mend the file and import"
+            " it again: what is here already is skipped."
+        ) from None
+    _restore_links(user_id, links, stored, inserted, report, naming=naming)
+    if progress is not None:
+        progress(report)
+    return report
+
+
+def _restore_links(
+    user_id: uuid.UUID | str,
+    links: list[_Incoming],
+    stored: dict[uuid.UUID, uuid.UUID],
+    inserted: set[uuid.UUID],
+    report: Imported,
+    *,
+    naming: bool,
+) -> None:
+    """Link what the file marks replaced, and point its history at the ids memories got here."""
     if links:
         _import_links(user_id, links, stored, inserted, report)
     if naming:
         _map_history_ids(user_id, stored, inserted)
-    if progress is not None:
-        progress(report)
-    return report
 
 
 def _incoming(record: Any, embedder: embeddings.Embedder) -> _Incoming:
