@@ -80,7 +80,8 @@ def read_csv(source: Source, *, columns: str | None = None, **_: Any) -> Stream:
             raise ValidationFailed(f"{source.label}, line {reader.line_num}: {error}.") from None
         except UnicodeDecodeError:
             raise ValidationFailed(
-                f"{source.label}, after line {reader.line_num}: not UTF-8 text."
+                f"{source.label}: not UTF-8 text, at line {reader.line_num + 1}"
+                " or a little after it."
             ) from None
 
 

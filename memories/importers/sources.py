@@ -52,7 +52,11 @@ def lines_of(stream: IO[str], label: str) -> Iterator[tuple[int, dict[str, Any]]
                 raise ValidationFailed(f"{label}, line {number}: not a JSON object.")
             yield number, value
     except UnicodeDecodeError:
-        raise ValidationFailed(f"{label}, after line {number}: not UTF-8 text.") from None
+        # Text is decoded ahead, a block at a time: the bad byte may be a few
+        # lines further on.
+        raise ValidationFailed(
+            f"{label}: not UTF-8 text, at line {number + 1} or a little after it."
+        ) from None
 
 
 def documents(source: Source, arrays: frozenset[str]) -> Iterator[tuple[Any, Any, Any, int]]:

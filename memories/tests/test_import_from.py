@@ -505,3 +505,19 @@ def test_the_commands_writers_store_every_batch_once(cast, monkeypatch):
     assert "Imported 5 of 5 records" in out
     assert "Imported 0 of 5 records" in again and "5 skipped as duplicates" in again
     assert len(rows(cast.alice)) == 5
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name", "data", "said"),
+    [
+        ("mem0", "m.jsonl", b'{"memory": "ok"}\n{"memory": "caf\xe9"}\n', "at line 1 or a little"),
+        ("csv", "m.csv", b"content\nok\ncaf\xe9\n", "at line 1 or a little"),
+    ],
+)
+def test_text_that_is_not_utf8_is_refused_near_its_line(cast, tmp_path, fmt, name, data, said):
+    # It said "after line 0", a line no file has.
+    path = tmp_path / name
+    path.write_bytes(data)
+
+    with pytest.raises(CommandError, match=f"not UTF-8 text, {said}"):
+        imported("alice@example.com", fmt, path)
