@@ -37,6 +37,19 @@ def text(value: str, *, field: str, max_length: int | None = None) -> str:
     return value
 
 
+# Characters that change the direction text is shown in: in a name or an
+# identifier they make it read as something else ("research" + U+202E
+# reversed the words after it on the page that showed it).
+_DIRECTION = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def identifier(value: str, *, field: str) -> str:
+    """Return a name or identifier ``value`` unless it holds a control or direction character."""
+    if any(char in _DIRECTION or (char < " " and char not in "\t\n\r") for char in value):
+        raise ValidationFailed(f"{field} must not hold control or text-direction characters.")
+    return value
+
+
 def column_length(model: Any, name: str) -> int:
     """Return the declared length of a model's ``varchar`` column: one place for each limit."""
     length = model._meta.get_field(name).max_length

@@ -323,6 +323,7 @@ def label(
     if not isinstance(value, str):
         raise ValidationFailed(f"{field} must be a string.")
     _check_storable(value, field)
+    storable.identifier(value, field=field)
     cleaned = normalize(value)
     if not cleaned:
         if blank_is_none:

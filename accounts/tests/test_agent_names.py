@@ -17,6 +17,11 @@ from core.errors import ValidationFailed
         ("research\ud800", "An agent's name must be valid Unicode text."),
         ("r" * 65, "An agent's name is at most 64 characters."),
         ("   ", "An agent needs a name, such as 'research' or 'claude-desktop'."),
+        # A direction override reversed the words after the name on the page
+        # that showed it ("Agent research.detaerc").
+        ("research\u202e", "An agent's name must not hold control or text-direction characters."),
+        ("\u2067research", "An agent's name must not hold control or text-direction characters."),
+        ("re\x1bsearch", "An agent's name must not hold control or text-direction characters."),
     ],
 )
 def test_a_name_that_cannot_be_stored_is_refused(cast, name, message):
@@ -26,6 +31,12 @@ def test_a_name_that_cannot_be_stored_is_refused(cast, name, message):
     assert refused.value.message == message
     with tenancy.operator():
         assert not Agent.objects.filter(user=cast.alice).exists()
+
+
+def test_emoji_and_right_to_left_names_are_names(cast):
+    # A joiner holds an emoji together; Hebrew needs no direction character.
+    for name in ("\U0001f469\u200d\U0001f4bb coder", "\u05e9\u05dc\u05d5\u05dd"):
+        assert services.create_agent(user_id=cast.alice.id, name=name).name == name
 
 
 def test_renaming_applies_the_same_rule(cast):
