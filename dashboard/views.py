@@ -418,7 +418,7 @@ GONE = "That memory no longer exists: it was deleted or has expired. Nothing was
 
 
 def _supersession_button(
-    request: AuthenticatedRequest, act: Callable[[], object], done: str
+    request: AuthenticatedRequest, act: Callable[[], object], done: str, gone: str = GONE
 ) -> HttpResponse:
     """Run a memory's Restore or Replaced button as the dashboard: a refusal is shown
     with its reason (a memory deleted or expired since the page was drawn too), and the
@@ -427,7 +427,7 @@ def _supersession_button(
         with context.acting_as("dashboard"):
             act()
     except NotFound:
-        messages.error(request, GONE)
+        messages.error(request, gone)
     except RecallError as exc:
         messages.error(request, exc.message)
     else:
@@ -456,6 +456,8 @@ def link_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResp
             user_id=request.user.id, id=str(memory_id), by=request.POST.get("by", "")
         ),
         "Marked as replaced. Restore undoes it.",
+        gone="This memory or the one said to replace it no longer exists here: deleted, "
+        "expired, or not yours. Nothing was changed.",
     )
 
 

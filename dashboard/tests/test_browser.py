@@ -335,3 +335,35 @@ def test_the_dashboard_and_the_admin_keep_to_their_content_security_policy(
     shoot(page, "admin-key-user-search")
 
     assert violations == []
+
+
+def test_the_namespace_filter_steps_by_keyboard_and_goes_by_pointer(
+    cast, password, server, page, violations
+):
+    # Each arrow press on the select reloaded the page (WCAG 3.2.2): a
+    # keyboard could not step through the options.
+    for namespace in ("alpha", "beta", "gamma"):
+        arguments = {"content": f"A note in {namespace}.", "namespace": namespace}
+        assert mcp(server, cast.alice_key.raw, "remember", arguments)[0] == 200
+    page.goto(server.url + "/login/")
+    page.fill("#id_username", "alice@example.com")
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(server.url + "/usage/")
+    page.goto(server.url + "/memories/?namespace=alpha")
+
+    select = page.locator("select[name=namespace]")
+    select.focus()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    page.wait_for_timeout(300)
+
+    assert page.url.endswith("namespace=alpha")
+    assert select.input_value() == "gamma"
+    page.click("button:has-text('Search')")
+    page.wait_for_url(re.compile(r".*namespace=gamma.*"))
+    assert "A note in gamma." in page.inner_text("main")
+    # Picked without the keyboard, it goes at once.
+    page.locator("select[name=namespace]").select_option("beta")
+    page.wait_for_url(re.compile(r".*namespace=beta.*"))
+    assert violations == []

@@ -81,6 +81,9 @@ def test_a_malformed_upload_fails_its_job_naming_the_file_and_line(cast, alice_c
     page = alice_client.get("/memories/").content.decode()
     assert "mem0_malformed.json, line 3: not valid JSON" in page
     assert contents(cast.alice) == set()
+    # Its progress is not "starting": it has ended.
+    row = page[page.index("mem0_malformed.json") : page.index("line 3: not valid JSON")]
+    assert "starting" not in row
 
 
 def test_a_bad_option_is_refused_on_the_form(cast, alice_client):

@@ -57,6 +57,18 @@ def test_it_pages_through_long_namespaces(cast, alice_client):
     assert "offset=20" in first.content.decode()
 
 
+def test_past_the_end_of_a_namespace_it_says_so_and_leads_back(cast, alice_client):
+    # Deleting the last memory of the last page came back to that page,
+    # which said the namespace was empty, with no way back.
+    for n in range(21):
+        store_memory(cast.alice, f"note {n}")
+
+    page = alice_client.get(URL, {"offset": 40}).content.decode()
+
+    assert "No more memories here" in page and "This namespace is empty" not in page
+    assert "offset=20" in page
+
+
 def test_it_searches_by_meaning(cast, alice_client):
     services.remember(user_id=cast.alice.id, tier=Tier.FREE, content=FRAMEWORKS)
     services.remember(user_id=cast.alice.id, tier=Tier.FREE, content="The cat is called Miso.")
@@ -262,6 +274,11 @@ def test_a_search_marks_an_older_memory_a_newer_one_likely_restates(cast, alice_
     charlie.force_login(cast.charlie)
     refused = charlie.post(f"/memories/{older}/link/", {"by": newer}, follow=True)
     assert "no longer exists" in refused.content.decode()
+    # Alice's own memory named as replaced by one of Charlie's: the message
+    # does not say hers is gone.
+    theirs = services.remember(user_id=cast.charlie.id, tier=Tier.PRO, content="x")["id"]
+    refused = alice_client.post(f"/memories/{older}/link/", {"by": theirs}, follow=True)
+    assert "or the one said to replace it no longer exists here" in refused.content.decode()
     # A wrong pair is refused with the reason, and nothing changes.
     refused = alice_client.post(f"/memories/{newer}/link/", {"by": newer}, follow=True)
     assert "cannot replace itself" in refused.content.decode()

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
+from conftest import issue_key
 from dashboard.tests.conftest import record
 from oauth.models import Application, RefreshToken
 from tests.browser import (
@@ -58,6 +59,9 @@ def filled(cast, agents) -> dict[str, str]:
     )
     store_memory(cast.alice, "A user-wide note.")
     store_memory(cast.alice, "Elsewhere.", namespace="projects/payments-service-migration-2026")
+    # The longest namespace there is, with no break in it.
+    store_memory(cast.alice, "Far away.", namespace="n" * 64)
+    issue_key(cast.alice, "k" * 100)
     for tool, agent in (("remember", agents.research), ("recall", agents.writer), ("recall", None)):
         record(cast.alice, tool, agent=agent)
     application = Application.objects.create(
@@ -96,6 +100,7 @@ def test_every_page_fits_a_phone_and_keeps_the_navigation_in_reach(server, fille
         "memories": "/memories/",
         "memories-search": "/memories/?q=deploy+payments",
         "memories-namespace": "/memories/?namespace=projects/payments-service-migration-2026",
+        "memories-long-namespace": "/memories/?namespace=" + "n" * 64,
         "history": f"/memories/{filled['memory']}/history/",
         "changes": "/memories/changes/",
         "plan": "/plan/",
@@ -131,6 +136,11 @@ def test_every_page_fits_a_phone_and_keeps_the_navigation_in_reach(server, fille
         tables_stacked = page.locator("table.stack thead").evaluate_all(
             "heads => heads.every(h => getComputedStyle(h).display === 'none')"
         )
+        # Wider than a phone, where tables are tables: a key's name with no
+        # break in it made the keys page scroll sideways.
+        page.set_viewport_size({"width": 1000, "height": 800})
+        page.goto(server.url + "/keys/")
+        seen["keys-1000px"] = facts(page)
 
     for name, found in seen.items():
         assert found["overflow"] <= 0, (name, found)
