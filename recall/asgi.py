@@ -65,7 +65,9 @@ django.setup(set_prefix=False)
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
+from django.core.exceptions import SuspiciousOperation  # noqa: E402
 from django.db import close_old_connections, connection  # noqa: E402
+from django.http import FileResponse, Http404, HttpRequest  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend  # noqa: E402
 from mcp.server.auth.routes import create_protected_resource_routes  # noqa: E402
@@ -130,12 +132,24 @@ def build_endpoint(path: str, server: Any, *, api_keys: bool) -> Endpoint:
     return Endpoint(path, sessions, verifier, api_keys, fast)
 
 
+class StaticFiles(ASGIStaticFilesHandler):
+    """Django's static files handler, where a path that climbs out of the static
+    directories ("/static/../../etc/passwd") is a 404: Django raises
+    SuspiciousFileOperation, which its handler lets out as a 500 and an error log."""
+
+    def serve(self, request: HttpRequest) -> FileResponse:
+        try:
+            return super().serve(request)
+        except SuspiciousOperation:
+            raise Http404("Not found.") from None
+
+
 class Recall:
     def __init__(self) -> None:
         self.django = get_asgi_application()
         # Every other request reaches Django with its body held to a cap (the
         # static files handler is Django's too: it reads a body all the same).
-        self.static = bodylimit.Capped(ASGIStaticFilesHandler(self.django))
+        self.static = bodylimit.Capped(StaticFiles(self.django))
         self.pages = bodylimit.Capped(self.django)
         self.endpoints = {
             # The five tools: API keys as before, or an OAuth token acting as its agent.

@@ -194,3 +194,18 @@ def test_the_413_is_worded_as_every_other_error_on_that_path(accept, path, words
     headers = [(b"accept", accept)] if accept is not None else []
     # As error_responses decides from request.accepts("text/html").
     assert in_words(path, bodylimit._accepts_html({"headers": headers})) is words
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/static/../../etc/passwd", "/static/..%2f..%2fetc%2fpasswd", "/static/%2e%2e/settings.py"],
+)
+def test_a_static_path_that_climbs_out_is_not_found_not_a_server_error(server, path):
+    # Django's static handler let SuspiciousFileOperation out: a 500 and an
+    # error-level log line, which anyone could send without signing in.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        answer = answer_of(sock)
+
+    assert answer.startswith(b"HTTP/1.1 404"), answer[:200]
+    assert "SuspiciousFileOperation" not in server.logs()
