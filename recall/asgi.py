@@ -50,6 +50,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,7 +238,10 @@ class Recall:
     async def ready(self, send: Send) -> None:
         checks = {"database": "ok", "embedder": "ok"}
         try:
-            await asyncio.wait_for(anyio.to_thread.run_sync(_ping_database), timeout=5)
+            # On a thread limiter of its own: tool calls fill the default one
+            # when the server is busy, and a busy server is not a down one.
+            ping = anyio.to_thread.run_sync(_ping_database, limiter=_readiness_limiter())
+            await asyncio.wait_for(ping, timeout=5)
         except Exception:
             checks["database"] = "unavailable: the database did not answer"
         embedder = embeddings.get_embedder()
@@ -253,7 +257,8 @@ class Recall:
             "checks": checks,
             "usage_events": usage.get_recorder().stats(),
         }
-        await send_json(send, 200 if ok else 503, body)
+        retry = [] if ok else [(b"retry-after", str(errors.UNAVAILABLE_RETRY_AFTER).encode())]
+        await send_json(send, 200 if ok else 503, body, retry)
 
     # /mcp ----------------------------------------------------------------------
 
@@ -624,6 +629,19 @@ async def send_json(
         }
     )
     await send({"type": "http.response.body", "body": payload})
+
+
+_readiness_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter]
+_readiness_limiters = weakref.WeakKeyDictionary()
+
+
+def _readiness_limiter() -> anyio.CapacityLimiter:
+    """/ready's own thread limiter, one per event loop (a limiter waits on its loop)."""
+    loop = asyncio.get_running_loop()
+    limiter = _readiness_limiters.get(loop)
+    if limiter is None:
+        limiter = _readiness_limiters[loop] = anyio.CapacityLimiter(2)
+    return limiter
 
 
 def _ping_database() -> None:
