@@ -5,7 +5,8 @@ its request slowly: fifty connections dribbling a byte a second stayed open
 for as long as they liked. Here each request, headers and body, must arrive
 within ``REQUEST_TIMEOUT_SECONDS`` of its first byte (or of the connection
 opening). Past that the client gets a 408 in our JSON error shape, unless the
-response to that request has already begun, and the connection is closed.
+response to that request has already begun (or was sent before its body came
+in), and the connection is closed.
 
 Every accepted TCP connection also gets ``TCP_NODELAY``. asyncio sets it
 itself only on sockets whose ``proto`` is ``IPPROTO_TCP``; with ``--workers``
@@ -80,9 +81,18 @@ class TimedH11Protocol(H11Protocol):
         if self.transport.is_closing():
             return
         self.logger.info("request timed out: closing a slow connection")
-        # On a kept-alive connection, the cycle is the last request's, answered.
+        # On a kept-alive connection, the cycle is the last request's, answered,
+        # and the client is sending the next one. A request answered early (a
+        # refusal before its body was read) has had its one response.
         cycle = self.cycle
-        if cycle is None or cycle.response_complete or not cycle.response_started:
+        answered_early = (
+            cycle is not None and cycle.response_complete and self.conn.their_state == h11.SEND_BODY
+        )
+        if (
+            cycle is None
+            or not cycle.response_started
+            or (cycle.response_complete and not answered_early)
+        ):
             self.transport.write(TIMEOUT_RESPONSE)
         self.transport.close()
 

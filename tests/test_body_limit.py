@@ -61,11 +61,13 @@ def answer_of(sock: socket.socket) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
-def stream(port: int, path: str, accept: str = "application/json") -> tuple[bytes, int]:
+def stream(
+    port: int, path: str, accept: str = "application/json", headers: str = ""
+) -> tuple[bytes, int]:
     """POST chunks with no length until the server answers; return its answer and the bytes sent."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(
-            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {accept}\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {accept}\r\n{headers}"
             "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
         )
         sent = 0
@@ -209,3 +211,14 @@ def test_a_static_path_that_climbs_out_is_not_found_not_a_server_error(server, p
 
     assert answer.startswith(b"HTTP/1.1 404"), answer[:200]
     assert "SuspiciousFileOperation" not in server.logs()
+
+
+def test_an_mcp_body_streamed_past_the_cap_ends_the_connection_with_its_413(server, cast):
+    # The gate's 413 kept the connection: the server read and dropped the
+    # rest of the upload, then answered the same request again with a 408.
+    key = cast.alice_key.raw
+    answer, _ = stream(server.port, "/mcp", headers=f"Authorization: Bearer {key}\r\n")
+
+    head = answer.partition(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.1 413")
+    assert b"connection: close" in head

@@ -122,3 +122,26 @@ def test_a_slow_second_request_on_a_kept_alive_connection_gets_408(server):
     assert answer.startswith(b"HTTP/1.1 408")
     assert b'"code": "request_timeout"' in answer
     assert time.monotonic() - started < TIMEOUT + 3
+
+
+def test_a_request_refused_before_its_body_came_in_gets_one_answer(server):
+    # Refused at once (no key: 401), then, its body still dribbling in, the
+    # same request was answered a second time with a 408.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT + 5) as sock:
+        sock.sendall(
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json\r\nContent-Length: 100\r\n\r\n{"
+        )
+        answer = b""
+        deadline = time.monotonic() + TIMEOUT + 4
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(4096)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+
+    assert answer.startswith(b"HTTP/1.1 401")
+    assert answer.count(b"HTTP/1.1 ") == 1, answer
