@@ -6,7 +6,9 @@ for as long as they liked. Here each request, headers and body, must arrive
 within ``REQUEST_TIMEOUT_SECONDS`` of its first byte (or of the connection
 opening). Past that the client gets a 408 in our JSON error shape, unless the
 response to that request has already begun (or was sent before its body came
-in), and the connection is closed.
+in), and the connection is closed. A client that stops reading its response
+gets as long again to read on, from the moment the response stops moving,
+before its connection is dropped with the response it held in memory.
 
 Every accepted TCP connection also gets ``TCP_NODELAY``. asyncio sets it
 itself only on sockets whose ``proto`` is ``IPPROTO_TCP``; with ``--workers``
@@ -50,6 +52,7 @@ class TimedH11Protocol(H11Protocol):
 
         self.request_timeout: float = settings.REQUEST_TIMEOUT_SECONDS
         self._deadline: asyncio.TimerHandle | None = None
+        self._stalled: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         no_delay(transport)
@@ -65,7 +68,31 @@ class TimedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._unstall()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        # The client stopped reading and the response waits in memory, as
+        # much of it as the application has sent: it has as long to read on
+        # as a request has to arrive, then the connection goes, and the
+        # memory with it.
+        super().pause_writing()
+        self._unstall()
+        self._stalled = self.loop.call_later(self.request_timeout, self._not_reading)
+
+    def resume_writing(self) -> None:
+        self._unstall()
+        super().resume_writing()
+
+    def _unstall(self) -> None:
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
+    def _not_reading(self) -> None:
+        self._stalled = None
+        self.logger.info("response not read in time: closing a stalled connection")
+        self.transport.abort()
 
     def _arm(self) -> None:
         self._disarm()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import time
 
 import pytest
 
 from tests.clients import raw_call
-from tests.support import LiveServer
+from tests.support import LiveServer, store_memory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -145,3 +147,41 @@ def test_a_request_refused_before_its_body_came_in_gets_one_answer(server):
 
     assert answer.startswith(b"HTTP/1.1 401")
     assert answer.count(b"HTTP/1.1 ") == 1, answer
+
+
+def test_a_client_that_stops_reading_its_answer_is_dropped_with_it(server, cast):
+    # Its answer waited in the server's memory for as long as it liked: sixty
+    # such clients held 600 MB of one worker.
+    for n in range(60):
+        store_memory(cast.alice, f"{n:03d} " + "word " * 6000)
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "list_memories", "arguments": {"limit": 100}},
+        }
+    ).encode()
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+            b"Authorization: Bearer " + cast.alice_key.raw.encode() + b"\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        time.sleep(TIMEOUT * 2 + 3)  # reading nothing
+        received = b""
+        sock.settimeout(10)
+        try:
+            while chunk := sock.recv(1 << 20):
+                received += chunk
+        except ConnectionResetError:
+            pass
+
+    # Cut off, not kept until it was read (what reached the socket before
+    # the reset may be read first, or lost with it).
+    head, _, answer = received.partition(b"\r\n\r\n")
+    length = re.search(rb"content-length: (\d+)", head.lower())
+    assert length is None or len(answer) < int(length.group(1))
