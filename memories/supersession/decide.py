@@ -255,15 +255,8 @@ def compare(old: Reading, new: Reading, similarity: float) -> Evidence:
     )
 
 
-def _hard_keep(
-    old: Reading, new: Reading, evidence: Evidence, *, moved: frozenset[str] = frozenset()
-) -> str | None:
-    """Return why two memories are surely two facts, or None.
-
-    ``moved``: the contrast words the newer names as a new value with a verb
-    of change ("Standup has moved to Wednesdays"): such a word is the slot's
-    new value, not another subject.
-    """
+def _hard_keep(old: Reading, new: Reading, evidence: Evidence) -> str | None:
+    """Return why two memories are surely two facts, or None."""
     if evidence.similarity < FLOOR:
         return f"similarity {evidence.similarity:.2f} is below {FLOOR}"
     if max(old.length, new.length) > MAX_WORDS or max(old.sentences, new.sentences) > 2:
@@ -275,7 +268,7 @@ def _hard_keep(
     if old.label and new.label and old.label != new.label:
         return "different speakers"
     pair = contrast_conflict(old, new)
-    if pair is not None and not _rescheduled(pair, old, new, evidence) and pair[1] not in moved:
+    if pair is not None and not _rescheduled(pair, old, new, evidence):
         return f"different subjects ({pair[0]} / {pair[1]})"
     old_names = {v.text for v in old.values if v.kind == "name"}
     new_names = {v.text for v in new.values if v.kind == "name"}
@@ -456,39 +449,14 @@ def _one_of_several(old: str, evidence: Evidence) -> str | None:
     return "the old memory was one of several"
 
 
-# A verb of change and the new value it names: "moved to Wednesdays", "was
-# switched over to production", "pushed the review back to Friday".
-_MOVED_TO = re.compile(
-    r"\b(?:moved|moving|switched|changed|rescheduled|shifted|pushed|bumped|postponed|"
-    r"brought|relocated|migrated|promoted)\b(?:\s+[\w'-]+){0,6}?\s+(?:to|for|until)\s+"
-    r"((?:[\w'-]+\s+){0,2}[\w'-]+)",
-    re.IGNORECASE,
-)
-
-
-def _moved_to(text: str) -> frozenset[str]:
-    """The contrast words (a weekday, an environment) a verb of change names as the new value."""
-    found = set()
-    for target in _MOVED_TO.findall(text[:CACHED_CHARS]):
-        for word in target.split():
-            contrast = contrast_word(word.lower().removesuffix("'s"))
-            if contrast is not None:
-                found.add(contrast)
-    return frozenset(found)
-
-
 def _apart(old: str, new: str, evidence: Evidence) -> str | None:
     old_reading, new_reading = read(old), read(new)
-    # A contrast the newer names as its new value is let through, but the two
-    # must then open alike ("Guitar lessons moved to Thursdays" is not "Piano
-    # lessons are on Tuesdays"), whatever change word the newer holds.
-    moved = _moved_to(new) & (old_reading.contrasts ^ new_reading.contrasts)
     reason = (
-        _hard_keep(old_reading, new_reading, evidence, moved=moved)
+        _hard_keep(old_reading, new_reading, evidence)
         or _one_of_several(old, evidence)
         or _several_values(old, old_reading, new_reading, evidence)
         or _numbered(old, new, evidence)
-        or (None if evidence.change_words and not moved else two_things(old, new))
+        or (None if evidence.change_words else two_things(old, new))
     )
     if reason is None and max(old_reading.length, new_reading.length) <= 2:
         reason = "too short to state a fact"  # "memory 2", "alice 1": labels, not facts

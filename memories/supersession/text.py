@@ -232,8 +232,6 @@ class Reading:
     question: bool  # asks rather than states
     exclaims: bool  # chatter ("Wow, great news!") rather than a record
     label: str  # a leading "Name:" label (a speaker), lower-cased, else ""
-    # Names said right after a relative: "my sister Lena" is Lena.
-    kin_named: frozenset[str] = frozenset()
 
 
 def stem(word: str) -> str:
@@ -537,22 +535,7 @@ def _read(text: str) -> Reading:
         question="?" in ends,
         exclaims="!" in ends,
         label=label,
-        kin_named=_named_relatives(raw, lowered, values),
     )
-
-
-def _named_relatives(raw: list[str], lowered: list[str], values: set[Value]) -> frozenset[str]:
-    """The names said right after a relative ("my sister Lena's email": lena)."""
-    names = {v.text for v in values if v.kind == "name"}
-    found = set()
-    for at in range(len(raw) - 1):
-        contrast = contrast_word(lowered[at].removesuffix("'s"))
-        if contrast is None or _CONTRAST_CLASS[contrast] != _KIN:
-            continue
-        name = stem(lowered[at + 1])
-        if raw[at + 1][:1].isupper() and name in names:
-            found.add(name)
-    return frozenset(found)
 
 
 def contrast_conflict(old: Reading, new: Reading) -> tuple[str, str] | None:
@@ -569,16 +552,8 @@ def contrast_conflict(old: Reading, new: Reading) -> tuple[str, str] | None:
             if _CONTRAST_CLASS[a] == _CONTRAST_CLASS[b]:
                 return a, b
     # A relative shifts the subject on its own: "Maya's sister lives in
-    # Leeds" is not about Maya. Not when the relative is named and the other
-    # memory names that person: "My sister Lena's email" / "Lena's email".
-    # (A name that starts a sentence is read as a plain word.)
-    old_names = {v.text for v in old.values if v.kind == "name"} | old.words
-    new_names = {v.text for v in new.values if v.kind == "name"} | new.words
+    # Leeds" is not about Maya.
     for word in sorted(only_old | only_new):
-        if _CONTRAST_CLASS[word] != _KIN:
-            continue
-        if word in only_old and not old.kin_named & new_names:
-            return word, "-"
-        if word in only_new and not new.kin_named & old_names:
-            return "-", word
+        if _CONTRAST_CLASS[word] == _KIN:
+            return (word, "-") if word in only_old else ("-", word)
     return None
