@@ -322,7 +322,7 @@ def _agent_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip():
         raise ValidationFailed("An agent needs a name, such as 'research' or 'claude-desktop'.")
     storable.text(name, field="An agent's name")
-    storable.identifier(name, field="An agent's name")
+    storable.name(name, field="An agent's name")
     name = " ".join(name.split())
     if len(name) > AGENT_NAME_MAX:
         raise ValidationFailed(f"An agent's name is at most {AGENT_NAME_MAX} characters.")

@@ -11,6 +11,7 @@ never quoting the value.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from core.errors import ValidationFailed
@@ -37,16 +38,19 @@ def text(value: str, *, field: str, max_length: int | None = None) -> str:
     return value
 
 
-# Characters that change the direction text is shown in: in a name or an
-# identifier they make it read as something else ("research" + U+202E
-# reversed the words after it on the page that showed it).
-_DIRECTION = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# Characters that override the direction text is shown in: in a name they
+# make it read as something else ("research" + U+202E reversed the words
+# after it on the page that showed it). The marks right-to-left names use
+# (U+200E, U+200F, U+061C) are left alone.
+_DIRECTION = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
-def identifier(value: str, *, field: str) -> str:
-    """Return a name or identifier ``value`` unless it holds a control or direction character."""
-    if any(char in _DIRECTION or (char < " " and char not in "\t\n\r") for char in value):
-        raise ValidationFailed(f"{field} must not hold control or text-direction characters.")
+def name(value: str, *, field: str) -> str:
+    """Return a name ``value`` unless it holds a control character (C0, DEL, C1; not
+    whitespace) or a direction override."""
+    for char in value:
+        if char in _DIRECTION or (unicodedata.category(char) == "Cc" and char not in "\t\n\r"):
+            raise ValidationFailed(f"{field} must not hold control or text-direction characters.")
     return value
 
 

@@ -311,19 +311,26 @@ def expiry(expires_at: Any, ttl_seconds: Any) -> datetime | None:
 
 
 def label(
-    value: Any, *, field: str, maximum: int = LABEL_MAX, blank_is_none: bool = False
+    value: Any,
+    *,
+    field: str,
+    maximum: int = LABEL_MAX,
+    blank_is_none: bool = False,
+    shown: bool = False,
 ) -> str | None:
     """Return a short identifier (a thread id, a name, a path), normalised; None when absent.
 
     An empty (or all-whitespace) label is refused, or with ``blank_is_none``
-    taken as absent: seed 003's tools treat it so.
+    taken as absent: seed 003's tools treat it so. ``shown``: a name the
+    dashboard shows as such (an agent's), held to ``storable.name``.
     """
     if value is None:
         return None
     if not isinstance(value, str):
         raise ValidationFailed(f"{field} must be a string.")
     _check_storable(value, field)
-    storable.identifier(value, field=field)
+    if shown:
+        storable.name(value, field=field)
     cleaned = normalize(value)
     if not cleaned:
         if blank_is_none:

@@ -22,6 +22,7 @@ from core.errors import ValidationFailed
         ("research\u202e", "An agent's name must not hold control or text-direction characters."),
         ("\u2067research", "An agent's name must not hold control or text-direction characters."),
         ("re\x1bsearch", "An agent's name must not hold control or text-direction characters."),
+        ("re\x9bsearch", "An agent's name must not hold control or text-direction characters."),
     ],
 )
 def test_a_name_that_cannot_be_stored_is_refused(cast, name, message):
@@ -35,7 +36,7 @@ def test_a_name_that_cannot_be_stored_is_refused(cast, name, message):
 
 def test_emoji_and_right_to_left_names_are_names(cast):
     # A joiner holds an emoji together; Hebrew needs no direction character.
-    for name in ("\U0001f469\u200d\U0001f4bb coder", "\u05e9\u05dc\u05d5\u05dd"):
+    for name in ("\U0001f469\u200d\U0001f4bb coder", "\u05e9\u05dc\u05d5\u05dd", "\u200fnoor"):
         assert services.create_agent(user_id=cast.alice.id, name=name).name == name
 
 

@@ -261,7 +261,7 @@ class _Importer:
         metadata = validation.metadata(
             {**metadata, base.IMPORTED_FROM: {**origin, **base.jsonable(record.extra)}}
         )
-        agent = validation.label(record.agent, field="agent")
+        agent = validation.label(record.agent, field="agent", shown=True)
         if agent is not None:
             record.agent = agent
         return services.ImportItem(

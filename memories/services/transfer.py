@@ -334,7 +334,7 @@ def _incoming(record: Any, embedder: embeddings.Embedder) -> _Incoming:
         raise ValidationFailed("source_kind must be conversation, document or note.")
     return _Incoming(
         id=_record_id(record.get("id")),
-        agent=validation.label(record.get("agent"), field="agent"),
+        agent=validation.label(record.get("agent"), field="agent", shown=True),
         namespace=validation.namespace(record.get("namespace")),
         source_kind=kind,
         author=validation.label(record.get("author") or None, field="author") or "",
