@@ -402,9 +402,7 @@ async def receive_message(
     if body is None:  # the client went away
         return None
     if len(body) > MAX_BODY_BYTES:
-        # The rest of the body is never read: the connection goes with the answer.
-        too_large = refusal("validation_failed", "Request body too large.")
-        await send_json(respond, 413, too_large, [(b"connection", b"close")])
+        await send_json(respond, 413, refusal("validation_failed", "Request body too large."))
         return None
     try:
         parsed = jsonrpc.parse(body)

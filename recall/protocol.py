@@ -6,9 +6,9 @@ for as long as they liked. Here each request, headers and body, must arrive
 within ``REQUEST_TIMEOUT_SECONDS`` of its first byte (or of the connection
 opening). Past that the client gets a 408 in our JSON error shape, unless the
 response to that request has already begun (or was sent before its body came
-in), and the connection is closed. A client that stops reading its response
-gets as long again to read on, from the moment the response stops moving,
-before its connection is dropped with the response it held in memory.
+in), and the connection is closed. A client whose response waits in memory
+must read some of it in each such span, or its connection is dropped with
+the response.
 
 Every accepted TCP connection also gets ``TCP_NODELAY``. asyncio sets it
 itself only on sockets whose ``proto`` is ``IPPROTO_TCP``; with ``--workers``
@@ -72,17 +72,29 @@ class TimedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def pause_writing(self) -> None:
-        # The client stopped reading and the response waits in memory, as
-        # much of it as the application has sent: it has as long to read on
-        # as a request has to arrive, then the connection goes, and the
-        # memory with it.
+        # The client reads slower than we write, and the response waits in
+        # memory. Each REQUEST_TIMEOUT_SECONDS it must have taken some of it;
+        # one that took nothing in that long goes, and the memory with it.
         super().pause_writing()
         self._unstall()
-        self._stalled = self.loop.call_later(self.request_timeout, self._not_reading)
+        self._watch(self.transport.get_write_buffer_size())
 
     def resume_writing(self) -> None:
         self._unstall()
         super().resume_writing()
+
+    def _watch(self, waiting: int) -> None:
+        self._stalled = self.loop.call_later(self.request_timeout, self._check_reading, waiting)
+
+    def _check_reading(self, waiting: int) -> None:
+        self._stalled = None
+        if self.transport.is_closing():
+            return
+        now = self.transport.get_write_buffer_size()
+        if now < waiting:
+            self._watch(now)  # it is reading, however slowly
+        else:
+            self._not_reading()
 
     def _unstall(self) -> None:
         if self._stalled is not None:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from recall.protocol import TimedH11Protocol
 from tests.clients import raw_call
 from tests.support import LiveServer, store_memory
 
@@ -185,3 +186,37 @@ def test_a_client_that_stops_reading_its_answer_is_dropped_with_it(server, cast)
     head, _, answer = received.partition(b"\r\n\r\n")
     length = re.search(rb"content-length: (\d+)", head.lower())
     assert length is None or len(answer) < int(length.group(1))
+
+
+class Stalled:
+    """What TimedH11Protocol's stall check reads and calls, and nothing else."""
+
+    def __init__(self, waiting: int) -> None:
+        self.waiting = waiting
+        self.dropped = False
+        self.watching: list[int] = []
+        self.transport = self
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return self.waiting
+
+    def _watch(self, waiting: int) -> None:
+        self.watching.append(waiting)
+
+    def _not_reading(self) -> None:
+        self.dropped = True
+
+
+def test_a_client_that_reads_however_slowly_is_not_dropped():
+    # The first cut dropped a client that read steadily but slower than the
+    # server wrote: its timer ran from the pause to the resume.
+    reading = Stalled(waiting=1_000_000)
+    TimedH11Protocol._check_reading(reading, 1_200_000)
+    stuck = Stalled(waiting=1_200_000)
+    TimedH11Protocol._check_reading(stuck, 1_200_000)
+
+    assert (reading.dropped, reading.watching) == (False, [1_000_000])
+    assert (stuck.dropped, stuck.watching) == (True, [])
