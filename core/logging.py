@@ -27,10 +27,14 @@ import traceback
 from datetime import UTC, datetime
 from typing import TextIO
 
-# A write of at most this many bytes to a pipe select() calls writable does
-# not wait: POSIX makes it atomic, and Linux reports a pipe writable while a
-# page of it is free.
-_ATOMIC_WRITE = 4096
+# A write of at most PIPE_BUF bytes to a pipe select() calls writable does
+# not wait: POSIX makes it atomic (PIPE_BUF is 4096 on Linux, 512 on macOS),
+# and a pipe is reported writable while that much of it is free.
+_ATOMIC_WRITE = getattr(select, "PIPE_BUF", 512)
+# How long a line waits for a full pipe before it is dropped: a reader that
+# falls behind for a moment loses nothing. Once lines are being dropped, the
+# next ones do not wait.
+_PATIENCE_SECONDS = 0.1
 
 # Attributes every LogRecord has; anything else came from ``extra=``.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {
@@ -156,9 +160,11 @@ class StderrHandler(logging.StreamHandler):
     blocking write there stops the whole server. When stderr is a pipe, each
     line goes out in writes the pipe takes without waiting, or is dropped and
     counted, and the next line written is a warning saying how many were lost.
-    A line longer than one such write may be cut short; the next line then
-    starts on a line of its own. Terminals and files are written as by
-    ``logging.StreamHandler``.
+    A line waits a moment for a full pipe, so a reader that falls behind
+    briefly loses nothing. A line longer than one such write (PIPE_BUF) may
+    be cut short, the next line then starting on a line of its own, and may
+    interleave with another process's on a pipe they share. Terminals and
+    files are written as by ``logging.StreamHandler``.
     """
 
     def __init__(self, stream: TextIO | None = None) -> None:
@@ -197,8 +203,9 @@ class StderrHandler(logging.StreamHandler):
             data = b"\n" + data
         try:
             self.stream.flush()  # anything written through sys.stderr goes first
+            patience = 0.0 if self.dropped else _PATIENCE_SECONDS
             for start in range(0, len(data), _ATOMIC_WRITE):
-                if not select.select([], [self._pipe], [], 0)[1]:
+                if not select.select([], [self._pipe], [], patience)[1]:
                     self._cut = self._cut or start > 0
                     return False
                 os.write(self._pipe, data[start : start + _ATOMIC_WRITE])
