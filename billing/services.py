@@ -172,7 +172,10 @@ def link_stripe_customer(
     recorded as handled, so once the operator has made or linked the user,
     Stripe's retry (or "Resend" in its dashboard) applies it.
     """
-    user = _user_by_id(user_id)
+    # Our checkout names the user; else a link the operator made stands (it
+    # is how a refused checkout is settled before it is sent again); else
+    # the payer's email.
+    user = _user_by_id(user_id) or _user_for_customer(customer_id)
     if user is None:
         user = _user_by_email(email)
         if user is not None and _linked_elsewhere(user, customer_id):

@@ -76,6 +76,11 @@ def test_a_checkout_matched_only_by_email_never_moves_a_linked_user(linked, clie
     assert not BillingAccount.objects.filter(stripe_customer_id="cus_payer").exists()
     assert "linked to another customer" in caplog.text
     assert WebhookRejection.objects.get().status == 409
+    # The operator links the customer to the right user; sent again, it applies.
+    BillingAccount.objects.create(user=linked.charlie, stripe_customer_id="cus_payer")
+    resent = deliver(client, checkout_completed(customer="cus_payer", email="alice@example.com"))
+    assert resent.status_code == 200, resent.json()
+    assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id == "cus_alice"
     # Her own customer, by email alone, is still hers.
     deliver(client, checkout_completed(customer="cus_alice", email="alice@example.com"))
     assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id == "cus_alice"
