@@ -363,7 +363,14 @@ def test_the_namespace_filter_steps_by_keyboard_and_goes_by_pointer(
     page.click("button:has-text('Search')")
     page.wait_for_url(re.compile(r".*namespace=gamma.*"))
     assert "A note in gamma." in page.inner_text("main")
+    # Stepped to and chosen with Enter, it goes.
+    select = page.locator("select[name=namespace]")
+    select.focus()
+    page.keyboard.press("ArrowUp")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r".*namespace=beta.*"))
     # Picked without the keyboard, it goes at once.
+    page.goto(server.url + "/memories/?namespace=gamma")
     page.locator("select[name=namespace]").select_option("beta")
     page.wait_for_url(re.compile(r".*namespace=beta.*"))
     assert violations == []

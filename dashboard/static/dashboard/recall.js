@@ -2,7 +2,7 @@
    so that their Content-Security-Policy can refuse every inline script.
    The templates ask for it with data attributes:
      <form data-confirm="Question?">    submits only if the user agrees;
-     <select data-autosubmit>           submits its form when picked with a pointer;
+     <select data-autosubmit>           submits its form when picked (by keyboard: on Enter);
      <input data-checks="radio-id">     ticks that radio button when focused;
      <section data-refreshing="3">      reloads the page after that many seconds. */
 "use strict";
@@ -17,9 +17,20 @@ document.addEventListener("submit", function (event) {
 // A pick with the pointer submits at once. Arrow keys on a closed select
 // change it too, one option per press: those changes wait for the form's
 // own button, so a keyboard can step through the options (WCAG 3.2.2).
+var STEPPING_KEYS = ["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Home", "End",
+  "PageUp", "PageDown"];
+
 document.addEventListener("keydown", function (event) {
-  if (event.target.tagName === "SELECT" && event.target.hasAttribute("data-autosubmit")) {
-    event.target.dataset.keyed = "1";
+  var select = event.target;
+  if (select.tagName !== "SELECT" || !select.hasAttribute("data-autosubmit")) {
+    return;
+  }
+  if (event.key === "Enter") {
+    // Chosen: once the select has taken the choice, the form goes.
+    delete select.dataset.keyed;
+    window.setTimeout(function () { select.form.requestSubmit(); }, 0);
+  } else if (STEPPING_KEYS.indexOf(event.key) >= 0 || event.key.length === 1) {
+    select.dataset.keyed = "1";
   }
 });
 
