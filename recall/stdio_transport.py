@@ -13,8 +13,11 @@ which leaves three gaps:
 * It holds a line whole, however long. Here a line may hold
   ``MAX_LINE_BYTES``, an HTTP body's cap at /mcp; a longer one is answered
   -32600 and skipped up to its newline without being kept. The answer
-  carries the request's id when the line opens with it (``leading_id``), so
-  the client's call ends rather than waiting for an answer.
+  carries the request's id, so the client's call ends rather than waiting:
+  read from the line's opening at once when it is there (as the Python SDK
+  writes requests), else from its end at the newline (as the TypeScript SDK
+  writes them, id last); a line with no newline after four times the cap is
+  answered with no id.
 * At end of input it cancels the requests still running: their work is done
   (a memory stored) but their answers are lost. Here reading stops, every
   request read is answered, then the server ends.
@@ -35,6 +38,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -56,11 +60,21 @@ CHUNK = 64 * 1024
 # How much of a line over the cap is kept to find the request's id in.
 HEAD_BYTES = 4096
 # An id among a message's first members, after only "jsonrpc" and "method"
-# (as clients write them): one further in could be a parameter's.
+# (as the Python SDK writes them): one further in could be a parameter's.
 _LEADING_ID = re.compile(
     rb'\s*\{\s*(?:"(?:jsonrpc|method)"\s*:\s*"(?:[^"\\]|\\.)*"\s*,\s*)*'
     rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*[,}]'
 )
+_A_RESPONSE = re.compile(rb'\s*,\s*"(?:result|error)"')
+# A request whose first members are "method" or "jsonrpc" (the TypeScript
+# SDK writes "method", "params", then "jsonrpc" and "id").
+_A_REQUEST = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"method"\s*:')
+# The last member of the line's object, when it is "id": the closing brace
+# after it is the message's own.
+_CLOSING_ID = re.compile(rb',\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*\}\s*$')
+# A line that runs on this many times the limit with no newline is refused
+# then, with no id, rather than waited for.
+OVERLONG_FACTOR = 4
 
 Outgoing = SessionMessage | dict[str, Any]
 
@@ -109,17 +123,41 @@ def message(line: bytes) -> types.JSONRPCMessage:
         ) from None
 
 
-class Overlong(bytes):
-    """The first ``HEAD_BYTES`` of a line over the limit, which is not kept."""
+@dataclass(frozen=True)
+class Overlong:
+    """A line over the limit, of which only its first and last ``HEAD_BYTES`` are kept."""
+
+    head: bytes
+    tail: bytes = b""
+
+    def call_id(self) -> Any:
+        """The id of the request the line held, when either end shows it; else None."""
+        found = leading_id(self.head)
+        if found is None and _A_REQUEST.match(self.head):
+            found = _closing_id(self.tail)
+        return found
 
 
 def leading_id(head: bytes) -> Any:
-    """The id a message opens with, or None: what a refusal of a line too long answers."""
+    """The id a request opens with, or None: what a refusal of a line too long answers.
+
+    A response (its id followed by "result" or "error") is no request to answer.
+    """
     found = _LEADING_ID.match(head)
-    if found is None:
+    if found is None or _A_RESPONSE.match(head, found.end(1)):
         return None
+    return _parsed_id(found.group(1))
+
+
+def _closing_id(tail: bytes) -> Any:
+    """The id a message ends with (``..., "id": 7}``), as the TypeScript SDK writes them."""
+    found = _CLOSING_ID.search(tail)
+    return _parsed_id(found.group(1)) if found else None
+
+
+def _parsed_id(raw: bytes) -> Any:
     try:
-        return jsonrpc.call_id({"id": json.loads(found.group(1))})
+        return jsonrpc.call_id({"id": json.loads(raw)})
     except ValueError:
         return None
 
@@ -131,37 +169,62 @@ class Lines:
         self.limit = limit
         self.held = bytearray()
         self.skipping = False
+        self.head = b""  # of the line being skipped
+        self.tail = b""
+        self.skipped = 0
+        self.reported = False
 
-    def feed(self, data: bytes) -> Iterator[bytes]:
+    def feed(self, data: bytes) -> Iterator[bytes | Overlong]:
         """Yield each line ``data`` completes, and an ``Overlong`` for a line over the limit.
 
-        A line over the limit is reported once, as soon as it gets there, and
-        then dropped up to its newline.
+        A line over the limit is dropped up to its newline, and reported once:
+        as soon as it gets there when its opening names its id, else at its
+        newline (where a request written id last ends), or when it has run
+        on for ``OVERLONG_FACTOR`` times the limit with no newline.
         """
         start = 0
         while (end := data.find(b"\n", start)) >= 0:
             if self.skipping:
+                self._skip(data[start:end])
                 self.skipping = False
+                if not self.reported:
+                    yield Overlong(self.head, self.tail)
             elif len(self.held) + end - start > self.limit:
-                yield self._drop(data[start : start + HEAD_BYTES])
+                self._begin_skip(data[start:end])
+                yield Overlong(self.head, self.tail)
             else:
                 yield bytes(self.held) + data[start:end]
                 self.held.clear()
             start = end + 1
-        if not self.skipping:
-            self.held += data[start:]
-            if len(self.held) > self.limit:
-                self.skipping = True
-                yield self._drop(b"")
+        if self.skipping:
+            self._skip(data[start:])
+            if not self.reported and self.skipped > OVERLONG_FACTOR * self.limit:
+                self.reported = True
+                yield Overlong(self.head)
+            return
+        self.held += data[start:]
+        if len(self.held) > self.limit:
+            self._begin_skip(b"")
+            self.skipping = True
+            if leading_id(self.head) is not None:
+                self.reported = True
+                yield Overlong(self.head)
 
-    def _drop(self, more: bytes) -> Overlong:
-        head = Overlong((bytes(self.held[:HEAD_BYTES]) + more)[:HEAD_BYTES])
+    def _begin_skip(self, more: bytes) -> None:
+        line = bytes(self.held) + more
+        self.head, self.tail, self.skipped = line[:HEAD_BYTES], line[-HEAD_BYTES:], len(line)
+        self.reported = False
         self.held.clear()
-        return head
 
-    def rest(self) -> bytes:
+    def _skip(self, more: bytes) -> None:
+        self.skipped += len(more)
+        self.tail = (self.tail + more)[-HEAD_BYTES:]
+
+    def rest(self) -> bytes | Overlong | None:
         """What follows the last newline: a last line the client did not end."""
-        return bytes(self.held)
+        if not self.skipping:
+            return bytes(self.held)
+        return None if self.reported else Overlong(self.head, self.tail)
 
 
 class Transport:
@@ -213,20 +276,21 @@ class Transport:
                     break
                 for line in lines.feed(data):
                     await self.take(line, to_server, out)
-            if not lines.skipping:
-                await self.take(lines.rest(), to_server, out)
+            last = lines.rest()
+            if last is not None:
+                await self.take(last, to_server, out)
             self.ending = True
             if self.pending:
                 await self.answered.wait()
 
     async def take(
         self,
-        line: bytes,
+        line: bytes | Overlong,
         to_server: MemoryObjectSendStream[SessionMessage | Exception],
         out: MemoryObjectSendStream[Outgoing],
     ) -> None:
         if isinstance(line, Overlong):
-            await out.send(jsonrpc.Invalid(TOO_LONG, call_id=leading_id(line)).body())
+            await out.send(jsonrpc.Invalid(TOO_LONG, call_id=line.call_id()).body())
             return
         if not line.strip():
             return

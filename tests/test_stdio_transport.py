@@ -307,6 +307,35 @@ def test_the_id_of_a_line_too_long_is_read_only_from_its_opening(head, found):
     assert stdio_transport.leading_id(head) == found
 
 
+def test_a_request_written_id_last_is_refused_under_its_id_at_its_end(stdio):
+    # The TypeScript SDK writes "method" and "params" first, "id" last.
+    process = stdio()
+    params = {"name": "remember", "arguments": {"content": "y" * (2 << 20)}}
+    line = json.dumps({"method": "tools/call", "params": params, "jsonrpc": "2.0", "id": 41})
+
+    process.send(line.encode() + b"\n")
+    [answer] = process.read(1)
+
+    assert answer["id"] == 41
+    assert answer["error"]["message"].startswith("Message too large")
+
+
+@pytest.mark.parametrize(
+    ("head", "tail", "found"),
+    [
+        (b'{"method":"tools/call","params":{"a":"', b'xx"},"jsonrpc":"2.0","id":41}', 41),
+        (b'{"jsonrpc":"2.0","method":"x","params":{"', b'"},"id":"k-9"} ', "k-9"),
+        # A parameter's "id" closing a nested object is not the message's.
+        (b'{"method":"x","params":{"', b'"id":3}}', None),
+        # A response carries the client's id space, not a request to answer.
+        (b'{"jsonrpc":"2.0","id":5,"result":{"', b'"}}', None),
+        (b'{"result":{"', b'"},"jsonrpc":"2.0","id":5}', None),
+    ],
+)
+def test_the_id_of_a_line_too_long_is_read_from_either_end(head, tail, found):
+    assert stdio_transport.Overlong(head, tail).call_id() == found
+
+
 def test_the_line_cap_is_the_http_body_cap():
     assert stdio_transport.MAX_LINE_BYTES == asgi.MAX_BODY_BYTES
 
