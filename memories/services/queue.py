@@ -531,7 +531,7 @@ def _lost(job_id: uuid.UUID, attempts: int) -> None:
     # already (a run handed back after an outage may have settled it before
     # the database went). Said once, ids only: the payload is content.
     logger.warning(
-        "job no longer this run's: another run took it, or it had ended; its outcome stands",
+        "job lost to another run, or ended before this one settled it; its outcome stands",
         extra={"job_id": str(job_id), "attempt": attempts},
     )
 
