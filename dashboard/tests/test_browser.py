@@ -345,11 +345,7 @@ def test_the_namespace_filter_steps_by_keyboard_and_goes_by_pointer(
     for namespace in ("alpha", "beta", "gamma"):
         arguments = {"content": f"A note in {namespace}.", "namespace": namespace}
         assert mcp(server, cast.alice_key.raw, "remember", arguments)[0] == 200
-    page.goto(server.url + "/login/")
-    page.fill("#id_username", "alice@example.com")
-    page.fill("#id_password", password)
-    page.click("button[type=submit]")
-    page.wait_for_url(server.url + "/usage/")
+    sign_in(page, server, password)
     page.goto(server.url + "/memories/?namespace=alpha")
 
     select = page.locator("select[name=namespace]")
