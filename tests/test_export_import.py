@@ -165,20 +165,22 @@ def test_a_round_trip_into_a_fresh_database_keeps_memories_history_and_recall(
     assert after["recall"] == before
 
 
+def import_file(email: str, path: Path) -> str:
+    """Run `recall import EMAIL FILE` in this process; return what it printed."""
+    out = io.StringIO()
+    call_command("import_memories", email, str(path), stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
 def test_an_import_skips_what_is_already_there_and_reports_it(cast, tmp_path):
     alices_memories(cast)
     file = tmp_path / "alice.jsonl"
     file.write_text(export("alice@example.com", "--namespace", "travel"), encoding="utf-8")
 
-    out = io.StringIO()
-    call_command(
-        "import_memories", "charlie@example.com", str(file), stdout=out, stderr=io.StringIO()
-    )
-    call_command(
-        "import_memories", "charlie@example.com", str(file), stdout=out, stderr=io.StringIO()
-    )
+    first = import_file("charlie@example.com", file)
+    second = import_file("charlie@example.com", file)
 
-    lines = out.getvalue().splitlines()
+    lines = [first.strip(), second.strip()]
     assert lines[0].startswith("Imported 2 of 2 memories into charlie@example.com: 0 already there")
     assert lines[1].startswith("Imported 0 of 2 memories into charlie@example.com: 2 already there")
     thread = services.list_memories(user_id=cast.charlie.id, namespace="travel", thread_id="kyoto")
@@ -197,12 +199,7 @@ def test_vectors_in_the_file_are_reused_when_the_model_matches(cast, tmp_path):
     first = json.loads(file.read_text().splitlines()[0])
     assert len(first["embedding"]) == 384
 
-    out = io.StringIO()
-    call_command(
-        "import_memories", "charlie@example.com", str(file), stdout=out, stderr=io.StringIO()
-    )
-
-    assert "0 embedded again" in out.getvalue()
+    assert "0 embedded again" in import_file("charlie@example.com", file)
 
 
 @pytest.mark.parametrize(
@@ -228,16 +225,12 @@ def test_a_vector_that_cannot_be_ranked_is_not_reused(cast, tmp_path, embedding,
     }
     file = tmp_path / "vector.jsonl"
     file.write_text(json.dumps(record) + "\n")
-    out = io.StringIO()
-
     try:
-        call_command(
-            "import_memories", "alice@example.com", str(file), stdout=out, stderr=io.StringIO()
-        )
+        said = import_file("alice@example.com", file)
     except CommandError as error:
-        out.write(str(error))
+        said = str(error)
 
-    assert outcome in out.getvalue()
+    assert outcome in said
     if "embedded again" in outcome:
         [found] = services.recall(user_id=cast.alice.id, query="bees", mode="semantic")
         assert found["score"] > 0.5
@@ -250,18 +243,8 @@ def test_a_file_that_is_not_utf8_is_refused_and_a_byte_order_mark_is_not_content
     marked.write_bytes(b'\xef\xbb\xbf{"content": "tea", "created_at": "2026-01-01T00:00:00Z"}\n')
 
     with pytest.raises(CommandError, match="the file is not UTF-8 text, at line 1"):
-        call_command(
-            "import_memories",
-            "alice@example.com",
-            str(latin),
-            stdout=io.StringIO(),
-            stderr=io.StringIO(),
-        )
-    out = io.StringIO()
-    call_command(
-        "import_memories", "alice@example.com", str(marked), stdout=out, stderr=io.StringIO()
-    )
-    assert "Imported 1 of 1 memories" in out.getvalue()
+        import_file("alice@example.com", latin)
+    assert "Imported 1 of 1 memories" in import_file("alice@example.com", marked)
 
 
 def test_an_import_stopped_by_a_bad_line_links_what_it_stored(cast, tmp_path):
@@ -283,13 +266,7 @@ def test_an_import_stopped_by_a_bad_line_links_what_it_stored(cast, tmp_path):
     file.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"content": "cut\n')
 
     with pytest.raises(CommandError) as stopped:
-        call_command(
-            "import_memories",
-            "alice@example.com",
-            str(file),
-            stdout=io.StringIO(),
-            stderr=io.StringIO(),
-        )
+        import_file("alice@example.com", file)
 
     assert str(stopped.value).startswith("line 153 is not valid JSON. The 100 memories before it")
     assert "(1 replacements linked among them)" in str(stopped.value)
@@ -297,11 +274,7 @@ def test_an_import_stopped_by_a_bad_line_links_what_it_stored(cast, tmp_path):
         assert Memory.objects.get(id=old).superseded_by == new
     # Imported again once mended: nothing twice, and the link made no version.
     file.write_text("".join(json.dumps(r) + "\n" for r in records))
-    out = io.StringIO()
-    call_command(
-        "import_memories", "alice@example.com", str(file), stdout=out, stderr=io.StringIO()
-    )
-    assert "Imported 52 of 152 memories" in out.getvalue()
+    assert "Imported 52 of 152 memories" in import_file("alice@example.com", file)
     with tenancy.operator():
         assert Memory.objects.get(id=old).version == 1
         assert not MemoryHistory.objects.filter(memory_id=old, action="superseded").exists()
@@ -312,13 +285,7 @@ def test_a_bad_line_stops_the_import_naming_it(cast, tmp_path):
     file.write_text('{"content": "fine", "created_at": "2026-01-01T00:00:00Z"}\nnot json\n')
 
     with pytest.raises(CommandError, match="line 2 is not valid JSON"):
-        call_command(
-            "import_memories",
-            "alice@example.com",
-            str(file),
-            stdout=io.StringIO(),
-            stderr=io.StringIO(),
-        )
+        import_file("alice@example.com", file)
 
 
 @pytest.mark.parametrize(
@@ -339,11 +306,5 @@ def test_a_string_the_database_cannot_store_stops_the_import_naming_its_record(
     file.write_text(json.dumps(good) + "\n" + json.dumps({**good, field: value}) + "\n")
 
     with pytest.raises(CommandError, match=f"record 2: {message}"):
-        call_command(
-            "import_memories",
-            "alice@example.com",
-            str(file),
-            stdout=io.StringIO(),
-            stderr=io.StringIO(),
-        )
+        import_file("alice@example.com", file)
     assert list(services.export_memories(user_id=cast.alice.id)) == []  # record 1 neither
