@@ -336,6 +336,7 @@ def _no_database_in_data_directory() -> str | None:
     from django.core.exceptions import ImproperlyConfigured
 
     from recall import env
+    from recall.db import embedded
 
     if env.is_set("DATABASE_URL"):
         return None
@@ -343,7 +344,7 @@ def _no_database_in_data_directory() -> str | None:
         where = env.data_directory("RECALL_DATA_DIR", embedded=True)
     except ImproperlyConfigured:
         return None  # the settings say what is wrong with it, as for every command
-    if (where / "pgdata" / "PG_VERSION").is_file():
+    if embedded.holds_database(where):
         return None
     return (
         f"RECALL_DATA_DIR ({where.resolve()}) holds no Recall database, so no API key is valid"

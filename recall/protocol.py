@@ -102,7 +102,6 @@ class TimedH11Protocol(H11Protocol):
             self._stalled = None
 
     def _not_reading(self) -> None:
-        self._stalled = None
         self.logger.info("response not read in time: closing a stalled connection")
         self.transport.abort()
 

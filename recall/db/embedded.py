@@ -89,6 +89,11 @@ _servers: dict[Path, EmbeddedServer] = {}
 _handles: dict[Path, Any] = {}
 
 
+def holds_database(data_dir: Path) -> bool:
+    """Whether ``data_dir`` holds an initialised cluster (``start`` would not run initdb)."""
+    return (data_dir.expanduser() / "pgdata" / "PG_VERSION").is_file()
+
+
 def start(data_dir: Path) -> EmbeddedServer:
     """Start the server for ``data_dir``, or join the one already running, once per process."""
     data_dir = data_dir.expanduser().resolve()
