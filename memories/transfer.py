@@ -28,6 +28,12 @@ def to_lines(records: Iterable[dict[str, Any]]) -> Iterator[str]:
         yield json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
+def not_utf8_near(line: int) -> str:
+    """Say where text that is not UTF-8 was met, as near as a decoder can tell: it
+    decodes ahead, a block at a time, so the bad byte may be a few lines further on."""
+    return f"not UTF-8 text, at line {line} or a little after it"
+
+
 def from_lines(stream: IO[str]) -> Iterator[dict[str, Any]]:
     """Yield each line's object, skipping blank lines; a bad line fails naming its number."""
     lines = iter(stream)
@@ -38,11 +44,7 @@ def from_lines(stream: IO[str]) -> Iterator[dict[str, Any]]:
         except StopIteration:
             return
         except UnicodeDecodeError:
-            # Text is decoded ahead, a block at a time: the bad byte may be a
-            # few lines further on.
-            raise ValidationFailed(
-                f"the file is not UTF-8 text, at line {number + 1} or a little after it."
-            ) from None
+            raise ValidationFailed(f"the file is {not_utf8_near(number + 1)}.") from None
         number += 1
         if not line.strip():
             continue

@@ -22,6 +22,7 @@ from typing import Any
 from core.errors import ValidationFailed
 from memories.importers.base import Record, Refused, Stream, namespace_for, parse_mapping, tags
 from memories.importers.sources import Source, lines_of
+from memories.transfer import not_utf8_near
 
 TARGETS = (
     "content",
@@ -80,8 +81,7 @@ def read_csv(source: Source, *, columns: str | None = None, **_: Any) -> Stream:
             raise ValidationFailed(f"{source.label}, line {reader.line_num}: {error}.") from None
         except UnicodeDecodeError:
             raise ValidationFailed(
-                f"{source.label}: not UTF-8 text, at line {reader.line_num + 1}"
-                " or a little after it."
+                f"{source.label}: {not_utf8_near(reader.line_num + 1)}."
             ) from None
 
 

@@ -10,6 +10,7 @@ from typing import IO, Any
 
 from core.errors import ValidationFailed
 from memories.importers import jsonstream
+from memories.transfer import not_utf8_near
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,7 @@ def lines_of(stream: IO[str], label: str) -> Iterator[tuple[int, dict[str, Any]]
                 raise ValidationFailed(f"{label}, line {number}: not a JSON object.")
             yield number, value
     except UnicodeDecodeError:
-        # Text is decoded ahead, a block at a time: the bad byte may be a few
-        # lines further on.
-        raise ValidationFailed(
-            f"{label}: not UTF-8 text, at line {number + 1} or a little after it."
-        ) from None
+        raise ValidationFailed(f"{label}: {not_utf8_near(number + 1)}.") from None
 
 
 def documents(source: Source, arrays: frozenset[str]) -> Iterator[tuple[Any, Any, Any, int]]:
