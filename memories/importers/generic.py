@@ -78,7 +78,10 @@ def read_csv(source: Source, *, columns: str | None = None, **_: Any) -> Stream:
                     continue
                 yield _record(row, where, chosen, nested=False)
         except csv.Error as error:
-            raise ValidationFailed(f"{source.label}, line {reader.line_num}: {error}.") from None
+            # line_num counts the lines of records already read; the failing one starts after them.
+            raise ValidationFailed(
+                f"{source.label}, line {reader.line_num + 1}: {error}."
+            ) from None
         except UnicodeDecodeError:
             raise ValidationFailed(
                 f"{source.label}: {not_utf8_near(reader.line_num + 1)}."

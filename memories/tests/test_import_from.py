@@ -521,3 +521,12 @@ def test_text_that_is_not_utf8_is_refused_near_its_line(cast, tmp_path, fmt, nam
 
     with pytest.raises(CommandError, match=f"not UTF-8 text, {said}"):
         imported("alice@example.com", fmt, path)
+
+
+def test_a_csv_field_past_the_limit_is_refused_at_its_own_line(cast, tmp_path):
+    # The reader counts a line once it parsed it, so the message named the line before.
+    path = tmp_path / "big.csv"
+    path.write_text("content\nfirst\nsecond\n" + "x" * 140_000 + "\nlast\n")
+
+    with pytest.raises(CommandError, match=r"big\.csv, line 4: field larger than field limit"):
+        imported("alice@example.com", "csv", path)
