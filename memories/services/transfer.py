@@ -185,6 +185,7 @@ class Imported:
     expired: int = 0  # expired since the export: left out
     linked: int = 0  # replaced by another imported memory, as in the export
     unlinked: int = 0  # replaced by a memory not in the import: current here
+    refused: int = 0  # a link that cannot hold here: to itself, a loop, across a namespace
 
 
 @dataclass(frozen=True)
@@ -448,11 +449,11 @@ def _import_links(
     pairs: dict[uuid.UUID, tuple[uuid.UUID, datetime | None]] = {}
     for item in links:
         old, new = stored.get(item.id), stored.get(item.superseded_by)  # type: ignore[arg-type]
-        if old is None or new is None or old == new:
+        if old is None or new is None:
             report.unlinked += 1
             continue
-        if old in pairs:  # two records of one memory here (a repeat, or one id twice)
-            report.unlinked += 1
+        if old == new or old in pairs:  # one memory here for both, or two records of one
+            report.refused += 1
             continue
         pairs[old] = (new, item.superseded_at)
     if not pairs:
@@ -511,7 +512,7 @@ def _import_links(
             if done:
                 report.linked += 1
             else:
-                report.unlinked += 1
+                report.refused += 1
         cursor.execute("SELECT set_config('app.importing', '', true)")
 
 

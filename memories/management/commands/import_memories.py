@@ -55,7 +55,8 @@ class Command(BaseCommand):
             f"Imported {report.imported:,} of {report.read:,} memories into {user.email}: "
             f"{report.deduplicated:,} already there, {report.expired:,} expired, "
             f"{report.linked:,} replacements linked ({report.unlinked:,} to memories not "
-            "imported, left current), "
+            f"imported, left current; {report.refused:,} the file asks for that cannot hold: "
+            "to itself, in a loop, or across a namespace or writer), "
             f"{report.embedded:,} embedded again."
         )
 
