@@ -372,8 +372,9 @@ def forget_confirm(
 ) -> Forgotten:
     """Delete exactly what a preview listed. The token works once, for 5 minutes.
 
-    A token that is unknown, already used or another user's is the same
-    ``confirmation_invalid``: row-level security hides other users' tokens.
+    A token that is unknown, already used, another user's or another
+    agent's is the same ``confirmation_invalid``: row-level security hides
+    other users' tokens, and a token is confirmed where it was previewed.
     With ``mode`` (the ``forget`` tool's), the token must come from a preview
     of that mode ("all" or "by_query"); one of the other mode is refused the
     same way and stays usable with its own. History is purged if the preview
@@ -389,12 +390,21 @@ def forget_confirm(
             # The user as well as the policy: a distributed database routes
             # on the statement's own user_id (docs/scale-out.md).
             # A preview of mode "all" names its namespace; one of "by_query", ids.
+            # The agent as well: the user-wide path sees its agents' tokens, and
+            # confirming one of mode "all" there emptied the namespace of every
+            # writer, where the agent's preview counted its own memories only.
             cursor.execute(
                 "DELETE FROM forget_confirmations WHERE token_hash = %s AND user_id = %s"
+                " AND agent_id IS NOT DISTINCT FROM %s"
                 " AND (%s::boolean IS NULL OR (namespace IS NOT NULL) = %s::boolean)"
                 " RETURNING memory_ids, namespace, cutoff, purge,"
                 " expires_at <= statement_timestamp()",
-                [_token_hash(confirmation_token), str(user_id), *[_of_all(mode)] * 2],
+                [
+                    _token_hash(confirmation_token),
+                    str(user_id),
+                    None if agent_id is None else str(agent_id),
+                    *[_of_all(mode)] * 2,
+                ],
             )
             claimed = cursor.fetchone()
         if claimed is None:

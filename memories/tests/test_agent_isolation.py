@@ -234,6 +234,32 @@ def test_a_forget_preview_is_confirmable_only_by_its_agent(cast, agents):
     assert done["deleted_count"] == 1
 
 
+def test_an_agents_forget_all_token_is_not_confirmed_user_wide(cast, agents):
+    # The user-wide path sees the agent's token; confirming it there deleted
+    # the user's own memory too, which the agent's preview had not counted.
+    store_memory(cast.alice, "alice user-wide", namespace="shared")
+    store_memory(cast.alice, "research own", namespace="shared", agent=agents.research)
+    preview = services.forget(
+        user_id=cast.alice.id, agent_id=agents.research.id, mode="all", namespace="shared"
+    )
+    assert preview["total_matches"] == 1
+    from core.errors import ConfirmationInvalid
+
+    with pytest.raises(ConfirmationInvalid):
+        services.forget(
+            user_id=cast.alice.id, mode="all", confirmation_token=preview["confirmation_token"]
+        )
+    done = services.forget(
+        user_id=cast.alice.id,
+        agent_id=agents.research.id,
+        mode="all",
+        confirmation_token=preview["confirmation_token"],
+    )
+    assert done["deleted_count"] == 1
+    with tenancy.tenant(cast.alice.id):
+        assert list(Memory.objects.values_list("content", flat=True)) == ["alice user-wide"]
+
+
 def test_the_free_quota_counts_every_agents_memories(cast, agents, settings):
     settings.FREE_TIER_MAX_MEMORIES = 3
     fill_memories(cast.alice.id, 2)  # user-wide
