@@ -176,18 +176,10 @@ def forget(
     if mode == "by_id":
         if id is None:
             raise ValidationFailed('mode "by_id" needs the id of the memory to delete.')
-        stray = [name for name in _SEARCH_ONLY if arguments.get(name) is not None]
-        if arguments.get("limit") not in (None, 10):  # the tool's default
-            stray.append("limit")
-        if arguments.get("include_superseded"):
-            stray.append("include_superseded")
+        stray = _searching(arguments)
         if confirmation_token is not None:
             stray.append("confirmation_token")
-        if stray:
-            raise ValidationFailed(
-                'mode "by_id" takes id, and optionally namespace and purge; '
-                f"{' and '.join(stray)} belong to the other modes."
-            )
+        _refuse_stray("by_id", "id, and optionally namespace and purge", stray)
         return forget_by_id(
             user_id=user_id,
             agent_id=agent_id,
@@ -195,6 +187,11 @@ def forget(
             purge=purge,
             namespace=arguments.get("namespace"),
         )
+    if mode == "all":
+        stray = _searching(arguments)
+        if id is not None:
+            stray.append("id")
+        _refuse_stray("all", "namespace, and optionally purge and confirmation_token", stray)
     if confirmation_token is not None:
         return forget_confirm(
             user_id=user_id,
@@ -212,6 +209,25 @@ def forget(
             'mode "by_query" needs a query (to preview) or a confirmation_token (to delete).'
         )
     return forget_preview(user_id=user_id, agent_id=agent_id, purge=purge, **arguments)
+
+
+def _searching(arguments: search.QueryArguments) -> list[str]:
+    """The search arguments given, which only mode "by_query" reads (the tool's defaults aside)."""
+    stray = [name for name in _SEARCH_ONLY if arguments.get(name) is not None]
+    if arguments.get("limit") not in (None, 10):  # the tool's default
+        stray.append("limit")
+    if arguments.get("include_superseded"):
+        stray.append("include_superseded")
+    return stray
+
+
+def _refuse_stray(mode: str, takes: str, stray: list[str]) -> None:
+    """Refuse arguments a mode would not read: never dropped without a word."""
+    if stray:
+        verb = "belongs" if len(stray) == 1 else "belong"
+        raise ValidationFailed(
+            f'mode "{mode}" takes {takes}; {" and ".join(stray)} {verb} to the other modes.'
+        )
 
 
 @waits_for_announced

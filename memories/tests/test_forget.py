@@ -79,12 +79,12 @@ def test_a_namespace_given_with_an_id_must_be_the_memorys(cast):
 @pytest.mark.parametrize(
     ("given", "named"),
     [
-        ({"query": "standup"}, "query belong"),
-        ({"metadata_filter": {"team": "a"}}, "metadata_filter belong"),
-        ({"confirmation_token": "x" * 20}, "confirmation_token belong"),
-        ({"query": "standup", "threshold": 0.5}, "query and threshold belong"),
-        ({"limit": 5}, "limit belong"),
-        ({"include_superseded": True}, "include_superseded belong"),
+        ({"query": "standup"}, "query belongs"),
+        ({"metadata_filter": {"team": "a"}}, "metadata_filter belongs"),
+        ({"confirmation_token": "x" * 20}, "confirmation_token belongs"),
+        ({"query": "standup", "threshold": 0.5}, "query and threshold belong "),
+        ({"limit": 5}, "limit belongs"),
+        ({"include_superseded": True}, "include_superseded belongs"),
     ],
 )
 def test_by_id_refuses_the_arguments_of_the_other_modes_and_deletes_nothing(cast, given, named):
@@ -94,6 +94,28 @@ def test_by_id_refuses_the_arguments_of_the_other_modes_and_deletes_nothing(cast
         services.forget(user_id=cast.alice.id, mode="by_id", id=memory_id, **given)
 
     assert named in caught.value.message
+    assert ids_of(cast.alice.id) == {memory_id}
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"query": "standup"}, "query belongs"),
+        ({"metadata_filter": {"team": "a"}}, "metadata_filter belongs"),
+        ({"created_after": "2026-01-01T00:00:00Z"}, "created_after belongs"),
+        ({"threshold": 0.5, "id": "x"}, "threshold and id belong "),
+        ({"limit": 5}, "limit belongs"),
+    ],
+)
+def test_all_refuses_the_arguments_of_the_other_modes_and_deletes_nothing(cast, given, named):
+    # They were dropped: "all" with a query previewed, and then deleted, the whole namespace.
+    memory_id = remember(cast.alice.id, "The standup is at 9:30.")
+    preview = services.forget(user_id=cast.alice.id, mode="all", namespace="default")
+
+    for call in ({}, {"confirmation_token": preview["confirmation_token"]}):
+        with pytest.raises(ValidationFailed) as caught:
+            services.forget(user_id=cast.alice.id, mode="all", namespace="default", **call, **given)
+        assert named in caught.value.message
     assert ids_of(cast.alice.id) == {memory_id}
 
 
