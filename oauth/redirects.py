@@ -83,8 +83,9 @@ SYSTEM_SCHEMES = {
 # ms-officecmd, ms-word, ...): no client of ours owns one.
 SYSTEM_PREFIXES = ("ms-",)
 SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
-# Controls, spaces and the characters a URI never holds unencoded.
-UNSAFE = re.compile(r"[\x00-\x20\x7f<>\"{}|\\^`]")
+# Controls (C0 and C1), spaces, the characters a URI never holds unencoded,
+# and lone surrogates (JSON can carry one; no text can be stored with it).
+UNSAFE = re.compile(r"[\x00-\x20\x7f-\x9f<>\"{}|\\^`\ud800-\udfff]")
 
 
 def problem(uri: object) -> str | None:
