@@ -364,6 +364,14 @@ async def credential(endpoint: Endpoint, scope: Scope, raw: str) -> auth.AuthCon
     return tokens.caller(user.access_token)
 
 
+# What each endpoint's RFC 9728 document calls it: the tools it serves.
+RESOURCE_NAMES = {
+    resources.MCP_PATH: "Recall",
+    resources.AGENT_MCP_PATH: "Recall (agent tools)",
+    resources.V1_MCP_PATH: "Recall (v1 tools)",
+}
+
+
 def protected_resource_metadata() -> dict[str, Callable[[Scope, Receive, Send], Awaitable[None]]]:
     """Return the RFC 9728 documents by path: each endpoint's, and the root one (``/mcp``'s)."""
     # A string, not AnyHttpUrl: the metadata model keeps a bare origin without
@@ -375,7 +383,7 @@ def protected_resource_metadata() -> dict[str, Callable[[Scope, Receive, Send], 
             resource_url=AnyHttpUrl(resources.identifier(path)),
             authorization_servers=[issuer],
             scopes_supported=[resources.SCOPE],
-            resource_name="Recall" if path == resources.MCP_PATH else "Recall (agent tools)",
+            resource_name=RESOURCE_NAMES[path],
         )
         documents[route.path] = route.app
         if path == resources.MCP_PATH:

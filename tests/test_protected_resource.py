@@ -71,21 +71,23 @@ def test_an_anonymous_call_is_pointed_at_the_endpoints_metadata(live, path):
 
 
 @pytest.mark.parametrize(
-    ("document", "resource"),
+    ("document", "resource", "name"),
     [
-        ("/.well-known/oauth-protected-resource/mcp", "/mcp"),
-        ("/.well-known/oauth-protected-resource/agent/mcp", "/agent/mcp"),
-        ("/.well-known/oauth-protected-resource/v1/mcp", "/v1/mcp"),
+        ("/.well-known/oauth-protected-resource/mcp", "/mcp", "Recall"),
+        ("/.well-known/oauth-protected-resource/agent/mcp", "/agent/mcp", "Recall (agent tools)"),
+        # It was named for the agent tools too.
+        ("/.well-known/oauth-protected-resource/v1/mcp", "/v1/mcp", "Recall (v1 tools)"),
         # Clients that look only at the root get /mcp's.
-        ("/.well-known/oauth-protected-resource", "/mcp"),
+        ("/.well-known/oauth-protected-resource", "/mcp", "Recall"),
     ],
 )
-def test_each_endpoint_publishes_its_protected_resource_metadata(live, document, resource):
+def test_each_endpoint_publishes_its_protected_resource_metadata(live, document, resource, name):
     response = httpx2.get(live.url + document)
 
     assert response.status_code == 200
     metadata = response.json()
     assert metadata["resource"] == live.url + resource
+    assert metadata["resource_name"] == name
     assert metadata["authorization_servers"] == [live.url]
     assert metadata["scopes_supported"] == ["memory"]
 
