@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 Schema = Mapping[str, Any]
@@ -30,18 +30,23 @@ KEY_MAX = 64
 _CLASS_PATTERN = re.compile(r"^\^\[([^\]]+)\]\+\$$")
 
 
-def problem(errors: Sequence[Mapping[str, Any]], schema: Schema) -> str:
+def problem(
+    errors: Sequence[Mapping[str, Any]], schema: Schema, nulls: Collection[str] = ()
+) -> str:
     """Return one message for validation ``errors`` against the object ``schema``.
 
     ``errors`` are pydantic's (``ValidationError.errors()``); only their
-    location and type are read, never their message or input.
+    location and type are read, never their message or input. ``nulls``
+    names the arguments sent as null: a required one is said to be missing.
     """
     found: dict[str, str] = {}
+    missing = set(schema.get("required") or ()) & set(nulls)
     for error in errors:
         path, node = locate(schema, error.get("loc", ()))
         if path in found:
             continue
-        found[path] = sentence(path, node, str(error.get("type", "")), schema)
+        kind = "missing" if path in missing else str(error.get("type", ""))
+        found[path] = sentence(path, node, kind, schema)
     if not found:
         return "The arguments are not valid."
     sentences = list(found.values())

@@ -49,11 +49,37 @@ def test_a_document_that_is_not_an_object_is_described_without_a_class_name(live
     assert message == "document must be an object with content and path."
 
 
+@pytest.mark.parametrize(
+    ("document", "named"),
+    [
+        ({"content": "Runbook\x00", "path": "ops/runbook.md"}, "document.content "),
+        ({"content": "Runbook", "path": "ops/\x00runbook.md"}, "document.path "),
+        ({"content": "Runbook", "path": " "}, "document.path is required"),
+    ],
+)
+def test_a_documents_field_is_named_within_the_document(live, token, document, named):
+    # It was named as if it were the call's own content or path argument.
+    message = refusal(live.url + "/agent/mcp", token, "memory_add", {"document": document})
+
+    assert message.startswith(named)
+
+
 def test_a_missing_argument_is_named_and_said_to_be_required(live, cast):
     assert refusal(live.mcp_url, cast.alice_key.raw, "recall", {}) == "query is required."
     assert (
         refusal(live.url + "/v1/mcp", cast.alice_key.raw, "delete_memory", {})
         == "memory_id is required."
+    )
+
+
+def test_a_required_argument_sent_as_null_is_said_to_be_required(live, cast):
+    # It was asked for as text of at most 64 characters, as if null were a wrong type.
+    v1 = live.url + "/v1/mcp"
+    arguments = {"memory_id": None, "content": "Deploys go to eu-west-1."}
+
+    assert refusal(v1, cast.alice_key.raw, "update_memory", arguments) == "memory_id is required."
+    assert refusal(live.mcp_url, cast.alice_key.raw, "recall", {"query": None}) == (
+        "query is required."
     )
 
 

@@ -358,7 +358,8 @@ def _check_arguments(
         checked = tool.fn_metadata.validate_arguments(arguments)
     except ValidationError as exc:
         # Worded from the published inputSchema, never from pydantic's text.
-        return wording.problem(exc.errors(include_input=False), tool.parameters), {}
+        nulls = [str(key) for key, value in arguments.items() if value is None]
+        return wording.problem(exc.errors(include_input=False), tool.parameters, nulls), {}
     return None, checked
 
 

@@ -114,6 +114,7 @@ def add(
             agent_id=agent_id,
             content=document.get("content"),
             path=document.get("path"),
+            within="document.",
             author=author,
             thread_id=thread_id,
             task_id=task_id,
@@ -163,6 +164,7 @@ def add_document(
     agent_id: uuid.UUID | str | None,
     content: object,
     path: object,
+    within: str = "",
     author: object = None,
     thread_id: object = None,
     task_id: object = None,
@@ -171,13 +173,16 @@ def add_document(
 
     With ``thread_id``, the chunks belong to that session, as its notes and
     turns do; the same document in another thread is that thread's copy.
+    ``within`` prefixes the fields' names in refusals (``document.``).
     """
     from memories import chunking
 
-    where = _label(path, "path", PATH_MAX)
+    where = _label(path, f"{within}path", PATH_MAX)
     if not where:
-        raise ValidationFailed("A document needs a path, such as 'docs/handbook.md'.")
-    text = validation.text(content, field="content", maximum=DOCUMENT_MAX)
+        raise ValidationFailed(
+            f"{within}path is required: where the document lives, such as 'docs/handbook.md'."
+        )
+    text = validation.text(content, field=f"{within}content", maximum=DOCUMENT_MAX)
     writer = _label(author, "author") or ""
     items = tuple(
         Item(
