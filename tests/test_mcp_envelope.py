@@ -149,6 +149,8 @@ def test_a_lone_surrogate_escape_is_refused_as_no_text_answering_the_request(liv
     assert error["code"] == -32602
     assert error["message"].startswith("Text must be valid Unicode")
     assert error["data"]["error"]["code"] == "validation_failed"
+    # Refused before a call was read from it: no call, so no usage event (README, "Usage").
+    assert usage_events(timeout=0.5) == []
 
 
 @pytest.mark.parametrize("method", ["tools/call", "tools/list", "ping"])
