@@ -11,10 +11,16 @@
   binds a request without one to ``/mcp``) or of its refresh token, and
   ``invalid_target`` when those name none, rather than a token that every
   endpoint would refuse.
+* A code presented with a wrong or missing PKCE verifier is spent: it is
+  deleted, so whoever holds a stolen code gets one guess, not as many as
+  the code's lifetime allows, and the right verifier after it is refused too.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 from typing import Any
 
 from oauth2_provider.oauth2_validators import OAuth2Validator
@@ -70,6 +76,25 @@ class Validator(OAuth2Validator):
             )
         return valid
 
+    def get_code_challenge(self, code: str, request: Any) -> str | None:
+        grant = Grant.objects.filter(code=code, application=request.client).first()
+        if grant is None or not grant.code_challenge:
+            return None
+        # Read before the grant may go: oauthlib asks for it after this.
+        request.code_challenge_method = grant.code_challenge_method or None
+        verifier = request.code_verifier
+        if not isinstance(verifier, str) or not hmac.compare_digest(
+            _s256(verifier), grant.code_challenge
+        ):
+            grant.delete()  # oauthlib refuses the request: invalid_grant, or the verifier missing
+        return str(grant.code_challenge)
+
+    def get_code_challenge_method(self, code: str, request: Any) -> str | None:
+        method = getattr(request, "code_challenge_method", None)
+        if method is not None:
+            return str(method)
+        return super().get_code_challenge_method(code, request)
+
     def validate_refresh_token(
         self, refresh_token: str, client: Any, request: Any, *args: Any, **kwargs: Any
     ) -> bool:
@@ -95,3 +120,9 @@ class Validator(OAuth2Validator):
         RefreshToken.objects.filter(pk=refresh.pk).update(agent_id=request.agent_id)
         refresh.agent_id = request.agent_id
         return refresh
+
+
+def _s256(verifier: str) -> str:
+    """The S256 challenge of ``verifier`` (RFC 7636 section 4.2), the only method offered."""
+    digest = hashlib.sha256(verifier.encode("ascii", "replace")).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")

@@ -405,6 +405,17 @@ def test_refresh_rotation_revocation_and_the_refusals(
     )
     assert wrong.status_code == 400
     assert wrong.json()["error"] == "invalid_grant"
+    # The guess spent the code: the right verifier after it gets nothing either.
+    late = token_request(
+        server,
+        grant_type="authorization_code",
+        code=code,
+        redirect_uri=callback.url,
+        client_id=client_id,
+        code_verifier=verifier,
+    )
+    assert late.status_code == 400
+    assert late.json()["error"] == "invalid_grant"
 
     # A fresh code with the right verifier does.
     verifier, challenge = pkce()
