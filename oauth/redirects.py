@@ -118,7 +118,14 @@ def problem(uri: object) -> str | None:
             f"redirect URI {shown!r} uses http on another machine; use https, or http on "
             "127.0.0.1, [::1] or localhost"
         )
-    return _scheme_problem(scheme, shown)
+    refused = _scheme_problem(scheme, shown)
+    if refused is None and not parts.netloc and not parts.path.startswith("/"):
+        # What the toolkit refuses after us, in its own words ("invalid URI").
+        return (
+            f"redirect URI {shown!r} has no path after its scheme; a private-use scheme's URI "
+            "goes on with / (com.example.app:/callback)"
+        )
+    return refused
 
 
 def _scheme_problem(scheme: str, shown: str) -> str | None:
