@@ -23,13 +23,24 @@ class TooDeep(ValueError):
     """JSON nested deeper than ``MAX_DEPTH``: stdlib parsers would recurse on it."""
 
 
+class TooLong(ValueError):
+    """A JSON integer of more digits than Python converts (``sys.get_int_max_str_digits``)."""
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # valid JSON (the scanner matched it), so only its length is at fault
+        raise TooLong("a JSON number too long to read") from None
+
+
 def loads(data: bytes | str) -> Any:
     """Return the JSON value in ``data``; raise ValueError if it is not JSON, TooDeep (a
-    ValueError) if it nests too deep."""
+    ValueError) if it nests too deep, TooLong (one too) for an integer too long to read."""
     if isinstance(data, bytes | bytearray) and _too_deep(data):
         raise TooDeep("JSON nested too deeply")
     try:
-        return json.loads(data)
+        return json.loads(data, parse_int=_whole)
     except RecursionError:
         raise TooDeep("JSON nested too deeply") from None
     except (UnicodeDecodeError, TypeError) as exc:

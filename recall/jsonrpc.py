@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -91,6 +92,12 @@ def parse(body: bytes) -> dict[str, Any]:
     """Return the one JSON-RPC message in ``body``, or raise ``Invalid`` saying what is wrong."""
     try:
         message = safejson.loads(body)
+    except safejson.TooLong:
+        raise Invalid(
+            "Parse error: a number in the body has more digits than this server reads"
+            f" ({sys.get_int_max_str_digits():,}).",
+            rpc_code=PARSE_ERROR,
+        ) from None
     except ValueError:
         raise Invalid(
             "Parse error: the body is not valid JSON (or is nested too deeply).",

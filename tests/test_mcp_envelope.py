@@ -56,6 +56,18 @@ def remember_body(content: str) -> dict:
     }
 
 
+def test_a_number_too_long_to_read_is_called_that_not_invalid_json(live, cast):
+    # Valid JSON that Python will not convert; it was "the body is not valid JSON".
+    body = json.dumps(remember_body("x")).replace('"x"', "9" * 5000).encode()
+
+    response = post(live, cast.alice_key.raw, body)
+
+    assert response.status_code == 400
+    error = refusal(response)
+    assert error["code"] == -32700
+    assert error["message"].startswith("Parse error: a number in the body has more digits")
+
+
 @pytest.mark.parametrize("depth", [978, 979, 5000])
 def test_a_deeply_nested_body_gets_a_parse_error_not_a_500(live, cast, depth):
     response = post(live, cast.alice_key.raw, b"[" * depth + b"]" * depth)
