@@ -399,12 +399,15 @@ def reworded(
         return f"Method not found: {named} is not a method this server serves."
     if rpc_code == HEADER_MISMATCH and isinstance(message, str):
         for header, repeats in _REPEATED.items():
-            if message.startswith(header.decode() + " ") and header not in headers:
-                shown, what = repeats.split(": ", 1)
+            if not message.lower().startswith(header.decode() + " "):
+                continue
+            shown, what = repeats.split(": ", 1)
+            if header not in headers:
                 return (
                     f"The {shown} header is missing: with this protocol version every "
                     f"request sends it, holding {what}."
                 )
+            return f"The {shown} header does not match the body: it must hold {what}."
     return clean_message(message, rpc_code)
 
 

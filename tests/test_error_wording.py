@@ -339,6 +339,18 @@ def test_a_missing_method_header_is_called_missing_not_a_mismatch(live, cast):
     )
 
 
+def test_a_method_header_that_disagrees_with_the_body_is_called_a_mismatch_in_our_words(live, cast):
+    # It was the SDK's "mcp-method header does not match the request body's method".
+    body = fuzz.envelope("tools/list", {}, fuzz.MODERN)
+    sent = {"MCP-Protocol-Version": fuzz.MODERN, "Mcp-Method": "ping"}
+
+    response = send(live.mcp_url, cast.alice_key.raw, body, **sent)
+
+    assert refused(response, 400) == (
+        "The Mcp-Method header does not match the body: it must hold the request's method."
+    )
+
+
 def test_a_compressed_body_is_refused_as_an_encoding_we_do_not_read(live, cast):
     body = gzip.compress(json.dumps(fuzz.envelope("tools/list", {}, fuzz.LEGACY)).encode())
     sent = {**fuzz.headers(cast.alice_key.raw, fuzz.LEGACY), "Content-Encoding": "gzip"}
