@@ -35,10 +35,14 @@ class AuthContext:
         per token, connection, client or agent would multiply the tier's rate
         without bound. A key made to replace a revoked one starts with a full
         bucket of its own, so a key's calls also draw from ``ceiling_key``.
+
+        One bucket per tier, as the ceiling's: a user who upgrades because
+        their bucket ran dry gets the new tier's full allowance at once, not
+        the empty bucket refilling at the new rate.
         """
         if self.api_key_id is not None:
-            return f"key:{self.api_key_id}"
-        return f"oauth:{self.user_id}"
+            return f"key:{self.api_key_id}:{self.tier}"
+        return f"oauth:{self.user_id}:{self.tier}"
 
     @property
     def ceiling_key(self) -> str | None:

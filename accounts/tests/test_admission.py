@@ -124,6 +124,23 @@ def test_the_limit_follows_the_keys_tier(cast, limiter, settings):
     assert refused.error.message == "Rate limit for the pro tier exceeded. Retry in 20 s."
 
 
+@pytest.mark.parametrize("oauth", [False, True])
+def test_a_tier_bought_when_the_bucket_ran_dry_gives_its_allowance_at_once(
+    cast, limiter, settings, oauth
+):
+    # The empty bucket carried over, refilling at the new rate: after paying,
+    # the user still waited.
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "free": (2, 60), "pro": (5, 60)}
+    key = None if oauth else cast.charlie_key.key.id
+    free = AuthContext(user_id=cast.charlie.id, api_key_id=key, tier="free")
+    spend(free, 2)
+    assert not admission.admit(free).allowed
+
+    pro = AuthContext(user_id=cast.charlie.id, api_key_id=key, tier="pro")
+
+    assert admission.admit(pro).headers["RateLimit-Remaining"] == "4"
+
+
 def test_a_long_tool_name_is_cut_to_fit_the_usage_event(alice, limiter):
     spend(alice, 10)
 

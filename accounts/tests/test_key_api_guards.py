@@ -76,7 +76,7 @@ def test_it_is_rate_limited_like_mcp_with_retry_after(cast, client, settings):
 def test_it_shares_the_bucket_the_mcp_endpoint_uses(cast, client, settings):
     settings.RATE_LIMITS = {**settings.RATE_LIMITS, "free": (1, 60)}
     capacity, refill = ratelimit.limit_for_tier("free")
-    ratelimit.get_rate_limiter().check(f"key:{cast.alice_key.key.id}", capacity, refill)
+    ratelimit.get_rate_limiter().check(f"key:{cast.alice_key.key.id}:free", capacity, refill)
 
     assert call(client, "GET", "/api/keys", cast.alice_key.raw).status_code == 429
 
