@@ -411,14 +411,14 @@ def forget_confirm(
             # writer, where the agent's preview counted its own memories only.
             cursor.execute(
                 "DELETE FROM forget_confirmations WHERE token_hash = %s AND user_id = %s"
-                " AND agent_id IS NOT DISTINCT FROM %s"
+                " AND coalesce(agent_id::text, '') = %s"
                 " AND (%s::boolean IS NULL OR (namespace IS NOT NULL) = %s::boolean)"
                 " RETURNING memory_ids, namespace, cutoff, purge,"
                 " expires_at <= statement_timestamp()",
                 [
                     _token_hash(confirmation_token),
                     str(user_id),
-                    None if agent_id is None else str(agent_id),
+                    "" if agent_id is None else str(agent_id),
                     *[_of_all(mode)] * 2,
                 ],
             )
