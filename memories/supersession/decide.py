@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from memories.supersession.subjects import two_things, words
+from memories.supersession.subjects import numbered_things, two_things, words
 from memories.supersession.text import (
     CACHED_CHARS,
     QUOTE,
@@ -456,6 +456,7 @@ def _apart(old: str, new: str, evidence: Evidence) -> str | None:
         or _one_of_several(old, evidence)
         or _several_values(old, old_reading, new_reading, evidence)
         or _numbered(old, new, evidence)
+        or numbered_things(old, new)
         or (None if evidence.change_words else two_things(old, new))
     )
     if reason is None and max(old_reading.length, new_reading.length) <= 2:

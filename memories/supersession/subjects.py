@@ -41,6 +41,7 @@ _HEAD = 6  # the shared opening looked at, in words
 _SPAN = 2  # the most words on each side that name the thing
 _NOT_LABELS = frozenset({"version", "v", "release", "build", "revision", "rev"})
 _YEAR_OR_CODE = re.compile(r"(?:19|20)\d\d|[a-z]+\d+[a-z\d]*")
+_NUMBER_NAME = re.compile(r"\d+[a-z]?")  # "737", "401k", "12b": not "9am", "24gb"
 _OF = frozenset({"of", "for"})
 # Prepositions that may qualify a subject ("the cluster in eu-west-1", "lunch
 # with Ana"): two openings alike up to and through one still name one thing
@@ -73,6 +74,34 @@ def two_things(old: str, new: str) -> str | None:
     """Return why ``old`` and ``new`` are about two things their openings name, or None."""
     a, b = _opening(old), _opening(new)
     return _labelled(a, b) or _named(a, b, old, new)
+
+
+def numbered_things(old: str, new: str) -> str | None:
+    """Return why ``old`` and ``new`` name two things by a number, or None.
+
+    A number between a determiner and the same noun names which one: "The 737 / 787
+    fleet", "Our 401k / 529 provider", "The 12 / 12b bus", "The 7731 / 7732 build agent".
+    A change word does not make them one ("Our 529 provider is now Vanguard" says what
+    changed for the 529, not for the 401k). A count is not a name: it has no determiner
+    ("12 / 15 people attend"), or a plural noun after it ("The 5 / 7 engineers"). A
+    measure before a noun may be either ("The 30 / 15 minute standup", "The 100 / 200
+    meter race"): kept apart, since a hidden true fact costs more than a missed update."""
+    a, b = _opening(old), _opening(new)
+    for k in range(min(_HEAD, len(a) - 1, len(b) - 1)):
+        x, y = a[k].lower(), b[k].lower()
+        if x == y:
+            continue
+        if k == 0 or a[k - 1].lower() not in _DETERMINERS or not _subject_so_far(a[:k]):
+            return None
+        if not (_NUMBER_NAME.fullmatch(x) and _NUMBER_NAME.fullmatch(y)):
+            return None
+        noun = a[k + 1].lower()
+        if noun != b[k + 1].lower() or not noun.isalpha() or noun in STOP:
+            return None
+        if noun.endswith("s") and not noun.endswith(("ss", "us", "is")):
+            return None  # plural: how many
+        return f"about two things ({a[k]} / {b[k]})"
+    return None
 
 
 def words(text: str) -> Iterator[str]:

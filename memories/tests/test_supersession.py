@@ -633,6 +633,13 @@ def test_numbered_items_of_a_series_are_two_memories(old: str, new: str) -> None
             "Storage in the Sydney region costs $0.025.",
         ),
         ("The config key alpha is 1", "The config key beta is 2"),
+        # A number between a determiner and the same noun names which one, even said
+        # with a change word: each was linked on "quantity 737 -> 787".
+        ("The 737 fleet is based in Denver.", "The 787 fleet is based in Denver."),
+        ("The 3090 GPU box has 24 GB of memory.", "The 4090 GPU box has 32 GB of memory."),
+        ("The 7731 build agent runs Ubuntu 22.04.", "The 7732 build agent runs Ubuntu 24.04."),
+        ("Our 401k provider is Fidelity.", "Our 529 provider is now Vanguard."),
+        ("The 12 bus stops at Elm Street.", "The 12b bus stops at Oak Avenue."),
     ],
 )
 def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
@@ -668,8 +675,13 @@ def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
             "The printer jams on tray 2 when it is humid.",
             "The printer jams on tray 3 when it is humid.",
         ),
-        # A count up front is the slot's value, not a name.
+        # A count up front is the slot's value, not a name; so is one before a plural.
         ("5 engineers work on search.", "7 engineers work on search."),
+        (
+            "The 5 engineers on the team work remotely.",
+            "The 7 engineers on the team work remotely.",
+        ),
+        ("The 2 kids go to Maple school.", "The 3 kids go to Maple school."),
         # The subject said alike: a determiner, or a word added, names nothing new.
         ("The house alarm code is 2580.", "Alarm code is 7314."),
         # ... nor one word spelt, shortened or punctuated two ways.
