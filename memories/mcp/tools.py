@@ -146,6 +146,10 @@ class ForgetMatch(BaseModel):
     content: str
     similarity: float
     score: float
+    superseded_by: str | None = Field(
+        None, description="Only on a replaced memory (include_superseded): what replaced it."
+    )
+    superseded_at: str | None = Field(None, description="Only on a replaced memory: since when.")
     may_be_replaced_by: str | None = Field(None, description=MAY_BE_REPLACED_BY)
 
 

@@ -629,6 +629,11 @@ def _match(hit: search.Found) -> Match:
         "similarity": hit.similarity,
         "score": hit.score,
     }
+    memory = hit.memory
+    if memory.superseded_by is not None and memory.superseded_at is not None:
+        # Only with include_superseded: marked as replaced, as recall marks it.
+        match["superseded_by"] = str(memory.superseded_by)
+        match["superseded_at"] = iso(memory.superseded_at)
     if hit.may_be_replaced_by is not None:
         match["may_be_replaced_by"] = hit.may_be_replaced_by
     return match

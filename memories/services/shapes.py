@@ -139,6 +139,8 @@ class Match(TypedDict):
     content: str
     similarity: float
     score: float
+    superseded_by: NotRequired[str]
+    superseded_at: NotRequired[str]
     may_be_replaced_by: NotRequired[str]
 
 

@@ -809,6 +809,9 @@ def test_forget_previews_follow_the_same_rule(cast) -> None:
 
     assert [m["id"] for m in preview["matches"]] == [new]
     assert {m["id"] for m in wider["matches"]} == {old, new}
+    # Marked as recall marks it: the replaced one looked current here.
+    marks = {m["id"]: m.get("superseded_by") for m in wider["matches"]}
+    assert marks == {old: new, new: None}
 
 
 def test_lists_and_stats_show_or_hide_replaced_memories(cast) -> None:
