@@ -250,17 +250,7 @@ def _store(
             if call.note and first and first[1]
             else []
         )
-        links: list[superseding.Link] = []
-        if call.replaces is not None:
-            superseding.check_replaces(
-                user_id,
-                agent_id,
-                call.namespace,
-                call.replaces,
-                call.task_id,
-                found=first[0] if first else None,
-            )
-            links = [superseding.Link(call.replaces, {"decided_by": "explicit"})]
+        links, linked_before = _named_link(user_id, agent_id, call, first[0] if first else None)
         stored: dict[Place, uuid.UUID] = {}
         new_ids = {i: ids[i] if ids else uuid.uuid4() for i in fresh}
         batch = _insert_all(user_id, agent_id, call, places, new_ids, vector_for)
@@ -295,15 +285,35 @@ def _store(
             # since, it is current again (above) and replaces what held its place.
             assert found is not None, "every item is stored or found"
             named = links if call.replaces else []
-            results.append(
-                _linked(user_id, found, True, named + [x for x in again if x.old != call.replaces])
+            result = _linked(
+                user_id, found, True, named + [x for x in again if x.old != call.replaces]
             )
+            if linked_before:  # the same call again: its link stands, and is said
+                result["replaces"] = [str(call.replaces), *result.get("replaces", [])]
+            results.append(result)
         if finish is not None:
             finish(results)
     if pending is not None:
         [only] = results
         _settle(user_id, agent_id, only, *pending)
     return results
+
+
+def _named_link(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    call: Remembering,
+    found: uuid.UUID | None,
+) -> tuple[list[superseding.Link], bool]:
+    """The link a named ``replaces`` asks for, checked; and whether it stands already
+    (the same call again: ``found`` replaces it), when there is none to write."""
+    if call.replaces is None:
+        return [], False
+    if superseding.check_replaces(
+        user_id, agent_id, call.namespace, call.replaces, call.task_id, found=found
+    ):
+        return [], True
+    return [superseding.Link(call.replaces, {"decided_by": "explicit"})], False
 
 
 def _not_itself(found: uuid.UUID | None, replaces: uuid.UUID | None) -> None:

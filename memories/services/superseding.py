@@ -103,7 +103,7 @@ def check_replaces(
     old: uuid.UUID,
     task_id: str | None = None,
     found: uuid.UUID | None = None,
-) -> None:
+) -> bool:
     """Check, inside the caller's tenant transaction, that a write may replace ``old``.
 
     It must be a memory the caller can see (else NotFound: another tenant's
@@ -111,6 +111,8 @@ def check_replaces(
     writer, a note of the same task as the write (``task_id``) or of none,
     and current: the pairs detection and newer first take. ``found`` is the
     memory already holding the write's content, which the link will change.
+    Return True when ``old`` is replaced by ``found`` already: the same call
+    again (a retry, a hint taken twice), whose link stands.
     """
     # Locked, as ``lock`` does, before the write stores anything: the answer
     # holds until the link is written, and the lock order stays rows first.
@@ -134,10 +136,13 @@ def check_replaces(
             "replaces must name a memory of the same namespace, written by the same writer."
         )
     _replaceable(old, row, task_id)
+    if row["superseded_by"] is not None and row["superseded_by"] == found:
+        return True
     if row["superseded_by"] is not None:
         raise Conflict(
             f"Memory {old} is already replaced by {row['superseded_by']}; replace that one."
         )
+    return False
 
 
 def _replaceable(memory_id: object, row: Mapping[str, Any], task_id: str | None) -> None:

@@ -139,6 +139,19 @@ def test_an_already_replaced_memory_is_a_conflict(cast) -> None:
         remember(cast.alice.id, "The team standup is at 10:15 now.", replaces=old)
 
 
+def test_the_same_replacing_call_again_is_answered_as_the_first_not_a_conflict(cast) -> None:
+    # A retry after a timeout, or a hint taken twice: it was a conflict telling the caller
+    # to replace the memory this very call had stored.
+    old = remember(cast.alice.id, "The team standup is at 9:30.")["id"]
+    first = remember(cast.alice.id, "The team standup moved to 10:00.", replaces=old)
+
+    again = remember(cast.alice.id, "The team standup moved to 10:00.", replaces=old)
+
+    assert (again["id"], again["deduped"], again["replaces"]) == (first["id"], True, [old])
+    assert row(old).superseded_by == uuid.UUID(first["id"])
+    assert [v.action for v in history(first["id"])] == ["created"]  # nothing written again
+
+
 def test_a_changed_fact_is_found_without_being_named(cast) -> None:
     old = remember(cast.alice.id, OLD)["id"]
     remember(cast.alice.id, "The production database runs on pg-prod-1.")
