@@ -138,11 +138,40 @@ def check_replaces(
     _replaceable(old, row, task_id)
     if row["superseded_by"] is not None and row["superseded_by"] == found:
         return True
+    if row["superseded_by"] is not None and _free_if_expired(user_id, old, row["superseded_by"]):
+        return False
     if row["superseded_by"] is not None:
         raise Conflict(
             f"Memory {old} is already replaced by {row['superseded_by']}; replace that one."
         )
     return False
+
+
+def _free_if_expired(user_id: uuid.UUID | str, old: uuid.UUID, holder: uuid.UUID) -> bool:
+    """Make ``old`` current now if ``holder``, what replaced it, has expired; say whether.
+
+    The purge would free it within a minute (``FREED_BY_EXPIRY``); until then the
+    expired holder is no tool's to name, so a write naming ``old`` was told to replace
+    a memory it could not. ``old`` is locked by the caller; the holder is only read
+    (an expired memory changes no more), so the lock order stays as it was.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM memories WHERE user_id = %s AND id = %s"
+            " AND expires_at <= statement_timestamp()",
+            [str(user_id), holder],
+        )
+        if cursor.fetchone() is None:
+            return False
+        cursor.execute(
+            "SELECT set_config('app.supersession', %s, true)", [json.dumps(FREED_BY_EXPIRY)]
+        )
+        cursor.execute(
+            "UPDATE memories SET superseded_by = NULL WHERE id = %s AND user_id = %s",
+            [old, str(user_id)],
+        )
+        cursor.execute("SELECT set_config('app.supersession', '', true)")
+    return True
 
 
 def _replaceable(memory_id: object, row: Mapping[str, Any], task_id: str | None) -> None:

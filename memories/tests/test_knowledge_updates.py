@@ -704,6 +704,22 @@ def test_a_fact_stated_again_links_no_expired_memory(cast) -> None:
     assert row(new).superseded_by is None
 
 
+def test_a_memory_whose_replacement_expired_can_be_named_before_the_purge(cast) -> None:
+    # It was a conflict ("already replaced by <the expired one>; replace that one"), and
+    # naming the expired one was not_found: no way on but restore, until the purge ran.
+    old = remember(cast.alice.id, OLD)["id"]
+    gone = remember(cast.alice.id, NEW, replaces=old)["id"]
+    with tenancy.operator():
+        Memory.objects.filter(id=gone).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    newest = remember(cast.alice.id, "The primary database moved to pg-main-3.", replaces=old)
+
+    assert newest["replaces"] == [old]
+    assert row(old).superseded_by == uuid.UUID(newest["id"])
+    freed = [v for v in history(old) if v.action == "restored"]
+    assert [decided(v)["decided_by"] for v in freed] == ["expiry"]
+
+
 def test_a_fact_stated_again_by_another_writer_is_its_own_memory(cast, agents) -> None:
     # Deduplication is per writer: the user-wide copy stays replaced.
     old = remember(cast.alice.id, OLD)["id"]
