@@ -62,6 +62,18 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.write(__doc__ or "")
         return
     command, rest = args[0], args[1:]
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        _run(command, rest)
+    except ImproperlyConfigured as exc:
+        # A setting the environment gets wrong: one line naming it, not a traceback
+        # (which a desktop client's log would show, and nothing else).
+        sys.stderr.write(f"recall {command}: configuration: {exc}\n")
+        raise SystemExit(2) from None
+
+
+def _run(command: str, rest: list[str]) -> None:
     asks_help = "-h" in rest or "--help" in rest
     if asks_help:
         _help_without_database()

@@ -207,8 +207,21 @@ def persisted_secret(path: Path) -> str:
     """Return the secret stored at ``path``, creating it (mode 0600) on first use.
 
     Used only for the single-machine default, where no one has configured
-    secrets yet; ``O_EXCL`` makes two processes starting together agree.
+    secrets yet; ``O_EXCL`` makes two processes starting together agree. A
+    data directory that cannot hold it (not writable, another user's, a file)
+    is a configuration problem, said as one rather than as a traceback.
     """
+    try:
+        return _persisted_secret(path)
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"the data directory {path.parent} cannot hold its secrets ({path.name}: "
+            f"{exc.strerror or exc}). RECALL_DATA_DIR must name a directory this user "
+            "owns and can write, or one it can create."
+        ) from None
+
+
+def _persisted_secret(path: Path) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

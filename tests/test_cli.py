@@ -212,6 +212,32 @@ def test_the_cli_explains_itself():
 
 
 @pytest.mark.parametrize(
+    ("command", "setting", "said"),
+    [
+        ("serve", {"LOG_LEVEL": "verbose"}, "LOG_LEVEL must be one of"),
+        ("worker", {"RATE_LIMIT_FREE": "10/day"}, "RATE_LIMIT_FREE"),
+        ("list-keys", {"PORT": "abc"}, "PORT"),
+        ("create-key", {"RECALL_DATA_DIR": "a-file"}, "cannot hold its secrets"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_it_not_a_traceback(tmp_path, command, setting, said):
+    # Each was some thirty lines of stack above the message; a desktop client's
+    # log shows a stdio server's stderr and nothing else.
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL"}}
+    env["RECALL_DATA_DIR"] = str(tmp_path / "data")
+    (tmp_path / "a-file").write_text("not a directory")
+    env.update({k: str(tmp_path / v) if v == "a-file" else v for k, v in setting.items()})
+
+    operand = [] if command in ("serve", "worker") else ["someone@example.com"]
+    refused = recall_command(command, *operand, env=env, timeout=120)
+
+    assert refused.returncode == 2
+    assert "Traceback" not in refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith(f"recall {command}: configuration: ") and said in line, line
+
+
+@pytest.mark.parametrize(
     ("argv", "usage"),
     [
         (["import", "--from", "mem0", "--help"], "usage: recall import "),
