@@ -36,7 +36,7 @@ from memories.models import (
     MemoryHistory,
 )
 from memories.services import superseding
-from memories.services.queue import waits_for_announced
+from memories.services.queue import settle_namespace, waits_for_announced
 from memories.services.shapes import Change, Deleted, Forgotten, Match, Version
 from memories.services.storing import drop_expired_copy, holder
 
@@ -462,6 +462,7 @@ def forget_namespace(
     """
     ns = validation.namespace(namespace)
     wipe = validation.flag(purge, field="purge")
+    settle_namespace(user_id, agent_id, ns)  # adds queued before this call go with it
     with tenancy.tenant(user_id, agent_id=agent_id):
         deleted = _delete_namespace(user_id, ns, None, wipe)
     return {"deleted_count": deleted, "namespace": ns, "purged": wipe}

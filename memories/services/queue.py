@@ -396,6 +396,53 @@ def _settled(user_id: str, agent_id: str | None, job: uuid.UUID) -> str:
         time.sleep(0.25)
 
 
+def settle_namespace(user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, ns: str) -> int:
+    """Before a one-call delete of ``ns``: let the caller's background adds into it settle.
+
+    An add queued before the delete is one the delete is meant to take, but
+    its memories were not stored yet, so they outlived it (seed 001's
+    ``add_memory`` queues by default: add, then ``delete_all_memories``, kept
+    everything). Wait up to ``ANNOUNCED_WAIT_SECONDS`` for those jobs; one
+    still queued then is withdrawn (failed, ``conflict``), so its memories
+    are never stored. Return how many were withdrawn. A job already running
+    is left to end: it may be storing now.
+    """
+    user = str(user_id)
+    agent = None if agent_id is None else str(agent_id)
+    cutoff = timezone.now()
+    deadline = time.monotonic() + ANNOUNCED_WAIT_SECONDS
+    while True:
+        with tenancy.tenant(user, agent_id=agent):
+            pending = dict(
+                Job.objects.filter(
+                    user_id=user,
+                    kind="remember",
+                    status__in=PENDING,
+                    created_at__lte=cutoff,
+                    payload__namespace=ns,
+                ).values_list("id", "status")
+            )
+        if not pending:
+            return 0
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    queued = [job for job, status in pending.items() if status == JobStatus.QUEUED]
+    message = (
+        f"Withdrawn before it ran: delete_all_memories emptied namespace {ns} after this "
+        "add was queued, so its memories were not stored."
+    )
+    with tenancy.operator():
+        return Job.objects.filter(id__in=queued, status=JobStatus.QUEUED).update(
+            status=JobStatus.FAILED,
+            payload=None,
+            error_code=errors.Conflict.code,
+            error_message=message[:500],
+            finished_at=timezone.now(),
+            lease_until=None,
+        )
+
+
 def extend_leases() -> int:
     """Extend the lease of every job this process is running; return how many it still has.
 

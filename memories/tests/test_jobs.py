@@ -517,3 +517,40 @@ def test_concurrent_queuing_at_the_quota_lets_exactly_one_through(cast):
         thread.join(30)
 
     assert sorted(outcomes) == ["queued"] + ["refused"] * 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deleting_a_namespace_in_one_call_takes_the_adds_queued_before_it(cast, monkeypatch):
+    # Seed 001's add_memory queues; an add then delete_all_memories deleted
+    # nothing, and the memories appeared once the worker ran.
+    queued = [enqueue(cast.alice.id, content=f"Fact number {n} about tea.") for n in range(3)]
+    elsewhere = enqueue(cast.alice.id, content="Kept: another namespace.", namespace="other")
+
+    def worker() -> None:
+        try:
+            time.sleep(0.5)
+            services.run_next_job()  # the first add runs while the delete waits
+        finally:
+            connection.close()
+
+    from memories.services import queue
+
+    monkeypatch.setattr(queue, "ANNOUNCED_WAIT_SECONDS", 1.5)
+    later = threading.Thread(target=worker)
+    later.start()
+    done = services.forget_namespace(user_id=cast.alice.id, namespace="default")
+    later.join(30)
+    while services.run_next_job():  # what is left to run runs now
+        pass
+
+    assert done["deleted_count"] == 1  # the one stored while it waited
+    assert [m["content"] for m in services.list_memories(user_id=cast.alice.id)] == []
+    kept = services.list_memories(user_id=cast.alice.id, namespace="other")
+    assert [m["content"] for m in kept] == ["Kept: another namespace."]
+    outcomes = sorted(job_row(q["job_id"]).status for q in queued)
+    assert outcomes == ["done", "failed", "failed"]
+    [withdrawn, *_] = [job_row(q["job_id"]) for q in queued if job_row(q["job_id"]).error_code]
+    assert (
+        withdrawn.error_code == "conflict" and "Withdrawn before it ran" in withdrawn.error_message
+    )
+    assert job_row(elsewhere["job_id"]).status == "done"
