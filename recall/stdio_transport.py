@@ -23,8 +23,10 @@ which leaves three gaps:
   request read is answered, then the server ends.
 
 A daemon thread reads stdin, so SIGINT or SIGTERM stops an idle process at
-once, with status 0; the requests then running are answered "Connection
-closed" by the SDK.
+once, with status 0. Calls running in threads then finish first (a thread
+cannot be cut short; each call's transaction stores all or nothing), their
+answers unsent; requests still waiting for a thread are answered
+"Connection closed" by the SDK.
 """
 
 from __future__ import annotations
