@@ -174,6 +174,8 @@ def test_operator_commands_explain_their_errors():
         call_command("revoke_key", "recall_live_nothing")
     with pytest.raises(CommandError, match="No user with email"):
         call_command("set_tier", "nobody@example.com", "pro")
+    with pytest.raises(CommandError, match="No user with email"):  # it said "0 keys."
+        call_command("list_keys", "nobody@example.com")
 
 
 @pytest.mark.parametrize(

@@ -120,6 +120,37 @@ def export(email: str, *args: str) -> str:
     return out.getvalue()
 
 
+class Closed(io.StringIO):
+    """An output whose reader went away after ``room`` lines (`recall export | head -1`)."""
+
+    def __init__(self, room: int, error: OSError) -> None:
+        super().__init__()
+        self.room, self.error = room, error
+
+    def write(self, text: str) -> int:
+        if self.room <= 0:
+            raise self.error
+        self.room -= 1
+        return super().write(text)
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (BrokenPipeError(32, "Broken pipe"), "the reader closed it"),
+        (OSError(28, "No space left on device"), "No space left on device"),
+    ],
+)
+def test_an_export_whose_output_fails_says_so_not_a_traceback(cast, error, said):
+    for n in range(3):
+        services.remember(user_id=cast.alice.id, tier=Tier.PRO, content=f"Fact {n} of three.")
+
+    with pytest.raises(CommandError) as stopped:
+        call_command("export_memories", "alice@example.com", stdout=Closed(1, error))
+
+    assert str(stopped.value) == f"Cannot write the export ({said}); it stopped after 1 memory."
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_round_trip_into_a_fresh_database_keeps_memories_history_and_recall(
     cast, agents, tmp_path

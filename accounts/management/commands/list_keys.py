@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import services
 
@@ -15,6 +15,9 @@ class Command(BaseCommand):
         parser.add_argument("--all", action="store_true", help="Include revoked keys.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["email"] and services.find_user(email=options["email"]) is None:
+            # "0 keys." said a typo's user exists and holds none.
+            raise CommandError(f"No user with email {options['email']}.")
         rows = services.list_keys(email=options["email"], include_revoked=options["all"])
         for key in rows:
             state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "live"

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -40,8 +42,26 @@ class Command(BaseCommand):
                 count += 1
                 if count % 1000 == 0:
                     self.stderr.write(f"\rexported {count:,} memories", ending="")
+            self.stdout.flush()
         except RecallError as error:
             raise CommandError(error.message) from None
-        self.stdout.flush()
+        except OSError as error:
+            # A reader that stopped (`| head`), a full disk: said, not a traceback. What
+            # Python would flush at exit goes nowhere, so it adds no second error.
+            _quiet_stdout()
+            why = "the reader closed it" if isinstance(error, BrokenPipeError) else error.strerror
+            raise CommandError(
+                f"Cannot write the export ({why}); it stopped after {count:,} "
+                + ("memory." if count == 1 else "memories.")
+            ) from None
         where = f" from namespace {options['namespace']}" if options["namespace"] else ""
         self.stderr.write(f"\rExported {count:,} memories of {user.email}{where}.")
+
+
+def _quiet_stdout() -> None:
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):  # no descriptor (a test's StringIO): nothing to flush there
+        pass
