@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import services as accounts
@@ -23,7 +24,7 @@ class Command(BaseCommand):
         if email is None:
             removed = services.clear_query_cache()
             self.stdout.write(
-                f"Cleared the query cache for every user ({removed} entries here and in Redis); "
+                f"Cleared the query cache for every user ({removed} entries {_where()}); "
                 "running servers drop theirs now."
             )
             return
@@ -32,6 +33,10 @@ class Command(BaseCommand):
             raise CommandError(f"No user with email {email}.")
         removed = services.clear_query_cache(user_id=user.id)
         self.stdout.write(
-            f"Cleared {user.email}'s cached queries ({removed} entries here and in Redis); "
+            f"Cleared {user.email}'s cached queries ({removed} entries {_where()}); "
             "running servers drop theirs now."
         )
+
+
+def _where() -> str:
+    return "here and in Redis" if settings.REDIS_URL else "here"

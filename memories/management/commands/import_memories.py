@@ -11,6 +11,7 @@ from accounts import services as accounts_services
 from core import context
 from core.errors import RecallError
 from memories import services, transfer
+from memories.importers import FORMATS
 
 
 class Command(BaseCommand):
@@ -18,7 +19,9 @@ class Command(BaseCommand):
         "Import memories from a JSON Lines export (`recall export`) into a user's account, "
         "with their history and timestamps. Identical content already in a namespace is "
         "skipped; memories are embedded again unless the file carries vectors from the "
-        "configured model. Use - to read standard input."
+        "configured model. Use - to read standard input. Another memory server's export "
+        f"is read with --from FORMAT ({', '.join(FORMATS)}): see "
+        "`recall import --from FORMAT --help`."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
