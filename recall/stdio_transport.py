@@ -52,6 +52,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from django.conf import settings
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp_types import PROTOCOL_VERSION_META_KEY
 
 from recall import jsonrpc
 
@@ -239,6 +240,9 @@ class Transport:
         self.pending: Counter[types.RequestId] = Counter()
         # Their methods, for the words of a refusal the SDK writes.
         self.methods: dict[types.RequestId | None, str] = {}
+        # Whether the client has opened the session: sent initialize, or a request in
+        # the 2026-era envelope, which needs none.
+        self.opened = False
         self.ending = False
         self.answered = anyio.Event()
         self.gone = False
@@ -299,13 +303,14 @@ class Transport:
         try:
             parsed = message(line)
         except jsonrpc.Invalid as invalid:
-            await out.send(invalid.body())
+            await out.send(_not_utf8(line, invalid).body())
             return
         metadata = None
         if isinstance(parsed, types.JSONRPCRequest):
             request_id = parsed.id
             self.pending[request_id] += 1
             self.methods[request_id] = parsed.method
+            self.opened = self.opened or parsed.method == "initialize" or _enveloped(parsed)
 
             async def unanswered() -> None:
                 # A request the client cancelled: the SDK writes nothing for it.
@@ -322,7 +327,13 @@ class Transport:
                 ):
                     # As jsonrpc.Clean rewords the SDK's refusals over HTTP.
                     sent = item.message.model_dump(by_alias=True, exclude_unset=True, mode="json")
-                    ours = jsonrpc.error_body(sent, self.methods.get(item.message.id))
+                    ours = (
+                        jsonrpc.refusal(
+                            "validation_failed", NOT_OPENED, item.message.id, jsonrpc.INVALID_PARAMS
+                        )
+                        if not self.opened and _generic(item.message.error)
+                        else jsonrpc.error_body(sent, self.methods.get(item.message.id))
+                    )
                     text = json.dumps(ours or sent)
                 elif isinstance(item, SessionMessage):
                     text = item.message.model_dump_json(by_alias=True, exclude_unset=True)
@@ -353,6 +364,43 @@ class Transport:
                 self.methods.pop(request_id, None)
         if self.ending and not self.pending:
             self.answered.set()
+
+
+# The SDK refuses a request before the handshake as it refuses bad params; over HTTP
+# (stateless) there is no handshake, so only stdio can meet this.
+NOT_OPENED = (
+    "The session is not open: send initialize first, then notifications/initialized (at"
+    " protocol version 2026-07-28, send the _meta envelope with every request instead)."
+)
+
+
+def _not_utf8(line: bytes, invalid: jsonrpc.Invalid) -> jsonrpc.Invalid:
+    """A line that is not UTF-8 refused under its request's id, when either end shows it.
+
+    It was a parse error with id null, which a client cannot match to its request: it
+    waited for an answer (a TypeScript client for ever), as for a line too long.
+    """
+    if invalid.call_id is not None or invalid.rpc_code != jsonrpc.PARSE_ERROR:
+        return invalid
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        found = Overlong(line[:HEAD_BYTES], line[-HEAD_BYTES:]).call_id()
+        return jsonrpc.Invalid(
+            f"Parse error: the line is not UTF-8 text (byte {bad.start + 1} of it).",
+            rpc_code=jsonrpc.PARSE_ERROR,
+            call_id=found,
+        )
+    return invalid
+
+
+def _generic(error: types.ErrorData) -> bool:
+    return error.code == jsonrpc.INVALID_PARAMS and error.message == "Invalid request parameters"
+
+
+def _enveloped(request: types.JSONRPCRequest) -> bool:
+    meta = (request.params or {}).get("_meta")
+    return isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
 
 
 def pump(

@@ -52,7 +52,9 @@ def ping(call_id: int) -> bytes:
 class Stdio:
     """A `recall stdio` process spoken to a line at a time, as a desktop client does."""
 
-    def __init__(self, key: str, *, read_stderr: bool = True, **extra: str) -> None:
+    def __init__(
+        self, key: str, *, read_stderr: bool = True, opened: bool = True, **extra: str
+    ) -> None:
         params = stdio_server(key, **extra)
         self.process = subprocess.Popen(
             [params.command, *params.args],
@@ -67,6 +69,10 @@ class Stdio:
         self.drain = threading.Thread(target=self._drain_stderr, daemon=True)
         if read_stderr:
             self.drain.start()
+        if opened:
+            self.open()
+
+    def open(self) -> None:
         self.send(line(INITIALIZE))
         [ready] = self.read(1, timeout=120)
         assert ready["id"] == 0 and "result" in ready
@@ -118,8 +124,8 @@ class Stdio:
 def stdio(cast):
     started: list[Stdio] = []
 
-    def start(*, read_stderr: bool = True, **extra: str) -> Stdio:
-        started.append(Stdio(cast.alice_key.raw, read_stderr=read_stderr, **extra))
+    def start(*, read_stderr: bool = True, opened: bool = True, **extra: str) -> Stdio:
+        started.append(Stdio(cast.alice_key.raw, read_stderr=read_stderr, opened=opened, **extra))
         return started[-1]
 
     yield start
@@ -132,6 +138,8 @@ MALFORMED = [
     # (what the client sends, the error code, the id the answer echoes)
     (b"hello world\n", -32700, None),
     (b'\xff\xfe{"jsonrpc":"2.0"}\n', -32700, None),
+    # Not UTF-8, with a readable id: answered under it (it was id null, and waited on).
+    (call(13, "remember", {"content": "x"}).replace(b'"x"', b'"caf\xe9"'), -32700, 13),
     (b"[" * 100_000 + b"]" * 100_000 + b"\n", -32700, None),
     (SURROGATE, -32602, 12),
     (b"[" + ping(5).strip() + b"," + ping(6).strip() + b"]\n", -32600, None),
@@ -183,6 +191,22 @@ def test_a_refusal_the_sdk_writes_is_in_our_words_as_over_http(stdio):
             "code": "validation_failed",
             "message": answer["error"]["message"],
         }
+
+
+def test_a_request_before_the_handshake_is_told_to_open_the_session(stdio):
+    # It was "Invalid params for 'tools/call': it takes name and arguments.", of a
+    # request that held both: the SDK refuses a request before initialize as bad params.
+    process = stdio(opened=False)
+
+    process.send(call(30, "health_check", {}))
+    [refused] = process.read(1, timeout=120)
+    process.open()
+    process.send(call(31, "health_check", {}))
+    [answered] = process.read(1)
+
+    assert (refused["id"], refused["error"]["code"]) == (30, -32602)
+    assert refused["error"]["message"].startswith("The session is not open: send initialize")
+    assert answered["id"] == 31 and "result" in answered
 
 
 def test_a_burst_of_calls_takes_a_few_database_connections_not_one_each(stdio):
