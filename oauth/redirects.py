@@ -21,7 +21,7 @@ No URI may carry a fragment (RFC 6749 section 3.1.2) or credentials.
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 MAX_URIS = 10
 MAX_LENGTH = 2000
@@ -118,14 +118,21 @@ def problem(uri: object) -> str | None:
             f"redirect URI {shown!r} uses http on another machine; use https, or http on "
             "127.0.0.1, [::1] or localhost"
         )
-    refused = _scheme_problem(scheme, shown)
-    if refused is None and not parts.netloc and not parts.path.startswith("/"):
-        # What the toolkit refuses after us, in its own words ("invalid URI").
+    return _scheme_problem(scheme, shown) or _shape_problem(uri, parts, shown)
+
+
+def _shape_problem(uri: str, parts: SplitResult, shown: str) -> str | None:
+    """What the toolkit refuses after us in its own words ("invalid URI"), said in ours."""
+    if parts.netloc:
+        return None
+    if uri[len(parts.scheme) + 1 :].startswith("//"):
+        return f"redirect URI {shown!r} has an empty host after //; write com.example.app:/callback"
+    if not parts.path.startswith("/"):
         return (
             f"redirect URI {shown!r} has no path after its scheme; a private-use scheme's URI "
             "goes on with / (com.example.app:/callback)"
         )
-    return refused
+    return None
 
 
 def _scheme_problem(scheme: str, shown: str) -> str | None:

@@ -83,8 +83,10 @@ class Validator(OAuth2Validator):
         # Read before the grant may go: oauthlib asks for it after this.
         request.code_challenge_method = grant.code_challenge_method or None
         verifier = request.code_verifier
+        # As bytes: compare_digest refuses text that is not ASCII, and a challenge is
+        # stored as the authorization request sent it.
         if not isinstance(verifier, str) or not hmac.compare_digest(
-            _s256(verifier), grant.code_challenge
+            _s256(verifier).encode(), str(grant.code_challenge).encode()
         ):
             grant.delete()  # oauthlib refuses the request: invalid_grant, or the verifier missing
         return str(grant.code_challenge)

@@ -20,6 +20,7 @@ Signing in is the dashboard's own sign-in page.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
@@ -59,6 +60,18 @@ REQUEST_FIELDS = (
 
 class PlainChallenge(errors.InvalidRequestError):
     description = 'PKCE with code_challenge_method "S256" is required.'
+
+
+class MalformedChallenge(errors.InvalidRequestError):
+    description = (
+        "code_challenge must be an S256 challenge: 43 characters of base64url "
+        "(letters, digits, - and _), as RFC 7636 section 4.2 makes it."
+    )
+
+
+# What BASE64URL(SHA256(verifier)) always is. Anything else can match no verifier,
+# and one that is not ASCII made the token endpoint's comparison raise (a 500).
+S256_CHALLENGE = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
 class ConsentForm(AllowForm):
@@ -135,8 +148,12 @@ class ConsentView(AuthorizationView):
         # The toolkit refuses a "plain" challenge only when it issues the code,
         # after the user has approved; refuse it before asking. (Without a
         # method, RFC 7636 says the challenge is plain.)
+        refused: errors.InvalidRequestError | None = None
         if credentials.get("code_challenge_method") != "S256":
             refused = PlainChallenge(state=credentials.get("state"))
+        elif not S256_CHALLENGE.fullmatch(str(credentials.get("code_challenge") or "")):
+            refused = MalformedChallenge(state=credentials.get("state"))
+        if refused is not None:
             # Checked against the client's registration or metadata document above.
             refused.redirect_uri = credentials.get("redirect_uri")
             raise OAuthToolkitError(error=refused)

@@ -87,3 +87,21 @@ def test_a_plain_or_missing_challenge_is_refused_without_a_code(document, cast, 
     assert query["state"] == ["s"]
     assert "code" not in query
     assert not Grant.objects.exists()
+
+
+@pytest.mark.parametrize("challenge", ["\u00e9" * 43, "short", S256_CHALLENGE + "A"])
+def test_a_challenge_no_s256_verifier_can_match_is_refused_without_a_code(
+    document, cast, client, challenge
+):
+    # One that is not ASCII was issued a code, whose exchange then raised in the
+    # comparison: a 500 at the token endpoint.
+    client_id, redirect_uri = document
+    client.force_login(cast.alice)
+
+    refused = authorize(
+        client, client_id, redirect_uri, code_challenge=challenge, code_challenge_method="S256"
+    )
+
+    assert refused.status_code == 400
+    assert b"code_challenge must be an S256 challenge" in refused.content
+    assert not Grant.objects.exists()

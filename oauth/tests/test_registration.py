@@ -117,6 +117,7 @@ def test_each_address_registers_a_limited_number_of_clients_an_hour(db, client, 
         # The toolkit refused these in its words: "redirect uri URI validation error".
         ({"redirect_uris": ["myapp:cb"]}, "invalid_redirect_uri", "goes on with /"),
         ({"redirect_uris": ["myapp:"]}, "invalid_redirect_uri", "goes on with /"),
+        ({"redirect_uris": ["myapp:///cb"]}, "invalid_redirect_uri", "an empty host"),
         ({"redirect_uris": []}, "invalid_redirect_uri", "1 to 10"),
         ({"redirect_uris": [NATIVE] * 11}, "invalid_redirect_uri", "1 to 10"),
         ({"redirect_uris": NATIVE}, "invalid_redirect_uri", "1 to 10"),
