@@ -42,6 +42,28 @@ _SPAN = 2  # the most words on each side that name the thing
 _NOT_LABELS = frozenset({"version", "v", "release", "build", "revision", "rev"})
 _YEAR_OR_CODE = re.compile(r"(?:19|20)\d\d|[a-z]+\d+[a-z\d]*")
 _NUMBER_NAME = re.compile(r"\d+[a-z]?")  # "737", "401k", "12b": not "9am", "24gb"
+# Plurals without an s, and nouns of a group: a number before one counts.
+_PLURALS = frozenset(
+    [
+        "people",
+        "children",
+        "men",
+        "women",
+        "staff",
+        "folk",
+        "personnel",
+        "crew",
+        "police",
+        "cattle",
+        "feet",
+        "teeth",
+        "mice",
+        "geese",
+        "sheep",
+        "fish",
+        "deer",
+    ]
+)
 _OF = frozenset({"of", "for"})
 # Prepositions that may qualify a subject ("the cluster in eu-west-1", "lunch
 # with Ana"): two openings alike up to and through one still name one thing
@@ -98,7 +120,7 @@ def numbered_things(old: str, new: str) -> str | None:
         noun = a[k + 1].lower()
         if noun != b[k + 1].lower() or not noun.isalpha() or noun in STOP:
             return None
-        if noun.endswith("s") and not noun.endswith(("ss", "us", "is")):
+        if noun in _PLURALS or (noun.endswith("s") and not noun.endswith(("ss", "us", "is"))):
             return None  # plural: how many
         return f"about two things ({a[k]} / {b[k]})"
     return None

@@ -682,6 +682,8 @@ def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
             "The 7 engineers on the team work remotely.",
         ),
         ("The 2 kids go to Maple school.", "The 3 kids go to Maple school."),
+        ("The 12 people on the team work remotely.", "The 15 people on the team work remotely."),
+        ("Our 3 children go to Maple school.", "Our 4 children go to Maple school."),
         # The subject said alike: a determiner, or a word added, names nothing new.
         ("The house alarm code is 2580.", "Alarm code is 7314."),
         # ... nor one word spelt, shortened or punctuated two ways.
