@@ -148,7 +148,9 @@ def test_an_export_whose_output_fails_says_so_not_a_traceback(cast, error, said)
     with pytest.raises(CommandError) as stopped:
         call_command("export_memories", "alice@example.com", stdout=Closed(1, error))
 
-    assert str(stopped.value) == f"Cannot write the export ({said}); it stopped after 1 memory."
+    assert (
+        str(stopped.value) == f"Cannot write the export ({said}); it failed after at most 1 memory."
+    )
 
 
 @pytest.mark.django_db(transaction=True)

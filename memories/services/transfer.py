@@ -185,7 +185,7 @@ class Imported:
     expired: int = 0  # expired since the export: left out
     linked: int = 0  # replaced by another imported memory, as in the export
     unlinked: int = 0  # replaced by a memory not in the import: current here
-    refused: int = 0  # a link that cannot hold here: to itself, a loop, across a namespace
+    refused: int = 0  # not kept: to itself, a loop, across a namespace, or replaced already
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ class Command(BaseCommand):
             _quiet_stdout()
             why = "the reader closed it" if isinstance(error, BrokenPipeError) else error.strerror
             raise CommandError(
-                f"Cannot write the export ({why}); it stopped after {count:,} "
+                f"Cannot write the export ({why}); it failed after at most {count:,} "
                 + ("memory." if count == 1 else "memories.")
             ) from None
         where = f" from namespace {options['namespace']}" if options["namespace"] else ""

@@ -58,8 +58,9 @@ class Command(BaseCommand):
             f"Imported {report.imported:,} of {report.read:,} memories into {user.email}: "
             f"{report.deduplicated:,} already there, {report.expired:,} expired, "
             f"{report.linked:,} replacements linked ({report.unlinked:,} to memories not "
-            f"imported, left current; {report.refused:,} the file asks for that cannot hold: "
-            "to itself, in a loop, or across a namespace or writer), "
+            f"imported, left current; {report.refused:,} not kept: a link to itself, in a "
+            "loop, across a namespace or writer, of a memory named twice, or of one replaced "
+            "already), "
             f"{report.embedded:,} embedded again."
         )
 
