@@ -199,6 +199,7 @@ def forget(
             confirmation_token=confirmation_token,
             purge=purge,
             mode=mode,
+            namespace=arguments.get("namespace") if mode == "all" else None,
         )
     if mode == "all":
         return forget_all_preview(
@@ -385,8 +386,12 @@ def forget_confirm(
     confirmation_token: object,
     purge: object = False,
     mode: str | None = None,
+    namespace: object = None,
 ) -> Forgotten:
     """Delete exactly what a preview listed. The token works once, for 5 minutes.
+
+    ``namespace``, when given with a token of mode "all", must be the one the
+    preview counted: a token for another is refused, and stays usable.
 
     A token that is unknown, already used, another user's or another
     agent's is the same ``confirmation_invalid``: row-level security hides
@@ -399,6 +404,8 @@ def forget_confirm(
     if not isinstance(confirmation_token, str) or not 0 < len(confirmation_token) <= 256:
         raise ValidationFailed("confirmation_token must be the token a preview returned.")
     wipe = validation.flag(purge, field="purge")
+    if namespace is not None:
+        namespace = validation.namespace(namespace)
     with tenancy.tenant(user_id, agent_id=agent_id):
         # Deleting the confirmation first claims it: of two concurrent
         # confirmations, the second finds nothing.
@@ -431,11 +438,16 @@ def forget_confirm(
                 + (", or it came from a preview of the other mode" if mode else "")
                 + ". Run the forget preview again to get a new one."
             )
-        memory_ids, namespace, cutoff, preview_purge, expired = claimed
+        memory_ids, previewed, cutoff, preview_purge, expired = claimed
+        if namespace is not None and previewed is not None and namespace != previewed:
+            # Raised in the transaction that claimed the token: the claim rolls back.
+            raise ValidationFailed(
+                f"This confirmation token empties namespace {previewed}, not {namespace}."
+            )
         deleted = 0
         if not expired:
-            if namespace is not None:
-                deleted = _delete_namespace(user_id, namespace, cutoff, wipe or preview_purge)
+            if previewed is not None:
+                deleted = _delete_namespace(user_id, previewed, cutoff, wipe or preview_purge)
             else:
                 deleted = _delete_ids(user_id, memory_ids, wipe or preview_purge)
     if expired:

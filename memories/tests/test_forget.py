@@ -119,6 +119,25 @@ def test_all_refuses_the_arguments_of_the_other_modes_and_deletes_nothing(cast, 
     assert ids_of(cast.alice.id) == {memory_id}
 
 
+def test_all_confirmed_naming_another_namespace_is_refused_and_the_token_kept(cast):
+    # The namespace at the confirmation was dropped: the preview's was emptied.
+    memory_id = remember(cast.alice.id, "The standup is at 9:30.")
+    preview = services.forget(user_id=cast.alice.id, mode="all", namespace="default")
+    token = preview["confirmation_token"]
+
+    with pytest.raises(ValidationFailed) as caught:
+        services.forget(
+            user_id=cast.alice.id, mode="all", namespace="work", confirmation_token=token
+        )
+
+    assert caught.value.message == ("This confirmation token empties namespace default, not work.")
+    assert ids_of(cast.alice.id) == {memory_id}
+    done = services.forget(
+        user_id=cast.alice.id, mode="all", namespace="default", confirmation_token=token
+    )
+    assert done["deleted_count"] == 1
+
+
 # by_query
 
 
