@@ -580,7 +580,8 @@ def forget(
     namespace is touched. A by_query preview, like recall, leaves out
     memories a later one replaced unless include_superseded; all empties the
     namespace, replaced memories too. Forgetting a memory that replaced
-    another makes the older one current again.
+    another makes the older one current again, unless a later memory
+    replaced the forgotten one: the older is then replaced by that later one.
 
     Tokens work once and expire after 5 minutes; with nothing to delete there
     is no token. A deleted memory's history is kept for 30 days, unless purge

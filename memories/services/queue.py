@@ -34,6 +34,7 @@ from typing import ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import connection
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from core import context, errors, tenancy
@@ -54,6 +55,7 @@ from memories.models import (
     JobStatus,
     Taken,
 )
+from memories.services import superseding
 from memories.services.quota import check_quota
 from memories.services.shapes import Queued, QueueDepth, Stored
 from memories.services.storing import (
@@ -136,6 +138,20 @@ def enqueue_remember(
             if first is not None:
                 return _replay(first, fingerprint)
         found = stored_already(user_id, agent_id, call)
+        if call.replaces is not None:
+            # Checked now, so a wrong id is refused before anything is queued; the
+            # job checks again when it stores the memory. After the key's replay,
+            # and with the content's memory: a retry of a call whose link stands
+            # is no conflict.
+            superseding.check_replaces(
+                user_id,
+                agent_id,
+                call.namespace,
+                call.replaces,
+                call.task_id,
+                found=found.get(0),
+                free=False,
+            )
         ids = [found.get(i) or uuid.uuid4() for i in range(len(call.items))]
         # The tier travels with the job: the quota was judged by it here.
         payload = {
@@ -409,38 +425,36 @@ def settle_namespace(user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None,
     """
     user = str(user_id)
     agent = None if agent_id is None else str(agent_id)
-    cutoff = timezone.now()
+    with tenancy.tenant(user, agent_id=agent), connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")  # the clock created_at was set by
+        (cutoff,) = cursor.fetchone()
     deadline = time.monotonic() + ANNOUNCED_WAIT_SECONDS
     while True:
         with tenancy.tenant(user, agent_id=agent):
-            pending = dict(
-                Job.objects.filter(
-                    user_id=user,
-                    kind="remember",
-                    status__in=PENDING,
-                    created_at__lte=cutoff,
-                    payload__namespace=ns,
-                ).values_list("id", "status")
+            pending = Job.objects.filter(
+                user_id=user,
+                kind="remember",
+                status__in=PENDING,
+                created_at__lte=cutoff,
+                payload__namespace=ns,
             )
-        if not pending:
-            return 0
-        if time.monotonic() >= deadline:
-            break
+            if not pending.exists():
+                return 0
+            if time.monotonic() >= deadline:
+                message = (
+                    f"Withdrawn before it ran: delete_all_memories emptied namespace {ns} "
+                    "after this add was queued, so its memories were not stored."
+                )
+                # The tenant's own path, naming the user as every tool's statement does.
+                return pending.filter(status=JobStatus.QUEUED).update(
+                    status=JobStatus.FAILED,
+                    payload=None,
+                    error_code=errors.Conflict.code,
+                    error_message=message[:500],
+                    finished_at=Now(),
+                    lease_until=None,
+                )
         time.sleep(0.25)
-    queued = [job for job, status in pending.items() if status == JobStatus.QUEUED]
-    message = (
-        f"Withdrawn before it ran: delete_all_memories emptied namespace {ns} after this "
-        "add was queued, so its memories were not stored."
-    )
-    with tenancy.operator():
-        return Job.objects.filter(id__in=queued, status=JobStatus.QUEUED).update(
-            status=JobStatus.FAILED,
-            payload=None,
-            error_code=errors.Conflict.code,
-            error_message=message[:500],
-            finished_at=timezone.now(),
-            lease_until=None,
-        )
 
 
 def extend_leases() -> int:

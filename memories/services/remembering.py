@@ -6,7 +6,6 @@ import logging
 import uuid
 from typing import TypedDict, Unpack
 
-from core import tenancy
 from core.errors import (
     ValidationFailed,
 )
@@ -108,13 +107,7 @@ def remember(
     """
     call = remembering(**arguments)
     if validation.flag(background, field="async"):
-        if call.replaces is not None:
-            # Checked now, so a wrong id is refused before anything is queued;
-            # the job checks again when it stores the memory.
-            with tenancy.tenant(user_id, agent_id=agent_id):
-                superseding.check_replaces(
-                    user_id, agent_id, call.namespace, call.replaces, call.task_id
-                )
+        # A wrong ``replaces`` is refused before anything is queued (enqueue_remember).
         queued = enqueue_remember(
             user_id=user_id,
             agent_id=agent_id,

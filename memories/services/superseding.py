@@ -103,6 +103,8 @@ def check_replaces(
     old: uuid.UUID,
     task_id: str | None = None,
     found: uuid.UUID | None = None,
+    *,
+    free: bool = True,
 ) -> bool:
     """Check, inside the caller's tenant transaction, that a write may replace ``old``.
 
@@ -112,7 +114,9 @@ def check_replaces(
     and current: the pairs detection and newer first take. ``found`` is the
     memory already holding the write's content, which the link will change.
     Return True when ``old`` is replaced by ``found`` already: the same call
-    again (a retry, a hint taken twice), whose link stands.
+    again (a retry, a hint taken twice), whose link stands. A holder that has
+    expired is no obstacle: with ``free``, ``old`` is made current here, as
+    the purge would; without (a check before queuing), the job's run does it.
     """
     # Locked, as ``lock`` does, before the write stores anything: the answer
     # holds until the link is written, and the lock order stays rows first.
@@ -138,7 +142,9 @@ def check_replaces(
     _replaceable(old, row, task_id)
     if row["superseded_by"] is not None and row["superseded_by"] == found:
         return True
-    if row["superseded_by"] is not None and _free_if_expired(user_id, old, row["superseded_by"]):
+    if row["superseded_by"] is not None and _free_if_expired(
+        user_id, old, row["superseded_by"], free
+    ):
         return False
     if row["superseded_by"] is not None:
         raise Conflict(
@@ -147,7 +153,9 @@ def check_replaces(
     return False
 
 
-def _free_if_expired(user_id: uuid.UUID | str, old: uuid.UUID, holder: uuid.UUID) -> bool:
+def _free_if_expired(
+    user_id: uuid.UUID | str, old: uuid.UUID, holder: uuid.UUID, free: bool = True
+) -> bool:
     """Make ``old`` current now if ``holder``, what replaced it, has expired; say whether.
 
     The purge would free it within a minute (``FREED_BY_EXPIRY``); until then the
@@ -163,6 +171,8 @@ def _free_if_expired(user_id: uuid.UUID | str, old: uuid.UUID, holder: uuid.UUID
         )
         if cursor.fetchone() is None:
             return False
+        if not free:
+            return True
         cursor.execute(
             "SELECT set_config('app.supersession', %s, true)", [json.dumps(FREED_BY_EXPIRY)]
         )
@@ -346,8 +356,26 @@ def freeing(cursor: Any, why: dict[str, str] | None) -> None:
 # expiry purge, which must never wait, skips what is locked instead:
 # ``maintenance._PURGE_EXPIRED``.)
 _LOCK_DOOMED = (
-    "SELECT id FROM memories WHERE user_id = %s AND (id IN ({doomed})"
-    " OR superseded_by IN ({doomed})) ORDER BY id FOR UPDATE"
+    # With the ends of the chains the doomed stand in: what replaced them is what
+    # the memories they replaced pass on to (``_pass_on``).
+    "WITH RECURSIVE later AS ("
+    " SELECT superseded_by AS id FROM memories WHERE user_id = %s AND id IN ({doomed})"
+    " AND superseded_by IS NOT NULL"
+    " UNION SELECT m.superseded_by FROM memories m JOIN later ON m.id = later.id"
+    " WHERE m.user_id = %s AND m.superseded_by IS NOT NULL)"
+    " SELECT id FROM memories WHERE user_id = %s AND (id IN ({doomed})"
+    " OR superseded_by IN ({doomed}) OR id IN (SELECT id FROM later)) ORDER BY id FOR UPDATE"
+)
+# Each memory a doomed one replaced, and the current end of its chain when the
+# delete leaves that end: the memory it passes on to.
+_PASSING_ON = (
+    "WITH RECURSIVE walk AS ("
+    " SELECT a.id AS start, a.superseded_by AS at FROM memories a WHERE a.user_id = %s"
+    " AND a.superseded_by IN ({doomed}) AND a.id NOT IN ({doomed})"
+    " UNION ALL SELECT walk.start, m.superseded_by FROM walk JOIN memories m ON m.id = walk.at"
+    " WHERE m.user_id = %s AND m.superseded_by IS NOT NULL)"
+    " SELECT walk.start, walk.at FROM walk JOIN memories e ON e.id = walk.at"
+    " WHERE e.user_id = %s AND e.superseded_by IS NULL AND e.id NOT IN ({doomed})"
 )
 _DELETE_LOCKED = (
     "DELETE FROM memories WHERE id IN ({doomed})"
@@ -368,12 +396,41 @@ def delete_freeing(cursor: Any, doomed: str, params: Sequence[Any], why: dict[st
 
     ``params`` are ``doomed``'s, the user first. Runs in the caller's transaction.
     """
-    cursor.execute(_LOCK_DOOMED.format(doomed=doomed), [params[0], *params, *params])
+    user = params[0]
+    cursor.execute(
+        _LOCK_DOOMED.format(doomed=doomed), [user, *params, user, user, *params, *params]
+    )
+    _pass_on(cursor, doomed, params, why)
     freeing(cursor, why)
     cursor.execute(_DELETE_LOCKED.format(doomed=doomed), list(params))
     rows = cursor.fetchall()
     freeing(cursor, None)
     return Gone([row[0] for row in rows], sum(1 for row in rows if row[1]))
+
+
+def _pass_on(cursor: Any, doomed: str, params: Sequence[Any], why: dict[str, str]) -> None:
+    """Link each memory a doomed one replaced to the current end of its chain, if it stays.
+
+    A -> B -> C, B forgotten: A is C's older value, not a current fact again (it was
+    made current, beside C, an outdated value every search returned). Only the end
+    of a chain the delete takes away too (B the end, or B and C both doomed) frees
+    what it replaced. Runs after the lock, before the delete.
+    """
+    user = params[0]
+    cursor.execute(_PASSING_ON.format(doomed=doomed), [user, *params, *params, user, user, *params])
+    passing = cursor.fetchall()
+    if not passing:
+        return
+    reason = (
+        "the memory between them expired"
+        if why is FREED_BY_EXPIRY
+        else ("the memory between them was deleted")
+    )
+    freeing(cursor, {"decided_by": why["decided_by"], "reason": f"{reason}; the chain goes on"})
+    cursor.executemany(
+        "UPDATE memories SET superseded_by = %s WHERE id = %s AND user_id = %s",
+        [(end, start, user) for start, end in passing],
+    )
 
 
 def announce(links: Sequence[Link]) -> None:

@@ -152,6 +152,26 @@ def test_the_same_replacing_call_again_is_answered_as_the_first_not_a_conflict(c
     assert [v.action for v in history(first["id"])] == ["created"]  # nothing written again
 
 
+def test_a_queued_replacing_call_again_is_no_conflict(cast) -> None:
+    # The check before queuing knew nothing of the content's memory, so a retry of a
+    # background replace whose link stood was a conflict, and with its idempotency
+    # key it never reached the key's replay.
+    old = remember(cast.alice.id, "The team standup is at 9:30.")["id"]
+    call = {"content": "The team standup moved to 10:00.", "replaces": old}
+    first = remember(cast.alice.id, background=True, idempotency_key="k-1", **call)
+    assert services.run_next_job() is True
+
+    replayed = remember(cast.alice.id, background=True, idempotency_key="k-1", **call)
+    again = remember(cast.alice.id, background=True, **call)
+    assert services.run_next_job() is True
+
+    assert replayed["job_id"] == first["job_id"]
+    assert again["memory_ids"] == first["memory_ids"]
+    status = services.job_status(user_id=cast.alice.id, job_id=again["job_id"])
+    assert status["status"] == "done", status
+    assert row(old).superseded_by == uuid.UUID(first["memory_ids"][0])
+
+
 def test_a_changed_fact_is_found_without_being_named(cast) -> None:
     old = remember(cast.alice.id, OLD)["id"]
     remember(cast.alice.id, "The production database runs on pg-prod-1.")
@@ -821,6 +841,31 @@ def test_forgetting_the_replacement_makes_the_older_memory_current(cast) -> None
     assert row(old).superseded_at is None
     assert ids(recalled(cast.alice.id)) == [old]
     assert history(old)[-1].action == "restored"
+
+
+@pytest.mark.parametrize("purge", [False, True])
+def test_forgetting_the_middle_of_a_chain_passes_the_older_memory_on(cast, purge) -> None:
+    # A -> B -> C, B forgotten: A was made current again beside C, an outdated
+    # value every search then returned as a fact.
+    first = remember(cast.alice.id, OLD)["id"]
+    middle = remember(cast.alice.id, NEW, replaces=first)["id"]
+    last = remember(cast.alice.id, "The primary database moved to pg-main-3.", replaces=middle)
+    taken = row(first).superseded_at
+
+    services.forget(user_id=cast.alice.id, mode="by_id", id=middle, purge=purge)
+
+    assert row(first).superseded_by == uuid.UUID(last["id"])
+    assert row(first).superseded_at == taken  # replaced since then, by its chain
+    assert ids(recalled(cast.alice.id)) == [last["id"]]
+    passed = history(first)[-1]
+    assert (passed.action, passed.superseded_by) == ("superseded", uuid.UUID(last["id"]))
+    assert decided(passed) == {
+        "decided_by": "deletion",
+        "reason": "the memory between them was deleted; the chain goes on",
+    }
+    # The end of a chain forgotten still frees what it replaced.
+    services.forget(user_id=cast.alice.id, mode="by_id", id=last["id"])
+    assert row(first).superseded_by is None
 
 
 def test_forget_previews_follow_the_same_rule(cast) -> None:
