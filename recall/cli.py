@@ -21,6 +21,7 @@
                                  model files, Redis, webhooks and the running server (its
                                  pid, port and /ready); exit 1 on a problem
     recall manage ...            any Django management command (migrate, reembed, ...)
+    recall --version             print Recall's version
 
 With DATABASE_URL unset, every command uses the embedded PostgreSQL in
 RECALL_DATA_DIR, starting it if needed. TRANSPORT=stdio makes ``serve``
@@ -60,6 +61,12 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recall.settings")
     if not args or args[0] in ("-h", "--help", "help"):
         sys.stdout.write(__doc__ or "")
+        return
+    if args[0] in ("--version", "version") or (len(args) > 1 and args[1] == "--version"):
+        # A subcommand's --version was Django's own version (its BaseCommand's).
+        from core.process import version
+
+        sys.stdout.write(f"recall {version()}\n")
         return
     command, rest = args[0], args[1:]
     from django.core.exceptions import ImproperlyConfigured
@@ -179,6 +186,8 @@ def serve(argv: list[str] | None = None) -> None:
     from django.conf import settings
 
     if settings.TRANSPORT == "stdio":
+        if args.workers is not None:
+            parser.error("--workers serves HTTP; TRANSPORT=stdio serves one client over stdio")
         stdio([])  # which sets Django up, minding signals as it starts
         return
     count = args.workers if args.workers is not None else settings.WEB_CONCURRENCY

@@ -211,6 +211,10 @@ def test_the_cli_explains_itself():
     assert helped.returncode == 0 and "recall serve" in helped.stdout
     unknown = recall_command("frobnicate", env=env)
     assert unknown.returncode == 2 and "unknown command" in unknown.stderr
+    # Recall's version, never Django's (a subcommand's --version printed 5.2.x).
+    for argv in (["--version"], ["create-key", "--version"]):
+        shown = recall_command(*argv, env=env)
+        assert re.fullmatch(r"recall \d+\.\d+\.\d+\S*\n", shown.stdout), shown.stdout
 
 
 @pytest.mark.parametrize(
