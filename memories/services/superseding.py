@@ -372,7 +372,8 @@ _PASSING_ON = (
     "WITH RECURSIVE walk AS ("
     " SELECT a.id AS start, a.superseded_by AS at FROM memories a WHERE a.user_id = %s"
     " AND a.superseded_by IN ({doomed}) AND a.id NOT IN ({doomed})"
-    " UNION ALL SELECT walk.start, m.superseded_by FROM walk JOIN memories m ON m.id = walk.at"
+    # UNION, not UNION ALL: were links ever to loop, the walk would still end.
+    " UNION SELECT walk.start, m.superseded_by FROM walk JOIN memories m ON m.id = walk.at"
     " WHERE m.user_id = %s AND m.superseded_by IS NOT NULL)"
     " SELECT walk.start, walk.at FROM walk JOIN memories e ON e.id = walk.at"
     " WHERE e.user_id = %s AND e.superseded_by IS NULL AND e.id NOT IN ({doomed})"
@@ -424,7 +425,7 @@ def _pass_on(cursor: Any, doomed: str, params: Sequence[Any], why: dict[str, str
     reason = (
         "the memory between them expired"
         if why is FREED_BY_EXPIRY
-        else ("the memory between them was deleted")
+        else "the memory between them was deleted"
     )
     freeing(cursor, {"decided_by": why["decided_by"], "reason": f"{reason}; the chain goes on"})
     cursor.executemany(
