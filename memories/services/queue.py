@@ -403,13 +403,25 @@ def _announcing(user_id: str, agent_id: str | None, given: object) -> tuple[uuid
 
 def _settled(user_id: str, agent_id: str | None, job: uuid.UUID) -> str:
     """Wait up to ``ANNOUNCED_WAIT_SECONDS`` for ``job`` to end; return its status then."""
-    deadline = time.monotonic() + ANNOUNCED_WAIT_SECONDS
-    while True:
+    status = ""
+
+    def ended() -> bool:
+        nonlocal status
         with tenancy.tenant(user_id, agent_id=agent_id):
             status = str(Job.objects.filter(id=job).values_list("status", flat=True).first())
-        if status not in PENDING or time.monotonic() >= deadline:
-            return status
+        return status not in PENDING
+
+    _poll(ended)
+    return status
+
+
+def _poll(done: Callable[[], bool]) -> bool:
+    """Ask ``done`` every quarter second until it says yes or ``ANNOUNCED_WAIT_SECONDS``
+    have passed; return its last answer."""
+    deadline = time.monotonic() + ANNOUNCED_WAIT_SECONDS
+    while not (answer := done()) and time.monotonic() < deadline:
         time.sleep(0.25)
+    return answer
 
 
 def settle_namespace(user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, ns: str) -> int:
@@ -428,33 +440,30 @@ def settle_namespace(user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None,
     with tenancy.tenant(user, agent_id=agent), connection.cursor() as cursor:
         cursor.execute("SELECT statement_timestamp()")  # the clock created_at was set by
         (cutoff,) = cursor.fetchone()
-    deadline = time.monotonic() + ANNOUNCED_WAIT_SECONDS
-    while True:
+    pending = Job.objects.filter(
+        user_id=user, kind="remember", status__in=PENDING, created_at__lte=cutoff
+    ).filter(payload__namespace=ns)
+
+    def settled() -> bool:
         with tenancy.tenant(user, agent_id=agent):
-            pending = Job.objects.filter(
-                user_id=user,
-                kind="remember",
-                status__in=PENDING,
-                created_at__lte=cutoff,
-                payload__namespace=ns,
-            )
-            if not pending.exists():
-                return 0
-            if time.monotonic() >= deadline:
-                message = (
-                    f"Withdrawn before it ran: delete_all_memories emptied namespace {ns} "
-                    "after this add was queued, so its memories were not stored."
-                )
-                # The tenant's own path, naming the user as every tool's statement does.
-                return pending.filter(status=JobStatus.QUEUED).update(
-                    status=JobStatus.FAILED,
-                    payload=None,
-                    error_code=errors.Conflict.code,
-                    error_message=message[:500],
-                    finished_at=Now(),
-                    lease_until=None,
-                )
-        time.sleep(0.25)
+            return not pending.exists()
+
+    if _poll(settled):
+        return 0
+    message = (
+        f"Withdrawn before it ran: delete_all_memories emptied namespace {ns} "
+        "after this add was queued, so its memories were not stored."
+    )
+    with tenancy.tenant(user, agent_id=agent):
+        # The tenant's own path, naming the user as every tool's statement does.
+        return pending.filter(status=JobStatus.QUEUED).update(
+            status=JobStatus.FAILED,
+            payload=None,
+            error_code=errors.Conflict.code,
+            error_message=message[:500],
+            finished_at=Now(),
+            lease_until=None,
+        )
 
 
 def extend_leases() -> int:
