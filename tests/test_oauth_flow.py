@@ -357,6 +357,20 @@ def token_request(server: LiveServer, **data: str) -> httpx2.Response:
     return httpx2.post(f"{server.url}/oauth/token/", data=data, timeout=30)
 
 
+def exchange(
+    server: LiveServer, callback: Callback, client_id: str, code: str, verifier: str
+) -> httpx2.Response:
+    """Trade an authorization code for tokens, as a public client does."""
+    return token_request(
+        server,
+        grant_type="authorization_code",
+        code=code,
+        redirect_uri=callback.url,
+        client_id=client_id,
+        code_verifier=verifier,
+    )
+
+
 def tools_list(server: LiveServer, token: str, path: str = "/agent/mcp") -> httpx2.Response:
     return httpx2.post(
         server.url + path,
@@ -374,14 +388,7 @@ def tools_list(server: LiveServer, token: str, path: str = "/agent/mcp") -> http
 def connect_by_hand(server: LiveServer, callback: Callback, client_id: str) -> dict[str, Any]:
     verifier, challenge = pkce()
     code = authorize_by_hand(server, callback, client_id, challenge, server.url + "/agent/mcp")
-    issued = token_request(
-        server,
-        grant_type="authorization_code",
-        code=code,
-        redirect_uri=callback.url,
-        client_id=client_id,
-        code_verifier=verifier,
-    )
+    issued = exchange(server, callback, client_id, code, verifier)
     assert issued.status_code == 200, issued.text
     return issued.json()
 
@@ -395,39 +402,18 @@ def test_refresh_rotation_revocation_and_the_refusals(
     code = authorize_by_hand(server, callback, client_id, challenge, resource)
 
     # A wrong PKCE verifier gets no token.
-    wrong = token_request(
-        server,
-        grant_type="authorization_code",
-        code=code,
-        redirect_uri=callback.url,
-        client_id=client_id,
-        code_verifier=pkce()[0],
-    )
+    wrong = exchange(server, callback, client_id, code, pkce()[0])
     assert wrong.status_code == 400
     assert wrong.json()["error"] == "invalid_grant"
     # The guess spent the code: the right verifier after it gets nothing either.
-    late = token_request(
-        server,
-        grant_type="authorization_code",
-        code=code,
-        redirect_uri=callback.url,
-        client_id=client_id,
-        code_verifier=verifier,
-    )
+    late = exchange(server, callback, client_id, code, verifier)
     assert late.status_code == 400
     assert late.json()["error"] == "invalid_grant"
 
     # A fresh code with the right verifier does.
     verifier, challenge = pkce()
     code = authorize_by_hand(server, callback, client_id, challenge, resource)
-    issued = token_request(
-        server,
-        grant_type="authorization_code",
-        code=code,
-        redirect_uri=callback.url,
-        client_id=client_id,
-        code_verifier=verifier,
-    )
+    issued = exchange(server, callback, client_id, code, verifier)
     assert issued.status_code == 200, issued.text
     tokens = issued.json()
     access, refresh = tokens["access_token"], tokens["refresh_token"]
@@ -459,14 +445,7 @@ def test_refresh_rotation_revocation_and_the_refusals(
     # Revocation (RFC 7009) of a new connection's token takes effect at once.
     verifier, challenge = pkce()
     code = authorize_by_hand(server, callback, client_id, challenge, resource)
-    third = token_request(
-        server,
-        grant_type="authorization_code",
-        code=code,
-        redirect_uri=callback.url,
-        client_id=client_id,
-        code_verifier=verifier,
-    ).json()
+    third = exchange(server, callback, client_id, code, verifier).json()
     assert tools_list(server, third["access_token"]).status_code == 200
     revoked = httpx2.post(
         f"{server.url}/oauth/revoke/",
