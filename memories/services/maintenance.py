@@ -45,23 +45,93 @@ _MAINTENANCE_LOCK = 0x7265_6361_6D61
 
 CLEAN_UP_BATCH = 1000
 
-# Expired memories, and the memories each replaced, whose link the delete
-# clears (the key's ON DELETE SET NULL). All are locked with SKIP LOCKED
-# before anything is written: a memory a live write holds, or one whose
-# replaced memory it holds, is left for the next run. So the purge never
-# waits, and never sits in a lock order of its own; taking the replaced
-# rows in the cascade, after the expired one, waited on a live write that
-# holds the pair in id order (a restatement) and could deadlock with it.
-_PURGE_EXPIRED = (
-    "WITH doomed AS MATERIALIZED ("
-    " SELECT id FROM memories WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED),"
-    " held AS MATERIALIZED ("
-    " SELECT id FROM memories WHERE superseded_by IN (SELECT id FROM doomed)"
-    " FOR NO KEY UPDATE SKIP LOCKED)"
-    " DELETE FROM memories gone USING doomed WHERE gone.id = doomed.id"
-    " AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.superseded_by = gone.id"
-    " AND m.id NOT IN (SELECT id FROM held))"
+# The expiry purge, a batch at a time, each its own transaction. Every row it
+# will change is locked with SKIP LOCKED before anything is written: a memory
+# a live write holds is left for the next run, with whatever depends on it.
+# So the purge never waits, and never sits in a lock order of its own; taking
+# the replaced rows in the cascade, after the expired one, waited on a live
+# write that holds the pair in id order (a restatement) and could deadlock
+# with it. The rows are:
+# * the expired memories (``doomed``);
+# * the memories each replaced, whose link the delete would clear (the key's
+#   ON DELETE SET NULL): ``held``;
+# * the current ends of their chains, which a held memory passes on to when
+#   the expired one stood between them (A -> B -> C, B expired: A is C's
+#   older value, not a current fact again), as a delete by a tool does
+#   (``superseding.delete_freeing``).
+_LOCK_EXPIRED = "SELECT id FROM memories WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED"
+_LOCK_HELD = (
+    "SELECT id FROM memories WHERE superseded_by = ANY(%s) AND NOT id = ANY(%s)"
+    " FOR NO KEY UPDATE SKIP LOCKED"
 )
+# Each held memory's chain, every step of it: the memory it reaches, and
+# whether that is its current end (nothing replaced it, and it stays).
+_CHAINS = (
+    "WITH RECURSIVE walk AS ("
+    " SELECT a.id AS start, a.superseded_by AS at FROM memories a WHERE a.id = ANY(%s)"
+    # UNION, not UNION ALL: were links ever to loop, the walk would still end.
+    " UNION SELECT walk.start, m.superseded_by FROM walk JOIN memories m ON m.id = walk.at"
+    " WHERE m.superseded_by IS NOT NULL)"
+    " SELECT walk.start, walk.at, e.user_id,"
+    " e.superseded_by IS NULL AND NOT e.id = ANY(%s) FROM walk JOIN memories e ON e.id = walk.at"
+)
+_LOCK_ENDS = "SELECT id FROM memories WHERE id = ANY(%s) FOR NO KEY UPDATE SKIP LOCKED"
+# An expired memory some memory not locked here still names stays for the next run.
+_DELETE_EXPIRED = (
+    "DELETE FROM memories gone WHERE gone.id = ANY(%s) AND NOT EXISTS ("
+    " SELECT 1 FROM memories m WHERE m.superseded_by = gone.id AND NOT m.id = ANY(%s))"
+)
+
+
+def _purge_expired(moment: datetime) -> int:
+    """Delete the expired memories, a batch per transaction, and say how many went.
+
+    What an expired memory replaced is current again (``FREED_BY_EXPIRY``), unless
+    a later memory replaced the expired one: then it passes on to its chain's end.
+    """
+    total = 0
+    while True:
+        with tenancy.operator(), connection.cursor() as cursor:
+            cursor.execute(_LOCK_EXPIRED, [moment, CLEAN_UP_BATCH])
+            doomed = [row[0] for row in cursor.fetchall()]
+            done = _purge_batch(cursor, doomed) if doomed else 0
+        total += done
+        if len(doomed) < CLEAN_UP_BATCH or not done:
+            return total
+
+
+def _purge_batch(cursor: Any, doomed: list[Any]) -> int:
+    """Delete what of ``doomed`` (locked) can go now, passing chains on; how many went."""
+    cursor.execute(_LOCK_HELD, [doomed, doomed])
+    held = [row[0] for row in cursor.fetchall()]
+    steps: dict[Any, list[Any]] = {}
+    ends: dict[Any, tuple[Any, Any]] = {}
+    if held:
+        cursor.execute(_CHAINS, [held, doomed])
+        for start, at, user, is_end in cursor.fetchall():
+            steps.setdefault(start, []).append(at)
+            if is_end:
+                ends[start] = (at, user)
+    locked: set[Any] = set()
+    if ends:
+        cursor.execute(_LOCK_ENDS, [sorted({end for end, _ in ends.values()})])
+        locked = {row[0] for row in cursor.fetchall()}
+    # A chain whose end a live write holds keeps its expired steps for the next run:
+    # deleted now, they would free the memory that was to pass on.
+    waiting = {at for start, end in ends.items() if end[0] not in locked for at in steps[start]}
+    going = [memory for memory in doomed if memory not in waiting]
+    superseding.pass_on(
+        cursor,
+        [(start, end, user) for start, (end, user) in ends.items() if end in locked],
+        superseding.FREED_BY_EXPIRY,
+    )
+    if not going:
+        return 0
+    superseding.freeing(cursor, superseding.FREED_BY_EXPIRY)
+    cursor.execute(_DELETE_EXPIRED, [going, [*held, *going]])
+    gone = int(cursor.rowcount)
+    superseding.freeing(cursor, None)
+    return gone
 
 
 def clean_up(*, now: datetime | None = None) -> CleanUp | None:
@@ -83,7 +153,7 @@ def clean_up(*, now: datetime | None = None) -> CleanUp | None:
         if not locked:
             return None
         with context.acting_as("maintenance"):
-            expired = _in_batches(_PURGE_EXPIRED, [moment], freeing=True)
+            expired = _purge_expired(moment)
             horizon = moment - timedelta(days=settings.HISTORY_RETENTION_DAYS)
             history = _in_batches(
                 "DELETE FROM memory_history WHERE memory_id IN ("
@@ -106,15 +176,12 @@ def clean_up(*, now: datetime | None = None) -> CleanUp | None:
     return CleanUp(expired, history, finished, confirmations)
 
 
-def _in_batches(sql: str, params: list[Any], *, freeing: bool = False) -> int:
+def _in_batches(sql: str, params: list[Any]) -> int:
     """Run a delete of at most ``CLEAN_UP_BATCH`` rows until it deletes fewer, each batch
-    its own transaction; ``freeing``: it deletes memories, and those they replaced are
-    current again, which their history says."""
+    its own transaction."""
     total = 0
     while True:
         with tenancy.operator(), connection.cursor() as cursor:
-            if freeing:
-                superseding.freeing(cursor, superseding.FREED_BY_EXPIRY)
             cursor.execute(sql, [*params, CLEAN_UP_BATCH])
             done = cursor.rowcount
         total += done

@@ -153,6 +153,20 @@ def check_replaces(
     return False
 
 
+# An expired memory, and the current end of its chain after it, if one is live.
+_EXPIRED_HOLDER = (
+    "WITH RECURSIVE later AS ("
+    " SELECT superseded_by AS id FROM memories WHERE user_id = %s AND id = %s"
+    " AND expires_at <= statement_timestamp()"
+    " UNION SELECT m.superseded_by FROM memories m JOIN later ON m.id = later.id"
+    " WHERE m.user_id = %s)"
+    " SELECT (SELECT e.id FROM memories e JOIN later ON e.id = later.id"
+    " WHERE e.superseded_by IS NULL"
+    " AND (e.expires_at IS NULL OR e.expires_at > statement_timestamp()))"
+    " FROM later LIMIT 1"
+)
+
+
 def _free_if_expired(
     user_id: uuid.UUID | str, old: uuid.UUID, holder: uuid.UUID, free: bool = True
 ) -> bool:
@@ -164,13 +178,14 @@ def _free_if_expired(
     (an expired memory changes no more), so the lock order stays as it was.
     """
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT 1 FROM memories WHERE user_id = %s AND id = %s"
-            " AND expires_at <= statement_timestamp()",
-            [str(user_id), holder],
-        )
-        if cursor.fetchone() is None:
+        cursor.execute(_EXPIRED_HOLDER, [str(user_id), holder, str(user_id)])
+        found = cursor.fetchone()
+        if found is None:
             return False
+        if found[0] is not None:
+            # A later memory replaced the expired one: ``old`` passes on to it when the
+            # purge runs, so it is replaced already, by the chain's end.
+            raise Conflict(f"Memory {old} is already replaced by {found[0]}; replace that one.")
         if not free:
             return True
         cursor.execute(
@@ -419,7 +434,13 @@ def _pass_on(cursor: Any, doomed: str, params: Sequence[Any], why: dict[str, str
     """
     user = params[0]
     cursor.execute(_PASSING_ON.format(doomed=doomed), [user, *params, *params, user, user, *params])
-    passing = cursor.fetchall()
+    pass_on(cursor, [(start, end, user) for start, end in cursor.fetchall()], why)
+
+
+def pass_on(cursor: Any, passing: Sequence[tuple[Any, Any, Any]], why: dict[str, str]) -> None:
+    """Link each memory ``start`` to ``end``, the current end of its chain, for ``(start,
+    end, user)`` in ``passing``: the memory between them is about to be deleted (``why``
+    says how, and the history of each says the chain goes on). Both are locked already."""
     if not passing:
         return
     reason = (
@@ -430,7 +451,7 @@ def _pass_on(cursor: Any, doomed: str, params: Sequence[Any], why: dict[str, str
     freeing(cursor, {"decided_by": why["decided_by"], "reason": f"{reason}; the chain goes on"})
     cursor.executemany(
         "UPDATE memories SET superseded_by = %s WHERE id = %s AND user_id = %s",
-        [(end, start, user) for start, end in passing],
+        [(end, start, user) for start, end, user in passing],
     )
 
 

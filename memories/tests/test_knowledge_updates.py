@@ -740,6 +740,25 @@ def test_a_memory_whose_replacement_expired_can_be_named_before_the_purge(cast) 
     assert [decided(v)["decided_by"] for v in freed] == ["expiry"]
 
 
+def test_a_memory_whose_expired_replacement_was_replaced_in_turn_names_the_chains_end(
+    cast,
+) -> None:
+    # A -> B -> C, B expired: A is C's older value (the purge passes it on), so a
+    # write naming A is told to replace C. Freeing A made a second current end.
+    first = remember(cast.alice.id, OLD)["id"]
+    middle = remember(cast.alice.id, NEW, replaces=first)["id"]
+    last = remember(cast.alice.id, "The primary database moved to pg-main-3.", replaces=middle)
+    with tenancy.operator():
+        Memory.objects.filter(id=middle).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    with pytest.raises(Conflict, match=f"already replaced by {last['id']}; replace that one"):
+        remember(cast.alice.id, "The primary database is now pg-main-4.", replaces=first)
+
+    assert row(first).superseded_by == uuid.UUID(middle)
+    with tenancy.operator():
+        assert not Memory.objects.filter(content__endswith="pg-main-4.").exists()
+
+
 def test_a_fact_stated_again_by_another_writer_is_its_own_memory(cast, agents) -> None:
     # Deduplication is per writer: the user-wide copy stays replaced.
     old = remember(cast.alice.id, OLD)["id"]
@@ -843,16 +862,20 @@ def test_forgetting_the_replacement_makes_the_older_memory_current(cast) -> None
     assert history(old)[-1].action == "restored"
 
 
-@pytest.mark.parametrize("purge", [False, True])
-def test_forgetting_the_middle_of_a_chain_passes_the_older_memory_on(cast, purge) -> None:
-    # A -> B -> C, B forgotten: A was made current again beside C, an outdated
-    # value every search then returned as a fact.
+@pytest.mark.parametrize("how", ["forget", "purge", "expiry"])
+def test_a_chain_whose_middle_goes_passes_the_older_memory_on(cast, how) -> None:
+    # A -> B -> C, B forgotten or expired and purged: A was made current again
+    # beside C, an outdated value every search then returned as a fact.
     first = remember(cast.alice.id, OLD)["id"]
-    middle = remember(cast.alice.id, NEW, replaces=first)["id"]
+    middle = remember(cast.alice.id, NEW, replaces=first, ttl_seconds=60)["id"]
     last = remember(cast.alice.id, "The primary database moved to pg-main-3.", replaces=middle)
     taken = row(first).superseded_at
 
-    services.forget(user_id=cast.alice.id, mode="by_id", id=middle, purge=purge)
+    if how == "expiry":
+        done = services.clean_up(now=timezone.now() + timedelta(minutes=2))
+        assert done is not None and done.expired_memories == 1
+    else:
+        services.forget(user_id=cast.alice.id, mode="by_id", id=middle, purge=how == "purge")
 
     assert row(first).superseded_by == uuid.UUID(last["id"])
     assert row(first).superseded_at == taken  # replaced since then, by its chain
@@ -860,8 +883,12 @@ def test_forgetting_the_middle_of_a_chain_passes_the_older_memory_on(cast, purge
     passed = history(first)[-1]
     assert (passed.action, passed.superseded_by) == ("superseded", uuid.UUID(last["id"]))
     assert decided(passed) == {
-        "decided_by": "deletion",
-        "reason": "the memory between them was deleted; the chain goes on",
+        "decided_by": "expiry" if how == "expiry" else "deletion",
+        "reason": (
+            "the memory between them expired; the chain goes on"
+            if how == "expiry"
+            else "the memory between them was deleted; the chain goes on"
+        ),
     }
     # The end of a chain forgotten still frees what it replaced.
     services.forget(user_id=cast.alice.id, mode="by_id", id=last["id"])

@@ -528,6 +528,28 @@ def test_the_expiry_purge_passes_over_an_expired_memory_whose_replaced_one_a_wri
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_expiry_purge_keeps_a_chains_middle_while_a_live_write_holds_its_end(cast) -> None:
+    # A -> B -> C, B expired: A passes on to C, which the purge must lock. Held
+    # by a live write, the purge leaves B for its next run rather than wait, or
+    # free A beside C by deleting B alone.
+    first = remember(cast.alice.id, OLD)["id"]
+    middle = remember(cast.alice.id, NEW, replaces=first, ttl_seconds=60)["id"]
+    last = remember(cast.alice.id, "Staging Postgres moved to pg-staging-9.", replaces=middle)
+    later = timezone.now() + timedelta(minutes=2)
+    waited, done = purge_while_held(cast.alice.id, last["id"], later)
+
+    assert not waited, "the purge waited for the end of a chain a live write holds"
+    assert done.expired_memories == 0
+    with tenancy.operator():
+        assert Memory.objects.get(id=first).superseded_by == uuid.UUID(middle)
+    again = services.clean_up(now=later)
+    assert again is not None and again.expired_memories == 1
+    with tenancy.operator():
+        assert Memory.objects.get(id=first).superseded_by == uuid.UUID(last["id"])
+    assert dangling_links(cast.alice.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_import_and_a_live_write_of_the_same_content_keep_one_memory(cast, monkeypatch) -> None:
     # The live write has stored the memory but not committed: the import
     # does not see it, and its insert waits on the dedup index. Once the
