@@ -28,8 +28,9 @@ the queue keeps the job's writes to one run (``services/queue.py``).
 
 One thread also runs ``maintenance.clean_up()`` every ``MAINTENANCE_SECONDS``:
 expired memories, history past its retention, finished jobs and stale
-forget confirmations. A PostgreSQL advisory lock keeps that to one process
-at a time across the fleet.
+forget confirmations; then the clean-ups other apps register
+(``core/housekeeping.py``: OAuth's expired codes and tokens). A PostgreSQL
+advisory lock keeps each to one process at a time across the fleet.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from accounts import keycache
-from core import errors, outage
+from core import errors, housekeeping, outage
 from core.logging import describe_exception
 from memories.services import maintenance, queue
 from memories.services.health import CACHE_CHANNEL, clear_broadcast
@@ -153,6 +154,15 @@ class Workers:
             outage.recovered("maintenance")
             if done is not None and any(done.as_dict().values()):
                 logger.info("maintenance", extra=done.as_dict())
+            try:
+                kept = housekeeping.run()
+            except Exception as exc:
+                _trouble("housekeeping", exc)
+                continue
+            outage.recovered("housekeeping")
+            for name, deleted in (kept or {}).items():
+                if any(deleted.values()):
+                    logger.info("maintenance: %s", name, extra=deleted)
         _close_connection()
 
 

@@ -14,6 +14,7 @@ delete comes from a tenant transaction that never loads these rows.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -90,7 +91,17 @@ class Application(toolkit.AbstractApplication):
 
 
 class Grant(toolkit.AbstractGrant):
+    """An authorization code. Exchanged, it is kept, spent, until it expires: a second
+    use is refused and revokes every token issued from the first (RFC 6749 4.1.2)."""
+
     agent = _agent()
+    spent_at: models.DateTimeField[datetime | None, datetime | None] = models.DateTimeField(
+        null=True, blank=True
+    )
+    # The refresh token family the exchange started; rotation keeps it.
+    token_family: models.UUIDField[uuid.UUID | None, uuid.UUID | None] = models.UUIDField(
+        null=True, blank=True
+    )
 
     class Meta(toolkit.AbstractGrant.Meta):
         swappable = "OAUTH2_PROVIDER_GRANT_MODEL"

@@ -12,17 +12,61 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 from urllib.parse import urlsplit
 
-from django.db.models import Max, Min
+from django.conf import settings
+from django.db.models import Max, Min, Q, QuerySet
 from django.utils import timezone
 
 from accounts import services as accounts_services
 from accounts.models import Agent
 from core.errors import NotFound
-from oauth.models import AccessToken, Application, RefreshToken
+from oauth.models import AccessToken, Application, Grant, RefreshToken
 from oauth.resources import same as same_resource
+
+# Each kind is deleted this many rows at a time, each batch its own statement.
+CLEAR_BATCH = 1000
+
+
+def clear_expired(*, now: datetime | None = None) -> dict[str, int]:
+    """Delete the codes and tokens no request can use any more; how many of each.
+
+    * Authorization codes past their expiry, spent or not (a spent one is kept
+      until then: its second use revokes what the first issued).
+    * Refresh tokens whose access token expired a refresh token's lifetime ago,
+      and revoked ones a lifetime after their revocation: until then a replay
+      of one must find it, to revoke its family.
+    * Access tokens past their expiry that no refresh token holds (a refresh
+      token whose access token is gone is refused, so those stay with it).
+    """
+    moment = now or timezone.now()
+    lifetime = timedelta(seconds=settings.OAUTH_REFRESH_TOKEN_TTL_SECONDS)
+    return {
+        "codes": _in_batches(Grant.objects.filter(expires__lt=moment)),
+        "refresh_tokens": _in_batches(
+            RefreshToken.objects.filter(
+                Q(revoked__lte=moment - lifetime)
+                | Q(revoked__isnull=True, access_token__expires__lte=moment - lifetime)
+            )
+        ),
+        "access_tokens": _in_batches(
+            AccessToken.objects.filter(refresh_token__isnull=True, expires__lt=moment)
+        ),
+    }
+
+
+def _in_batches(rows: QuerySet[Any]) -> int:
+    total = 0
+    while True:
+        batch = list(rows.values_list("pk", flat=True)[:CLEAR_BATCH])
+        if not batch:
+            return total
+        rows.model.objects.filter(pk__in=batch).delete()
+        total += len(batch)
+        if len(batch) < CLEAR_BATCH:
+            return total
 
 
 def find_application(*, client_id: str) -> Application | None:

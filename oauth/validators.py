@@ -14,6 +14,9 @@
 * A code presented with a wrong or missing PKCE verifier is spent: it is
   deleted, so whoever holds a stolen code gets one guess, not as many as
   the code's lifetime allows, and the right verifier after it is refused too.
+* An exchanged code is kept, spent, until it expires: a second use (a
+  stolen code, used before or after its owner) is refused and revokes the
+  token family the first use started (RFC 6749 section 4.1.2).
 """
 
 from __future__ import annotations
@@ -21,13 +24,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 from typing import Any
 
+from django.utils import timezone
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.oauth2.rfc6749 import errors
 
 from oauth import resources
 from oauth.models import AccessToken, Grant, RefreshToken
+
+logger = logging.getLogger(__name__)
 
 
 class Validator(OAuth2Validator):
@@ -67,6 +74,14 @@ class Validator(OAuth2Validator):
     def validate_code(
         self, client_id: str, code: str, client: Any, request: Any, *args: Any, **kwargs: Any
     ) -> bool:
+        spent = list(
+            Grant.objects.filter(code=code, application=client, spent_at__isnull=False).values_list(
+                "token_family", flat=True
+            )[:1]
+        )
+        if spent:
+            _revoke(spent[0], "an authorization code was used a second time")
+            return False
         valid = super().validate_code(client_id, code, client, request, *args, **kwargs)
         if valid:
             request.agent_id = (
@@ -75,6 +90,25 @@ class Validator(OAuth2Validator):
                 .first()
             )
         return valid
+
+    def invalidate_authorization_code(
+        self, client_id: str, code: str, request: Any, *args: Any, **kwargs: Any
+    ) -> None:
+        # Kept, spent, rather than deleted: its second use must find what it issued.
+        family = getattr(request, "token_family", None)
+        spent = Grant.objects.filter(
+            code=code, application=request.client, spent_at__isnull=True
+        ).update(spent_at=timezone.now(), token_family=family)
+        if not spent:
+            # Another exchange of the same code won the race: both uses are refused.
+            first = (
+                Grant.objects.filter(code=code, application=request.client)
+                .values_list("token_family", flat=True)
+                .first()
+            )
+            _revoke(first, "an authorization code was used a second time")
+            _revoke(family, "an authorization code was used a second time")
+            raise errors.InvalidGrantError(request=request)
 
     def get_code_challenge(self, code: str, request: Any) -> str | None:
         grant = Grant.objects.filter(code=code, application=request.client).first()
@@ -121,7 +155,16 @@ class Validator(OAuth2Validator):
         )
         RefreshToken.objects.filter(pk=refresh.pk).update(agent_id=request.agent_id)
         refresh.agent_id = request.agent_id
+        request.token_family = refresh.token_family
         return refresh
+
+
+def _revoke(family: Any, why: str) -> None:
+    """Revoke every refresh token of ``family`` and delete their access tokens."""
+    if family is None:
+        return
+    RefreshToken.revoke_family(family)
+    logger.warning("oauth: tokens revoked", extra={"reason": why, "token_family": str(family)})
 
 
 def _s256(verifier: str) -> str:

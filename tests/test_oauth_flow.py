@@ -442,6 +442,30 @@ def test_refresh_rotation_revocation_and_the_refusals(
     assert replay.status_code == 400
     assert tools_list(server, fresh["access_token"]).status_code == 401
 
+    # A code used a second time is refused, and revokes what its first use issued,
+    # rotated tokens included (RFC 6749 4.1.2): one of the two holders stole it.
+    verifier, challenge = pkce()
+    code = authorize_by_hand(server, callback, client_id, challenge, resource)
+    first = exchange(server, callback, client_id, code, verifier).json()
+    turned = token_request(
+        server,
+        grant_type="refresh_token",
+        refresh_token=first["refresh_token"],
+        client_id=client_id,
+    ).json()
+    assert tools_list(server, turned["access_token"]).status_code == 200
+    again = exchange(server, callback, client_id, code, verifier)
+    assert again.status_code == 400
+    assert again.json()["error"] == "invalid_grant"
+    assert tools_list(server, turned["access_token"]).status_code == 401
+    after = token_request(
+        server,
+        grant_type="refresh_token",
+        refresh_token=turned["refresh_token"],
+        client_id=client_id,
+    )
+    assert after.status_code == 400
+
     # Revocation (RFC 7009) of a new connection's token takes effect at once.
     verifier, challenge = pkce()
     code = authorize_by_hand(server, callback, client_id, challenge, resource)

@@ -86,7 +86,7 @@ def test_approval_prompt_auto_asks_when_the_live_token_acts_as_no_agent(cast, al
     page = authorize(alice_client, client_id, approval_prompt="auto")
 
     assert page.status_code == 200 and b"authorizationForm" in page.content
-    assert not Grant.objects.exists()  # no code (the first was spent on its token)
+    assert not Grant.objects.filter(spent_at=None).exists()  # the first was spent on its token
 
 
 def test_approval_prompt_auto_for_another_endpoint_than_the_one_approved_asks(cast, alice_client):
@@ -98,7 +98,7 @@ def test_approval_prompt_auto_for_another_endpoint_than_the_one_approved_asks(ca
     page = authorize(alice_client, client_id, approval_prompt="auto", resource=f"{PUBLIC}/mcp")
 
     assert page.status_code == 200 and b"authorizationForm" in page.content
-    assert not Grant.objects.exists()
+    assert not Grant.objects.filter(spent_at=None).exists()  # only the first, spent
     # Without a resource the request is for /mcp, the default, as well.
     params = request_params(client_id, approval_prompt="auto")
     del params["resource"]
