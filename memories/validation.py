@@ -153,10 +153,10 @@ def moment(value: Any, *, field: str) -> datetime | None:
             ) from None
     else:
         raise ValidationFailed(f"{field} must be an ISO 8601 date or date-time string.")
-    return _in_range(parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC), field)
+    return in_range(parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC), field)
 
 
-def _in_range(moment: datetime, field: str) -> datetime:
+def in_range(moment: datetime, field: str) -> datetime:
     """Return ``moment``, refusing one whose UTC time, or a millisecond either side, is past
     what a datetime holds ("9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00+05:00"):
     as_of is applied as the bound a millisecond later."""
@@ -292,7 +292,7 @@ def timestamp(value: Any, *, field: str) -> datetime:
         raise ValidationFailed(f"{field} must be an ISO 8601 time such as 2026-12-31T23:59:00Z.")
     if timezone.is_naive(parsed):
         parsed = timezone.make_aware(parsed, UTC)
-    return _in_range(parsed, field)
+    return in_range(parsed, field)
 
 
 def expiry(expires_at: Any, ttl_seconds: Any) -> datetime | None:

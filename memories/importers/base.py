@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import ValidationFailed
+from memories.validation import in_range
 
 # The metadata key under which an imported memory keeps where it came from:
 # the format, the file, the record's id there, and whatever else the source
@@ -74,8 +75,20 @@ def moment(value: Any, field_name: str) -> datetime | None:
     """Return a source's timestamp as an aware datetime: ISO 8601, or Unix seconds or ms.
 
     None and "" stay None. Raises ValueError (a reason to refuse the record)
-    for anything else.
+    for anything else, and for a time whose UTC value a timestamp cannot hold
+    ("0001-01-01T00:00:00+05:00"): stored, it broke every read of the user's
+    memories.
     """
+    found = _moment(value, field_name)
+    if found is None:
+        return None
+    try:
+        return in_range(found, field_name)
+    except ValidationFailed as exc:
+        raise ValueError(exc.message) from None
+
+
+def _moment(value: Any, field_name: str) -> datetime | None:
     if value is None or value == "":
         return None
     if isinstance(value, datetime):
@@ -98,7 +111,7 @@ def moment(value: Any, field_name: str) -> datetime | None:
     if isinstance(value, str):
         text = value.strip()
         if re.fullmatch(r"-?\d+(\.\d+)?", text):
-            return moment(float(text), field_name)
+            return _moment(float(text), field_name)
         try:
             parsed = datetime.fromisoformat(text)
         except ValueError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -489,6 +490,28 @@ def test_jsonl_imports_with_dotted_fields_and_refuses_a_bad_date(cast):
     assert vpn["created_at"] == datetime(2025, 1, 1, tzinfo=UTC)
     assert vpn["metadata"]["imported_from"]["tags"] == ["it", "security"]
     assert vpn["metadata"]["imported_from"]["fields"] == {"kind": "reminder"}
+
+
+@pytest.mark.parametrize(
+    "stamp", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00"]
+)
+def test_a_time_a_timestamp_cannot_hold_is_refused_and_the_rest_is_readable(cast, tmp_path, stamp):
+    # Stored, its UTC value was past year 1 or 9999: every later read of the
+    # user's memories (export, recall, list, stats) failed with internal_error.
+    source = tmp_path / "edges.jsonl"
+    source.write_text(
+        json.dumps({"content": "Out of time", "created_at": stamp})
+        + "\n"
+        + json.dumps({"content": "In time", "created_at": "2025-01-01T00:00:00Z"})
+        + "\n"
+    )
+
+    out = imported("alice@example.com", "jsonl", source)
+
+    assert "Imported 1 of 2 records" in out
+    assert "line 1: created_at is out of range" in out
+    assert set(by_content(cast.alice)) == {"In time"}
+    assert [m["content"] for m in services.export_memories(user_id=cast.alice.id)] == ["In time"]
 
 
 def test_a_mapping_naming_a_missing_column_is_refused(cast):
