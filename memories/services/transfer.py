@@ -608,11 +608,13 @@ def _import_batch(
             MemoryHistory.objects.filter(memory_id__in=ids).values_list("memory_id", flat=True)
         )
     _import_agents(user_id, {item.agent for item in batch if item.agent}, agents)
-    need = [item for item in batch if item.vector is None]
+    # By place in the batch, not by id: a file may name one id twice, and each
+    # record gets its own vector (the second is stored under a new id).
+    need = [(place, item) for place, item in enumerate(batch) if item.vector is None]
     vectors = dict(
         zip(
-            [item.id for item in need],
-            embed_texts(embedder, [item.content for item in need]) if need else [],
+            [place for place, _ in need],
+            embed_texts(embedder, [item.content for _, item in need]) if need else [],
             strict=True,
         )
     )
@@ -642,7 +644,8 @@ def _import_batch(
     report.imported += counts.imported
     report.deduplicated += counts.deduplicated
     report.embedded += counts.embedded
-    stored.update(held)
+    for named, memory_id in held.items():
+        stored.setdefault(named, memory_id)  # an id named twice: links name the first
     inserted.update(fresh)
 
 
@@ -663,7 +666,7 @@ def _store_batch(
     batch: list[_Incoming],
     agents: dict[str, uuid.UUID],
     taken: set[uuid.UUID],
-    vectors: dict[uuid.UUID, np.ndarray],
+    vectors: dict[int, np.ndarray],
     embedder: embeddings.Embedder,
 ) -> tuple[Imported, dict[uuid.UUID, uuid.UUID], set[uuid.UUID]]:
     """Store a batch in the open transaction: what it counted, each record's memory here,
@@ -678,7 +681,7 @@ def _store_batch(
     placed: dict[tuple[Any, ...], uuid.UUID] = {}
     versions: list[MemoryHistory] = []
     rows: list[list[Any]] = []
-    for item in batch:
+    for position, item in enumerate(batch):
         agent_id = agents[item.agent.casefold()] if item.agent else None
         place = {
             "user_id": user_id,
@@ -693,11 +696,12 @@ def _store_batch(
         existing = placed.get(key) or holder(place, item.content_hash)
         if existing:
             counts.deduplicated += 1
-            stored[item.id] = existing
+            stored.setdefault(item.id, existing)
             continue
         memory_id = uuid.uuid4() if item.id in taken else item.id
         taken.add(memory_id)
-        stored[item.id] = placed[key] = memory_id
+        stored.setdefault(item.id, memory_id)
+        placed[key] = memory_id
         history = item.history or [
             {
                 "version": 1,
@@ -715,7 +719,7 @@ def _store_batch(
             MemoryHistory(memory_id=memory_id, user_id=user_id, agent_id=agent_id, **version)
             for version in history
         )
-        vector = item.vector if item.vector is not None else vectors[item.id]
+        vector = item.vector if item.vector is not None else vectors[position]
         rows.append(
             [
                 memory_id,
