@@ -65,14 +65,16 @@ def stripe_webhook(request: HttpRequest) -> JsonResponse:
     secret = settings.STRIPE_WEBHOOK_SECRET
     if not secret:
         return _not_configured("STRIPE_WEBHOOK_SECRET")
+    header = request.headers.get("Stripe-Signature")
     try:
+        # A signature is ASCII: the SDK's comparison raised TypeError on
+        # anything else, a 500 to an unauthenticated caller.
+        if header is not None and not header.isascii():
+            raise ValueError("the signature is not ASCII")
         # Verify first, parse after, with our own parser: Stripe's would
         # recurse into a deeply nested body, and build objects we never use.
         stripe.WebhookSignature.verify_header(
-            request.body,
-            request.headers.get("Stripe-Signature"),
-            secret,
-            tolerance=settings.STRIPE_WEBHOOK_TOLERANCE,
+            request.body, header, secret, tolerance=settings.STRIPE_WEBHOOK_TOLERANCE
         )
     except (ValueError, stripe.SignatureVerificationError):
         logger.warning("stripe webhook refused: bad signature")

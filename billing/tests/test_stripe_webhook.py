@@ -348,6 +348,8 @@ def signed(payload: str, secret: str = SECRET, timestamp: int | None = None) -> 
         pytest.param(lambda body: signed(body, timestamp=int(time.time()) - 600), id="too-old"),
         pytest.param(lambda body: signed(body + " "), id="other-body"),
         pytest.param(lambda body: "t=1,v1=deadbeef", id="garbage"),
+        # Read as latin-1 off the wire; the SDK's comparison raised TypeError: a 500.
+        pytest.param(lambda body: "t=1,v1=\u00e9\u00e9", id="not-ascii"),
     ],
 )
 def test_a_bad_signature_is_refused_and_changes_nothing(cast, client, make_header):
