@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from accounts import services as accounts_services
 from accounts.models import Agent
+from core import storable
 from core.errors import NotFound
 from oauth.models import AccessToken, Application, Grant, RefreshToken
 from oauth.resources import same as same_resource
@@ -70,7 +71,10 @@ def _in_batches(rows: QuerySet[Any]) -> int:
 
 
 def find_application(*, client_id: str) -> Application | None:
-    """Return the registered client with this id, or None."""
+    """Return the registered client with this id, or None (also for one no column holds:
+    a NUL or a lone surrogate, as a sign-in's ``next`` may carry)."""
+    if storable.problem(client_id) is not None:
+        return None
     return Application.objects.filter(client_id=client_id).first()
 
 

@@ -229,6 +229,13 @@ def sign_in_page(client_id: str, **extra: str):
     return page
 
 
+def test_a_sign_in_on_the_way_to_a_client_id_no_column_holds_is_the_plain_page(cast):
+    # The sign-in page looked the client up to widen its form-action: a 500.
+    page = sign_in_page("a\x00b", approval_prompt="auto")
+
+    assert page.headers[csp.HEADER] == csp.POLICY
+
+
 def test_signing_in_on_the_way_to_a_skipped_page_may_lead_on_to_the_client(cast, alice_client):
     client_id = register(alice_client)
 
