@@ -147,15 +147,50 @@ def sign_in(address: str | None, account: str) -> int:
     """
     count, period = settings.SIGN_IN_RATE_LIMIT
     where = address or "unknown"
-    who = hashlib.sha256(account.strip().lower()[:320].encode("utf-8", "replace")).hexdigest()
+    who = _account(account)
+    return _paced(
+        "sign-in",
+        where,
+        period,
+        ((f"sign-in:{where}:{who}", count), (f"sign-in:{where}", count * SIGN_IN_ADDRESS_FACTOR)),
+    )
+
+
+def password_reset(address: str | None, account: str) -> int:
+    """Take one password-reset request for ``account`` from ``address``: 0 if it may go
+    ahead, else the seconds until it may.
+
+    Each request mails the account, so besides the sign-in's two buckets (an
+    address for this account, an address across accounts) the account has one of
+    its own, whatever the address: a sender spread over many addresses cannot
+    fill a user's inbox. At worst they delay the user's own reset by as long;
+    signing in is not touched (these buckets are apart from the sign-in's).
+    """
+    count, period = settings.SIGN_IN_RATE_LIMIT
+    where = address or "unknown"
+    who = _account(account)
+    return _paced(
+        "password reset",
+        where,
+        period,
+        (
+            (f"reset:{where}:{who}", count),
+            (f"reset:{where}", count * SIGN_IN_ADDRESS_FACTOR),
+            (f"reset:{who}", count),
+        ),
+    )
+
+
+def _account(account: str) -> str:
+    return hashlib.sha256(account.strip().lower()[:320].encode("utf-8", "replace")).hexdigest()[:32]
+
+
+def _paced(what: str, where: str, period: float, buckets: tuple[tuple[str, int], ...]) -> int:
     limiter = ratelimit.get_rate_limiter()
-    for key, capacity in (
-        (f"sign-in:{where}:{who[:32]}", count),
-        (f"sign-in:{where}", count * SIGN_IN_ADDRESS_FACTOR),
-    ):
+    for key, capacity in buckets:
         decision = limiter.check(key, capacity, capacity / period)
         if not decision.allowed:
             wait = max(1, math.ceil(decision.retry_after))
-            logger.info("sign-in throttled", extra={"address": where, "retry_after_s": wait})
+            logger.info(f"{what} throttled", extra={"address": where, "retry_after_s": wait})
             return wait
     return 0

@@ -30,7 +30,8 @@ response that does not carry one of its own (see that module).
 (the dashboard's, which OAuth consent also uses, and the admin's):
 ``admission.sign_in`` counts each attempt by client address and account,
 and past the allowance the page answers 429 with ``Retry-After`` without
-checking the password.
+checking the password. It paces password-reset requests too
+(``admission.password_reset``), each of which sends a mail.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm, PasswordResetForm
 from django.db import transaction
 from django.http import HttpRequest, HttpResponseBase
 from django.template.response import TemplateResponse
@@ -112,6 +113,8 @@ class SignInThrottleMiddleware:
         # Here, not in __call__: CsrfViewMiddleware's process_view runs first
         # and refuses a forged post, which must not spend the user's attempts
         # (a page elsewhere could otherwise lock them out from their own address).
+        if request.method == "POST" and request.path == self._reset_path():
+            return self._reset_paced(request)
         if request.method != "POST" or request.path not in self._sign_in_paths():
             return None
         account = request.POST.get("username", "")
@@ -132,6 +135,27 @@ class SignInThrottleMiddleware:
         response["Retry-After"] = str(wait)
         # Rendered here: it goes back up through the middleware, not a view.
         return response.render()
+
+    def _reset_paced(self, request: HttpRequest) -> HttpResponseBase | None:
+        # Each request mails the account: unpaced, anyone could fill a user's inbox.
+        account = request.POST.get("email", "")
+        wait = admission.password_reset(client_address(request), account)
+        if not wait:
+            return None
+        response = TemplateResponse(
+            request,
+            "registration/password_reset_form.html",
+            {
+                "form": PasswordResetForm(initial={"email": account[:254]}),
+                "throttled_minutes": -(-wait // 60),
+            },
+            status=429,
+        )
+        response["Retry-After"] = str(wait)
+        return response.render()
+
+    def _reset_path(self) -> str:
+        return reverse("password_reset")
 
     def _sign_in_paths(self) -> frozenset[str]:
         if self._paths is None:

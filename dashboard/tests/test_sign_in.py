@@ -196,3 +196,22 @@ def test_a_forged_sign_in_from_another_site_spends_no_attempt(cast, paced):
         HTTP_X_CSRFTOKEN=token,
     )
     assert signed_in.status_code == 302
+
+
+def reset(client, email: str, address: str = "203.0.113.7"):
+    return client.post("/password_reset/", {"email": email}, REMOTE_ADDR=address)
+
+
+def test_password_resets_are_paced_per_account_whatever_the_address(cast, client, paced):
+    # Each request mails the account: unpaced, anyone could fill a user's inbox.
+    sent = [reset(client, "alice@example.com", f"203.0.113.{n}").status_code for n in range(4)]
+
+    assert sent == [302, 302, 302, 429]
+    assert len(mail.outbox) == 3
+    refused = reset(client, "alice@example.com", "198.51.100.9")
+    assert refused.status_code == 429
+    assert 0 < int(refused["Retry-After"]) <= 1200
+    assert "Too many reset requests. Try again in" in refused.content.decode()
+    # Another account, and signing in, are not touched.
+    assert reset(client, "charlie@example.com").status_code == 302
+    assert sign_in(client, "alice@example.com", "alice-password-1").status_code == 302
