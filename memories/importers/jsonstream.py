@@ -107,6 +107,9 @@ class Events:
                 continue
             except RecursionError:
                 raise self.error("JSON nested too deeply") from None
+            except ValueError:
+                # Python's own limit on an integer's digits (4,300): not a decode error.
+                raise self.error("a number too long to read") from None
             # A number that runs to the end of the buffer ("12", "12.", "1e")
             # may continue in the next read.
             rest = self.buf[end:]

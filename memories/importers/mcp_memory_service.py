@@ -151,8 +151,12 @@ class _Vectors:
         return cls(db, int(width.group(1)))
 
     def get(self, rowid: int, chunk_id: int, offset: int) -> np.ndarray | None:
+        # SQLite keeps whatever type a row was given: a slot that is not a number
+        # names no vector (sqlite-vec writes integers and blobs only).
+        if not all(type(n) is int for n in (rowid, chunk_id, offset)) or offset < 0:
+            return None
         chunk = self._chunk(chunk_id)
-        if chunk is None or offset is None or offset < 0:
+        if chunk is None:
             return None
         validity, rowids, vectors = chunk
         if offset // 8 >= len(validity) or not validity[offset // 8] >> (offset % 8) & 1:
@@ -176,7 +180,12 @@ class _Vectors:
             f"SELECT vectors FROM {TABLE}_vector_chunks00 WHERE rowid = ?",  # noqa: S608
             (chunk_id,),
         ).fetchone()
-        chunk = (bytes(meta[0]), bytes(meta[1]), bytes(data[0])) if meta and data else None
+        blobs = (*meta, *data) if meta and data else ()
+        chunk = (
+            (bytes(blobs[0]), bytes(blobs[1]), bytes(blobs[2]))
+            if len(blobs) == 3 and all(isinstance(b, bytes) for b in blobs)
+            else None
+        )
         self.chunks[chunk_id] = chunk
         while len(self.chunks) > self.KEEP:
             self.chunks.popitem(last=False)

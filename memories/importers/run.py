@@ -420,7 +420,9 @@ class _Importer:
         sample = [
             (r.vector, item.content)
             for r, item in zip(records, items, strict=True)
-            if r.vector is not None and _model_name(r.vector_model or "") == model
+            if r.vector is not None
+            and _model_name(r.vector_model or "") == model
+            and r.vector.shape[0] == width  # the decision is one model's at one width
         ][:SAMPLE]
         theirs = np.stack([np.asarray(v, dtype=np.float32) for v, _ in sample])
         norms = np.linalg.norm(theirs, axis=1, keepdims=True)

@@ -445,6 +445,28 @@ def test_a_letta_agent_file_imports_core_blocks_and_passages(cast):
     assert peanuts["metadata"]["confidence"] == "high"
 
 
+def test_vectors_of_one_model_at_two_widths_are_decided_apart(cast, tmp_path):
+    # The sample took every vector of the model, whatever its width: np.stack raised.
+    model = embeddings.get_embedder()
+    [ours] = model.embed(["Bananas are yellow"])
+    passages = [
+        {"id": "p1", "text": "Bananas are yellow", "created_at": "2025-01-01T00:00:00Z",
+         "embedding": [float(x) for x in ours],
+         "embedding_config": {"embedding_model": "all-MiniLM-L6-v2", "embedding_dim": 384}},
+        {"id": "p2", "text": "Kiwis are green", "created_at": "2025-01-01T00:00:00Z",
+         "embedding": [0.1] * 10,
+         "embedding_config": {"embedding_model": "all-MiniLM-L6-v2", "embedding_dim": 10}},
+    ]  # fmt: skip
+    source = tmp_path / "mixed.json"
+    source.write_text(json.dumps(passages))
+
+    out = imported("alice@example.com", "letta", source)
+
+    assert "Imported 2 of 2 records" in out
+    assert "all-MiniLM-L6-v2, 10 dimensions" in out and "embedded again" in out
+    assert set(by_content(cast.alice)) == {"Bananas are yellow", "Kiwis are green"}
+
+
 def test_a_first_generation_letta_agent_file_imports_its_core_memory(cast):
     out = imported("alice@example.com", "letta", FIXTURES / "letta_v1.af")
 

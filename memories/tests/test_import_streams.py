@@ -85,6 +85,8 @@ def test_a_fault_names_its_line_even_deep_in_a_large_file(monkeypatch):
         ('{"results": [1, 2]} extra', "unexpected text after the JSON document"),
         ('{"results": [1, 2}', "line 1: expected ',' or ']'"),
         ('{"results": [{"a": "unterminated', "line 1: not valid JSON"),
+        # Python's limit on an integer's digits raised a bare ValueError: a traceback.
+        ('{"results": [{"n": ' + "9" * 5000 + "}]}", "a number too long to read"),
     ],
 )
 def test_documents_that_are_not_json_are_refused_clearly(text, message):
@@ -116,6 +118,29 @@ def test_a_vec0_slot_is_taken_only_when_valid_and_naming_its_row(tmp_path):
     assert taken == [True, False, True, False, True]
     assert np.array_equal(found[4].vector, vectors[4])
     assert found[0].vector_model == "all-MiniLM-L6-v2"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "UPDATE memory_embeddings_chunks SET validity = CAST(validity AS TEXT)",
+        "UPDATE memory_embeddings_rowids SET chunk_offset = 'x' || chunk_offset",
+    ],
+    ids=["validity-as-text", "offset-as-text"],
+)
+def test_a_vec0_table_holding_text_where_numbers_and_blobs_belong_yields_no_vector(
+    tmp_path, change
+):
+    # SQLite keeps any type a row is given: bytes() and < on text raised a traceback.
+    db = mcp_memory_service_db(
+        tmp_path / "m.db", [{"content": "memory"}], lambda texts: np.eye(1, 384, dtype=np.float32)
+    )
+    with sqlite3.connect(db) as conn:
+        conn.execute(change)
+
+    [record] = list(read("mcp-memory-service", Source.at(db)))
+
+    assert record.content == "memory" and record.vector is None
 
 
 def test_a_database_without_vectors_yields_records_to_embed(tmp_path):
