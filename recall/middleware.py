@@ -46,7 +46,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from accounts import admission
-from core import csp, tenancy
+from core import context, csp, tenancy
 from core.addresses import client_address
 
 
@@ -63,7 +63,9 @@ class OperatorAdminMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         if not self._is_operator_request(request):
             return self.get_response(request)
-        with tenancy.operator(), transaction.atomic():
+        # Acting as "admin": what the admin changes is the admin's in each memory's
+        # history (it read "system", the trigger's fallback).
+        with context.acting_as("admin"), tenancy.operator(), transaction.atomic():
             response = self.get_response(request)
             if response.status_code >= 500:
                 # Django turned an exception into this response below us;

@@ -7,7 +7,7 @@ from django.contrib.admin.models import DELETION, LogEntry
 
 from accounts.models import User
 from core import tenancy
-from memories.models import Memory
+from memories.models import Memory, MemoryHistory
 from tests.support import store_memory
 
 URL = "/admin/memories/memory/"
@@ -84,6 +84,10 @@ def test_deleting_a_memory_is_audited_without_its_content(memories, admin_client
     assert record.memory_id == str(memory.id)
     assert record.user_id == str(memory.user_id)
     assert "Alice works on Recall" not in str(record.__dict__)
+    # The memory's history says who: it read "system".
+    with tenancy.operator():
+        last = MemoryHistory.objects.filter(memory_id=memory.id).order_by("-version").first()
+    assert last is not None and (last.action, last.client) == ("deleted", "admin")
 
 
 def test_bulk_deletion_is_audited_too(memories, admin_client, caplog):
