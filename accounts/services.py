@@ -47,6 +47,9 @@ def key_name(name: object) -> str:
         raise ValidationFailed("name must be a string.")
     limit = storable.column_length(ApiKey, "name")
     storable.text(name, field="name", max_length=limit)
+    # As an agent's: an escape sequence reached the operator's terminal through
+    # list-keys, and a direction override turned the name around on the page.
+    storable.name(name, field="name")
     return name.strip()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from accounts import services
-from accounts.models import Agent
+from accounts.models import Agent, ApiKey
 from core import tenancy
 from core.errors import ValidationFailed
 
@@ -58,3 +58,14 @@ def test_the_dashboard_shows_the_refusal_instead_of_failing(cast, client):
     assert "must not contain NUL characters" in response.content.decode()
     with tenancy.operator():
         assert not Agent.objects.filter(user=cast.alice).exists()
+
+
+@pytest.mark.parametrize("name", ["esc\x1b[31mRED\x1b[0m", "evil\u202etxt.exe", "a\x9bb"])
+def test_a_key_name_follows_the_same_rule(cast, name):
+    # Accepted, an escape sequence reached the operator's terminal through
+    # list-keys, and an override turned the name around on the Keys page.
+    with pytest.raises(ValidationFailed, match="name must not hold control or text-direction"):
+        services.issue_own_key(user_id=cast.alice.id, max_tier="free", name=name)
+
+    with tenancy.operator():
+        assert not ApiKey.objects.filter(name=name.strip()).exists()
