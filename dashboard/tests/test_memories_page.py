@@ -37,6 +37,23 @@ def test_it_lists_a_namespace_newest_first(cast, alice_client):
     assert "default (2)" in text and "work (1)" in text
 
 
+@pytest.mark.parametrize(
+    "query",
+    [{"offset": "1000001"}, {"namespace": "bad ns"}, {"q": "x", "namespace": "bad ns"}],
+    ids=["offset", "namespace", "search"],
+)
+def test_a_refused_filter_shows_its_error_and_no_empty_state_beside_it(cast, alice_client, query):
+    # "Every memory here was replaced" or "This namespace is empty" stood under the
+    # error, though the namespace held current memories.
+    store_memory(cast.alice, "a current note")
+
+    page = alice_client.get(URL, query).content.decode()
+
+    assert '<p class="notice error">' in page
+    for empty in ("Nothing here", "Nothing matches", "No more memories here", "No memories yet"):
+        assert empty not in page
+
+
 def test_it_filters_by_namespace(cast, alice_client):
     work = store_memory(cast.alice, "a work note", namespace="work")
     store_memory(cast.alice, "a default note")
