@@ -60,7 +60,8 @@ def read_jsonl(source: Source, *, columns: str | None = None, **_: Any) -> Strea
 def read_csv(source: Source, *, columns: str | None = None, **_: Any) -> Stream:
     chosen = mapping(columns)
     with source.text() as stream:
-        reader = csv.DictReader(stream)
+        # strict: a quote left open to the end of the file is an error, not one long field.
+        reader = csv.DictReader(stream, strict=True)
         try:
             header = reader.fieldnames
             if not header:

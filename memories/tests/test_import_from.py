@@ -568,6 +568,15 @@ def test_text_that_is_not_utf8_is_refused_near_its_line(cast, tmp_path, fmt, nam
         imported("alice@example.com", fmt, path)
 
 
+def test_a_csv_quote_left_open_stops_the_import_at_its_line(cast, tmp_path):
+    # Not strict, the reader took the rest of the file as one field and imported it.
+    path = tmp_path / "open.csv"
+    path.write_text('content,created_at\n"first ok",2025-01-01\n"never closed,2025-01-01\nmore\n')
+
+    with pytest.raises(CommandError, match=r"open\.csv, line 3: unexpected end of data"):
+        imported("alice@example.com", "csv", path)
+
+
 def test_a_csv_field_past_the_limit_is_refused_at_its_own_line(cast, tmp_path):
     # The reader counts a line once it parsed it, so the message named the line before.
     path = tmp_path / "big.csv"
