@@ -34,8 +34,16 @@ def not_utf8_near(line: int) -> str:
     return f"not UTF-8 text, at line {line} or a little after it"
 
 
+class Line(dict[str, Any]):
+    """A record read from a file, which knows its line: a refusal names it."""
+
+    line: int
+
+
 def from_lines(stream: IO[str]) -> Iterator[dict[str, Any]]:
-    """Yield each line's object, skipping blank lines; a bad line fails naming its number."""
+    """Yield each line's object (a ``Line``), skipping blank lines; a bad line fails naming
+    its number. A byte order mark before the first line is not content (standard input
+    is not opened as utf-8-sig, as a named file is)."""
     lines = iter(stream)
     number = 0
     while True:
@@ -46,6 +54,8 @@ def from_lines(stream: IO[str]) -> Iterator[dict[str, Any]]:
         except UnicodeDecodeError:
             raise ValidationFailed(f"the file is {not_utf8_near(number + 1)}.") from None
         number += 1
+        if number == 1:
+            line = line.removeprefix("\ufeff")
         if not line.strip():
             continue
         if len(line) > MAX_LINE_CHARS:
@@ -56,4 +66,6 @@ def from_lines(stream: IO[str]) -> Iterator[dict[str, Any]]:
             raise ValidationFailed(f"line {number} is not valid JSON.") from None
         if not isinstance(record, dict):
             raise ValidationFailed(f"line {number} is not a JSON object.")
-        yield record
+        found = Line(record)
+        found.line = number
+        yield found

@@ -270,10 +270,10 @@ def test_vectors_in_the_file_are_reused_when_the_model_matches(cast, tmp_path):
         # No direction: every search of its namespace put it first, score null.
         (lambda n: [0.0] * n, "1 embedded again"),
         (lambda n: [0.5] * (n - 1), "1 embedded again"),
-        (lambda n: ["a", "b"], "record 1: embedding must be a list of numbers."),
-        (lambda n: [[1, 2], [3]], "record 1: embedding must be a list of numbers."),
-        (lambda n: {"a": 1}, "record 1: embedding must be a list of numbers."),
-        (lambda n: [True] * n, "record 1: embedding must be a list of numbers."),
+        (lambda n: ["a", "b"], "line 1: embedding must be a list of numbers."),
+        (lambda n: [[1, 2], [3]], "line 1: embedding must be a list of numbers."),
+        (lambda n: {"a": 1}, "line 1: embedding must be a list of numbers."),
+        (lambda n: [True] * n, "line 1: embedding must be a list of numbers."),
     ],
     ids=["zeros", "short", "strings", "ragged", "object", "booleans"],
 )
@@ -307,6 +307,13 @@ def test_a_file_that_is_not_utf8_is_refused_and_a_byte_order_mark_is_not_content
     with pytest.raises(CommandError, match="the file is not UTF-8 text, at line 1"):
         import_file("alice@example.com", latin)
     assert "Imported 1 of 1 memories" in import_file("alice@example.com", marked)
+    # Read from standard input (not opened as utf-8-sig), it was "line 1 is not valid JSON".
+    piped = io.StringIO('\ufeff{"content": "coffee", "created_at": "2026-01-01T00:00:00Z"}\n')
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "stdin", piped)
+        call_command("import_memories", "alice@example.com", "-", stdout=out, stderr=io.StringIO())
+    assert "Imported 1 of 1 memories" in out.getvalue()
 
 
 def test_an_import_stopped_by_a_bad_line_links_what_it_stored(cast, tmp_path):
@@ -360,13 +367,14 @@ def test_a_bad_line_stops_the_import_naming_it(cast, tmp_path):
         ("metadata", {"k\x00": 1}, "metadata must not contain NUL characters"),
     ],
 )
-def test_a_string_the_database_cannot_store_stops_the_import_naming_its_record(
+def test_a_string_the_database_cannot_store_stops_the_import_naming_its_line(
     cast, tmp_path, field, value, message
 ):
     good = {"content": "fine", "created_at": "2026-01-01T00:00:00Z"}
     file = tmp_path / "bad.jsonl"
-    file.write_text(json.dumps(good) + "\n" + json.dumps({**good, field: value}) + "\n")
+    # Blank lines are skipped: the refusal names the file's line, not the record's count.
+    file.write_text("\n" + json.dumps(good) + "\n\n" + json.dumps({**good, field: value}) + "\n")
 
-    with pytest.raises(CommandError, match=f"record 2: {message}"):
+    with pytest.raises(CommandError, match=f"line 4: {message}"):
         import_file("alice@example.com", file)
     assert list(services.export_memories(user_id=cast.alice.id)) == []  # record 1 neither

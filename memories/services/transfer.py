@@ -248,7 +248,10 @@ def import_memories(
             try:
                 incoming = _incoming(record, embedder)
             except ValidationFailed as error:
-                raise ValidationFailed(f"record {report.read}: {error.message}") from None
+                # A file's line when the record came from one (blank lines are skipped).
+                line = getattr(record, "line", None)
+                where = f"line {line}" if line is not None else f"record {report.read}"
+                raise ValidationFailed(f"{where}: {error.message}") from None
             if incoming.expires_at is not None and incoming.expires_at <= timezone.now():
                 report.expired += 1
                 continue
