@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
@@ -270,12 +271,14 @@ def test_vectors_in_the_file_are_reused_when_the_model_matches(cast, tmp_path):
         # No direction: every search of its namespace put it first, score null.
         (lambda n: [0.0] * n, "1 embedded again"),
         (lambda n: [0.5] * (n - 1), "1 embedded again"),
+        # Past float32: inf, and numpy's overflow warning printed with a source line.
+        (lambda n: [1e39] * n, "1 embedded again"),
         (lambda n: ["a", "b"], "line 1: embedding must be a list of numbers."),
         (lambda n: [[1, 2], [3]], "line 1: embedding must be a list of numbers."),
         (lambda n: {"a": 1}, "line 1: embedding must be a list of numbers."),
         (lambda n: [True] * n, "line 1: embedding must be a list of numbers."),
     ],
-    ids=["zeros", "short", "strings", "ragged", "object", "booleans"],
+    ids=["zeros", "short", "past-float32", "strings", "ragged", "object", "booleans"],
 )
 def test_a_vector_that_cannot_be_ranked_is_not_reused(cast, tmp_path, embedding, outcome):
     embedder = embeddings.get_embedder()
@@ -288,7 +291,9 @@ def test_a_vector_that_cannot_be_ranked_is_not_reused(cast, tmp_path, embedding,
     file = tmp_path / "vector.jsonl"
     file.write_text(json.dumps(record) + "\n")
     try:
-        said = import_file("alice@example.com", file)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            said = import_file("alice@example.com", file)
     except CommandError as error:
         said = str(error)
 

@@ -137,7 +137,8 @@ def _passage(
     vector = value.get("embedding")
     if isinstance(vector, list) and vector and isinstance(config, dict):
         width = config.get("embedding_dim")
-        array = np.asarray(vector, dtype=np.float32) if _numbers(vector) else None
+        with np.errstate(over="ignore"):  # past float32 is inf: embedded again, not a warning
+            array = np.asarray(vector, dtype=np.float32) if _numbers(vector) else None
         # Letta pads stored vectors with zeros to a fixed width.
         if array is not None and isinstance(width, int) and 0 < width < len(array):
             array = array[:width] if not np.any(array[width:]) else None

@@ -317,7 +317,8 @@ def _incoming(record: Any, embedder: embeddings.Embedder) -> _Incoming:
             isinstance(x, int | float) and not isinstance(x, bool) for x in raw
         ):
             raise ValidationFailed("embedding must be a list of numbers.")
-        candidate = np.asarray(raw, dtype=np.float32)
+        with np.errstate(over="ignore"):  # past float32 is inf, refused below, not a warning
+            candidate = np.asarray(raw, dtype=np.float32)
         # One of another size, not finite or all zeros (no direction, which
         # cosine cannot rank) is not reused: the content is embedded again.
         if (
