@@ -157,7 +157,7 @@ def moment(value: Any, *, field: str) -> datetime | None:
 
 
 def in_range(moment: datetime, field: str) -> datetime:
-    """Return ``moment``, refusing one whose UTC time, or a millisecond either side, is past
+    """Return ``moment`` in UTC, refusing one whose UTC time, or a millisecond either side, is past
     what a datetime holds ("9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00+05:00"):
     as_of is applied as the bound a millisecond later."""
     margin = timedelta(milliseconds=1)
@@ -170,7 +170,9 @@ def in_range(moment: datetime, field: str) -> datetime:
             f"{field} is out of range: give a time from 0001-01-01T00:00:00.001Z"
             " to 9999-12-31T23:59:59.998Z."
         )
-    return moment
+    # In UTC: Python reads offsets up to 23:59, PostgreSQL refuses past 15:59
+    # ("+20:00" reached the database and came back as internal_error).
+    return utc
 
 
 _EARLIEST, _LATEST = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)

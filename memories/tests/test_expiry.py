@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from django.db import connection
@@ -48,6 +48,28 @@ def test_expires_at_is_stored_as_given(cast):
     [listed] = services.list_memories(user_id=cast.alice.id)
 
     assert listed["expires_at"] == "2099-01-01T00:00:00.000Z"
+
+
+@pytest.mark.parametrize("offset", ["+16:00", "-20:00", "+23:59"])
+def test_an_offset_python_reads_and_postgresql_would_not_is_taken_as_its_utc_time(cast, offset):
+    # Python reads offsets up to 23:59, PostgreSQL refuses past 15:59: stored or
+    # searched with as given, it was internal_error.
+    remember(cast.alice.id, "until new year", expires_at=f"2099-01-01T00:00:00{offset}")
+    [listed] = services.list_memories(user_id=cast.alice.id)
+    moment = timezone.datetime.fromisoformat(f"2099-01-01T00:00:00{offset}")
+    assert listed["expires_at"] == moment.astimezone(UTC).isoformat()[:19] + ".000Z"
+
+    after = services.recall(
+        user_id=cast.alice.id,
+        query="new year",
+        threshold=0,
+        created_after=f"2000-01-01T00:00:00{offset}",
+    )
+    then = services.recall(
+        user_id=cast.alice.id, query="new year", threshold=0, as_of=f"2001-01-01T00:00:00{offset}"
+    )
+    assert [m["content"] for m in after] == ["until new year"]
+    assert then == []  # stored after that
 
 
 @pytest.mark.parametrize(
