@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import unicodedata
 from dataclasses import dataclass
 
 import anyio
@@ -182,7 +183,10 @@ def password_reset(address: str | None, account: str) -> int:
 
 
 def _account(account: str) -> str:
-    return hashlib.sha256(account.strip().lower()[:320].encode("utf-8", "replace")).hexdigest()[:32]
+    # As Django finds the account: its reset form compares NFKC and casefold, so
+    # "\u017fales@" (long s) reached "sales@" in a bucket of its own.
+    folded = unicodedata.normalize("NFKC", account.strip()).casefold()[:320]
+    return hashlib.sha256(folded.encode("utf-8", "replace")).hexdigest()[:32]
 
 
 def _paced(what: str, where: str, period: float, buckets: tuple[tuple[str, int], ...]) -> int:

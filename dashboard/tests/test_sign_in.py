@@ -212,6 +212,9 @@ def test_password_resets_are_paced_per_account_whatever_the_address(cast, client
     assert refused.status_code == 429
     assert 0 < int(refused["Retry-After"]) <= 1200
     assert "Too many reset requests. Try again in" in refused.content.decode()
+    # Another spelling of the address that reaches the same account is the same bucket.
+    assert reset(client, "ALICE@example.com", "198.51.100.10").status_code == 429
+    assert reset(client, "\uff41lice@example.com", "198.51.100.11").status_code == 429
     # Another account, and signing in, are not touched.
     assert reset(client, "charlie@example.com").status_code == 302
     assert sign_in(client, "alice@example.com", "alice-password-1").status_code == 302
