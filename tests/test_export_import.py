@@ -226,14 +226,14 @@ def test_an_import_skips_what_is_already_there_and_reports_it(cast, tmp_path):
     assert services.count_namespace(user_id=cast.alice.id, namespace="travel") == 2
 
 
-def test_an_id_named_twice_in_a_file_gives_each_record_its_own_vector(cast, tmp_path):
-    # The batch's vectors were keyed by id: the second record's overwrote the first's,
-    # so "yellow fruit" found nothing and the cluster question found both.
-    same, WHEN = "22222222-2222-4222-8222-222222222222", "2025-01-01T00:00:00Z"
+def test_an_id_named_twice_in_a_file_stops_the_import_at_the_second(cast, tmp_path):
+    # Taken in, the second record got the first's vector, and a link from either
+    # landed on the other's memory: an export names each memory once.
+    same, when = "22222222-2222-4222-8222-222222222222", "2025-01-01T00:00:00Z"
     file = tmp_path / "twice.jsonl"
     file.write_text(
         "".join(
-            json.dumps({"id": same, "namespace": "dup", "content": text, "created_at": WHEN}) + "\n"
+            json.dumps({"id": same, "content": text, "created_at": when}) + "\n"
             for text in (
                 "Bananas are a yellow tropical fruit rich in potassium",
                 "The Kubernetes cluster runs on three control plane nodes",
@@ -242,17 +242,9 @@ def test_an_id_named_twice_in_a_file_gives_each_record_its_own_vector(cast, tmp_
         encoding="utf-8",
     )
 
-    assert "Imported 2 of 2" in import_file("charlie@example.com", file)
-
-    for question, answer in (
-        ("yellow fruit with potassium", "Bananas"),
-        ("kubernetes control plane nodes", "The Kubernetes"),
-    ):
-        found = services.recall(
-            user_id=cast.charlie.id, query=question, namespace="dup", mode="semantic"
-        )
-        assert found[0]["content"].startswith(answer)
-        assert len({round(m["score"], 6) for m in found}) == len(found)
+    with pytest.raises(CommandError, match=f"line 2: id {same} is named by an earlier record"):
+        import_file("charlie@example.com", file)
+    assert list(services.export_memories(user_id=cast.charlie.id)) == []
 
 
 def test_vectors_in_the_file_are_reused_when_the_model_matches(cast, tmp_path):

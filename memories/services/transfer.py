@@ -242,11 +242,17 @@ def import_memories(
     inserted: set[uuid.UUID] = set()
     naming = False  # whether any imported history names another memory
     links: list[_Incoming] = []
+    # Every id the file named: an export names each memory once, and a link or a
+    # history naming an id named twice could not say which memory it meant.
+    named: set[uuid.UUID] = set()
     try:
         for record in records:
             report.read += 1
             try:
                 incoming = _incoming(record, embedder)
+                if incoming.id in named:
+                    raise ValidationFailed(f"id {incoming.id} is named by an earlier record too.")
+                named.add(incoming.id)
             except ValidationFailed as error:
                 # A file's line when the record came from one (blank lines are skipped).
                 line = getattr(record, "line", None)
@@ -612,8 +618,7 @@ def _import_batch(
             MemoryHistory.objects.filter(memory_id__in=ids).values_list("memory_id", flat=True)
         )
     _import_agents(user_id, {item.agent for item in batch if item.agent}, agents)
-    # By place in the batch, not by id: a file may name one id twice, and each
-    # record gets its own vector (the second is stored under a new id).
+    # By place in the batch: one vector for each record, whatever its id.
     need = [(place, item) for place, item in enumerate(batch) if item.vector is None]
     vectors = dict(
         zip(
@@ -648,8 +653,7 @@ def _import_batch(
     report.imported += counts.imported
     report.deduplicated += counts.deduplicated
     report.embedded += counts.embedded
-    for named, memory_id in held.items():
-        stored.setdefault(named, memory_id)  # an id named twice: links name the first
+    stored.update(held)
     inserted.update(fresh)
 
 
@@ -700,12 +704,11 @@ def _store_batch(
         existing = placed.get(key) or holder(place, item.content_hash)
         if existing:
             counts.deduplicated += 1
-            stored.setdefault(item.id, existing)
+            stored[item.id] = existing
             continue
         memory_id = uuid.uuid4() if item.id in taken else item.id
         taken.add(memory_id)
-        stored.setdefault(item.id, memory_id)
-        placed[key] = memory_id
+        stored[item.id] = placed[key] = memory_id
         history = item.history or [
             {
                 "version": 1,
