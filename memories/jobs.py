@@ -145,25 +145,32 @@ class Workers:
 
     def _maintain(self) -> None:
         while not self._stopping.wait(MAINTENANCE_SECONDS):
-            try:
-                close_old_connections()
-                done = maintenance.clean_up()
-            except Exception as exc:
-                _trouble("maintenance", exc)
-                continue
-            outage.recovered("maintenance")
-            if done is not None and any(done.as_dict().values()):
-                logger.info("maintenance", extra=done.as_dict())
-            try:
-                kept = housekeeping.run()
-            except Exception as exc:
-                _trouble("housekeeping", exc)
-                continue
-            outage.recovered("housekeeping")
-            for name, deleted in (kept or {}).items():
-                if any(deleted.values()):
-                    logger.info("maintenance: %s", name, extra=deleted)
+            self._clean_memories()
+            # Apart: a failure of one clean-up must not stop the other's.
+            self._housekeep()
         _close_connection()
+
+    def _clean_memories(self) -> None:
+        try:
+            close_old_connections()
+            done = maintenance.clean_up()
+        except Exception as exc:
+            _trouble("maintenance", exc)
+            return
+        outage.recovered("maintenance")
+        if done is not None and any(done.as_dict().values()):
+            logger.info("maintenance", extra=done.as_dict())
+
+    def _housekeep(self) -> None:
+        try:
+            kept = housekeeping.run()
+        except Exception as exc:
+            _trouble("housekeeping", exc)
+            return
+        outage.recovered("housekeeping")
+        for name, deleted in (kept or {}).items():
+            if any(deleted.values()):
+                logger.info("maintenance: %s", name, extra=deleted)
 
 
 class _Listener:

@@ -38,7 +38,8 @@ def clear_expired(*, now: datetime | None = None) -> dict[str, int]:
       until then: its second use revokes what the first issued).
     * Refresh tokens whose access token expired a refresh token's lifetime ago,
       and revoked ones a lifetime after their revocation: until then a replay
-      of one must find it, to revoke its family.
+      of one must find it, to revoke its family. One whose access token was
+      revoked alone (RFC 7009) goes at once: the toolkit refuses it.
     * Access tokens past their expiry that no refresh token holds (a refresh
       token whose access token is gone is refused, so those stay with it).
     """
@@ -50,6 +51,8 @@ def clear_expired(*, now: datetime | None = None) -> dict[str, int]:
             RefreshToken.objects.filter(
                 Q(revoked__lte=moment - lifetime)
                 | Q(revoked__isnull=True, access_token__expires__lte=moment - lifetime)
+                # Its access token revoked (RFC 7009): refused, and never a replay to catch.
+                | Q(revoked__isnull=True, access_token__isnull=True)
             )
         ),
         "access_tokens": _in_batches(
