@@ -16,6 +16,8 @@ class UsageEvent(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False
     )
+    # SET_NULL in the database too (migration 0010): deleting an agent deletes its
+    # keys there, not through Django. A change to this field must keep that.
     api_key = models.ForeignKey(
         "accounts.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
