@@ -65,10 +65,16 @@ class Answer:
         return data
 
 
+NO_MODEL = "No chat model is configured; this answer is extractive."
+
+
 def answer(question: str, candidates: Sequence[Sourced], threshold: float) -> Answer:
     """Answer ``question`` from ``candidates`` (search results, best first)."""
     if not candidates:
-        return Answer("", [], "llm" if settings.RECALL_CHAT_MODEL else "extractive")
+        if settings.RECALL_CHAT_MODEL:
+            return Answer("", [], "llm")
+        # The note says why the mode is extractive whether or not anything matched.
+        return Answer("", [], "extractive", note=NO_MODEL)
     if settings.RECALL_CHAT_MODEL:
         try:
             return _ask_model(settings.RECALL_CHAT_MODEL, question, candidates)
@@ -81,7 +87,7 @@ def answer(question: str, candidates: Sequence[Sourced], threshold: float) -> An
             found.note = "The chat model did not answer; this answer is extractive."
             return found
     found = extract(question, candidates, threshold)
-    found.note = "No chat model is configured; this answer is extractive."
+    found.note = NO_MODEL
     return found
 
 

@@ -98,6 +98,11 @@ def add(
         raise ValidationFailed("Pass exactly one of messages, document or content.")
     if replaces is not None and content is None:
         raise ValidationFailed("replaces applies to a note (content), not to turns or documents.")
+    if author is not None and messages is not None:
+        # Each turn's author is its role (or name): refused rather than dropped.
+        raise ValidationFailed(
+            "author applies to a note or a document; a turn's author is its role."
+        )
     if messages is not None:
         return add_turns(
             user_id=user_id,
@@ -292,7 +297,7 @@ def _sourced_hit(hit: search.Found) -> Sourced:
     return {
         "id": str(hit.memory.id),
         "content": hit.memory.content,
-        "similarity": hit.similarity,
+        "similarity": max(0.0, hit.similarity),  # cosine below 0: unrelated, shown as 0
         "score": hit.score,
         "source_kind": hit.memory.source_kind,
         "author": hit.memory.author,

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from accounts.tiers import Tier
+from core.errors import ValidationFailed
 from memories import services
 
 
@@ -81,6 +82,28 @@ def test_without_a_model_the_answer_is_extractive_and_says_so(cast, agents, memo
     assert "extractive" in answer["note"]
     assert "Miso" in answer["answer"]
     assert answer["memory_ids"][0] == cat
+
+
+def test_without_a_model_an_answer_from_nothing_says_why_it_is_extractive_too(cast, agents):
+    # The early return for no candidates left the note out.
+    answer = services.recall_answer(
+        user_id=cast.alice.id, agent_id=agents.research.id, query="What is the cat's name?"
+    )
+
+    assert (answer["answer"], answer["memory_ids"], answer["mode"]) == ("", [], "extractive")
+    assert answer["note"] == "No chat model is configured; this answer is extractive."
+
+
+def test_author_is_refused_with_messages_not_dropped(cast, agents):
+    # A turn's author is its role: the argument was accepted and silently dropped.
+    with pytest.raises(ValidationFailed, match="author applies to a note or a document"):
+        services.add(
+            user_id=cast.alice.id,
+            agent_id=agents.research.id,
+            tier=Tier.PRO,
+            messages=[{"role": "user", "content": "Author test message."}],
+            author="ignored?",
+        )
 
 
 def test_a_chat_model_chooses_and_condenses(cast, agents, memory, settings):
