@@ -9,7 +9,8 @@ heading it sits under, so a search hit can say where in the document it is.
 A chunk of headings alone ("# Runbook" above "## Deploy", or a heading whose
 first paragraph did not fit beside it) says nothing as a memory of its own:
 it opens the next chunk instead (the end of the last one, at the end of the
-document), which may then pass the size by those headings' length.
+document), which may then pass the size by those headings' length: at most
+the size again. A longer run of headings is a chunk of its own.
 """
 
 from __future__ import annotations
@@ -40,20 +41,28 @@ def chunk(document: str, size: int = CHUNK_CHARS) -> list[Chunk]:
     carried: list[tuple[str, str]] = []
     for heading, text in pieces:
         if _headings_only(text):
+            # Carried up to the size, no further: a run of headings past it (a
+            # document of headings alone) is its own chunk, not one without end.
+            if carried and len(_joined(carried)) + 2 + len(text) > size:
+                chunks.append(Chunk(_joined(carried), carried[0][0], len(chunks)))
+                carried = []
             carried.append((heading, text))
             continue
         if carried:
-            text = "\n\n".join([*(lines for _, lines in carried), text])
+            text = f"{_joined(carried)}\n\n{text}"
             carried = []
         chunks.append(Chunk(text=text, heading=heading, position=len(chunks)))
     if carried and chunks:
         last = chunks[-1]
-        text = "\n\n".join([last.text, *(lines for _, lines in carried)])
+        text = f"{last.text}\n\n{_joined(carried)}"
         chunks[-1] = Chunk(text=text, heading=last.heading, position=last.position)
     elif carried:  # a document of headings and nothing else
-        text = "\n\n".join(lines for _, lines in carried)
-        chunks.append(Chunk(text=text, heading=carried[0][0], position=0))
+        chunks.append(Chunk(_joined(carried), carried[0][0], len(chunks)))
     return chunks
+
+
+def _joined(carried: list[tuple[str, str]]) -> str:
+    return "\n\n".join(lines for _, lines in carried)
 
 
 def _headings_only(text: str) -> bool:

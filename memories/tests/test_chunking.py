@@ -101,3 +101,25 @@ def test_a_document_added_in_a_session_belongs_to_its_thread(cast, agents):
     threads = {m["id"]: m["thread_id"] for m in found}
     assert {threads[m["id"]] for m in in_session if m["id"] in threads} == {"session-7"}
     assert {threads[m["id"]] for m in agent_wide if m["id"] in threads} == {None}
+
+
+def test_a_document_of_headings_alone_is_cut_to_the_size_too():
+    # Carried without bound, 40,000 headings were one memory of 199,998 characters,
+    # and a run of headings joined by blank lines came out longer than the input.
+    for document in (
+        "# h\n\n" * 40000,
+        "".join("#" * (1 + i % 6) + f" H{i}\n" for i in range(20000))[:200000],
+    ):
+        chunks = chunk(document)
+
+        assert max(len(c.text) for c in chunks) <= 2 * CHUNK_CHARS + 2
+        assert [c.position for c in chunks] == list(range(len(chunks)))
+        assert sum(len(c.text) for c in chunks) <= len(document) * 1.1
+
+
+def test_headings_after_the_last_text_still_close_its_chunk():
+    document = "# Runbook\n\nRestart the worker.\n\n## Later\n\n### Even later\n"
+
+    [only] = chunk(document)
+
+    assert only.text == "# Runbook\n\nRestart the worker.\n\n## Later\n\n### Even later"
