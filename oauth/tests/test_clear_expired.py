@@ -80,3 +80,13 @@ def test_the_maintenance_pass_runs_the_oauth_clean_up(cast, alice_client):
 
     assert done is not None and done["oauth"]["codes"] == 1
     assert not Grant.objects.exists()
+
+
+def test_a_refresh_token_whose_access_token_was_revoked_alone_goes_at_once(cast, alice_client):
+    # RFC 7009 revocation of the access token leaves its refresh token with none:
+    # refused by the toolkit, never a replay to catch, and it stayed for ever.
+    connect(alice_client, register(alice_client), "desk")
+    AccessToken.objects.exclude(agent=None).delete()
+
+    assert services.clear_expired()["refresh_tokens"] == 1
+    assert not RefreshToken.objects.exists()
