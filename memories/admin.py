@@ -18,6 +18,7 @@ from django.http import HttpRequest
 
 from accounts.admin import UserEmailFilter
 from core.admin_tools import EstimatedCountPaginator, InputFilter
+from memories import services
 from memories.models import Memory
 
 logger = logging.getLogger(__name__)
@@ -72,13 +73,16 @@ class MemoryAdmin(admin.ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Memory | None = None) -> bool:
         return False
 
+    # As a tool's delete: rows locked by id, and a chain's older memory passed on
+    # along it (a plain delete freed it beside the chain's later memory).
     def delete_model(self, request: HttpRequest, obj: Memory) -> None:
         self._audit(request, [obj])
-        super().delete_model(request, obj)
+        services.delete_as_operator([obj.pk])
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Memory]) -> None:
-        self._audit(request, list(queryset.only("id", "user_id", "namespace")))
-        super().delete_queryset(request, queryset)
+        doomed = list(queryset.only("id", "user_id", "namespace"))
+        self._audit(request, doomed)
+        services.delete_as_operator([memory.pk for memory in doomed])
 
     def _audit(self, request: HttpRequest, memories: list[Memory]) -> None:
         for memory in memories:

@@ -41,6 +41,7 @@ from __future__ import annotations
 # The tier's memory limit is accounts' rule; memories' callers find it here too.
 from accounts.tiers import memory_limit
 from memories.services.changes import (
+    delete_as_operator,
     erase_history,
     forget,
     forget_all_preview,
@@ -210,6 +211,7 @@ __all__ = [
     "count_memories",
     "count_namespace",
     "default_threshold",
+    "delete_as_operator",
     "enqueue_import",
     "enqueue_remember",
     "erase_history",

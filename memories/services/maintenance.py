@@ -48,34 +48,43 @@ CLEAN_UP_BATCH = 1000
 # The expiry purge, a batch at a time, each its own transaction. Every row it
 # will change is locked with SKIP LOCKED before anything is written: a memory
 # a live write holds is left for the next run, with whatever depends on it.
-# So the purge never waits, and never sits in a lock order of its own; taking
-# the replaced rows in the cascade, after the expired one, waited on a live
-# write that holds the pair in id order (a restatement) and could deadlock
-# with it. The rows are:
+# So the purge never waits on a memory, and never sits in a lock order of its
+# own; taking the replaced rows in the cascade, after the expired one, waited
+# on a live write that holds the pair in id order (a restatement) and could
+# deadlock with it. The rows are:
 # * the expired memories (``doomed``);
 # * the memories each replaced, whose link the delete would clear (the key's
 #   ON DELETE SET NULL): ``held``;
-# * the current ends of their chains, which a held memory passes on to when
-#   the expired one stood between them (A -> B -> C, B expired: A is C's
+# * the next step that stays in each held memory's chain, which it passes on
+#   to when expired ones stood between them (A -> B -> C, B expired: A is C's
 #   older value, not a current fact again), as a delete by a tool does
 #   (``superseding.delete_freeing``).
-_LOCK_EXPIRED = "SELECT id FROM memories WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED"
+# Each statement that writes memories also writes their namespace's search
+# generation (a statement trigger, migration 0017), in (user, namespace)
+# order within the statement. The batch's statements go namespace by
+# namespace in that order too: passing a chain on in one namespace, then
+# deleting in an earlier one, took two generations the other way round from a
+# live writer of both, and deadlocked with it.
+_LOCK_EXPIRED = (
+    "SELECT id, user_id, namespace FROM memories WHERE expires_at <= %s LIMIT %s"
+    " FOR UPDATE SKIP LOCKED"
+)
 _LOCK_HELD = (
     "SELECT id FROM memories WHERE superseded_by = ANY(%s) AND NOT id = ANY(%s)"
     " FOR NO KEY UPDATE SKIP LOCKED"
 )
-# Each held memory's chain, every step of it: the memory it reaches, and
-# whether that is its current end (nothing replaced it, and it stays).
+# Each held memory's walk through the expired steps after it, and the step it
+# reaches that stays (``stays``): the memory it passes on to.
 _CHAINS = (
     "WITH RECURSIVE walk AS ("
     " SELECT a.id AS start, a.superseded_by AS at FROM memories a WHERE a.id = ANY(%s)"
     # UNION, not UNION ALL: were links ever to loop, the walk would still end.
     " UNION SELECT walk.start, m.superseded_by FROM walk JOIN memories m ON m.id = walk.at"
-    " WHERE m.superseded_by IS NOT NULL)"
-    " SELECT walk.start, walk.at, e.user_id,"
-    " e.superseded_by IS NULL AND NOT e.id = ANY(%s) FROM walk JOIN memories e ON e.id = walk.at"
+    " WHERE m.id = ANY(%s) AND m.superseded_by IS NOT NULL)"
+    " SELECT walk.start, walk.at, e.user_id, e.namespace, NOT e.id = ANY(%s)"
+    " FROM walk JOIN memories e ON e.id = walk.at"
 )
-_LOCK_ENDS = "SELECT id FROM memories WHERE id = ANY(%s) FOR NO KEY UPDATE SKIP LOCKED"
+_LOCK_STEPS = "SELECT id FROM memories WHERE id = ANY(%s) FOR NO KEY UPDATE SKIP LOCKED"
 # An expired memory some memory not locked here still names stays for the next run.
 _DELETE_EXPIRED = (
     "DELETE FROM memories gone WHERE gone.id = ANY(%s) AND NOT EXISTS ("
@@ -87,50 +96,58 @@ def _purge_expired(moment: datetime) -> int:
     """Delete the expired memories, a batch per transaction, and say how many went.
 
     What an expired memory replaced is current again (``FREED_BY_EXPIRY``), unless
-    a later memory replaced the expired one: then it passes on to its chain's end.
+    a later memory that stays replaced the expired one: then it passes on to it.
     """
     total = 0
     while True:
         with tenancy.operator(), connection.cursor() as cursor:
             cursor.execute(_LOCK_EXPIRED, [moment, CLEAN_UP_BATCH])
-            doomed = [row[0] for row in cursor.fetchall()]
+            doomed = {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
             done = _purge_batch(cursor, doomed) if doomed else 0
         total += done
         if len(doomed) < CLEAN_UP_BATCH or not done:
             return total
 
 
-def _purge_batch(cursor: Any, doomed: list[Any]) -> int:
-    """Delete what of ``doomed`` (locked) can go now, passing chains on; how many went."""
-    cursor.execute(_LOCK_HELD, [doomed, doomed])
+def _purge_batch(cursor: Any, doomed: dict[Any, tuple[Any, str]]) -> int:
+    """Delete what of ``doomed`` (locked; each id's user and namespace) can go now,
+    passing chains on; how many went."""
+    ids = list(doomed)
+    cursor.execute(_LOCK_HELD, [ids, ids])
     held = [row[0] for row in cursor.fetchall()]
     steps: dict[Any, list[Any]] = {}
-    ends: dict[Any, tuple[Any, Any]] = {}
+    stays: dict[Any, tuple[Any, Any, str]] = {}
     if held:
-        cursor.execute(_CHAINS, [held, doomed])
-        for start, at, user, is_end in cursor.fetchall():
+        cursor.execute(_CHAINS, [held, ids, ids])
+        for start, at, user, namespace, stays_here in cursor.fetchall():
             steps.setdefault(start, []).append(at)
-            if is_end:
-                ends[start] = (at, user)
+            if stays_here:
+                stays[start] = (at, user, namespace)
     locked: set[Any] = set()
-    if ends:
-        cursor.execute(_LOCK_ENDS, [sorted({end for end, _ in ends.values()})])
+    if stays:
+        cursor.execute(_LOCK_STEPS, [sorted({step for step, _, _ in stays.values()})])
         locked = {row[0] for row in cursor.fetchall()}
-    # A chain whose end a live write holds keeps its expired steps for the next run:
-    # deleted now, they would free the memory that was to pass on.
-    waiting = {at for start, end in ends.items() if end[0] not in locked for at in steps[start]}
-    going = [memory for memory in doomed if memory not in waiting]
-    superseding.pass_on(
-        cursor,
-        [(start, end, user) for start, (end, user) in ends.items() if end in locked],
-        superseding.FREED_BY_EXPIRY,
-    )
-    if not going:
-        return 0
-    superseding.freeing(cursor, superseding.FREED_BY_EXPIRY)
-    cursor.execute(_DELETE_EXPIRED, [going, [*held, *going]])
-    gone = int(cursor.rowcount)
-    superseding.freeing(cursor, None)
+    # A chain whose next step a live write holds keeps its expired steps for the
+    # next run: deleted now, they would free the memory that was to pass on.
+    waiting = {
+        at for start, (step, _, _) in stays.items() if step not in locked for at in steps[start]
+    }
+    going = [memory for memory in ids if memory not in waiting]
+    passing = {start: place for start, place in stays.items() if place[0] in locked}
+    allowed = [*held, *going]
+    gone = 0
+    for group in sorted({doomed[m] for m in going} | {(u, n) for _, u, n in passing.values()}):
+        superseding.pass_on(
+            cursor,
+            [(start, step, u) for start, (step, u, n) in passing.items() if (u, n) == group],
+            superseding.FREED_BY_EXPIRY,
+        )
+        here = [memory for memory in going if doomed[memory] == group]
+        if here:
+            superseding.freeing(cursor, superseding.FREED_BY_EXPIRY)
+            cursor.execute(_DELETE_EXPIRED, [here, allowed])
+            gone += int(cursor.rowcount)
+            superseding.freeing(cursor, None)
     return gone
 
 

@@ -115,8 +115,10 @@ def check_replaces(
     memory already holding the write's content, which the link will change.
     Return True when ``old`` is replaced by ``found`` already: the same call
     again (a retry, a hint taken twice), whose link stands. A holder that has
-    expired is no obstacle: with ``free``, ``old`` is made current here, as
-    the purge would; without (a check before queuing), the job's run does it.
+    expired, with nothing live after it, is no obstacle: with ``free``, ``old``
+    is made current here, as the purge would; without (a check before
+    queuing), the job's run does it. With a live memory after it, ``old``
+    passes on to that chain when the purge runs: a Conflict naming its end.
     """
     # Locked, as ``lock`` does, before the write stores anything: the answer
     # holds until the link is written, and the lock order stays rows first.
@@ -170,7 +172,8 @@ _EXPIRED_HOLDER = (
 def _free_if_expired(
     user_id: uuid.UUID | str, old: uuid.UUID, holder: uuid.UUID, free: bool = True
 ) -> bool:
-    """Make ``old`` current now if ``holder``, what replaced it, has expired; say whether.
+    """Make ``old`` current now if ``holder``, what replaced it, has expired with nothing
+    live after it; say whether. With a live memory after it: a Conflict naming the end.
 
     The purge would free it within a minute (``FREED_BY_EXPIRY``); until then the
     expired holder is no tool's to name, so a write naming ``old`` was told to replace
@@ -369,7 +372,7 @@ def freeing(cursor: Any, why: dict[str, str] | None) -> None:
 # ``delete()``, to purge exactly what went. Each names the user, and
 # row-level security adds the user's own condition on top. (The operator's
 # expiry purge, which must never wait, skips what is locked instead:
-# ``maintenance._PURGE_EXPIRED``.)
+# ``maintenance._purge_batch``.)
 _LOCK_DOOMED = (
     # With the ends of the chains the doomed stand in: what replaced them is what
     # the memories they replaced pass on to (``_pass_on``).
@@ -381,17 +384,16 @@ _LOCK_DOOMED = (
     " SELECT id FROM memories WHERE user_id = %s AND (id IN ({doomed})"
     " OR superseded_by IN ({doomed}) OR id IN (SELECT id FROM later)) ORDER BY id FOR UPDATE"
 )
-# Each memory a doomed one replaced, and the current end of its chain when the
-# delete leaves that end: the memory it passes on to.
+# Each memory a doomed one replaced, and the next step of its chain that the
+# delete leaves (walking on through the doomed only): the memory it passes on to.
 _PASSING_ON = (
     "WITH RECURSIVE walk AS ("
     " SELECT a.id AS start, a.superseded_by AS at FROM memories a WHERE a.user_id = %s"
     " AND a.superseded_by IN ({doomed}) AND a.id NOT IN ({doomed})"
     # UNION, not UNION ALL: were links ever to loop, the walk would still end.
     " UNION SELECT walk.start, m.superseded_by FROM walk JOIN memories m ON m.id = walk.at"
-    " WHERE m.user_id = %s AND m.superseded_by IS NOT NULL)"
-    " SELECT walk.start, walk.at FROM walk JOIN memories e ON e.id = walk.at"
-    " WHERE e.user_id = %s AND e.superseded_by IS NULL AND e.id NOT IN ({doomed})"
+    " WHERE m.user_id = %s AND m.id IN ({doomed}) AND m.superseded_by IS NOT NULL)"
+    " SELECT walk.start, walk.at FROM walk WHERE walk.at NOT IN ({doomed})"
 )
 _DELETE_LOCKED = (
     "DELETE FROM memories WHERE id IN ({doomed})"
@@ -425,22 +427,28 @@ def delete_freeing(cursor: Any, doomed: str, params: Sequence[Any], why: dict[st
 
 
 def _pass_on(cursor: Any, doomed: str, params: Sequence[Any], why: dict[str, str]) -> None:
-    """Link each memory a doomed one replaced to the current end of its chain, if it stays.
+    """Link each memory a doomed one replaced to the next step of its chain that stays.
 
     A -> B -> C, B forgotten: A is C's older value, not a current fact again (it was
-    made current, beside C, an outdated value every search returned). Only the end
-    of a chain the delete takes away too (B the end, or B and C both doomed) frees
-    what it replaced. Runs after the lock, before the delete.
+    made current, beside C, an outdated value every search returned). The next step,
+    not the end: A -> B -> C -> D with B forgotten keeps A before C, so D's delete
+    later makes C current, not A and C both. Only a chain the delete takes away to its
+    end (B the end, or B and C both doomed) frees what it replaced. Runs after the
+    lock, before the delete.
     """
     user = params[0]
-    cursor.execute(_PASSING_ON.format(doomed=doomed), [user, *params, *params, user, user, *params])
+    cursor.execute(
+        _PASSING_ON.format(doomed=doomed), [user, *params, *params, user, *params, *params]
+    )
     pass_on(cursor, [(start, end, user) for start, end in cursor.fetchall()], why)
 
 
 def pass_on(cursor: Any, passing: Sequence[tuple[Any, Any, Any]], why: dict[str, str]) -> None:
-    """Link each memory ``start`` to ``end``, the current end of its chain, for ``(start,
-    end, user)`` in ``passing``: the memory between them is about to be deleted (``why``
-    says how, and the history of each says the chain goes on). Both are locked already."""
+    """Link each memory ``start`` to ``step``, the next step of its chain that stays, for
+    ``(start, step, user)`` in ``passing``: the memories between them are about to be
+    deleted (``why`` says how, and the history of each says the chain goes on). Both are
+    locked already. ``step`` may be replaced itself (A -> B -> C -> D, B deleted: A -> C):
+    only this link may name a replaced memory (``app.passing_on``, migration 0026)."""
     if not passing:
         return
     reason = (
@@ -449,10 +457,12 @@ def pass_on(cursor: Any, passing: Sequence[tuple[Any, Any, Any]], why: dict[str,
         else "the memory between them was deleted"
     )
     freeing(cursor, {"decided_by": why["decided_by"], "reason": f"{reason}; the chain goes on"})
+    cursor.execute("SELECT set_config('app.passing_on', 'on', true)")
     cursor.executemany(
         "UPDATE memories SET superseded_by = %s WHERE id = %s AND user_id = %s",
-        [(end, start, user) for start, end, user in passing],
+        [(step, start, user) for start, step, user in passing],
     )
+    cursor.execute("SELECT set_config('app.passing_on', '', true)")
 
 
 def announce(links: Sequence[Link]) -> None:

@@ -7,6 +7,7 @@ from django.contrib.admin.models import DELETION, LogEntry
 
 from accounts.models import User
 from core import tenancy
+from memories import services
 from memories.models import Memory, MemoryHistory
 from tests.support import store_memory
 
@@ -112,3 +113,20 @@ def test_each_filter_box_keeps_the_others_value(memories, admin_client):
 
     assert '<input type="hidden" name="ns" value="work">' in text
     assert '<input type="hidden" name="user_email" value="alice@example.com">' in text
+
+
+def test_deleting_the_middle_of_a_chain_in_the_admin_passes_it_on(cast, admin_client):
+    # A plain delete let the key's SET NULL free A beside C: an outdated value current.
+    def remember(content: str, **kwargs):
+        return services.remember(user_id=cast.alice.id, tier="pro", content=content, **kwargs)
+
+    first = remember("Staging Postgres runs on pg-staging-3.")["id"]
+    middle = remember("Staging Postgres moved to pg-staging-7.", replaces=first)["id"]
+    last = remember("Staging Postgres is now pg-staging-9.", replaces=middle)["id"]
+
+    response = admin_client.post(f"{URL}{middle}/delete/", {"post": "yes"})
+
+    assert response.status_code == 302
+    with tenancy.operator():
+        assert not Memory.objects.filter(id=middle).exists()
+        assert str(Memory.objects.get(id=first).superseded_by) == last

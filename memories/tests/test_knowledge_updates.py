@@ -895,6 +895,35 @@ def test_a_chain_whose_middle_goes_passes_the_older_memory_on(cast, how) -> None
     assert row(first).superseded_by is None
 
 
+@pytest.mark.parametrize("how", ["forget", "expiry together", "expiry in turn"])
+def test_a_chain_keeps_its_order_when_steps_inside_it_go(cast, how) -> None:
+    # A -> B -> C -> D, B and D gone: A was passed on to D, the end, and D's
+    # going then freed A beside C (or, with B and D in one batch, A was freed at
+    # once): two current values for one slot. A passes on to C, the next step.
+    user = cast.alice.id
+    ttl = {"ttl_seconds": 60}
+    first = remember(user, OLD)["id"]
+    second = remember(user, NEW, replaces=first, **ttl)["id"]
+    third = remember(user, "The primary database moved to pg-main-3.", replaces=second)["id"]
+    later = {"expiry in turn": {"ttl_seconds": 600}, "expiry together": ttl}.get(how, {})
+    fourth = remember(user, "The primary database is now pg-main-4.", replaces=third, **later)
+
+    if how == "forget":
+        services.forget(user_id=user, mode="by_id", id=second)
+        assert row(first).superseded_by == uuid.UUID(third)
+        services.forget(user_id=user, mode="by_id", id=fourth["id"])
+    else:
+        soon = timezone.now() + timedelta(minutes=2)
+        assert services.clean_up(now=soon) is not None
+        if how == "expiry in turn":
+            assert row(first).superseded_by == uuid.UUID(third)
+            assert services.clean_up(now=soon + timedelta(minutes=15)) is not None
+
+    assert row(first).superseded_by == uuid.UUID(third)
+    assert row(third).superseded_by is None
+    assert ids(recalled(user)) == [third]
+
+
 def test_forget_previews_follow_the_same_rule(cast) -> None:
     old = remember(cast.alice.id, OLD)["id"]
     new = remember(cast.alice.id, NEW, replaces=old)["id"]

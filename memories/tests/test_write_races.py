@@ -550,6 +550,38 @@ def test_the_expiry_purge_keeps_a_chains_middle_while_a_live_write_holds_its_end
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_expiry_purge_takes_namespaces_in_order_so_a_writer_of_two_goes_on(cast) -> None:
+    # Each statement that writes memories takes its namespace's generation. The
+    # purge passed a chain on in n2, then deleted in n1, while a writer of one
+    # memory in each held n1's and wanted n2's: a deadlock, one of them failed.
+    user = cast.alice.id
+    first = remember(user, "The queue broker is rabbit-1.", namespace="n2")["id"]
+    middle = remember(user, "The queue broker moved to rabbit-2.", namespace="n2", replaces=first)
+    last = remember(
+        user, "The queue broker is now rabbit-3.", namespace="n2", replaces=middle["id"]
+    )
+    expire(middle["id"])
+    expire(remember(user, "Temporary note: the printer is jammed.", namespace="n1")["id"])
+    x1 = remember(user, "Lunch is at noon.", namespace="n1")["id"]
+    x2 = remember(user, "The wiki lives at wiki.corp.", namespace="n2")["id"]
+    purge = Background(lambda: services.clean_up(now=timezone.now() + timedelta(seconds=5)))
+    with tenancy.tenant(user), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memories WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE",
+            [[x1, x2]],
+        )
+        cursor.execute("UPDATE memories SET priority = priority WHERE id = %s", [x1])
+        purge.start()
+        purge.until_waiting()  # on n1's generation
+        cursor.execute("UPDATE memories SET priority = priority WHERE id = %s", [x2])
+
+    assert purge.outcome().expired_memories == 2
+    with tenancy.operator():
+        assert Memory.objects.get(id=first).superseded_by == uuid.UUID(last["id"])
+    assert dangling_links(user) == []
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_import_and_a_live_write_of_the_same_content_keep_one_memory(cast, monkeypatch) -> None:
     # The live write has stored the memory but not committed: the import
     # does not see it, and its insert waits on the dedup index. Once the
