@@ -28,13 +28,12 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from datetime import timedelta
 from typing import ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -62,7 +61,6 @@ from memories.services.shapes import Queued, QueueDepth, Stored
 from memories.services.storing import (
     PlacesChanged,
     Remembering,
-    places_of,
     store,
     stored_already,
     written_by,
@@ -124,10 +122,8 @@ def enqueue_remember(
     The quota is checked now, counting adds already queued, so a caller over
     it hears so at once. The ids are announced now: an item already stored
     (identical content, as ``store`` deduplicates) is announced with its
-    memory's id, which the job keeps; one another pending add will store
-    (``_queued_already``) with the id that add announced; a new one with the
-    id the job gives it. Only content stored by another call between the two
-    keeps an id
+    memory's id, which the job keeps; a new one with the id the job gives
+    it. Only content stored by another call between the two keeps an id
     other than the announced one, which ``job_status`` reports. The same
     ``idempotency_key`` returns the first job, whatever became of it; with
     another request it is a conflict.
@@ -142,7 +138,6 @@ def enqueue_remember(
             if first is not None:
                 return _replay(first, fingerprint)
         found = stored_already(user_id, agent_id, call)
-        queued = _queued_already(user_id, agent_id, call, skip=found)
         if call.replaces is not None:
             # Checked now, so a wrong id is refused before anything is queued; the
             # job checks again when it stores the memory. After the key's replay,
@@ -157,9 +152,7 @@ def enqueue_remember(
                 found=found.get(0),
                 free=False,
             )
-        ids = [found.get(i) or queued.get(i) or uuid.uuid4() for i in range(len(call.items))]
-        # New memories only: an item another pending add announced is counted there.
-        adding = len(call.items) - len(found) - len(queued)
+        ids = [found.get(i) or uuid.uuid4() for i in range(len(call.items))]
         # The tier travels with the job: the quota was judged by it here.
         payload = {
             **call.as_payload(),
@@ -167,7 +160,7 @@ def enqueue_remember(
             "found": sorted(found),
             "tier": tier,
         }
-        check_quota(user_id, tier, adding=adding, pending=True)
+        check_quota(user_id, tier, adding=len(call.items) - len(found), pending=True)
         with connection.cursor() as cursor:
             # One statement: the job, and a wake-up for every process's workers
             # (delivered when the transaction commits).
@@ -187,7 +180,7 @@ def enqueue_remember(
                     fingerprint,
                     json.dumps(payload),
                     # What the quota counts while it waits: new memories only.
-                    adding,
+                    len(call.items) - len(found),
                     who.client if who else "",
                     who.api_key_id if who else None,
                     CHANNEL,
@@ -376,54 +369,6 @@ def waits_for_announced(call: Callable[P, T]) -> Callable[P, T]:
         return call(*args, **kwargs)
 
     return waiting
-
-
-def _queued_already(
-    user_id: uuid.UUID | str,
-    agent_id: uuid.UUID | str | None,
-    call: Remembering,
-    skip: Collection[int],
-) -> dict[int, uuid.UUID]:
-    """Return, by item index, the ids the caller's pending adds announced for the same
-    items (place and content): the same add queued again announces the same id.
-
-    A second id was announced for content the first add would store: the second
-    run found it stored and kept the first's, and the id it had announced never
-    held a memory (``/v1/mcp``'s ``add_memory``, queued by default, has no
-    ``job_status`` to learn the real one). Two enqueues of one content take a
-    transaction lock on it first, so the second sees the first's job.
-    """
-    places = places_of(call)
-    wanted = {place: i for i, place in enumerate(places) if i not in skip}
-    if not wanted:
-        return {}
-    with connection.cursor() as cursor:
-        for key in sorted({f"{user_id}:{agent_id}:{place[2]}" for place in wanted}):
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
-    same_content = Q()
-    for i in wanted.values():
-        same_content |= Q(payload__items__contains=[[call.items[i].content]])
-    writer = Q(agent_id=agent_id) if agent_id is not None else Q(agent_id__isnull=True)
-    pending = Job.objects.filter(
-        same_content,
-        writer,
-        user_id=user_id,
-        status__in=PENDING,
-        kind="remember",
-        payload__namespace=call.namespace,
-        payload__thread_id=call.thread_id,
-        payload__task_id=call.task_id,
-    ).values_list("payload", flat=True)
-    announced: dict[int, uuid.UUID] = {}
-    for payload in pending:
-        if not isinstance(payload, dict):
-            continue
-        ids = payload.get("ids") or []
-        theirs = places_of(Remembering.from_payload(payload))
-        for j, place in enumerate(theirs[: len(ids)]):
-            if place in wanted and j not in payload.get("found", []):
-                announced.setdefault(wanted[place], uuid.UUID(ids[j]))
-    return announced
 
 
 def _announcing(user_id: str, agent_id: str | None, given: object) -> tuple[uuid.UUID, bool] | None:

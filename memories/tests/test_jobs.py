@@ -176,27 +176,6 @@ def test_the_quota_is_checked_when_queuing_counting_jobs_already_queued(cast, se
         enqueue(cast.alice.id, content="four", tier=Tier.FREE)
 
 
-def test_the_same_content_queued_again_is_announced_with_the_first_adds_id(cast, settings):
-    # The second add announced an id of its own; its run found the content stored by
-    # the first and kept the first's, so the id it had announced never held a memory
-    # (/v1/mcp's add_memory is queued by default and has no job_status). It also
-    # counted against the quota while it waited.
-    settings.FREE_TIER_MAX_MEMORIES = 4
-    fill_memories(cast.alice.id, 1)
-    first = enqueue(cast.alice.id, content="The router is in room 4.", tier=Tier.FREE)
-    again = enqueue(cast.alice.id, content="The router is in room 4.", tier=Tier.FREE)
-    elsewhere = enqueue(cast.alice.id, content="The router is in room 4.", namespace="work")
-    enqueue(cast.alice.id, content="another", tier=Tier.FREE)  # the fourth: "again" is none
-
-    assert again["memory_ids"] == first["memory_ids"]
-    assert elsewhere["memory_ids"] != first["memory_ids"]
-    while services.run_next_job():
-        pass
-    routers = [m for m in services.list_memories(user_id=cast.alice.id) if "router" in m["content"]]
-    assert [m["id"] for m in routers] == first["memory_ids"]
-    assert job_row(again["job_id"]).status == "done"
-
-
 def test_a_direct_add_leaves_the_places_queued_adds_were_promised(cast, settings):
     # A direct add counted stored memories only, took the place promised to a
     # queued add, and the job accepted as queued later failed quota_exceeded.
