@@ -155,16 +155,19 @@ def check_replaces(
     return False
 
 
-# An expired memory, and the current end of its chain after it, if one is live.
+# An expired memory, and the latest live step of its chain after it, if any: the
+# purge removes the expired steps and passes each older memory on to the next
+# live one, so that step is where the chain ends once it runs (A -> B -> C -> D,
+# B and D expired: C). The walk is bounded, were links ever to loop.
 _EXPIRED_HOLDER = (
     "WITH RECURSIVE later AS ("
-    " SELECT superseded_by AS id FROM memories WHERE user_id = %s AND id = %s"
+    " SELECT superseded_by AS id, 1 AS depth FROM memories WHERE user_id = %s AND id = %s"
     " AND expires_at <= statement_timestamp()"
-    " UNION SELECT m.superseded_by FROM memories m JOIN later ON m.id = later.id"
-    " WHERE m.user_id = %s)"
+    " UNION ALL SELECT m.superseded_by, later.depth + 1 FROM memories m"
+    " JOIN later ON m.id = later.id WHERE m.user_id = %s AND later.depth < 1000)"
     " SELECT (SELECT e.id FROM memories e JOIN later ON e.id = later.id"
-    " WHERE e.superseded_by IS NULL"
-    " AND (e.expires_at IS NULL OR e.expires_at > statement_timestamp()))"
+    " WHERE e.expires_at IS NULL OR e.expires_at > statement_timestamp()"
+    " ORDER BY later.depth DESC LIMIT 1)"
     " FROM later LIMIT 1"
 )
 

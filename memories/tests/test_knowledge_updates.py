@@ -759,6 +759,24 @@ def test_a_memory_whose_expired_replacement_was_replaced_in_turn_names_the_chain
         assert not Memory.objects.filter(content__endswith="pg-main-4.").exists()
 
 
+def test_naming_a_memory_whose_chain_has_expired_steps_names_its_latest_live_one(cast) -> None:
+    # A -> B -> C -> D, B and D expired: the purge leaves A -> C with C current, so
+    # a write naming A is told to replace C. Looking at the end (D, expired) alone,
+    # A was freed and replaced: C and the new memory both current after the purge.
+    user = cast.alice.id
+    first = remember(user, OLD)["id"]
+    second = remember(user, NEW, replaces=first)["id"]
+    third = remember(user, "The primary database moved to pg-main-3.", replaces=second)["id"]
+    fourth = remember(user, "The primary database is now pg-main-4.", replaces=third)["id"]
+    with tenancy.operator():
+        Memory.objects.filter(id__in=[second, fourth]).update(
+            expires_at=timezone.now() - timedelta(seconds=1)
+        )
+
+    with pytest.raises(Conflict, match=f"already replaced by {third}; replace that one"):
+        remember(user, "The primary database is pg-main-5.", replaces=first)
+
+
 def test_a_fact_stated_again_by_another_writer_is_its_own_memory(cast, agents) -> None:
     # Deduplication is per writer: the user-wide copy stays replaced.
     old = remember(cast.alice.id, OLD)["id"]
