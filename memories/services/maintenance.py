@@ -65,9 +65,11 @@ CLEAN_UP_BATCH = 1000
 # namespace in that order too: passing a chain on in one namespace, then
 # deleting in an earlier one, took two generations the other way round from a
 # live writer of both, and deadlocked with it.
+# In (user, namespace) order by the database's own collation, the order the
+# generation trigger takes them in: Python's would differ from en_US's.
 _LOCK_EXPIRED = (
-    "SELECT id, user_id, namespace FROM memories WHERE expires_at <= %s LIMIT %s"
-    " FOR UPDATE SKIP LOCKED"
+    "SELECT id, user_id, namespace FROM memories WHERE expires_at <= %s"
+    " ORDER BY user_id, namespace LIMIT %s FOR UPDATE SKIP LOCKED"
 )
 _LOCK_HELD = (
     "SELECT id FROM memories WHERE superseded_by = ANY(%s) AND NOT id = ANY(%s)"
@@ -136,7 +138,9 @@ def _purge_batch(cursor: Any, doomed: dict[Any, tuple[Any, str]]) -> int:
     passing = {start: place for start, place in stays.items() if place[0] in locked}
     allowed = [*held, *going]
     gone = 0
-    for group in sorted({doomed[m] for m in going} | {(u, n) for _, u, n in passing.values()}):
+    # ``doomed`` keeps the statement's order; a chain's namespace is its doomed's.
+    needed = {doomed[m] for m in going} | {(u, n) for _, u, n in passing.values()}
+    for group in [g for g in dict.fromkeys(doomed.values()) if g in needed]:
         superseding.pass_on(
             cursor,
             [(start, step, u) for start, (step, u, n) in passing.items() if (u, n) == group],
