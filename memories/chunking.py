@@ -52,11 +52,11 @@ def chunk(document: str, size: int = CHUNK_CHARS) -> list[Chunk]:
             text = f"{_joined(carried)}\n\n{text}"
             carried = []
         chunks.append(Chunk(text=text, heading=heading, position=len(chunks)))
-    if carried and chunks:
+    if carried and chunks and len(chunks[-1].text) + 2 + len(_joined(carried)) <= 2 * size:
         last = chunks[-1]
         text = f"{last.text}\n\n{_joined(carried)}"
         chunks[-1] = Chunk(text=text, heading=last.heading, position=last.position)
-    elif carried:  # a document of headings and nothing else
+    elif carried:  # a document of headings and nothing else, or too many to close the last
         chunks.append(Chunk(_joined(carried), carried[0][0], len(chunks)))
     return chunks
 
