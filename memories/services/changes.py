@@ -657,7 +657,7 @@ def _match(hit: search.Found) -> Match:
     match: Match = {
         "id": str(hit.memory.id),
         "content": hit.memory.content,
-        "similarity": max(0.0, hit.similarity),  # cosine below 0: unrelated, shown as 0
+        "similarity": hit.similarity,
         "score": hit.score,
     }
     memory = hit.memory

@@ -91,7 +91,7 @@ def _found(hit: search.Found) -> Recalled:
     found: Recalled = {
         "id": str(memory.id),
         "content": memory.content,
-        "similarity": max(0.0, hit.similarity),  # cosine below 0: unrelated, shown as 0
+        "similarity": hit.similarity,
         "score": hit.score,
         "metadata": memory.metadata,
         "namespace": memory.namespace,

@@ -297,7 +297,7 @@ def _sourced_hit(hit: search.Found) -> Sourced:
     return {
         "id": str(hit.memory.id),
         "content": hit.memory.content,
-        "similarity": max(0.0, hit.similarity),  # cosine below 0: unrelated, shown as 0
+        "similarity": hit.similarity,
         "score": hit.score,
         "source_kind": hit.memory.source_kind,
         "author": hit.memory.author,
