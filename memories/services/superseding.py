@@ -118,7 +118,7 @@ def check_replaces(
     expired, with nothing live after it, is no obstacle: with ``free``, ``old``
     is made current here, as the purge would; without (a check before
     queuing), the job's run does it. With a live memory after it, ``old``
-    passes on to that chain when the purge runs: a Conflict naming its end.
+    passes on along the chain when the purge runs: a Conflict naming the latest.
     """
     # Locked, as ``lock`` does, before the write stores anything: the answer
     # holds until the link is written, and the lock order stays rows first.
@@ -176,7 +176,7 @@ def _free_if_expired(
     user_id: uuid.UUID | str, old: uuid.UUID, holder: uuid.UUID, free: bool = True
 ) -> bool:
     """Make ``old`` current now if ``holder``, what replaced it, has expired with nothing
-    live after it; say whether. With a live memory after it: a Conflict naming the end.
+    live after it; say whether. With a live memory after it: a Conflict naming the latest.
 
     The purge would free it within a minute (``FREED_BY_EXPIRY``); until then the
     expired holder is no tool's to name, so a write naming ``old`` was told to replace
@@ -189,8 +189,8 @@ def _free_if_expired(
         if found is None:
             return False
         if found[0] is not None:
-            # A later memory replaced the expired one: ``old`` passes on to it when the
-            # purge runs, so it is replaced already, by the chain's end.
+            # A live memory stands after the expired one: ``old`` passes on along the
+            # chain when the purge runs, so it is replaced already, by that memory.
             raise Conflict(f"Memory {old} is already replaced by {found[0]}; replace that one.")
         if not free:
             return True
@@ -377,15 +377,11 @@ def freeing(cursor: Any, why: dict[str, str] | None) -> None:
 # expiry purge, which must never wait, skips what is locked instead:
 # ``maintenance._purge_batch``.)
 _LOCK_DOOMED = (
-    # With the ends of the chains the doomed stand in: what replaced them is what
-    # the memories they replaced pass on to (``_pass_on``).
-    "WITH RECURSIVE later AS ("
-    " SELECT superseded_by AS id FROM memories WHERE user_id = %s AND id IN ({doomed})"
-    " AND superseded_by IS NOT NULL"
-    " UNION SELECT m.superseded_by FROM memories m JOIN later ON m.id = later.id"
-    " WHERE m.user_id = %s AND m.superseded_by IS NOT NULL)"
-    " SELECT id FROM memories WHERE user_id = %s AND (id IN ({doomed})"
-    " OR superseded_by IN ({doomed}) OR id IN (SELECT id FROM later)) ORDER BY id FOR UPDATE"
+    # With what replaced each doomed memory: the next step that stays, which the
+    # memories they replaced pass on to (``_pass_on``), is among those.
+    "SELECT id FROM memories WHERE user_id = %s AND (id IN ({doomed})"
+    " OR superseded_by IN ({doomed}) OR id IN (SELECT superseded_by FROM memories"
+    " WHERE user_id = %s AND id IN ({doomed}))) ORDER BY id FOR UPDATE"
 )
 # Each memory a doomed one replaced, and the next step of its chain that the
 # delete leaves (walking on through the doomed only): the memory it passes on to.
@@ -418,9 +414,7 @@ def delete_freeing(cursor: Any, doomed: str, params: Sequence[Any], why: dict[st
     ``params`` are ``doomed``'s, the user first. Runs in the caller's transaction.
     """
     user = params[0]
-    cursor.execute(
-        _LOCK_DOOMED.format(doomed=doomed), [user, *params, user, user, *params, *params]
-    )
+    cursor.execute(_LOCK_DOOMED.format(doomed=doomed), [user, *params, *params, user, *params])
     _pass_on(cursor, doomed, params, why)
     freeing(cursor, why)
     cursor.execute(_DELETE_LOCKED.format(doomed=doomed), list(params))
