@@ -105,6 +105,7 @@ class SignInThrottleMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         self.get_response = get_response
         self._paths: frozenset[str] | None = None
+        self._reset: str | None = None
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         return self.get_response(request)
@@ -115,51 +116,42 @@ class SignInThrottleMiddleware:
         # Here, not in __call__: CsrfViewMiddleware's process_view runs first
         # and refuses a forged post, which must not spend the user's attempts
         # (a page elsewhere could otherwise lock them out from their own address).
-        if request.method == "POST" and request.path == self._reset_path():
-            return self._reset_paced(request)
-        if request.method != "POST" or request.path not in self._sign_in_paths():
+        if request.method != "POST":
+            return None
+        if request.path == self._reset_path():
+            # Each request mails the account: unpaced, anyone could fill a user's inbox.
+            account = request.POST.get("email", "")
+            wait = admission.password_reset(client_address(request), account)
+            form: Any = PasswordResetForm(initial={"email": account[:254]})
+            return _paced(request, wait, "registration/password_reset_form.html", {"form": form})
+        if request.path not in self._sign_in_paths():
             return None
         account = request.POST.get("username", "")
         wait = admission.sign_in(client_address(request), account)
-        if not wait:
-            return None
-        minutes = -(-wait // 60)
-        response = TemplateResponse(
-            request,
-            "registration/login.html",
-            {
-                "form": AuthenticationForm(request, initial={"username": account[:254]}),
-                "next": request.POST.get("next", ""),
-                "throttled_minutes": minutes,
-            },
-            status=429,
-        )
-        response["Retry-After"] = str(wait)
-        # Rendered here: it goes back up through the middleware, not a view.
-        return response.render()
-
-    def _reset_paced(self, request: HttpRequest) -> HttpResponseBase | None:
-        # Each request mails the account: unpaced, anyone could fill a user's inbox.
-        account = request.POST.get("email", "")
-        wait = admission.password_reset(client_address(request), account)
-        if not wait:
-            return None
-        response = TemplateResponse(
-            request,
-            "registration/password_reset_form.html",
-            {
-                "form": PasswordResetForm(initial={"email": account[:254]}),
-                "throttled_minutes": -(-wait // 60),
-            },
-            status=429,
-        )
-        response["Retry-After"] = str(wait)
-        return response.render()
+        form = AuthenticationForm(request, initial={"username": account[:254]})
+        page = {"form": form, "next": request.POST.get("next", "")}
+        return _paced(request, wait, "registration/login.html", page)
 
     def _reset_path(self) -> str:
-        return reverse("password_reset")
+        if self._reset is None:
+            self._reset = reverse("password_reset")
+        return self._reset
 
     def _sign_in_paths(self) -> frozenset[str]:
         if self._paths is None:
             self._paths = frozenset({reverse("login"), reverse("admin:login")})
         return self._paths
+
+
+def _paced(
+    request: HttpRequest, wait: int, template: str, page: dict[str, Any]
+) -> HttpResponseBase | None:
+    """None when ``wait`` is 0; else the form ``template`` again, 429 with Retry-After."""
+    if not wait:
+        return None
+    response = TemplateResponse(
+        request, template, {**page, "throttled_minutes": -(-wait // 60)}, status=429
+    )
+    response["Retry-After"] = str(wait)
+    # Rendered here: it goes back up through the middleware, not a view.
+    return response.render()
