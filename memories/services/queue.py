@@ -138,6 +138,9 @@ def enqueue_remember(
             if first is not None:
                 return _replay(first, fingerprint)
         found = stored_already(user_id, agent_id, call)
+        # The quota's lock before the row ``replaces`` names, as ``store`` takes
+        # them: a direct write of the same pair waits here instead of on us.
+        check_quota(user_id, tier, adding=len(call.items) - len(found), pending=True)
         if call.replaces is not None:
             # Checked now, so a wrong id is refused before anything is queued; the
             # job checks again when it stores the memory. After the key's replay,
@@ -160,7 +163,6 @@ def enqueue_remember(
             "found": sorted(found),
             "tier": tier,
         }
-        check_quota(user_id, tier, adding=len(call.items) - len(found), pending=True)
         with connection.cursor() as cursor:
             # One statement: the job, and a wake-up for every process's workers
             # (delivered when the transaction commits).

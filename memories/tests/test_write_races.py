@@ -999,3 +999,26 @@ def test_an_undo_waits_for_a_concurrent_undo_or_forget_and_reports_what_it_found
         undo.outcome()
     if meanwhile == "restored":
         assert actions(old) == ["created", "superseded", "restored"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queued_replacement_takes_the_quota_before_the_row_it_names(cast) -> None:
+    # A free-tier write takes the user's quota lock and then the rows it
+    # links (``store``). Queuing one that names ``replaces`` took the named
+    # row first and the quota after it: with a direct write of the same pair
+    # between the two, each waited on the other and PostgreSQL failed one.
+    old = remember(cast.alice.id, OLD)["id"]
+    queued = Background(
+        lambda: services.remember(
+            user_id=cast.alice.id, tier=Tier.FREE, content=NEW, replaces=old, background=True
+        )
+    )
+    quota = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+    with tenancy.tenant(cast.alice.id), connection.cursor() as cursor:
+        cursor.execute(quota, [str(cast.alice.id)])
+        queued.start()
+        queued.until_waiting()
+        cursor.execute(HOLD, [old])
+    done = queued.outcome()
+
+    assert done["status"] == "queued" and len(done["memory_ids"]) == 1
