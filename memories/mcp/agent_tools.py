@@ -97,7 +97,9 @@ class AddOutput(BaseModel):
 class Found(BaseModel):
     id: str
     content: str
-    similarity: float = Field(description="Cosine similarity to the query, 0-1.")
+    similarity: float = Field(
+        description="Cosine similarity to the query, -1 to 1: 1 - cosine distance."
+    )
     score: float = Field(description=SCORE)
     source_kind: str
     author: str

@@ -94,7 +94,9 @@ class RememberOutput(BaseModel):
 class RecalledMemory(BaseModel):
     id: str
     content: str
-    similarity: float = Field(description="Cosine similarity to the query, 0-1.")
+    similarity: float = Field(
+        description="Cosine similarity to the query, -1 to 1: 1 - cosine distance."
+    )
     score: float = Field(description=SCORE)
     metadata: dict[str, Any]
     namespace: str
