@@ -20,6 +20,9 @@ class KeyForm(forms.Form):
     tier = forms.ChoiceField()
     # Empty: a user-wide key. An agent's id: the key acts as that agent.
     agent = forms.ChoiceField(required=False)
+    # A fresh token on every page: a form sent again (a reload of the page
+    # that showed the new key) names a spent one and creates nothing.
+    once = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput)
 
     def __init__(
         self, *args: Any, max_tier: str, agents: Iterable[Agent] = (), **kwargs: Any

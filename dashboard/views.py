@@ -8,6 +8,7 @@ like one that does not exist.
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -120,6 +121,21 @@ def usage(request: AuthenticatedRequest) -> HttpResponse:
 # Keys ---------------------------------------------------------------------------
 
 
+# How many sent key forms a session remembers: a reload is of a recent one.
+SPENT_FORMS = 20
+
+
+def _sent_before(request: AuthenticatedRequest, once: str) -> bool:
+    """Whether this key form was sent before in this session; records it as sent."""
+    spent: list[str] = request.session.get("spent_key_forms", [])
+    if not once:
+        return False
+    if once in spent:
+        return True
+    request.session["spent_key_forms"] = [*spent, once][-SPENT_FORMS:]
+    return False
+
+
 @login_required
 def keys(request: AuthenticatedRequest) -> HttpResponse:
     user = request.user
@@ -127,6 +143,13 @@ def keys(request: AuthenticatedRequest) -> HttpResponse:
     form = KeyForm(request.POST or None, max_tier=user.tier, agents=agents)
     new_key: str | None = None
     if request.method == "POST" and form.is_valid():
+        if _sent_before(request, form.cleaned_data["once"]):
+            messages.info(
+                request,
+                "That form was sent before, and its key is listed below. Its secret was shown"
+                " once: if you did not copy it, revoke the key and create another.",
+            )
+            return redirect("dashboard:keys")
         try:
             _, new_key = accounts_services.issue_own_key(
                 user_id=user.id,
@@ -141,6 +164,12 @@ def keys(request: AuthenticatedRequest) -> HttpResponse:
             # Rendered, not redirected: the secret must not be stored in a
             # session or a cookie on its way to the next page.
             form = KeyForm(max_tier=user.tier, agents=agents)
+    if form.is_bound and not new_key:  # shown again to be corrected: a form of its own
+        data = request.POST.copy()
+        data["once"] = secrets.token_urlsafe(16)
+        form.data = data
+    else:
+        form.initial["once"] = secrets.token_urlsafe(16)
     response = render(
         request,
         "dashboard/keys.html",

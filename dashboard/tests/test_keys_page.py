@@ -53,6 +53,27 @@ def test_a_new_key_is_shown_once_and_works(cast, alice_client):
     assert f"Bearer {raw}" in response.content.decode()
 
 
+def test_sending_the_form_again_creates_no_second_key(cast, alice_client):
+    # A reload of the page that showed the new key sends its form again.
+    page = alice_client.get(URL).content.decode()
+    once = re.search(r'name="once" value="([^"]+)"', page)[1]
+    sent = {"name": "laptop", "tier": "free", "once": once}
+    before = accounts_services.list_own_keys(user_id=cast.alice.id)
+
+    first = alice_client.post(URL, sent)
+    again = alice_client.post(URL, sent, follow=True)
+
+    assert SECRET.search(first.content.decode())
+    assert not SECRET.search(again.content.decode())
+    assert "sent before" in again.content.decode()
+    after = accounts_services.list_own_keys(user_id=cast.alice.id)
+    assert len(after) == len(before) + 1
+    # The page after a key carries a fresh form: a second key is one click.
+    fresh = re.search(r'name="once" value="([^"]+)"', first.content.decode())[1]
+    assert fresh != once
+    assert SECRET.search(alice_client.post(URL, {**sent, "once": fresh}).content.decode())
+
+
 def test_a_key_can_act_as_one_of_the_users_agents(cast, agents, alice_client):
     page = alice_client.get(URL).content.decode()
     assert "Agent: research" in page and "Agent: helper" not in page
