@@ -497,9 +497,9 @@ def _delete_ids(user_id: uuid.UUID | str, memory_ids: list[uuid.UUID], purge: bo
 
 def delete_as_operator(memory_ids: list[uuid.UUID]) -> int:
     """Delete these memories, whoever's, as a tool's delete does (operator path: the
-    admin). Each user's in one statement through ``delete_freeing``: rows locked by id
-    first, and what a memory between two of a chain replaced passes on along it. A
-    plain delete freed it beside the chain's later memory, with no reason given."""
+    admin). Each user's through ``delete_freeing``, a namespace at a time: rows locked
+    by id first, and what a memory between two of a chain replaced passes on along it.
+    A plain delete freed it beside the chain's later memory, with no reason given."""
     owners: dict[str, list[uuid.UUID]] = {}
     for memory, owner in Memory.objects.filter(id__in=memory_ids).values_list("id", "user_id"):
         owners.setdefault(str(owner), []).append(memory)
@@ -507,7 +507,11 @@ def delete_as_operator(memory_ids: list[uuid.UUID]) -> int:
     for user_id in sorted(owners):
         with connection.cursor() as cursor:
             gone = superseding.delete_freeing(
-                cursor, _DOOMED.format(BY_IDS), [user_id, owners[user_id]], superseding.FREED
+                cursor,
+                _DOOMED.format(BY_IDS),
+                [user_id, owners[user_id]],
+                superseding.FREED,
+                across_namespaces=True,
             )
         deleted += len(gone.ids)
     return deleted

@@ -685,6 +685,7 @@ def _delete_expired(user_id: uuid.UUID | str, expired: Any) -> None:
             "SELECT id FROM memories WHERE user_id = %s AND id = ANY(%s) AND expires_at <= now()",
             [str(user_id), doomed],
             superseding.FREED_BY_EXPIRY,
+            across_namespaces=True,
         )
 
 

@@ -407,12 +407,48 @@ class Gone(NamedTuple):
     live: int
 
 
-def delete_freeing(cursor: Any, doomed: str, params: Sequence[Any], why: dict[str, str]) -> Gone:
+# The namespaces a delete spans, in the order the search generation's trigger
+# takes them (the database's collation, not Python's).
+_DOOMED_NAMESPACES = (
+    "SELECT DISTINCT namespace FROM memories WHERE user_id = %s AND id IN ({doomed})"
+    " ORDER BY namespace"
+)
+_DOOMED_IN = "SELECT id FROM memories WHERE user_id = %s AND namespace = %s AND id IN ({doomed})"
+
+
+def delete_freeing(
+    cursor: Any,
+    doomed: str,
+    params: Sequence[Any],
+    why: dict[str, str],
+    *,
+    across_namespaces: bool = False,
+) -> Gone:
     """Delete the memories the query ``doomed`` selects and say which (``Gone``); those
     they replaced are current again, their history saying ``why``.
 
     ``params`` are ``doomed``'s, the user first. Runs in the caller's transaction.
+    A delete that may span namespaces (``across_namespaces``) goes one namespace at
+    a time, in the order every statement takes their search generations: passing a
+    chain on in one and then deleting in an earlier one took two generations the
+    other way round from a writer of both, and deadlocked with it.
     """
+    if not across_namespaces:
+        return _delete_freeing(cursor, doomed, params, why)
+    user = params[0]
+    cursor.execute(_DOOMED_NAMESPACES.format(doomed=doomed), [user, *params])
+    ids: list[uuid.UUID] = []
+    live = 0
+    for (namespace,) in cursor.fetchall():
+        gone = _delete_freeing(
+            cursor, _DOOMED_IN.format(doomed=doomed), [user, namespace, *params], why
+        )
+        ids += gone.ids
+        live += gone.live
+    return Gone(ids, live)
+
+
+def _delete_freeing(cursor: Any, doomed: str, params: Sequence[Any], why: dict[str, str]) -> Gone:
     user = params[0]
     cursor.execute(_LOCK_DOOMED.format(doomed=doomed), [user, *params, *params, user, *params])
     _pass_on(cursor, doomed, params, why)

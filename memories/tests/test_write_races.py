@@ -31,7 +31,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from accounts.models import User
@@ -1022,3 +1022,41 @@ def test_a_queued_replacement_takes_the_quota_before_the_row_it_names(cast) -> N
     done = queued.outcome()
 
     assert done["status"] == "queued" and len(done["memory_ids"]) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_admin_delete_across_namespaces_takes_them_in_order_so_a_writer_of_two_goes_on(
+    cast,
+) -> None:
+    # As the purge (above): the admin's bulk delete passed a chain on in n2,
+    # then deleted in n1 and n2 in one statement, while a writer of one memory
+    # in each held n1's generation and wanted n2's.
+    user = cast.alice.id
+    first = remember(user, "The queue broker is rabbit-1.", namespace="n2")["id"]
+    middle = remember(user, "The queue broker moved to rabbit-2.", namespace="n2", replaces=first)
+    last = remember(
+        user, "The queue broker is now rabbit-3.", namespace="n2", replaces=middle["id"]
+    )
+    note = remember(user, "Temporary note: the printer is jammed.", namespace="n1")["id"]
+    x1 = remember(user, "Lunch is at noon.", namespace="n1")["id"]
+    x2 = remember(user, "The wiki lives at wiki.corp.", namespace="n2")["id"]
+
+    def delete() -> int:
+        with tenancy.operator(), transaction.atomic():
+            return services.delete_as_operator([uuid.UUID(middle["id"]), uuid.UUID(note)])
+
+    admin = Background(delete)
+    with tenancy.tenant(user), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memories WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE",
+            [[x1, x2]],
+        )
+        cursor.execute("UPDATE memories SET priority = priority WHERE id = %s", [x1])
+        admin.start()
+        admin.until_waiting()  # on n1's generation
+        cursor.execute("UPDATE memories SET priority = priority WHERE id = %s", [x2])
+
+    assert admin.outcome() == 2
+    with tenancy.operator():
+        assert Memory.objects.get(id=first).superseded_by == uuid.UUID(last["id"])
+    assert dangling_links(user) == []
