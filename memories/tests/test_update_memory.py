@@ -41,6 +41,20 @@ def test_a_content_change_re_embeds_the_memory(cast):
     assert found[0]["id"] == memory_id
 
 
+def test_a_priority_change_alone_moves_updated_at(cast):
+    # Ordered by updated_at, an edited memory comes first, whatever the edit.
+    memory_id = remember(cast.alice.id, "The deploy runbook lives in the wiki.")
+    other = remember(cast.alice.id, "Standup is at 9:30.")
+    before = load(cast.alice.id, memory_id)
+
+    services.update_memory(user_id=cast.alice.id, id=memory_id, priority="high")
+
+    after = load(cast.alice.id, memory_id)
+    assert after.updated_at > before.updated_at
+    listed = services.list_memories(user_id=cast.alice.id, order="updated_at")
+    assert [m["id"] for m in listed] == [memory_id, other]
+
+
 def test_metadata_replaces_the_old_metadata(cast):
     memory_id = remember(cast.alice.id, "A fact", metadata={"a": 1, "b": 2})
 
