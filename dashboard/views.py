@@ -506,12 +506,22 @@ def delete_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpRe
         said = "Memory deleted, and its history erased."
     else:
         said = f"Memory deleted. Its history stays for {settings.HISTORY_RETENTION_DAYS} days."
-    count = len(freed.get(str(memory_id), []))
+    replaced = freed.get(str(memory_id), [])
+    # In the middle of a chain, what it replaced passes on to the next step.
+    passed = memory_services.still_replaced(user_id=request.user.id, ids=replaced)
+    count = len(replaced) - len(passed)
     if count:
         said += (
             " The memory it replaced is current again."
             if count == 1
             else f" The {count} memories it replaced are current again."
+        )
+    if passed:
+        said += (
+            " The memory it replaced stays replaced, by the memory that replaced this one."
+            if len(passed) == 1
+            else f" The {len(passed)} memories it replaced stay replaced, by the memory that"
+            " replaced this one."
         )
     messages.success(request, said)
     return _back_to_memories(request)

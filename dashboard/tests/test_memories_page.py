@@ -335,6 +335,26 @@ def test_deleting_a_replacement_says_the_memory_it_replaced_is_current_again(cas
     assert again.status_code == 200 and "no longer exists" in again.content.decode()
 
 
+def test_deleting_the_middle_of_a_chain_says_the_memory_it_replaced_stays_replaced(
+    cast, alice_client
+):
+    def remember(content: str, replaces: str | None = None) -> str:
+        return services.remember(
+            user_id=cast.alice.id, tier=Tier.PRO, content=content, replaces=replaces
+        )["id"]
+
+    first = remember("Gym is on Elm St.")
+    middle = remember("Gym moved to Oak St.", first)
+    last = remember("Gym is now on Pine St.", middle)
+
+    page = alice_client.post(f"/memories/{middle}/delete/", {"next": URL}, follow=True)
+
+    text = page.content.decode()
+    assert "current again" not in text
+    assert "The memory it replaced stays replaced" in text
+    assert listed(page) == [last]
+
+
 def test_a_namespace_counts_its_current_memories_and_says_when_all_were_replaced(
     cast, alice_client
 ):

@@ -154,7 +154,7 @@ from memories.services.storing import (
     Remembering,
     store,
 )
-from memories.services.superseding import link, replaced_by_each, restore
+from memories.services.superseding import link, replaced_by_each, restore, still_replaced
 from memories.services.transfer import (
     EXPORT_BATCH,
     IMPORT_BATCH,
@@ -259,6 +259,7 @@ __all__ = [
     "search_memories",
     "search_sources",
     "source_filters",
+    "still_replaced",
     "store",
     "store_imports",
     "update_memory",

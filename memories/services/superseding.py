@@ -217,9 +217,10 @@ def _replaceable(memory_id: object, row: Mapping[str, Any], task_id: str | None)
             "only a note replaces or is replaced."
         )
     if row["task_id"] != task_id:
+        whose = "another task" if row["task_id"] else "no task"
         raise ValidationFailed(
-            f"Memory {memory_id} is a note of another task: a note replaces only a note "
-            "of the same task, or of none."
+            f"Memory {memory_id} is a note of {whose}: a note replaces only a note of its"
+            " own task (both of one task, or both of none)."
         )
 
 
@@ -776,3 +777,16 @@ def replaced_by_each(
         for new, old in rows:
             out.setdefault(str(new), []).append(str(old))
     return out
+
+
+def still_replaced(
+    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, ids: Sequence[str]
+) -> set[str]:
+    """Return which of ``ids`` are replaced now (a delete in the middle of a chain passes
+    what the deleted memory replaced on to the next step: it stays replaced)."""
+    wanted = [uuid.UUID(str(i)) for i in ids]
+    with tenancy.tenant(user_id, agent_id=agent_id):
+        rows = Memory.objects.filter(
+            user_id=user_id, id__in=wanted, superseded_by__isnull=False
+        ).values_list("id", flat=True)
+        return {str(i) for i in rows}

@@ -1059,6 +1059,9 @@ def test_replaces_and_link_name_only_notes_of_the_same_task(cast, agents) -> Non
     with pytest.raises(ValidationFailed, match="another task"):
         add(NEW, replaces=shared)
     own = add("Staging Postgres moved to pg-staging-9 yesterday.")["id"]
+    # A task's note naming a note of none hears which it named.
+    with pytest.raises(ValidationFailed, match="a note of no task"):
+        add("Staging Postgres is on pg-staging-11.", task_id="launch", replaces=own)
     for old, new in ((shared, own), (said, own)):
         with pytest.raises(ValidationFailed):
             services.link(user_id=cast.alice.id, agent_id=agents.research.id, id=old, by=new)
