@@ -20,6 +20,7 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 
 from accounts.tiers import Tier
 from core import context, tenancy
@@ -224,6 +225,44 @@ def test_an_import_skips_what_is_already_there_and_reports_it(cast, tmp_path):
     ]
     # Alice still has hers: the ids were taken, so Charlie's copies got new ones.
     assert services.count_namespace(user_id=cast.alice.id, namespace="travel") == 2
+
+
+def test_what_a_gone_memory_replaced_is_still_replaced_as_of_then_after_a_round_trip(
+    cast, tmp_path
+):
+    # A replaced by B, B forgotten since: at a moment between, A was not what
+    # was held true. The imported history lost B's id (no imported memory
+    # holds it) and so answered with A, unmarked, where the source answers
+    # nothing.
+    def remember(content: str, replaces: str | None = None) -> str:
+        return services.remember(
+            user_id=cast.alice.id,
+            tier=Tier.PRO,
+            content=content,
+            namespace="gym",
+            replaces=replaces,
+        )["id"]
+
+    old = remember("The gym is on Elm Street.")
+    new = remember("The gym moved to Oak Street.", old)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        then = cursor.fetchone()[0].isoformat()
+    services.forget(user_id=cast.alice.id, mode="by_id", id=new)
+    file = tmp_path / "gym.jsonl"
+    file.write_text(export("alice@example.com", "--namespace", "gym"), encoding="utf-8")
+    import_file("charlie@example.com", file)
+
+    def held(user_id: uuid.UUID) -> list[str]:
+        found = services.recall(
+            user_id=user_id, query="gym street", namespace="gym", threshold=0, as_of=then
+        )
+        return [m["content"] for m in found]
+
+    assert held(cast.alice.id) == []
+    assert held(cast.charlie.id) == []
+    now = services.recall(user_id=cast.charlie.id, query="gym street", namespace="gym")
+    assert [m["content"] for m in now] == ["The gym is on Elm Street."]
 
 
 def test_an_id_named_twice_in_a_file_stops_the_import_at_the_second(cast, tmp_path):

@@ -534,7 +534,10 @@ def _map_history_ids(
     user_id: uuid.UUID | str, stored: Mapping[uuid.UUID, uuid.UUID], inserted: set[uuid.UUID]
 ) -> None:
     """Rewrite the ids the imported history names (``superseded_by``, ``replaces``) from the
-    file's to the memories that hold them here; an id of no imported memory becomes none.
+    file's to the memories that hold them here. A ``superseded_by`` of no imported memory
+    (a replacement deleted before the export) becomes an id of this user's that names no
+    memory, the same for each: the version was replaced, and ``as_of`` reads it so. Left
+    empty, it made the version current, an outdated value answered as held true then.
 
     A memory keeps its id unless the id is taken here, and a record whose content was here
     already is that memory: the file's id then named another user's memory, or none, and a
@@ -548,7 +551,8 @@ def _map_history_ids(
         cursor.execute(
             "WITH map(file, here) AS (SELECT * FROM unnest(%s::uuid[], %s::uuid[]))"
             " UPDATE memory_history h SET"
-            " superseded_by = (SELECT map.here FROM map WHERE map.file = h.superseded_by),"
+            " superseded_by = coalesce((SELECT map.here FROM map WHERE map.file = h.superseded_by),"
+            "   md5(h.user_id::text || h.superseded_by::text)::uuid),"
             " replaces = (SELECT array_agg(map.here ORDER BY r.n)"
             "   FROM unnest(h.replaces) WITH ORDINALITY AS r(id, n)"
             "   JOIN map ON map.file = r.id)"
