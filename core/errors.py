@@ -81,6 +81,13 @@ class RateLimited(RecallError):
     http_status = 429
 
 
+class Unauthorized(RecallError):
+    """The API key a stdio process acts as is no longer live (revoked, or its user gone)."""
+
+    code = "unauthorized"
+    http_status = 401
+
+
 class Unavailable(RecallError):
     """A dependency (the database) is down for now; the same call can succeed later."""
 

@@ -37,10 +37,10 @@ def run(tools: str = "mcp") -> None:
     context.transport.set("stdio")
     if tools == "v1":
         server = build_v1_server()
-        admission.install(server, v1_tools.failure)
+        admission.install(server, v1_tools.failure, raw)
     else:
         server = build_server()
-        admission.install(server, runtime.failure)
+        admission.install(server, runtime.failure, raw)
     stalls.install()
     # Background adds made over stdio need a worker even when no server runs.
     workers = jobs.Workers().start()

@@ -15,10 +15,13 @@ import psutil
 import psycopg
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from accounts import services as accounts
+from core import tenancy
+from memories.models import Memory
 from recall import startup
 from tests.clients import MODES, structured
 from tests.conftest import usage_events
@@ -86,6 +89,57 @@ def test_stdio_applies_the_tier_rate_limit(cast):
     assert structured(results[2])["error"]["code"] == "rate_limited"
     events = usage_events(3)
     assert (events[2].error_code, events[2].tokens_consumed) == ("rate_limited", 0)
+
+
+LATE = "Written after the key was revoked."
+
+
+def test_a_key_revoked_or_retiered_while_stdio_runs_applies_from_its_next_calls(cast):
+    # The process checked its key once, at start: a revoked key went on
+    # reading and writing, and a tier change never reached its rate limit.
+    def meanwhile(change: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                change()
+            finally:
+                connections.close_all()
+
+        return run
+
+    async def until_refused(client: Client, tool: str, arguments: dict) -> list:
+        answers = []
+        for _ in range(200):  # the change reaches the process when it commits
+            answers.append(await client.call_tool(tool, arguments))
+            if answers[-1].is_error:
+                break
+            await anyio.sleep(0.05)
+        return answers
+
+    async def session():
+        params = stdio_server(
+            cast.alice_key.raw, RATE_LIMIT_FREE="1000/min", RATE_LIMIT_PRO="1/min"
+        )
+        async with Client(params, mode="legacy") as client:
+            await client.call_tool("list_memories", {})
+            await anyio.to_thread.run_sync(
+                meanwhile(lambda: accounts.set_user_tier(user_id=cast.alice.id, tier="pro"))
+            )
+            retiered = await until_refused(client, "list_memories", {})
+            await anyio.to_thread.run_sync(
+                meanwhile(lambda: accounts.revoke_keys([cast.alice_key.key.id]))
+            )
+            revoked = await until_refused(client, "list_memories", {})
+            late = await client.call_tool("remember", {"content": LATE})
+            return retiered, revoked, late
+
+    retiered, revoked, late = anyio.run(session)
+
+    assert structured(retiered[-1])["error"]["code"] == "rate_limited"
+    assert structured(revoked[-1])["error"]["code"] == "unauthorized"
+    assert structured(late)["error"]["code"] == "unauthorized"
+    assert "revoked" in structured(late)["error"]["message"]
+    with tenancy.operator():
+        assert not Memory.objects.filter(content=LATE).exists()
 
 
 def test_stdio_refuses_to_start_without_a_valid_key(cast):

@@ -69,6 +69,7 @@ CODES = {
     "validation_failed": "INVALID_PARAMETERS",
     "not_found": "MEMORY_NOT_FOUND",
     "rate_limited": "RATE_LIMIT_EXCEEDED",
+    "unauthorized": "UNAUTHORIZED",
     "quota_exceeded": "QUOTA_EXCEEDED",
     "conflict": "CONFLICT",
     "embedding_unavailable": "MEM0_API_ERROR",
