@@ -12,6 +12,7 @@ import sys
 
 import anyio
 from django.conf import settings
+from django.db import DatabaseError
 
 from accounts import auth
 from billing import usage
@@ -27,6 +28,9 @@ def run(tools: str = "mcp") -> None:
     raw = settings.RECALL_API_KEY
     if not raw:
         sys.stderr.write("recall stdio: set RECALL_API_KEY to the API key this process acts as.\n")
+        raise SystemExit(2)
+    if _refused_as_it_stands(raw):
+        sys.stderr.write(f"recall stdio: {refused_key()}\n")
         raise SystemExit(2)
     startup.prepare(sys.stderr, announce_urls=False, first_user=False)
     caller = auth.authenticate(raw)
@@ -55,6 +59,16 @@ def run(tools: str = "mcp") -> None:
             signal.signal(signum, signal.SIG_IGN)
         workers.stop()
         usage.get_recorder().stop()
+
+
+def _refused_as_it_stands(raw: str) -> bool:
+    """Whether the database, before this process migrates it, refuses the key: a process
+    started with a wrong key changes nothing. A database too old (or too new) to say
+    lets start-up go on; the key is checked again once it is ready."""
+    try:
+        return auth.authenticate(raw) is None
+    except DatabaseError:
+        return False
 
 
 def refused_key() -> str:

@@ -162,6 +162,45 @@ def test_stdio_refuses_to_start_without_a_valid_key(cast):
     assert "for the database in DATABASE_URL (unknown, or revoked)." in result.stderr
 
 
+def test_a_refused_key_changes_nothing_in_a_database_that_lacks_a_migration(cast):
+    # A client launched with a wrong key migrated the shared database first
+    # (while servers of the older version still used it), and only then
+    # refused to start.
+    latest = ("memories", "0027_priority_touches_updated_at")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM django_migrations WHERE app = %s AND name = %s RETURNING applied", latest
+        )
+        (applied,) = cursor.fetchone()
+    try:
+        params = stdio_server("recall_live_" + "B" * 32)
+        result = subprocess.run(
+            [params.command, *params.args],
+            env=params.env,
+            cwd=params.cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM django_migrations WHERE app = %s AND name = %s", latest
+            )
+            (migrated,) = cursor.fetchone()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO django_migrations (app, name, applied) SELECT %s, %s, %s"
+                " WHERE NOT EXISTS (SELECT FROM django_migrations WHERE app = %s AND name = %s)",
+                [*latest, applied, *latest],
+            )
+
+    assert result.returncode == 2
+    assert "(unknown, or revoked)" in result.stderr
+    assert migrated == 0
+
+
 # (signal, the exit status a shell expects of a command it stopped: 128 + the signal)
 INTERRUPTS = [(signal.SIGINT, 130), (signal.SIGTERM, 143)]
 BOGUS_KEY = "recall_live_" + "B" * 32  # refused only once start-up is over
