@@ -30,14 +30,20 @@ from datetime import datetime
 
 from django.db import connection
 
+from memories.filters import Filters
 from memories.services.shapes import Metadata, Recalled
 
 # Per memory, its latest version recorded before the moment; when none is,
-# its first. "Replaced" only from a row really recorded by then.
+# its first. "Replaced" only from a row really recorded by then. "Matches":
+# the search's metadata and priority filters, on that version (as the
+# search applies them to a memory now: containment, in the database).
 VERSIONS_AT = """
     SELECT DISTINCT ON (h.memory_id)
            h.memory_id, h.version, h.content, h.metadata::text, h.priority,
-           h.recorded_at < %(until)s AND h.superseded_by IS NOT NULL AS replaced
+           h.recorded_at < %(until)s AND h.superseded_by IS NOT NULL AS replaced,
+           (%(metadata)s::jsonb IS NULL OR h.metadata @> %(metadata)s::jsonb)
+           AND (%(priorities)s::text[] IS NULL OR h.priority = ANY(%(priorities)s::text[]))
+           AS matches
     FROM memory_history AS h
     WHERE h.memory_id = ANY(%(ids)s::uuid[]) AND h.user_id = %(user)s AND h.action <> 'deleted'
     ORDER BY h.memory_id, h.recorded_at < %(until)s DESC,
@@ -54,12 +60,17 @@ class Then:
     metadata: Metadata
     priority: str
     replaced: bool  # a later memory replaced it then
+    matches: bool = True  # the search's metadata and priority filters, then
 
 
 def versions_at(
-    user_id: uuid.UUID | str, ids: Sequence[uuid.UUID | str], until: datetime
+    user_id: uuid.UUID | str,
+    ids: Sequence[uuid.UUID | str],
+    until: datetime,
+    filters: Filters | None = None,
 ) -> dict[str, Then]:
-    """Return each memory's version at ``until`` (exclusive), by id: one statement.
+    """Return each memory's version at ``until`` (exclusive), by id: one statement;
+    with ``filters``, whether that version meets their metadata and priorities.
 
     Runs in the caller's open tenant transaction. A memory the history has
     no row of (none the caller may read) is absent.
@@ -68,17 +79,26 @@ def versions_at(
         return {}
     with connection.cursor() as cursor:
         cursor.execute(
-            VERSIONS_AT, {"ids": [str(i) for i in ids], "user": str(user_id), "until": until}
+            VERSIONS_AT,
+            {
+                "ids": [str(i) for i in ids],
+                "user": str(user_id),
+                "until": until,
+                "metadata": json.dumps(filters.metadata) if filters and filters.metadata else None,
+                "priorities": list(filters.priorities) if filters and filters.priorities else None,
+            },
         )
         rows = cursor.fetchall()
     return {
-        str(memory_id): Then(version, content, json.loads(metadata), priority, replaced)
-        for memory_id, version, content, metadata, priority, replaced in rows
+        str(memory_id): Then(version, content, json.loads(metadata), priority, replaced, matches)
+        for memory_id, version, content, metadata, priority, replaced, matches in rows
     }
 
 
 def shown(found: Recalled, then: Then | None, current: int) -> Recalled | None:
-    """A result as it was at the moment: None when it was not held true then.
+    """A result as it was at the moment: None when it was not held true then, or when
+    that version does not meet the search's metadata and priority filters (which the
+    search applied to the memory now: a result meets them both now and then).
 
     ``current`` is the memory's version now, shown when its history has no
     row to answer from (so ``version`` always names the content shown).
@@ -88,7 +108,7 @@ def shown(found: Recalled, then: Then | None, current: int) -> Recalled | None:
     found.pop("may_be_replaced_by", None)
     if then is None:
         return {**found, "version": current}
-    if then.replaced:
+    if then.replaced or not then.matches:
         return None
     return {
         **found,

@@ -67,12 +67,17 @@ def search_memories(
     # A result the history says was replaced then is left out after the
     # ranking; the search then asks again for as many more, so the answer
     # still holds ``limit`` results when that many were held true.
+    # The metadata and priority filters apply to each result's version then,
+    # too: one that does not meet them is left out with the rest (the search
+    # applies them to the memories now, which keeps it as selective as any).
+    wanted = args.filters
     asked = args
     while True:
         then: dict[str, past.Then] = {}
 
         def read(found: list[search.Found], then: dict[str, past.Then] = then) -> None:
-            then.update(past.versions_at(user_id, [hit.memory.id for hit in found], until))
+            ids = [hit.memory.id for hit in found]
+            then.update(past.versions_at(user_id, ids, until, wanted))
 
         searched = search.search(user_id=user_id, agent_id=agent_id, args=asked, within=read)
         shown = [

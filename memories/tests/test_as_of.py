@@ -51,6 +51,28 @@ def by_id(found: list[Recalled]) -> dict[str, Recalled]:
     return {m["id"]: m for m in found}
 
 
+def test_filters_under_as_of_hold_for_the_version_shown(cast) -> None:
+    # A result shown as it was then, with the metadata and priority it had
+    # then, met the filters only with its values now: the answer contradicted
+    # its own filter.
+    edited = remember(cast.alice.id, HOST, metadata={"env": "staging"})
+    then = moment()
+    services.update_memory(
+        user_id=cast.alice.id, id=edited, metadata={"env": "stage"}, priority="high"
+    )
+
+    def ids(**filters: object) -> list[str]:
+        return [m["id"] for m in recalled(cast.alice.id, as_of=then, **filters)]
+
+    assert ids(priority="high") == []
+    assert ids(metadata_filter={"env": "stage"}) == []
+    assert ids(priority="medium", metadata_filter={"env": "staging"}) == []  # not so now
+    assert ids() == [edited]
+    # Met then and now: shown as it was.
+    [found] = recalled(cast.alice.id, as_of=then, priority=["medium", "high"])
+    assert (found["priority"], found["metadata"]) == ("medium", {"env": "staging"})
+
+
 def test_a_memory_edited_since_shows_as_it_was_then_with_its_version(cast) -> None:
     edited = remember(cast.alice.id, HOST, metadata={"env": "staging"})
     kept = remember(cast.alice.id, CACHE)
