@@ -11,7 +11,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +30,7 @@ from memories.models import (
     Memory,
     SourceKind,
 )
-from memories.services import superseding
+from memories.services import superseding, threads
 from memories.services.quota import check_quota
 from memories.services.shapes import Hinted, Remembered, Stored
 
@@ -180,9 +180,16 @@ def store(
     never answers with a memory that is gone, nor links to one replaced.
     """
     vectors: dict[str, np.ndarray] = {}  # by content, kept across attempts
-    for _ in range(PLACE_ATTEMPTS):
+    attempts = moved = 0
+    while attempts < PLACE_ATTEMPTS:
+        attempts += 1
         try:
             return _store(user_id, tier, call, agent_id, ids, finish, vectors)
+        except _ThreadMoved:
+            # Each round, one of the thread's writers goes in: a call waits its turn.
+            if moved < THREAD_WRITERS:
+                moved += 1
+                attempts -= 1
         except _ExpiredInTheWay:
             # Deleted before the writing transaction, as the purge would (and
             # recorded as its work): in it, the copy's row came after the rows
@@ -207,6 +214,14 @@ class _PlaceChanged(Exception):
     or content it did not find was stored by another call meanwhile."""
 
 
+class _ThreadMoved(_PlaceChanged):
+    """Another call added turns to the call's thread between its read and its write."""
+
+
+# How many other writers of one thread a call makes way for before it gives up.
+THREAD_WRITERS = 16
+
+
 class _ExpiredInTheWay(_PlaceChanged):
     """An expired copy the purge has not reached holds a place the call inserts at."""
 
@@ -224,8 +239,10 @@ def _store(
     finish: Callable[[list[Stored]], None] | None,
     vectors: dict[str, np.ndarray],
 ) -> list[Stored]:
-    places = places_of(call)
+    sent = call
     with tenancy.tenant(user_id, agent_id=agent_id):
+        call = _placed(user_id, agent_id, sent)
+        places = places_of(call)
         held = _held_by_place(user_id, agent_id, call, places)
     existing = {place: id for place, (id, _) in held.items()}
     fresh = sorted({i for i, place in enumerate(places) if place not in existing})
@@ -236,6 +253,7 @@ def _store(
     detecting = superseding.detects(call.note and bool(fresh), call.replaces is not None)
     opening = dict(superseding.SETTINGS) if detecting else None
     with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
+        _hold_thread(user_id, agent_id, sent, call)
         _still_held(user_id, held)
         # A direct add leaves the places promised to adds already queued; a
         # job's own run is one of those.
@@ -514,6 +532,38 @@ def _insert(
     return row[0] if row else None
 
 
+def _placed(
+    user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, call: Remembering
+) -> Remembering:
+    """A conversation with its turns at their places in its thread (``threads``); any
+    other call as it is. In the caller's tenant transaction."""
+    if not call.conversation or not call.items:
+        return call
+    stored = threads.turns(user_id, agent_id, call.namespace, call.thread_id, call.task_id)
+    sent = [validation.content_hash(item.content) for item in call.items]
+    offset = threads.first_place(stored, sent)
+    if not offset:
+        return call
+
+    def moved(item: Item) -> Item:
+        position = (item.position or 0) + offset
+        return replace(item, position=position, metadata={**item.metadata, "position": position})
+
+    return replace(call, items=tuple(moved(item) for item in call.items))
+
+
+def _hold_thread(
+    user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, sent: Remembering, call: Remembering
+) -> None:
+    """In the writing transaction, hold a conversation's thread, and check that its
+    turns go where they were placed before (``call``): else another call's went there."""
+    if not sent.conversation:
+        return
+    threads.lock(user_id, sent.namespace, sent.thread_id)
+    if _placed(user_id, agent_id, sent) != call:
+        raise _ThreadMoved
+
+
 def places_of(call: Remembering) -> list[Place]:
     """Where each of the call's items sits for deduplication."""
     return [
@@ -528,6 +578,7 @@ def stored_already(
 
     In the caller's tenant transaction; what ``store`` would find and keep.
     """
+    call = _placed(user_id, agent_id, call)
     places = places_of(call)
     found = _ids_by_place(user_id, agent_id, call, places)
     return {i: found[place] for i, place in enumerate(places) if place in found}

@@ -9,6 +9,7 @@ from core import tenancy
 from core.errors import QuotaExceeded, ValidationFailed
 from memories import services
 from memories.models import Memory
+from memories.services import threads
 from tests.support import fill_memories
 
 CONVERSATION = [
@@ -70,6 +71,74 @@ def test_sending_the_same_conversation_again_stores_nothing_new(cast):
     assert [m["id"] for m in again["memories"]] == [m["id"] for m in first["memories"]]
     assert all(m["deduped"] for m in again["memories"])
     assert count_rows() == len(CONVERSATION)
+
+
+def turns(user_id, thread_id) -> list[tuple[int | None, str]]:
+    read = services.list_memories(user_id=user_id, thread_id=thread_id, limit=100)
+    return [(m["position"], m["content"]) for m in read]
+
+
+def said(*lines: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": line} for line in lines]
+
+
+def test_a_thread_sent_a_turn_at_a_time_keeps_every_turn_in_order(cast):
+    # Each call numbered its messages from 0: a new "ok" was taken for the
+    # first one and dropped, and later turns went in at the thread's start.
+    first = remember(cast.alice.id, said("ok", "Shall I deploy to staging?"), thread_id="c42")
+    second = remember(cast.alice.id, said("ok"), thread_id="c42")
+    third = remember(cast.alice.id, said("Deployed."), thread_id="c42")
+
+    assert not second["memories"][0]["deduped"]
+    assert second["memories"][0]["id"] != first["memories"][0]["id"]
+    assert turns(cast.alice.id, "c42") == [
+        (0, "ok"),
+        (1, "Shall I deploy to staging?"),
+        (2, "ok"),
+        (3, "Deployed."),
+    ]
+    read = services.list_memories(user_id=cast.alice.id, thread_id="c42", limit=100)
+    assert [m["metadata"]["position"] for m in read] == [0, 1, 2, 3]
+    # The last call again (a retry) is found where it went.
+    retry = remember(cast.alice.id, said("Deployed."), thread_id="c42")
+    assert retry["memories"][0]["id"] == third["memories"][0]["id"]
+    assert retry["memories"][0]["deduped"]
+    # The thread sent whole, with one turn more, stores only that turn.
+    whole = remember(
+        cast.alice.id,
+        said("ok", "Shall I deploy to staging?", "ok", "Deployed.", "Thanks."),
+        thread_id="c42",
+    )
+    assert [m["deduped"] for m in whole["memories"]] == [True, True, True, True, False]
+    assert turns(cast.alice.id, "c42")[-1] == (4, "Thanks.")
+    assert count_rows() == 5
+
+
+def test_a_queued_turn_goes_after_the_thread_it_continues(cast):
+    remember(cast.alice.id, said("ok", "Shall I deploy to staging?"), thread_id="c7")
+    queued = remember(cast.alice.id, said("ok"), thread_id="c7", background=True)
+    services.run_next_job()
+
+    assert turns(cast.alice.id, "c7") == [(0, "ok"), (1, "Shall I deploy to staging?"), (2, "ok")]
+    read = services.list_memories(user_id=cast.alice.id, thread_id="c7", limit=100)
+    assert read[2]["id"] == queued["memory_ids"][0]
+
+
+@pytest.mark.parametrize(
+    ("stored", "sent", "first"),
+    [
+        ([], ["a"], 0),
+        ([(0, "a"), (1, "b")], ["a", "b"], 0),  # the thread again
+        ([(0, "a"), (1, "b")], ["a", "b", "c"], 0),  # the thread so far, and more
+        ([(0, "a"), (1, "b")], ["b"], 1),  # the last call again
+        ([(0, "a"), (1, "b")], ["a"], 2),  # a new turn with an old turn's words
+        ([(0, "a"), (1, "b")], ["c", "d"], 2),
+        ([(0, "a"), (2, "c")], ["a", "b", "c"], 0),  # whole, with a turn forgotten since
+        ([(0, "a"), (2, "b")], ["a", "b"], 3),  # the last two, but not next to each other
+    ],
+)
+def test_where_a_calls_turns_go_in_a_thread(stored, sent, first):
+    assert threads.first_place(stored, sent) == first
 
 
 def test_the_same_words_in_another_thread_are_another_memory(cast):

@@ -1060,3 +1060,37 @@ def test_an_admin_delete_across_namespaces_takes_them_in_order_so_a_writer_of_tw
     with tenancy.operator():
         assert Memory.objects.get(id=first).superseded_by == uuid.UUID(last["id"])
     assert dangling_links(user) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_turns_sent_to_one_thread_at_once_each_get_a_place_of_their_own(cast) -> None:
+    # Each call places its turns after the thread's last: two calls at once
+    # read the same last turn, and both would go in at the same place.
+    user = cast.alice.id
+    services.remember(
+        user_id=user, tier=Tier.PRO, messages=[{"role": "user", "content": "Hi."}], thread_id="t"
+    )
+    lines = [f"Turn number {n} of the conversation." for n in range(6)]
+    start = threading.Barrier(len(lines))
+
+    def send(line: str) -> Callable[[], Any]:
+        def call() -> Any:
+            start.wait(PATIENCE)
+            return services.remember(
+                user_id=user,
+                tier=Tier.PRO,
+                messages=[{"role": "user", "content": line}],
+                thread_id="t",
+            )
+
+        return call
+
+    calls = [Background(send(line)) for line in lines]
+    for call in calls:
+        call.start()
+    for call in calls:
+        call.outcome()
+
+    read = services.list_memories(user_id=user, thread_id="t", limit=100)
+    assert [m["position"] for m in read] == list(range(len(lines) + 1))
+    assert sorted(m["content"] for m in read[1:]) == sorted(lines)
