@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, Unpack
 
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 
 from core import tenancy
 from core.errors import ValidationFailed
@@ -157,7 +157,8 @@ def list_memories(
         if thread is not None:
             rows = rows.filter(thread_id=thread).order_by("position", "created_at", "id")
         else:
-            rows = rows.order_by(f"-{column}", "-id")
+            # Newest first; a conversation stored at one moment, its last turn first.
+            rows = rows.order_by(f"-{column}", F("position").desc(nulls_last=True), "-id")
         page = list(rows.values(*_LISTED)[skip : skip + count])
     return [_listed(row) for row in page]
 

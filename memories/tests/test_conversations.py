@@ -114,6 +114,15 @@ def test_a_thread_sent_a_turn_at_a_time_keeps_every_turn_in_order(cast):
     assert count_rows() == 5
 
 
+def test_listed_newest_first_a_conversation_runs_from_its_last_turn(cast):
+    # Its turns share one moment: they came out in the order of their ids.
+    remember(cast.alice.id, CONVERSATION, thread_id="kyoto")
+
+    listed = services.list_memories(user_id=cast.alice.id, limit=100)
+
+    assert [m["position"] for m in listed] == list(reversed(range(len(CONVERSATION))))
+
+
 def test_a_queued_turn_goes_after_the_thread_it_continues(cast):
     remember(cast.alice.id, said("ok", "Shall I deploy to staging?"), thread_id="c7")
     queued = remember(cast.alice.id, said("ok"), thread_id="c7", background=True)
