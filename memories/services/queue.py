@@ -33,7 +33,7 @@ from datetime import timedelta
 from typing import ParamSpec, TypeVar
 
 from django.conf import settings
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -59,12 +59,15 @@ from memories.services import superseding
 from memories.services.quota import check_quota
 from memories.services.shapes import Queued, QueueDepth, Stored
 from memories.services.storing import (
+    Item,
     PlacesChanged,
     Remembering,
+    places_of,
     store,
     stored_already,
     written_by,
 )
+from memories.validation import content_hash
 
 logger = logging.getLogger("memories.services")
 P = ParamSpec("P")
@@ -138,9 +141,11 @@ def enqueue_remember(
             if first is not None:
                 return _replay(first, fingerprint)
         found = stored_already(user_id, agent_id, call)
+        borrowed = _pending_already(user_id, agent_id, call, found)
+        adding = len(call.items) - len(found) - len(borrowed)
         # The quota's lock before the row ``replaces`` names, as ``store`` takes
         # them: a direct write of the same pair waits here instead of on us.
-        check_quota(user_id, tier, adding=len(call.items) - len(found), pending=True)
+        check_quota(user_id, tier, adding=adding, pending=True)
         if call.replaces is not None:
             # Checked now, so a wrong id is refused before anything is queued; the
             # job checks again when it stores the memory. After the key's replay,
@@ -155,12 +160,13 @@ def enqueue_remember(
                 found=found.get(0),
                 free=False,
             )
-        ids = [found.get(i) or uuid.uuid4() for i in range(len(call.items))]
+        ids = [found.get(i) or borrowed.get(i) or uuid.uuid4() for i in range(len(call.items))]
         # The tier travels with the job: the quota was judged by it here.
         payload = {
             **call.as_payload(),
             "ids": [str(i) for i in ids],
             "found": sorted(found),
+            "borrowed": sorted(borrowed),
             "tier": tier,
         }
         with connection.cursor() as cursor:
@@ -182,7 +188,7 @@ def enqueue_remember(
                     fingerprint,
                     json.dumps(payload),
                     # What the quota counts while it waits: new memories only.
-                    len(call.items) - len(found),
+                    adding,
                     who.client if who else "",
                     who.api_key_id if who else None,
                     CHANNEL,
@@ -518,6 +524,101 @@ class JobLost(Exception):
     """
 
 
+# The ids pending adds of this writer, in this namespace, thread and task,
+# announced for the contents they will store (not a conversation's: its
+# turns find their places in the thread when the job runs).
+_PENDING_IDS = (
+    "SELECT payload->'items', payload->'ids' FROM memory_jobs"
+    " WHERE user_id = %s AND agent_id IS NOT DISTINCT FROM %s AND kind = 'remember'"
+    " AND status = ANY(%s) AND payload->>'namespace' = %s"
+    " AND payload->>'thread_id' IS NOT DISTINCT FROM %s"
+    " AND payload->>'task_id' IS NOT DISTINCT FROM %s"
+    " AND NOT coalesce((payload->>'conversation')::boolean, false)"
+)
+
+
+def _pending_already(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    call: Remembering,
+    found: dict[int, uuid.UUID],
+) -> dict[int, uuid.UUID]:
+    """Return, by item index, the ids pending adds announced for the call's contents that
+    are not stored yet: one of them will store it, and this call's job then finds it.
+
+    The same content added twice before the first job ran announced two ids, and the
+    second never held a memory. Enqueues of one user take turns here (a lock until
+    the transaction ends), so the second always sees the first.
+    """
+    if call.conversation:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))", [f"{user_id}/enqueue"]
+        )
+        cursor.execute(
+            _PENDING_IDS,
+            [
+                str(user_id),
+                str(agent_id) if agent_id else None,
+                [status.value for status in PENDING],
+                call.namespace,
+                call.thread_id,
+                call.task_id,
+            ],
+        )
+        rows = cursor.fetchall()
+    promised: dict[tuple[int | None, str, str], uuid.UUID] = {}
+    for items, ids in rows:  # jsonb arrives as text on Django's connections
+        for entry, announced in zip(json.loads(items), json.loads(ids), strict=False):
+            item = Item(*entry)
+            place = (item.position, item.path, content_hash(item.content))
+            promised.setdefault(place, uuid.UUID(announced))
+    return {
+        i: promised[place]
+        for i, place in enumerate(places_of(call))
+        if i not in found and place in promised
+    }
+
+
+def _free_ids(
+    user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, ids: list[uuid.UUID]
+) -> set[uuid.UUID]:
+    """Which of ``ids`` no memory and no history holds: a new memory may take them."""
+    if not ids:
+        return set()
+    with tenancy.tenant(user_id, agent_id=agent_id), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memories WHERE user_id = %s AND id = ANY(%s) UNION"
+            " SELECT memory_id FROM memory_history WHERE user_id = %s AND memory_id = ANY(%s)",
+            [str(user_id), ids, str(user_id), ids],
+        )
+        held = {row[0] for row in cursor.fetchall()}
+    return set(ids) - held
+
+
+def _ids_to_store(job: Taken) -> list[uuid.UUID] | None:
+    """The ids a job gives the memories it stores new: those it announced, but never one
+    another memory holds or held."""
+    ids = [uuid.UUID(i) for i in job.payload.get("ids", [])] or None
+    if not ids:
+        return ids
+    # An item announced with the id of a memory already stored keeps that
+    # memory; forgotten since, it is stored afresh under a new id, never
+    # under the forgotten one's.
+    for i in job.payload.get("found", []):
+        ids[i] = uuid.uuid4()
+    # An id borrowed from another pending add: the memory it stored is found
+    # by its content; where that memory was forgotten or edited since, this
+    # one is new, and takes none of its ids.
+    borrowed = job.payload.get("borrowed", [])
+    free = _free_ids(job.user_id, job.agent_id, [ids[i] for i in borrowed])
+    for i in borrowed:
+        if ids[i] not in free:
+            ids[i] = uuid.uuid4()
+    return ids
+
+
 def _run_job(job: Taken) -> None:
     def settle(results: list[Stored]) -> None:
         # A hint quotes another memory's content: a job's result, kept after
@@ -529,13 +630,7 @@ def _run_job(job: Taken) -> None:
 
     try:
         call = Remembering.from_payload(job.payload)
-        ids = [uuid.UUID(i) for i in job.payload.get("ids", [])] or None
-        if ids:
-            # An item announced with the id of a memory already stored keeps
-            # that memory; forgotten since, it is stored afresh under a new
-            # id, never under the forgotten one's.
-            for i in job.payload.get("found", []):
-                ids[i] = uuid.uuid4()
+        ids = _ids_to_store(job)
         store(
             user_id=job.user_id,
             agent_id=job.agent_id,
@@ -555,12 +650,25 @@ def _run_job(job: Taken) -> None:
             # The database is away: the worker backs off, and the job is
             # queued again once it answers (run_next_job).
             raise
+        if _stored_meanwhile(exc):
+            # Another add of the same content, under the id both announced, went
+            # first: the next run finds its memory.
+            _retry_or_fail(job.id, job.attempts, PlacesChanged("Stored meanwhile by another add."))
+            return
         # A run that lost its job may trip over the other run's memories (the
         # same ids): that is no failure of the job's, and is logged as lost.
         if _retry_or_fail(
             job.id, job.attempts, InternalError("Storing this memory failed on our side.")
         ):
             logger.error("job failed", extra={"job_id": str(job.id), **describe_exception(exc)})
+
+
+def _stored_meanwhile(exc: Exception) -> bool:
+    """Whether ``exc`` is a new memory's id taken by another memory at its insert."""
+    diag = getattr(exc.__cause__, "diag", None)
+    return isinstance(exc, IntegrityError) and (
+        getattr(diag, "constraint_name", None) == "memories_pkey"
+    )
 
 
 def retry_in(job_id: uuid.UUID) -> float | None:

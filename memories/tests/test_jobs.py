@@ -5,10 +5,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.test import override_settings
+from django.utils import timezone
 
 from accounts import tiers
 from accounts.tiers import Tier
@@ -94,6 +96,84 @@ def test_content_forgotten_before_its_job_runs_is_stored_under_a_new_id(cast):
     assert memory["id"] != existing
     status = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
     assert status["memories"] == [{"id": memory["id"], "deduped": False}]
+
+
+def test_the_same_content_queued_twice_is_announced_with_one_id(cast):
+    # The second add found nothing stored yet and announced an id of its own,
+    # which never held a memory: its job found the first's.
+    first = enqueue(cast.alice.id, content="The office wifi is harbour-lights-42.")
+    second = enqueue(cast.alice.id, content="The office wifi is harbour-lights-42.")
+    other = enqueue(cast.alice.id, content="The office wifi is harbour-lights-42.", namespace="n")
+
+    assert second["memory_ids"] == first["memory_ids"]
+    assert other["memory_ids"] != first["memory_ids"]  # another namespace: its own
+    # Whichever job runs first stores it under the id both announced.
+    with tenancy.operator():
+        Job.objects.filter(id=first["job_id"]).update(run_after=timezone.now() + timedelta(hours=1))
+    while services.run_next_job():
+        pass
+    [stored] = services.list_memories(user_id=cast.alice.id)
+    assert stored["id"] == first["memory_ids"][0]
+    status = services.job_status(user_id=cast.alice.id, job_id=second["job_id"])
+    assert status["memories"] == [{"id": stored["id"], "deduped": False}]
+    with tenancy.operator():
+        Job.objects.filter(id=first["job_id"]).update(run_after=timezone.now())
+    services.run_next_job()
+    status = services.job_status(user_id=cast.alice.id, job_id=first["job_id"])
+    assert status["memories"] == [{"id": stored["id"], "deduped": True}]
+
+
+def test_an_id_borrowed_from_a_memory_forgotten_before_the_job_ran_is_not_reused(cast):
+    first = enqueue(cast.alice.id, content="The office wifi is harbour-lights-42.")
+    second = enqueue(cast.alice.id, content="The office wifi is harbour-lights-42.")
+    services.run_next_job()
+    services.forget(user_id=cast.alice.id, mode="by_id", id=first["memory_ids"][0])
+
+    services.run_next_job()
+
+    [stored] = services.list_memories(user_id=cast.alice.id)
+    assert stored["id"] not in first["memory_ids"]
+    status = services.job_status(user_id=cast.alice.id, job_id=second["job_id"])
+    assert status["memories"] == [{"id": stored["id"], "deduped": False}]
+
+
+def test_a_borrowed_id_taken_between_the_check_and_the_insert_is_run_again(
+    cast, monkeypatch, caplog
+):
+    # Two runs of adds that share an id, at once: the one that inserts second
+    # meets the id taken. Its job is queued again, and its next run finds the
+    # id held and takes a new one.
+    from memories.services import queue
+
+    first = enqueue(cast.alice.id, content="The office wifi is harbour-lights-42.")
+    second = enqueue(cast.alice.id, content="The office wifi is harbour-lights-42.")
+    services.run_next_job()
+    taken = first["memory_ids"][0]
+    services.update_memory(user_id=cast.alice.id, id=taken, content="The wifi was retired.")
+    monkeypatch.setattr(queue, "_free_ids", lambda user_id, agent_id, ids: set(ids))
+
+    services.run_next_job()
+
+    assert job_row(second["job_id"]).status == "queued"
+    assert "job failed" not in caplog.text
+    monkeypatch.undo()
+    with tenancy.operator():
+        Job.objects.filter(id=second["job_id"]).update(run_after=timezone.now())
+    services.run_next_job()
+    status = services.job_status(user_id=cast.alice.id, job_id=second["job_id"])
+    [stored] = status["memories"]
+    assert stored["id"] != taken and not stored["deduped"]
+
+
+def test_the_same_content_queued_twice_counts_once_against_the_quota(cast):
+    fill_memories(cast.alice.id, tiers.memory_limit(Tier.FREE) - 1)
+
+    enqueue(cast.alice.id, content="The last one.", tier=Tier.FREE)
+    again = enqueue(cast.alice.id, content="The last one.", tier=Tier.FREE)
+
+    assert again["status"] == "queued"
+    with pytest.raises(QuotaExceeded):
+        enqueue(cast.alice.id, content="One too many.", tier=Tier.FREE)
 
 
 def test_content_already_stored_does_not_count_against_the_quota(cast):
