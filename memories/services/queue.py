@@ -527,12 +527,13 @@ class JobLost(Exception):
 # The ids pending adds of this writer, in this namespace, thread and task,
 # announced for the contents they will store (not a conversation's: its
 # turns find their places in the thread when the job runs).
+# (Labels are never empty: coalesce tells none from any.)
 _PENDING_IDS = (
     "SELECT payload->'items', payload->'ids' FROM memory_jobs"
-    " WHERE user_id = %s AND agent_id IS NOT DISTINCT FROM %s AND kind = 'remember'"
+    " WHERE user_id = %s AND coalesce(agent_id::text, '') = %s AND kind = 'remember'"
     " AND status = ANY(%s) AND payload->>'namespace' = %s"
-    " AND payload->>'thread_id' IS NOT DISTINCT FROM %s"
-    " AND payload->>'task_id' IS NOT DISTINCT FROM %s"
+    " AND coalesce(payload->>'thread_id', '') = %s"
+    " AND coalesce(payload->>'task_id', '') = %s"
     " AND NOT coalesce((payload->>'conversation')::boolean, false)"
 )
 
@@ -560,11 +561,11 @@ def _pending_already(
             _PENDING_IDS,
             [
                 str(user_id),
-                str(agent_id) if agent_id else None,
+                str(agent_id) if agent_id else "",
                 [status.value for status in PENDING],
                 call.namespace,
-                call.thread_id,
-                call.task_id,
+                call.thread_id or "",
+                call.task_id or "",
             ],
         )
         rows = cursor.fetchall()
