@@ -81,8 +81,11 @@ def refused_key() -> str:
         if settings.EMBEDDED_DATABASE
         else "the database in DATABASE_URL"
     )
-    with tenancy.operator():
-        anyone = services.has_users()
+    try:
+        with tenancy.operator():
+            anyone = services.has_users()
+    except DatabaseError:  # not migrated yet: no users either
+        anyone = False
     if not anyone:
         return (
             f"RECALL_API_KEY is not a valid, live API key for {where}, which has no users:"

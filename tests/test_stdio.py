@@ -201,6 +201,36 @@ def test_a_refused_key_changes_nothing_in_a_database_that_lacks_a_migration(cast
     assert migrated == 0
 
 
+def test_a_malformed_key_on_a_database_with_no_tables_is_refused_without_a_traceback(cast):
+    # Refused before migrating, the key's message asked the empty database
+    # whether it had users, and failed on the missing table.
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    with psycopg.connect(**params, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS recall_stdio_empty")
+        admin.execute("CREATE DATABASE recall_stdio_empty")
+    try:
+        server = stdio_server("not-a-recall-key")
+        url = database_url().rsplit("/", 1)[0] + "/recall_stdio_empty"
+        env = {**(server.env or {}), "DATABASE_URL": url}
+        result = subprocess.run(
+            [server.command, *server.args],
+            env=env,
+            cwd=server.cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        with psycopg.connect(**params, autocommit=True) as admin:
+            admin.execute("DROP DATABASE IF EXISTS recall_stdio_empty")
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "which has no users" in result.stderr
+
+
 # (signal, the exit status a shell expects of a command it stopped: 128 + the signal)
 INTERRUPTS = [(signal.SIGINT, 130), (signal.SIGTERM, 143)]
 BOGUS_KEY = "recall_live_" + "B" * 32  # refused only once start-up is over

@@ -140,7 +140,14 @@ def enqueue_remember(
             first = _job_by_key(user_id, agent_id, key)
             if first is not None:
                 return _replay(first, fingerprint)
-        found = stored_already(user_id, agent_id, call)
+        _take_turn(user_id)
+        # Turns go where the thread ends when the job runs: after turns queued
+        # before them, which nothing holds yet, so nothing found now holds them.
+        found = (
+            {}
+            if _thread_pending(user_id, agent_id, call)
+            else stored_already(user_id, agent_id, call)
+        )
         borrowed = _pending_already(user_id, agent_id, call, found)
         adding = len(call.items) - len(found) - len(borrowed)
         # The quota's lock before the row ``replaces`` names, as ``store`` takes
@@ -548,15 +555,12 @@ def _pending_already(
     are not stored yet: one of them will store it, and this call's job then finds it.
 
     The same content added twice before the first job ran announced two ids, and the
-    second never held a memory. Enqueues of one user take turns here (a lock until
-    the transaction ends), so the second always sees the first.
+    second never held a memory. Enqueues of one user take turns (``_take_turn``), so
+    the second always sees the first.
     """
     if call.conversation:
         return {}
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))", [f"{user_id}/enqueue"]
-        )
         cursor.execute(
             _PENDING_IDS,
             [
@@ -580,6 +584,40 @@ def _pending_already(
         for i, place in enumerate(places_of(call))
         if i not in found and place in promised
     }
+
+
+def _take_turn(user_id: uuid.UUID | str) -> None:
+    """Queue one of the user's adds at a time, until the transaction ends: each sees
+    the jobs queued before it. Before the quota's lock and any row."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))", [f"{user_id}/enqueue"]
+        )
+
+
+def _thread_pending(
+    user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, call: Remembering
+) -> bool:
+    """Whether a conversation's thread has turns queued and not yet stored."""
+    if not call.conversation or call.thread_id is None:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT FROM memory_jobs WHERE user_id = %s"
+            " AND coalesce(agent_id::text, '') = %s AND kind = 'remember' AND status = ANY(%s)"
+            " AND payload->>'namespace' = %s AND payload->>'thread_id' = %s"
+            " AND coalesce(payload->>'task_id', '') = %s"
+            " AND coalesce((payload->>'conversation')::boolean, false))",
+            [
+                str(user_id),
+                str(agent_id) if agent_id else "",
+                [status.value for status in PENDING],
+                call.namespace,
+                call.thread_id,
+                call.task_id or "",
+            ],
+        )
+        return bool(cursor.fetchone()[0])
 
 
 def _free_ids(

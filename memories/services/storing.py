@@ -537,7 +537,7 @@ def _placed(
 ) -> Remembering:
     """A conversation with its turns at their places in its thread (``threads``); any
     other call as it is. In the caller's tenant transaction."""
-    if not call.conversation or not call.items:
+    if not call.conversation or not call.items or call.thread_id is None:
         return call
     stored = threads.turns(user_id, agent_id, call.namespace, call.thread_id, call.task_id)
     sent = [validation.content_hash(item.content) for item in call.items]
@@ -557,7 +557,7 @@ def _hold_thread(
 ) -> None:
     """In the writing transaction, hold a conversation's thread, and check that its
     turns go where they were placed before (``call``): else another call's went there."""
-    if not sent.conversation:
+    if not sent.conversation or sent.thread_id is None:
         return
     threads.lock(user_id, sent.namespace, sent.thread_id)
     if _placed(user_id, agent_id, sent) != call:

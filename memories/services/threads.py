@@ -8,12 +8,16 @@ turn with the words of an earlier one (an "ok" said twice) was taken for
 it and not stored, and the thread read back out of order. ``first_place``
 tells the two ways apart:
 
-* a call that holds every stored turn at its place, and more or as many,
-  is the thread sent whole: numbered from 0, what is stored already is
-  found again, and only what is new is stored;
+* a call at least as long as the thread that opens with its first turn and
+  holds most of its turns at their places is the thread sent whole (a
+  client may have edited or regenerated a turn): numbered from 0, what is
+  stored already is found again, and only what is new or changed is stored;
 * a call whose turns are the thread's last ones, word for word and in
   order, is a retry of the last call: found again where they are;
 * anything else continues the thread after its last turn.
+
+Only a thread the caller names is continued: turns sent with none (seed
+003's ``memory_add`` allows that) are numbered from 0, as they always were.
 
 A writer of the same thread at the same moment would place its turns
 where the other's go: ``lock`` serialises them, and the write checks,
@@ -66,7 +70,8 @@ def first_place(stored: Sequence[tuple[int, str]], sent: Sequence[str]) -> int:
         return 0
     last = stored[-1][0]
     held = {position: digest for position, digest in stored}
-    if len(sent) > last and all(sent[p] == digest for p, digest in held.items()):
+    same = sum(1 for p, digest in held.items() if sent[p : p + 1] == [digest])
+    if len(sent) > last and held.get(0) == sent[0] and 2 * same > len(held):
         return 0
     tail = stored[-len(sent) :]
     if (

@@ -123,6 +123,31 @@ def test_listed_newest_first_a_conversation_runs_from_its_last_turn(cast):
     assert [m["position"] for m in listed] == list(reversed(range(len(CONVERSATION))))
 
 
+def test_turns_sent_with_no_thread_are_each_their_own_conversation(cast):
+    # seed 003's memory_add takes turns with no thread_id: they were taken for
+    # one thread, and the same conversation sent again was stored twice.
+    def add(*lines: str) -> list:
+        return services.add_turns(
+            user_id=cast.alice.id, tier=Tier.PRO, agent_id=None, turns=said(*lines)
+        )
+
+    first = add("Hello A.", "Bye A.")
+    add("Hello B.", "Bye B.")
+    again = add("Hello A.", "Bye A.")
+
+    assert [m["id"] for m in again] == [m["id"] for m in first]
+    assert count_rows() == 4
+
+
+def test_a_thread_sent_whole_with_a_turn_edited_stores_only_what_changed(cast):
+    remember(cast.alice.id, said("a1", "b1", "c1"), thread_id="t")
+
+    again = remember(cast.alice.id, said("a1", "b1 (edited)", "c1", "d1"), thread_id="t")
+
+    assert [m["deduped"] for m in again["memories"]] == [True, False, True, False]
+    assert count_rows() == 5
+
+
 def test_a_queued_turn_goes_after_the_thread_it_continues(cast):
     remember(cast.alice.id, said("ok", "Shall I deploy to staging?"), thread_id="c7")
     queued = remember(cast.alice.id, said("ok"), thread_id="c7", background=True)
@@ -131,6 +156,20 @@ def test_a_queued_turn_goes_after_the_thread_it_continues(cast):
     assert turns(cast.alice.id, "c7") == [(0, "ok"), (1, "Shall I deploy to staging?"), (2, "ok")]
     read = services.list_memories(user_id=cast.alice.id, thread_id="c7", limit=100)
     assert read[2]["id"] == queued["memory_ids"][0]
+
+
+def test_a_turn_queued_behind_another_is_announced_with_the_id_it_gets(cast):
+    # At enqueue, "ok" looked like a retry of the thread's last turn and was
+    # announced with that turn's id; it goes after "c", queued before it.
+    remember(cast.alice.id, said("a", "ok"), thread_id="t")
+    remember(cast.alice.id, said("c"), thread_id="t", background=True)
+    queued = remember(cast.alice.id, said("ok"), thread_id="t", background=True)
+    while services.run_next_job():
+        pass
+
+    assert turns(cast.alice.id, "t") == [(0, "a"), (1, "ok"), (2, "c"), (3, "ok")]
+    read = services.list_memories(user_id=cast.alice.id, thread_id="t", limit=100)
+    assert queued["memory_ids"] == [read[3]["id"]]
 
 
 @pytest.mark.parametrize(
@@ -144,6 +183,8 @@ def test_a_queued_turn_goes_after_the_thread_it_continues(cast):
         ([(0, "a"), (1, "b")], ["c", "d"], 2),
         ([(0, "a"), (2, "c")], ["a", "b", "c"], 0),  # whole, with a turn forgotten since
         ([(0, "a"), (2, "b")], ["a", "b"], 3),  # the last two, but not next to each other
+        ([(0, "a"), (1, "b"), (2, "c")], ["a", "B", "c", "d"], 0),  # whole, a turn edited
+        ([(0, "a"), (1, "b")], ["a", "x", "y"], 2),  # new turns opening with an old one
     ],
 )
 def test_where_a_calls_turns_go_in_a_thread(stored, sent, first):
