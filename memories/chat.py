@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
+from core import deadline
 from memories import embeddings
 from memories.services.shapes import Sourced
 
@@ -99,6 +100,7 @@ def _ask_model(model: str, question: str, candidates: Sequence[Sourced]) -> Answ
         base_url=settings.OPENAI_BASE_URL,
         timeout=settings.OPENAI_TIMEOUT,
         max_retries=settings.OPENAI_MAX_RETRIES,
+        http_client=deadline.client(settings.OPENAI_TIMEOUT),
     )
     numbered = "\n".join(
         f'<memory n="{n}">{html.escape(memory["content"])}</memory>'

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from core import deadline
 from core.errors import EmbeddingUnavailable
 from memories.embeddings.base import Embedder, clean_model_id, normalise, text_list
 
@@ -98,6 +99,8 @@ class OpenAIEmbedder(Embedder):
                     base_url=self._base_url,
                     timeout=self._timeout,
                     max_retries=self._max_retries,
+                    # OPENAI_TIMEOUT bounds each request whole, not each read.
+                    http_client=deadline.client(self._timeout),
                 )
             if self._dimensions is None:
                 # An unknown model: one request tells its width.

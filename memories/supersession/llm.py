@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from core import deadline
 from memories.supersession.decide import Candidate, Decision, Verdict
 
 logger = logging.getLogger(__name__)
@@ -124,13 +125,15 @@ def _ask(
     from django.conf import settings
     from openai import OpenAI
 
-    limit = timeout or getattr(settings, "RECALL_SUPERSESSION_TIMEOUT", DEFAULT_TIMEOUT)
+    configured: float = getattr(settings, "RECALL_SUPERSESSION_TIMEOUT", DEFAULT_TIMEOUT)
+    limit = timeout or configured
     client = OpenAI(
         api_key=settings.OPENAI_API_KEY or "not-needed",
         base_url=settings.OPENAI_BASE_URL,
         timeout=limit,
         # A write waits for this: one try, then the offline decision.
         max_retries=0,
+        http_client=deadline.client(limit),
     )
     older = "\n".join(
         f'<older n="{n}">{html.escape(c.content)}</older>' for n, c in enumerate(candidates, 1)

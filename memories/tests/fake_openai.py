@@ -39,6 +39,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None  # None: answer with embeddings
     delay: float = 0.0
+    # Send the body this many seconds per 64 bytes: each read is quick, the whole slow.
+    trickle: float = 0.0
 
 
 @dataclass
@@ -107,7 +109,13 @@ def serving() -> Iterator[FakeOpenAI]:
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(payload.encode())
+                data = payload.encode()
+                if not reply.trickle:
+                    self.wfile.write(data)
+                for start in range(0, len(data) if reply.trickle else 0, 64):
+                    self.wfile.write(data[start : start + 64])
+                    self.wfile.flush()
+                    time.sleep(reply.trickle)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client timed out and left
 

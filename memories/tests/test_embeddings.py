@@ -658,6 +658,18 @@ def test_it_turns_a_timeout_into_embedding_unavailable(api):
     assert time.monotonic() - started < 2.0
 
 
+def test_an_answer_sent_a_few_bytes_at_a_time_still_ends_at_the_timeout(api):
+    # Each read came sooner than the timeout, so the SDK's own timeout never
+    # fired: the call lasted as long as the server kept sending.
+    api.script = [Reply(trickle=0.1)]
+    started = time.monotonic()
+
+    with pytest.raises(EmbeddingUnavailable, match=r"did not answer within 0\.5 seconds"):
+        client(api, timeout=0.5, max_retries=0).embed_one("a memory")
+
+    assert time.monotonic() - started < 5.0
+
+
 def test_it_refuses_vectors_of_the_wrong_width(api):
     api.width = 768
 
