@@ -271,7 +271,8 @@ class RedisRateLimiter:
                 keys=[self._prefix + key], args=[capacity, repr(refill_per_s), repr(EPSILON)]
             )
         except (redis.RedisError, OSError) as exc:
-            raise LimiterUnavailable(f"{type(exc).__name__}: {exc}") from exc
+            # The type only: Redis's message names its address (and may quote a password).
+            raise LimiterUnavailable(type(exc).__name__) from exc
         return _decide(bool(allowed), float(tokens), capacity, refill_per_s, self.backend)
 
     def close(self) -> None:

@@ -504,6 +504,9 @@ LOGGING = {
             for name in ("recall", "accounts", "memories", "billing", "dashboard")
         },
         "uvicorn.error": {"level": _LEVELS[LOG_LEVEL]},
+        # psycopg warns when it closes a pipeline on a connection already lost,
+        # quoting the server's error text; the outage is logged by recall.outage.
+        "psycopg": {"level": "ERROR"},
         # Any client can send an oversized body; recall.error_responses logs
         # it at info. Django would log it at error level.
         "django.security.RequestDataTooBig": {"level": "CRITICAL"},
