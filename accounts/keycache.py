@@ -126,7 +126,7 @@ class _PeerSync:
             except Exception:
                 self._note_failure()
                 return
-            self._failing = False
+            self._note_success()
             if version != self._seen:
                 if self._seen is not None or len(cache):
                     cache.clear()
@@ -140,6 +140,13 @@ class _PeerSync:
             self.client(url).incr(VERSION_KEY)
         except Exception:
             self._note_failure()
+            return
+        self._note_success()
+
+    def _note_success(self) -> None:
+        if self._failing:
+            logger.warning("auth cache sync is back: key changes reach other instances again")
+        self._failing = False
 
     def _note_failure(self) -> None:
         if not self._failing:

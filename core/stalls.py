@@ -141,6 +141,12 @@ def check() -> int:
         for number, (began, conn) in list(_waiting.items())
         if now - began >= limit and not conn.committing
     ]
+    if not stalled and outage.is_open("stall watch") and now - _answered_at >= limit:
+        # Its outage ends when the database answers again, stalled waits or none:
+        # else the log never said it came back.
+        if _database_answers():
+            _answered_at = now
+        return 0
     if not stalled or now - _answered_at < limit:
         return 0
     if _database_answers():

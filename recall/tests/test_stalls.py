@@ -102,3 +102,34 @@ def test_only_a_database_that_does_not_answer_in_time_counts_as_stopped(
         assert stalls._database_answers() is answers
     finally:
         server.close()
+
+
+def test_the_watchs_outage_ends_in_the_log_once_the_database_answers_again(
+    monkeypatch, settings, caplog
+):
+    # The watch asked only while waits were stalled: once the database came
+    # back nothing stalled, it never asked again, and the log never said so.
+    from core import outage, pooling
+
+    settings.DATABASE_STALL_SECONDS = 0.5
+    monkeypatch.setattr(outage, "_open", {})
+    monkeypatch.setattr(outage, "_quiet", {})
+    monkeypatch.setattr(stalls, "_answered_at", float("-inf"))
+    silent = FakeServer(refuse=False)
+    monkeypatch.setattr(pooling, "lock_params", silent.params)
+    with caplog.at_level(logging.WARNING, logger="recall.outage"):
+        try:
+            assert stalls._database_answers() is False
+        finally:
+            silent.close()
+        answering = FakeServer(refuse=True)
+        monkeypatch.setattr(pooling, "lock_params", answering.params)
+        try:
+            stalls.check()  # nothing waits on the database now
+        finally:
+            answering.close()
+
+    assert [r.getMessage() for r in caplog.records if r.name == "recall.outage"] == [
+        "database unavailable",
+        "database available again",
+    ]
