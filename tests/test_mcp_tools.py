@@ -235,6 +235,25 @@ def test_errors_come_back_as_error_results_with_a_code(live, cast, mode):
     assert "pydantic" not in " ".join(text(r) for r in results)
 
 
+def test_an_object_sent_as_a_string_of_json_is_read_as_json_and_nothing_else_is(live, cast):
+    # As the README says: what Claude Desktop sends, read as the SDK reads it.
+    key = cast.charlie_key.raw
+    results = calls(
+        live.mcp_url,
+        key,
+        [
+            ("remember", {"content": "Sent as JSON text.", "metadata": '{"source": "desktop"}'}),
+            ("remember", {"content": "Sent as a list.", "metadata": "[1]"}),
+            ("remember", {"content": "Sent as a word.", "metadata": "desktop"}),
+        ],
+    )
+
+    assert not results[0].is_error
+    assert [error_of(r)["code"] for r in results[1:]] == ["validation_failed"] * 2
+    [stored] = structured(call(live.mcp_url, key, "list_memories", {}))["memories"]
+    assert stored["metadata"] == {"source": "desktop"}
+
+
 def test_an_expired_confirmation_is_refused(live, cast):
     key = cast.alice_key.raw
     call(live.mcp_url, key, "remember", {"content": "The user drinks espresso."})
