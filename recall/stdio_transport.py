@@ -308,9 +308,19 @@ class Transport:
         metadata = None
         if isinstance(parsed, types.JSONRPCRequest):
             request_id = parsed.id
+            self.opened = self.opened or parsed.method == "initialize" or _enveloped(parsed)
+            if not self.opened and parsed.method != "ping":
+                # Refused here, as the SDK would refuse it: a tool call refused so
+                # never reaches the rate limit or the usage events (over HTTP, a
+                # refused envelope leaves none either).
+                await out.send(
+                    jsonrpc.refusal(
+                        "validation_failed", NOT_OPENED, request_id, jsonrpc.INVALID_PARAMS
+                    )
+                )
+                return
             self.pending[request_id] += 1
             self.methods[request_id] = parsed.method
-            self.opened = self.opened or parsed.method == "initialize" or _enveloped(parsed)
 
             async def unanswered() -> None:
                 # A request the client cancelled: the SDK writes nothing for it.

@@ -19,6 +19,7 @@ from django.db import connection
 from core import tenancy
 from memories.models import Memory
 from recall import asgi, stdio_transport
+from tests.conftest import usage_events
 from tests.test_stdio import stdio_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -207,6 +208,10 @@ def test_a_request_before_the_handshake_is_told_to_open_the_session(stdio):
     assert (refused["id"], refused["error"]["code"]) == (30, -32602)
     assert refused["error"]["message"].startswith("The session is not open: send initialize")
     assert answered["id"] == 31 and "result" in answered
+    # The refused call is no tool call: one usage event, the answered one's
+    # (waiting a little for a second that should never come).
+    events = usage_events(2, timeout=5)
+    assert [(e.tool_name, e.success) for e in events] == [("health_check", True)]
 
 
 def test_a_burst_of_calls_takes_a_few_database_connections_not_one_each(stdio):
