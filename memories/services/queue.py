@@ -542,6 +542,10 @@ _PENDING_IDS = (
     " AND coalesce(payload->>'thread_id', '') = %s"
     " AND coalesce(payload->>'task_id', '') = %s"
     " AND NOT coalesce((payload->>'conversation')::boolean, false)"
+    # Only jobs holding one of the call's contents: a user with many adds
+    # queued sends none of the others' payloads.
+    " AND EXISTS (SELECT FROM jsonb_array_elements(payload->'items') AS item"
+    " WHERE item->>0 = ANY(%s))"
 )
 
 
@@ -570,6 +574,7 @@ def _pending_already(
                 call.namespace,
                 call.thread_id or "",
                 call.task_id or "",
+                [item.content for item in call.items],
             ],
         )
         rows = cursor.fetchall()
