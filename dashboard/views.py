@@ -19,6 +19,8 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
+from django.contrib.sessions.backends.db import SessionStore
+from django.db import connection, transaction
 from django.http import (
     Http404,
     HttpRequest,
@@ -126,13 +128,26 @@ SPENT_FORMS = 20
 
 
 def _sent_before(request: AuthenticatedRequest, once: str) -> bool:
-    """Whether this key form was sent before in this session; records it as sent."""
-    spent: list[str] = request.session.get("spent_key_forms", [])
-    if not once:
+    """Whether this key form was sent before in this session; records it as sent.
+
+    Read and written in the session's row under a lock of its own: the session
+    a request carries was read when it began, so two sends at once (a double
+    click) each found the form unsent, and each made a key.
+    """
+    if not once or request.session.session_key is None:
         return False
-    if once in spent:
-        return True
-    request.session["spent_key_forms"] = [*spent, once][-SPENT_FORMS:]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 3))",
+            [f"key-form/{request.session.session_key}"],
+        )
+        stored = SessionStore(session_key=request.session.session_key)
+        spent: list[str] = stored.get("spent_key_forms", [])
+        if once in spent:
+            return True
+        stored["spent_key_forms"] = [*spent, once][-SPENT_FORMS:]
+        stored.save()
+    request.session["spent_key_forms"] = stored["spent_key_forms"]
     return False
 
 

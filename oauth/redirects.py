@@ -84,8 +84,11 @@ SYSTEM_SCHEMES = {
 SYSTEM_PREFIXES = ("ms-",)
 SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
 # Controls (C0 and C1), spaces, the characters a URI never holds unencoded,
-# and lone surrogates (JSON can carry one; no text can be stored with it).
-UNSAFE = re.compile(r"[\x00-\x20\x7f-\x9f<>\"{}|\\^`\ud800-\udfff]")
+# and anything not ASCII (a URI is ASCII, RFC 3986): a no-break or ideographic
+# space passed for a character of the URI, and the toolkit, which keeps the
+# list joined by spaces and splits it on any whitespace, read a second URI
+# after it that no check had seen.
+UNSAFE = re.compile(r"[\x00-\x20\x7f-\U0010ffff<>\"{}|\\^`]")
 
 
 def problem(uri: object) -> str | None:
@@ -96,7 +99,10 @@ def problem(uri: object) -> str | None:
     if len(uri) > MAX_LENGTH:
         return f"redirect URI {shown!r} is longer than {MAX_LENGTH} characters"
     if UNSAFE.search(uri):
-        return f"redirect URI {shown!r} holds spaces or characters a URI cannot"
+        return (
+            f"redirect URI {shown!r} holds spaces or characters a URI cannot"
+            " (percent-encode anything not ASCII; a host, in its punycode form)"
+        )
     if "#" in uri:
         return f"redirect URI {shown!r} has a fragment, which OAuth forbids"
     try:

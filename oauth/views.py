@@ -20,6 +20,7 @@ Signing in is the dashboard's own sign-in page.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from typing import Any
@@ -412,11 +413,27 @@ class JsonTokenView(TokenView):
     """
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        grant = request.POST.get("grant_type")
+        if grant is not None and grant not in GRANT_TYPES:
+            # Refused before oauthlib sees it: it checks a password grant's
+            # username and password before it asks whether the client may use
+            # the grant, and its two answers told a guesser which was right.
+            return _token_error("unsupported_grant_type", f"Grant types: {', '.join(GRANT_TYPES)}.")
         response: HttpResponse = super().post(request, *args, **kwargs)
         if response.status_code >= 400 and response.content.startswith(b"{"):
             response["Content-Type"] = "application/json"
             response["Cache-Control"] = "no-store"
         return response
+
+
+GRANT_TYPES = ("authorization_code", "refresh_token")
+
+
+def _token_error(code: str, description: str) -> HttpResponse:
+    body = json.dumps({"error": code, "error_description": description})
+    response = HttpResponse(body, status=400, content_type="application/json")
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def _reason(error: Any) -> str:

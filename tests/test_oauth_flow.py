@@ -23,6 +23,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlencode
 
@@ -465,6 +466,26 @@ def test_refresh_rotation_revocation_and_the_refusals(
         client_id=client_id,
     )
     assert after.status_code == 400
+
+    # One refresh token sent several times at once: one use rotates it, the
+    # others are its reuse (invalid_grant, where they were a 500), and the
+    # family the winner got is revoked with it.
+    verifier, challenge = pkce()
+    code = authorize_by_hand(server, callback, client_id, challenge, resource)
+    held = exchange(server, callback, client_id, code, verifier).json()["refresh_token"]
+    with ThreadPoolExecutor(6) as pool:
+        racing = list(
+            pool.map(
+                lambda _: token_request(
+                    server, grant_type="refresh_token", refresh_token=held, client_id=client_id
+                ),
+                range(6),
+            )
+        )
+    won = [r for r in racing if r.status_code == 200]
+    assert len(won) == 1
+    assert [r.json()["error"] for r in racing if r.status_code != 200] == ["invalid_grant"] * 5
+    assert tools_list(server, won[0].json()["access_token"]).status_code == 401
 
     # Revocation (RFC 7009) of a new connection's token takes effect at once.
     verifier, challenge = pkce()

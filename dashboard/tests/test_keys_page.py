@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import re
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
@@ -72,6 +74,36 @@ def test_sending_the_form_again_creates_no_second_key(cast, alice_client):
     fresh = re.search(r'name="once" value="([^"]+)"', first.content.decode())[1]
     assert fresh != once
     assert SECRET.search(alice_client.post(URL, {**sent, "once": fresh}).content.decode())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_form_sent_several_times_at_once_creates_one_key(cast, alice_client):
+    # A double click: the sends overlap, and each read the session as it was
+    # before any of them, found the form unsent and made a key.
+    page = alice_client.get(URL).content.decode()
+    once = re.search(r'name="once" value="([^"]+)"', page)[1]
+    before = len(accounts_services.list_own_keys(user_id=cast.alice.id))
+    start = threading.Barrier(5)
+    pages: list[str] = []
+
+    def send() -> None:
+        client = Client()
+        client.cookies = alice_client.cookies
+        start.wait(30)
+        pages.append(
+            client.post(URL, {"name": "laptop", "tier": "free", "once": once}).content.decode()
+        )
+        connections.close_all()
+
+    senders = [threading.Thread(target=send) for _ in range(5)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(60)
+
+    assert len(pages) == 5
+    assert sum(1 for text in pages if SECRET.search(text)) == 1
+    assert len(accounts_services.list_own_keys(user_id=cast.alice.id)) == before + 1
 
 
 def test_a_key_can_act_as_one_of_the_users_agents(cast, agents, alice_client):

@@ -113,6 +113,17 @@ def test_each_address_registers_a_limited_number_of_clients_an_hour(db, client, 
         ({"redirect_uris": [NATIVE + "\ud800"]}, "invalid_redirect_uri", "a URI cannot"),
         ({"redirect_uris": ["https://\udc00.example/cb"]}, "invalid_redirect_uri", "a URI cannot"),
         ({"redirect_uris": [NATIVE + "\x85"]}, "invalid_redirect_uri", "a URI cannot"),
+        # A space beyond ASCII: the toolkit splits its stored list on it, and a
+        # second URI (plain http, remote) came out that no check had seen.
+        *(
+            (
+                {"redirect_uris": [f"https://ok.example/cb{space}http://evil.example/cb"]},
+                "invalid_redirect_uri",
+                "a URI cannot",
+            )
+            for space in ("\u00a0", "\u3000", "\u2028", "\u1680")
+        ),
+        ({"redirect_uris": ["https://b\u00fccher.example/cb"]}, "invalid_redirect_uri", "punycode"),
         ({"logo_uri": "https://app.example/\ud800"}, "invalid_client_metadata", "logo_uri"),
         # The toolkit refused these in its words: "redirect uri URI validation error".
         ({"redirect_uris": ["myapp:cb"]}, "invalid_redirect_uri", "goes on with /"),
@@ -257,3 +268,25 @@ def test_a_registration_token_is_no_key_to_the_mcp_endpoints(db, client):
     assert AccessToken.objects.filter(application__client_id=registered["client_id"]).exists()
 
     assert tokens.look_up(raw) is None
+
+
+@pytest.mark.parametrize("password", ["alice-password-1", "a wrong guess"])
+def test_the_password_grant_is_refused_before_any_password_is_checked(db, client, cast, password):
+    # oauthlib checked the password before it asked whether the client could
+    # use the grant: a wrong guess and a right one were answered differently,
+    # and nothing paced the guesses.
+    client_id = register(client, metadata()).json()["client_id"]
+
+    refused = client.post(
+        "/oauth/token/",
+        {
+            "grant_type": "password",
+            "username": "alice@example.com",
+            "password": password,
+            "client_id": client_id,
+        },
+    )
+
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "unsupported_grant_type"
+    assert refused["Cache-Control"] == "no-store"
