@@ -338,6 +338,32 @@ class Taken:
     result: dict[str, Any] | None = None
 
 
+# The oldest job due, or a running one whose lease ran out. A conversation's
+# job waits while an earlier one of its thread is unfinished: its turns go
+# after that job's, so two workers must not take them together.
+_TAKE_NEXT = (
+    "UPDATE memory_jobs SET status = 'running', attempts = attempts + 1,"
+    " lost_runs = lost_runs + (status = 'running')::int,"
+    " started_at = statement_timestamp(),"
+    " lease_until = statement_timestamp() + make_interval(secs => %s)"
+    " WHERE id = (SELECT id FROM memory_jobs j"
+    "   WHERE ((status = 'queued' AND run_after <= statement_timestamp())"
+    "      OR (status = 'running' AND lease_until < statement_timestamp()"
+    "          AND lost_runs + 1 < %s))"
+    "   AND NOT EXISTS (SELECT FROM memory_jobs e WHERE e.user_id = j.user_id"
+    "     AND coalesce(e.agent_id::text, '') = coalesce(j.agent_id::text, '')"
+    "     AND e.status IN ('queued', 'running') AND e.kind = 'remember'"
+    "     AND (e.created_at, e.id) < (j.created_at, j.id)"
+    "     AND coalesce((j.payload->>'conversation')::boolean, false)"
+    "     AND coalesce((e.payload->>'conversation')::boolean, false)"
+    "     AND e.payload->>'thread_id' = j.payload->>'thread_id'"
+    "     AND e.payload->>'namespace' = j.payload->>'namespace')"
+    "   ORDER BY run_after LIMIT 1 FOR UPDATE SKIP LOCKED)"
+    " RETURNING id, user_id, agent_id, payload, attempts, client, api_key_id,"
+    " kind, result"
+)
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     """A job's life: queued, running under a lease, then done or failed (or queued again).
 
@@ -358,17 +384,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         """
         with connection.cursor() as cursor:
             cursor.execute(
-                "UPDATE memory_jobs SET status = 'running', attempts = attempts + 1,"
-                " lost_runs = lost_runs + (status = 'running')::int,"
-                " started_at = statement_timestamp(),"
-                " lease_until = statement_timestamp() + make_interval(secs => %s)"
-                " WHERE id = (SELECT id FROM memory_jobs"
-                "   WHERE (status = 'queued' AND run_after <= statement_timestamp())"
-                "      OR (status = 'running' AND lease_until < statement_timestamp()"
-                "          AND lost_runs + 1 < %s)"
-                "   ORDER BY run_after LIMIT 1 FOR UPDATE SKIP LOCKED)"
-                " RETURNING id, user_id, agent_id, payload, attempts, client, api_key_id,"
-                " kind, result",
+                _TAKE_NEXT,
                 [lease_seconds, lost_runs],
             )
             taken = cursor.fetchone()

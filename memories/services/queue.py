@@ -643,24 +643,21 @@ def _free_ids(
 
 def _ids_to_store(job: Taken) -> list[uuid.UUID] | None:
     """The ids a job gives the memories it stores new: those it announced, but never one
-    another memory holds or held."""
+    a memory or a history holds.
+
+    An item announced with the id of a memory already stored keeps that memory
+    (it is found by its content); forgotten or edited since, it is stored afresh,
+    under a new id. So is one whose announced id another add stored first (two
+    adds of the same content announce one id): the memory it stored is found by
+    its content, and when it was forgotten or edited meanwhile, this one is new.
+    """
     ids = [uuid.UUID(i) for i in job.payload.get("ids", [])] or None
     if not ids:
         return ids
-    # An item announced with the id of a memory already stored keeps that
-    # memory; forgotten since, it is stored afresh under a new id, never
-    # under the forgotten one's.
     for i in job.payload.get("found", []):
         ids[i] = uuid.uuid4()
-    # An id borrowed from another pending add: the memory it stored is found
-    # by its content; where that memory was forgotten or edited since, this
-    # one is new, and takes none of its ids.
-    borrowed = job.payload.get("borrowed", [])
-    free = _free_ids(job.user_id, job.agent_id, [ids[i] for i in borrowed])
-    for i in borrowed:
-        if ids[i] not in free:
-            ids[i] = uuid.uuid4()
-    return ids
+    free = _free_ids(job.user_id, job.agent_id, ids)
+    return [i if i in free else uuid.uuid4() for i in ids]
 
 
 def _run_job(job: Taken) -> None:

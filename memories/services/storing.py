@@ -21,7 +21,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from core import context, tenancy
-from core.errors import Conflict, ValidationFailed
+from core.errors import Conflict, QuotaExceeded, ValidationFailed
 from core.logging import describe_exception
 from memories import embeddings, validation
 from memories.embeddings.failures import embed_texts
@@ -257,7 +257,7 @@ def _store(
         _still_held(user_id, held)
         # A direct add leaves the places promised to adds already queued; a
         # job's own run is one of those.
-        check_quota(user_id, tier, adding=len(fresh), pending=finish is None)
+        _check_quota(user_id, agent_id, tier, call, [places[i] for i in fresh], finish is None)
         # A replaced note stated again is made current first: its rows are
         # the first this transaction locks (superseding.restate).
         first = held.get(places[0])
@@ -550,6 +550,25 @@ def _placed(
         return replace(item, position=position, metadata={**item.metadata, "position": position})
 
     return replace(call, items=tuple(moved(item) for item in call.items))
+
+
+def _check_quota(
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    tier: str,
+    call: Remembering,
+    fresh: list[Place],
+    pending: bool,
+) -> None:
+    """The quota for the call's new memories. Refused, the call goes round again if
+    another call stored some of them meanwhile (the same content added twice at
+    once, at the limit): they are no new memories, and count nothing."""
+    try:
+        check_quota(user_id, tier, adding=len(fresh), pending=pending)
+    except QuotaExceeded:
+        if fresh and _ids_by_place(user_id, agent_id, call, fresh):
+            raise _PlaceChanged from None
+        raise
 
 
 def _hold_thread(

@@ -9,7 +9,7 @@ it and not stored, and the thread read back out of order. ``first_place``
 tells the two ways apart:
 
 * a call at least as long as the thread that opens with its first turn and
-  holds most of its turns at their places is the thread sent whole (a
+  holds at least half of its turns at their places is the thread sent whole (a
   client may have edited or regenerated a turn): numbered from 0, what is
   stored already is found again, and only what is new or changed is stored;
 * a call whose turns are the thread's last ones, word for word and in
@@ -71,7 +71,7 @@ def first_place(stored: Sequence[tuple[int, str]], sent: Sequence[str]) -> int:
     last = stored[-1][0]
     held = {position: digest for position, digest in stored}
     same = sum(1 for p, digest in held.items() if sent[p : p + 1] == [digest])
-    if len(sent) > last and held.get(0) == sent[0] and 2 * same > len(held):
+    if len(sent) > last and held.get(0) == sent[0] and 2 * same >= len(held):
         return 0
     tail = stored[-len(sent) :]
     if (

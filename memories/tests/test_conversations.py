@@ -184,7 +184,8 @@ def test_a_turn_queued_behind_another_is_announced_with_the_id_it_gets(cast):
         ([(0, "a"), (2, "c")], ["a", "b", "c"], 0),  # whole, with a turn forgotten since
         ([(0, "a"), (2, "b")], ["a", "b"], 3),  # the last two, but not next to each other
         ([(0, "a"), (1, "b"), (2, "c")], ["a", "B", "c", "d"], 0),  # whole, a turn edited
-        ([(0, "a"), (1, "b")], ["a", "x", "y"], 2),  # new turns opening with an old one
+        ([(0, "a"), (1, "b")], ["a", "B", "c"], 0),  # whole, its second turn edited
+        ([(0, "a"), (1, "b"), (2, "c")], ["a", "x", "y", "z"], 3),  # new, opening as it did
     ],
 )
 def test_where_a_calls_turns_go_in_a_thread(stored, sent, first):

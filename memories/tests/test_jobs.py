@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -17,7 +18,7 @@ from accounts.tiers import Tier
 from core import context, tenancy
 from core.errors import Conflict, NotFound, QuotaExceeded, ValidationFailed
 from memories import embeddings, jobs, services
-from memories.models import Job
+from memories.models import Job, Memory
 from tests.support import fill_memories
 
 
@@ -163,6 +164,86 @@ def test_a_borrowed_id_taken_between_the_check_and_the_insert_is_run_again(
     status = services.job_status(user_id=cast.alice.id, job_id=second["job_id"])
     [stored] = status["memories"]
     assert stored["id"] != taken and not stored["deduped"]
+
+
+def test_an_announced_id_another_add_stored_and_a_delete_took_is_not_stored_again(cast):
+    # The second add ran first under the id both announced; the memory was
+    # deleted; the first add then stored its content under that id again: a
+    # deleted id alive, with no "created" version of its own.
+    first = enqueue(cast.alice.id, content="The office wifi is harbour-lights-42.")
+    second = enqueue(cast.alice.id, content="The office wifi is harbour-lights-42.")
+    [announced] = first["memory_ids"]
+    with tenancy.operator():
+        Job.objects.filter(id=first["job_id"]).update(run_after=timezone.now() + timedelta(hours=1))
+    services.run_next_job()
+    services.forget(user_id=cast.alice.id, mode="by_id", id=announced)
+    with tenancy.operator():
+        Job.objects.filter(id=first["job_id"]).update(run_after=timezone.now())
+
+    services.run_next_job()
+
+    [stored] = services.list_memories(user_id=cast.alice.id)
+    assert stored["id"] != announced
+    assert job_row(second["job_id"]).status == "done"
+    with tenancy.operator():
+        assert not Memory.objects.filter(id=announced).exists()
+
+
+def test_a_conversations_jobs_are_taken_one_at_a_time_in_the_order_they_came(cast):
+    # Two workers took two jobs of one thread at once: the later one's turns
+    # could go in first, and a retry was stored again.
+    def turns(*lines: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": line} for line in lines]
+
+    def queue(*lines: str) -> Any:
+        return services.remember(
+            user_id=cast.alice.id,
+            tier=Tier.PRO,
+            messages=turns(*lines),
+            thread_id="t",
+            background=True,
+        )
+
+    first, second = queue("A", "B"), queue("C", "D")
+    other = enqueue(cast.alice.id, content="A note of its own.")
+    with tenancy.operator():
+        taken = Job.objects.take_next(lease_seconds=60, lost_runs=3)
+        after = Job.objects.take_next(lease_seconds=60, lost_runs=3)
+        none = Job.objects.take_next(lease_seconds=60, lost_runs=3)
+
+    assert taken is not None and str(taken.id) == first["job_id"]
+    assert after is not None and str(after.id) == other["job_id"]  # not the thread's second
+    assert none is None
+    assert job_row(second["job_id"]).status == "queued"
+
+
+def test_content_stored_by_another_add_between_the_look_and_the_quota_is_no_new_memory(
+    cast, monkeypatch
+):
+    # At the free tier's limit, two adds of the same content ran together: the
+    # second looked before the first committed, counted the content as new,
+    # and was refused the quota by the first's memory.
+    from memories.services import storing
+
+    fill_memories(cast.alice.id, tiers.memory_limit(Tier.FREE) - 1)
+    kept = services.remember(user_id=cast.alice.id, tier=Tier.FREE, content="The last one.")
+    looks = {"n": 0}
+    real = storing._held_by_place
+
+    def first_look_misses(*args, **kwargs):
+        looks["n"] += 1
+        return {} if looks["n"] == 1 else real(*args, **kwargs)
+
+    monkeypatch.setattr(storing, "_held_by_place", first_look_misses)
+    [again] = storing.store(
+        user_id=cast.alice.id,
+        tier=Tier.FREE,
+        call=services.remembering(content="The last one."),
+        ids=[uuid.uuid4()],
+        finish=lambda results: None,
+    )
+
+    assert again == {"id": kept["id"], "deduped": True}
 
 
 def test_the_same_content_queued_twice_counts_once_against_the_quota(cast):
