@@ -140,7 +140,6 @@ def enqueue_remember(
             first = _job_by_key(user_id, agent_id, key)
             if first is not None:
                 return _replay(first, fingerprint)
-        _take_turn(user_id)
         # Turns go where the thread ends when the job runs: after turns queued
         # before them, which nothing holds yet, so nothing found now holds them.
         found = (
@@ -559,24 +558,29 @@ def _pending_already(
     are not stored yet: one of them will store it, and this call's job then finds it.
 
     The same content added twice before the first job ran announced two ids, and the
-    second never held a memory. Enqueues of one user take turns (``_take_turn``), so
-    the second always sees the first.
+    second never held a memory. Enqueues of one user's notes take turns (a lock until
+    the transaction ends, taken in the same round trip as the look), so the second
+    always sees the first.
     """
     if call.conversation:
         return {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _PENDING_IDS,
-            [
-                str(user_id),
-                str(agent_id) if agent_id else "",
-                [status.value for status in PENDING],
-                call.namespace,
-                call.thread_id or "",
-                call.task_id or "",
-                [item.content for item in call.items],
-            ],
-        )
+    with connection.cursor() as lock, connection.cursor() as cursor:
+        with tenancy.pipeline(lock):
+            lock.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))", [f"{user_id}/enqueue"]
+            )
+            cursor.execute(
+                _PENDING_IDS,
+                [
+                    str(user_id),
+                    str(agent_id) if agent_id else "",
+                    [status.value for status in PENDING],
+                    call.namespace,
+                    call.thread_id or "",
+                    call.task_id or "",
+                    [item.content for item in call.items],
+                ],
+            )
         rows = cursor.fetchall()
     promised: dict[tuple[int | None, str, str], uuid.UUID] = {}
     for items, ids in rows:  # jsonb arrives as text on Django's connections
@@ -589,15 +593,6 @@ def _pending_already(
         for i, place in enumerate(places_of(call))
         if i not in found and place in promised
     }
-
-
-def _take_turn(user_id: uuid.UUID | str) -> None:
-    """Queue one of the user's adds at a time, until the transaction ends: each sees
-    the jobs queued before it. Before the quota's lock and any row."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))", [f"{user_id}/enqueue"]
-        )
 
 
 def _thread_pending(
