@@ -1,5 +1,8 @@
 """A deadline on a whole HTTP exchange with an OpenAI-compatible server.
 
+Imported where the SDK is, when a client is made: httpx2 imports the standard
+library's http, which a script run from bench/ finds as bench/http.py.
+
 The SDK's ``timeout`` bounds each read of the socket, not the request: a
 server that sends its answer a few bytes at a time, each sooner than the
 timeout, held a tool call (and a worker thread) for as long as it kept

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from core import deadline
 from memories import embeddings
 from memories.services.shapes import Sourced
 
@@ -94,6 +93,8 @@ def answer(question: str, candidates: Sequence[Sourced], threshold: float) -> An
 
 def _ask_model(model: str, question: str, candidates: Sequence[Sourced]) -> Answer:
     from openai import OpenAI
+
+    from core import deadline
 
     client = OpenAI(
         api_key=settings.OPENAI_API_KEY or "not-needed",

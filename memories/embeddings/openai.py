@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from core import deadline
 from core.errors import EmbeddingUnavailable
 from memories.embeddings.base import Embedder, clean_model_id, normalise, text_list
 
@@ -91,6 +90,8 @@ class OpenAIEmbedder(Embedder):
         with self._lock:
             if self._client is None:
                 import openai
+
+                from core import deadline
 
                 self._client = openai.OpenAI(
                     # Self-hosted servers such as Ollama ignore the key, and

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from core import deadline
 from memories.supersession.decide import Candidate, Decision, Verdict
 
 logger = logging.getLogger(__name__)
@@ -124,6 +123,8 @@ def _ask(
 ) -> list[tuple[Verdict | None, str]]:
     from django.conf import settings
     from openai import OpenAI
+
+    from core import deadline
 
     configured: float = getattr(settings, "RECALL_SUPERSESSION_TIMEOUT", DEFAULT_TIMEOUT)
     limit = timeout or configured
