@@ -45,7 +45,12 @@ def metadata_url(path: str) -> str:
 
 
 def same(left: str, right: str) -> bool:
-    """Compare two resource URLs as URLs: case of scheme and host, and a trailing slash, aside."""
+    """Compare two resource URLs as URLs: case of scheme and host, and a trailing slash, aside.
+
+    A resource never has a fragment (RFC 8707 section 2): one with any is no resource.
+    """
+    if "#" in left or "#" in right:
+        return False
     a, b = urlsplit(left), urlsplit(right)
     return (
         a.scheme.lower() == b.scheme.lower()

@@ -41,6 +41,14 @@ logger = logging.getLogger(__name__)
 class Validator(OAuth2Validator):
     def _validate_resource_uris(self, request: Any, resource_uris: list[str]) -> None:
         super()._validate_resource_uris(request, resource_uris)
+        if len(resource_uris) > 1:
+            # A token is bound to exactly one endpoint (README): naming two made
+            # one token good at both.
+            raise errors.CustomOAuth2Error(
+                error="invalid_target",
+                description="Name one resource: a token is for one MCP endpoint.",
+                request=request,
+            )
         unknown = [uri for uri in resource_uris if not resources.is_known(uri)]
         if unknown:
             raise errors.CustomOAuth2Error(
@@ -84,6 +92,8 @@ class Validator(OAuth2Validator):
             _revoke(spent[0], "an authorization code was used a second time")
             return False
         valid = super().validate_code(client_id, code, client, request, *args, **kwargs)
+        if valid and not request.user.is_active:
+            return False  # deactivated since it approved: no new token
         if valid:
             request.agent_id = (
                 Grant.objects.filter(code=code, application=client)
@@ -156,6 +166,8 @@ class Validator(OAuth2Validator):
         self, refresh_token: str, client: Any, request: Any, *args: Any, **kwargs: Any
     ) -> bool:
         valid = super().validate_refresh_token(refresh_token, client, request, *args, **kwargs)
+        if valid and not request.user.is_active:
+            return False  # a deactivated user's connections get no new token
         if valid:
             request.agent_id = request.refresh_token_instance.agent_id
         return valid

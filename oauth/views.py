@@ -131,15 +131,19 @@ class ConsentView(AuthorizationView):
             _, credentials = self.validate_authorization_request(request)
         except OAuthToolkitError as error:
             return self._error_page(error.oauthlib_error, fatal=isinstance(error, FatalClientError))
-        unknown = [uri for uri in request.GET.getlist("resource") if not resources.is_known(uri)]
-        if unknown:
+        named = request.GET.getlist("resource")
+        unknown = [uri for uri in named if not resources.is_known(uri)]
+        if unknown or len(named) > 1:
             refused = errors.CustomOAuth2Error(
                 error="invalid_target",
                 description=(
                     f"This server issues tokens only for {', '.join(resources.identifiers())}."
+                    if unknown
+                    else "Name one resource: a token is for one MCP endpoint."
                 ),
                 state=credentials.get("state"),
             )
+            unknown = unknown or named[1:]
             refused.redirect_uri = credentials.get("redirect_uri")
             return self._error_page(refused, fatal=False, resource=unknown[0])
         return None
@@ -187,6 +191,16 @@ class ConsentView(AuthorizationView):
         )
 
     def form_valid(self, form: ConsentForm) -> HttpResponse:
+        # The form carries the request back; what was checked on the way in is
+        # checked again (a challenge sent only here was stored, or failed to be).
+        challenge = str(form.cleaned_data.get("code_challenge") or "")
+        if form.cleaned_data.get("code_challenge_method") != "S256":
+            return self._error_page(
+                PlainChallenge(state=form.cleaned_data.get("state")), fatal=True
+            )
+        if not S256_CHALLENGE.fullmatch(challenge):
+            refused = MalformedChallenge(state=form.cleaned_data.get("state"))
+            return self._error_page(refused, fatal=True)
         resource = form.cleaned_data.get("resource") or ""
         unknown = [uri for uri in resource.split() if not resources.is_known(uri)]
         if unknown or not resource:
@@ -243,17 +257,32 @@ class ConsentView(AuthorizationView):
             oauth_services.mark_approved(client_id=credentials["client_id"])
         return response
 
+    def handle_no_permission(self) -> HttpResponse:
+        # prompt=none from someone not signed in: the toolkit sends the client
+        # login_required without naming the issuer, as RFC 9207 asks of every
+        # authorization response, errors included.
+        response: HttpResponse = super().handle_no_permission()
+        return self._named(response)
+
+    def _named(self, response: HttpResponse) -> HttpResponse:
+        """``response``, an error sent back to the client, naming the issuer (RFC 9207)."""
+        location = response.get("Location") if response.status_code in (301, 302, 303) else None
+        if (
+            location
+            and _refused_at(location)
+            and oauth2_settings.COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS
+        ):
+            issuer = oauth2_settings.oauth2_authorization_server_issuer(self.request)
+            response["Location"] = _with_issuer(location, issuer)
+        return response
+
     def error_response(self, error: Any, application: Any, **kwargs: Any) -> HttpResponse:
         # The toolkit names the issuer (RFC 9207) on the codes oauthlib issues
         # and on the errors it returns, but not on a refusal raised on the way
         # (a trusted client's agent that could not be made): a client that
         # checks for the mix-up attack would discard that error.
         response: HttpResponse = super().error_response(error, application, **kwargs)
-        location = response.get("Location") if response.status_code in (301, 302, 303) else None
-        if location and oauth2_settings.COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS:
-            issuer = oauth2_settings.oauth2_authorization_server_issuer(self.request)
-            response["Location"] = _with_issuer(location, issuer)
-        return response
+        return self._named(response)
 
     def _unmake(self, made: bool) -> None:
         """Delete the agent made for a code that was never issued."""

@@ -130,6 +130,37 @@ def test_a_resource_that_is_not_ours_is_refused_before_sign_in(client, client_id
     assert query["error"] == ["invalid_target"]
 
 
+@pytest.mark.parametrize(
+    "resource",
+    [
+        # A fragment: RFC 8707 forbids one, and it was compared away.
+        ["http://localhost:8080/agent/mcp#x"],
+        # Two endpoints: the token was good at both, where it is bound to one.
+        ["http://localhost:8080/agent/mcp", "http://localhost:8080/mcp"],
+    ],
+    ids=["fragment", "two"],
+)
+def test_a_resource_that_is_not_exactly_one_of_ours_is_refused_before_sign_in(
+    client, client_id, resource
+):
+    query = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": CALLBACK,
+        "state": "s1",
+        "scope": "memory",
+        "code_challenge": S256_CHALLENGE,
+        "code_challenge_method": "S256",
+    }
+    refused = client.get(
+        "/oauth/authorize/?" + urlencode([*query.items(), *(("resource", r) for r in resource)])
+    )
+
+    assert refusal(refused) == "unknown_resource"
+    back = back_link(refused)
+    assert back is not None and back["error"] == ["invalid_target"]
+
+
 def test_the_same_checks_hold_for_a_signed_in_user(client, client_id, cast):
     client.force_login(cast.alice)
 
@@ -155,3 +186,21 @@ def test_an_approved_registration_does_not_expire(client, client_id, cast):
     client.force_login(cast.alice)
 
     assert authorize(client, client_id=client_id).status_code == 200
+
+
+def test_prompt_none_from_someone_not_signed_in_is_login_required_naming_the_issuer(
+    client, client_id
+):
+    # RFC 9207: every authorization response names the issuer, errors too;
+    # this one went back without it, and a client guarding against mix-up
+    # would discard it.
+    refused = authorize(client, client_id=client_id, prompt="none")
+
+    assert refused.status_code == 302
+    location = urlsplit(refused["Location"])
+    assert f"{location.scheme}://{location.netloc}{location.path}" == CALLBACK
+    query = parse_qs(location.query)
+    assert query["error"] == ["login_required"]
+    assert query["state"] == ["s1"]
+    issuer = client.get("/.well-known/oauth-authorization-server").json()["issuer"]
+    assert query["iss"] == [issuer]

@@ -100,8 +100,20 @@ def test_allow_without_typing_creates_an_agent_named_after_the_client(cast, alic
         ({"redirect_uri": "https://evil.example/cb"}, 400),
         # Refused at the client's own redirect URI, with ?error=...: a redirect, no connection.
         ({"scope": "admin everything"}, 302),
+        # A challenge the page's request never held: checked on the way in
+        # only, a long one failed as the code was stored (a 500), and a short
+        # or odd one was issued a code no verifier could redeem.
+        ({"code_challenge": "A" * 5000}, 400),
+        ({"code_challenge": "short"}, 400),
+        ({"code_challenge_method": "plain"}, 400),
     ],
-    ids=["refused on a page", "refused by an error redirect"],
+    ids=[
+        "refused on a page",
+        "refused by an error redirect",
+        "challenge too long",
+        "challenge malformed",
+        "challenge plain",
+    ],
 )
 def test_a_refused_request_leaves_no_agent_behind(cast, alice_client, tampered, status):
     # The agent was made before the toolkit checked the request, and stayed
@@ -119,6 +131,7 @@ def test_a_refused_request_leaves_no_agent_behind(cast, alice_client, tampered, 
         assert "error=" in refused.headers["Location"]
     with tenancy.tenant(cast.alice.id):
         assert not Agent.objects.filter(user=cast.alice, name="z").exists()
+    assert not Grant.objects.exists()
 
 
 def test_cancel_sends_the_client_access_denied(cast, alice_client):
@@ -252,3 +265,22 @@ def test_a_native_clients_consent_form_may_lead_on_to_its_scheme(cast, alice_cli
     page = open_consent(alice_client, register_native(alice_client), redirect_uri=NATIVE)
 
     assert form_action(page) == ["'self'", "cursor:"]
+
+
+def test_a_deactivated_user_gets_no_new_token_from_a_code_or_a_refresh(cast, alice_client):
+    # Refused at the endpoints while inactive, the tokens a code or a refresh
+    # still issued worked again once the account was reactivated.
+    client_id = register(alice_client)
+    code = code_from(allow(alice_client, open_consent(alice_client, client_id), agent="new"))
+    refresh = exchange(alice_client, client_id, code).json()["refresh_token"]
+    later = code_from(allow(alice_client, open_consent(alice_client, client_id), agent="new"))
+    type(cast.alice).objects.filter(pk=cast.alice.pk).update(is_active=False)
+
+    by_code = exchange(alice_client, client_id, later)
+    by_refresh = alice_client.post(
+        "/oauth/token/",
+        {"grant_type": "refresh_token", "refresh_token": refresh, "client_id": client_id},
+    )
+
+    assert (by_code.status_code, by_code.json()["error"]) == (400, "invalid_grant")
+    assert (by_refresh.status_code, by_refresh.json()["error"]) == (400, "invalid_grant")
