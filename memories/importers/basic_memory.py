@@ -25,6 +25,7 @@ import yaml
 
 from core.errors import ValidationFailed
 from memories import chunking
+from memories.importers import unpacking
 from memories.importers.base import Record, Refused, Stream, jsonable
 from memories.importers.sources import Source
 
@@ -58,6 +59,7 @@ def _notes(source: Source) -> Iterator[tuple[str, datetime, bytes]]:
             archive = zipfile.ZipFile(path)
         except (zipfile.BadZipFile, OSError):
             raise ValidationFailed(f"{source.label}: not a zip archive.") from None
+        budget = unpacking.Budget(path, source.label)
         with archive:
             infos = sorted(
                 (i for i in archive.infolist() if not i.is_dir() and _is_note(i.filename)),
@@ -65,6 +67,7 @@ def _notes(source: Source) -> Iterator[tuple[str, datetime, bytes]]:
             )
             for info in infos:
                 data = archive.read(info) if info.file_size <= NOTE_MAX_BYTES else b""
+                budget.take(len(data))
                 stamp = datetime(*info.date_time, tzinfo=UTC)
                 yield info.filename, stamp, data
     elif source.suffix in SUFFIXES:

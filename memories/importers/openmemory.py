@@ -21,7 +21,7 @@ import zlib
 from typing import Any
 
 from core.errors import ValidationFailed
-from memories.importers import jsonstream
+from memories.importers import jsonstream, unpacking
 from memories.importers.base import Record, Refused, Stream, identities, place
 from memories.importers.sources import Source, lines_of
 
@@ -37,13 +37,14 @@ def read(source: Source, *, ids: str | None = None, **_: Any) -> Stream:
         raise ValidationFailed(
             f"{source.label}: not a zip archive (OpenMemory's export is one)."
         ) from None
+    budget = unpacking.Budget(source.path, source.label)
     with archive:
         lines = _member(archive, "memories.jsonl.gz")
         whole = _member(archive, "memories.json")
         if lines is not None:
-            yield from _from_lines(archive, lines, f"{source.label}:{lines}", mapping)
+            yield from _from_lines(archive, lines, f"{source.label}:{lines}", mapping, budget)
         elif whole is not None:
-            yield from _from_json(archive, whole, f"{source.label}:{whole}", mapping)
+            yield from _from_json(archive, whole, f"{source.label}:{whole}", mapping, budget)
         else:
             raise ValidationFailed(
                 f"{source.label}: neither memories.jsonl.gz nor memories.json is in the archive."
@@ -58,10 +59,14 @@ def _member(archive: zipfile.ZipFile, name: str) -> str | None:
 
 
 def _from_lines(
-    archive: zipfile.ZipFile, member: str, label: str, mapping: dict[str, str]
+    archive: zipfile.ZipFile,
+    member: str,
+    label: str,
+    mapping: dict[str, str],
+    budget: unpacking.Budget,
 ) -> Stream:
     with archive.open(member) as raw, gzip.GzipFile(fileobj=raw) as unzipped:
-        text = io.TextIOWrapper(unzipped, encoding="utf-8")
+        text = io.TextIOWrapper(unpacking.metered(unzipped, budget), encoding="utf-8")
         try:
             for line, value in lines_of(text, label):
                 yield _memory(
@@ -74,10 +79,14 @@ def _from_lines(
 
 
 def _from_json(
-    archive: zipfile.ZipFile, member: str, label: str, mapping: dict[str, str]
+    archive: zipfile.ZipFile,
+    member: str,
+    label: str,
+    mapping: dict[str, str],
+    budget: unpacking.Budget,
 ) -> Stream:
     with archive.open(member) as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8")
+        text = io.TextIOWrapper(unpacking.metered(raw, budget), encoding="utf-8")
         events = jsonstream.Events(text, label)
         try:
             yield from _json_memories(events, mapping)

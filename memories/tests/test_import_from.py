@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -297,6 +298,43 @@ def test_a_damaged_openmemory_archive_is_refused_by_name(cast, tmp_path, make, r
 
     with pytest.raises(CommandError, match=reason):
         imported("alice@example.com", "openmemory", archive)
+    assert rows(cast.alice) == []
+
+
+def zeros_in_gzip(path: Path, megabytes: int) -> Path:
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb") as out:
+        for _ in range(megabytes):
+            out.write(b"\0" * (1024 * 1024))
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("memories.jsonl.gz", packed.getvalue())
+    return path
+
+
+def zeros_in_notes(path: Path, megabytes: int) -> Path:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for n in range(megabytes):
+            archive.writestr(f"notes/n{n}.md", b" " * (1024 * 1024))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("fmt", "make"),
+    [("openmemory", zeros_in_gzip), ("basic-memory", zeros_in_notes)],
+    ids=["openmemory", "basic-memory"],
+)
+def test_an_archive_that_unpacks_far_past_its_size_is_refused(
+    cast, tmp_path, monkeypatch, fmt, make
+):
+    # 600 KB that unpacked to 600 MB of nothing held an import worker (and the
+    # background adds it also runs) for minutes.
+    from memories.importers import unpacking
+
+    monkeypatch.setattr(unpacking, "FLOOR", 2 * 1024 * 1024)
+    archive = make(tmp_path / "export.zip", 40)
+
+    with pytest.raises(CommandError, match="unpacks to more than"):
+        imported("alice@example.com", fmt, archive)
     assert rows(cast.alice) == []
 
 
