@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import connection, models, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
 from accounts import holdings, keycache, tiers
@@ -347,10 +347,16 @@ def _own_agent(user_id: uuid.UUID | str, agent_id: uuid.UUID | str) -> Agent:
 def create_agent(*, user_id: uuid.UUID | str, name: object) -> Agent:
     """Create an agent for the user. Names are unique per user."""
     clean = _agent_name(name)
-    with tenancy.tenant(user_id):
-        if Agent.objects.filter(user_id=user_id, name__iexact=clean).exists():
-            raise ValidationFailed(f"You already have an agent called {clean!r}.")
-        return Agent.objects.create(user_id=user_id, name=clean)
+    taken = ValidationFailed(f"You already have an agent called {clean!r}.")
+    try:
+        with tenancy.tenant(user_id):
+            if Agent.objects.filter(user_id=user_id, name__iexact=clean).exists():
+                raise taken
+            return Agent.objects.create(user_id=user_id, name=clean)
+    except IntegrityError:
+        # The same name created at the same moment (a double click): the
+        # constraint decided, and this one lost.
+        raise taken from None
 
 
 def list_agents(*, user_id: uuid.UUID | str) -> list[Agent]:
