@@ -458,7 +458,10 @@ def _back_to_memories(request: AuthenticatedRequest) -> HttpResponse:
 
 # A button on a page drawn before its memory was deleted (by an agent, or by
 # expiry) meets no memory; nor does one with an id the user never had.
-GONE = "That memory no longer exists: it was deleted or has expired. Nothing was changed."
+GONE = (
+    "That memory is not among yours: it was deleted, it expired, or it never was."
+    " Nothing was changed."
+)
 
 
 def _supersession_button(

@@ -149,7 +149,7 @@ def test_charlie_never_sees_or_deletes_alices_memories(cast, alice_client, charl
     assert "4512" not in charlie_client.get(URL).content.decode()
     assert "4512" not in charlie_client.get(URL, {"q": "door code"}).content.decode()
     refused = charlie_client.post(f"/memories/{memory.id}/delete/", follow=True)
-    assert "no longer exists" in refused.content.decode()
+    assert "is not among yours" in refused.content.decode()
     with tenancy.operator():
         assert Memory.objects.filter(id=memory.id).exists()
 
@@ -317,7 +317,7 @@ def test_the_restore_button_makes_a_replaced_memory_current(cast, alice_client):
     charlie = Client()
     charlie.force_login(cast.charlie)
     refused = charlie.post(f"/memories/{old}/restore/", follow=True)
-    assert "no longer exists" in refused.content.decode()
+    assert "is not among yours" in refused.content.decode()
 
 
 def test_deleting_a_replacement_says_the_memory_it_replaced_is_current_again(cast, alice_client):
@@ -332,7 +332,7 @@ def test_deleting_a_replacement_says_the_memory_it_replaced_is_current_again(cas
     assert listed(page) == [old]
     # A stale page's button on a memory deleted since: a message, not an error page.
     again = alice_client.post(f"/memories/{new}/restore/", {"next": URL}, follow=True)
-    assert again.status_code == 200 and "no longer exists" in again.content.decode()
+    assert again.status_code == 200 and "is not among yours" in again.content.decode()
 
 
 def test_deleting_the_middle_of_a_chain_says_the_memory_it_replaced_stays_replaced(
