@@ -185,3 +185,21 @@ def test_an_uploads_file_goes_with_its_user_and_with_its_job(cast, alice_client,
         assert set(ImportChunk.objects.values_list("user_id", flat=True)) == {cast.charlie.id}
         Job.objects.filter(user_id=cast.charlie.id).delete()
         assert not ImportChunk.objects.exists()
+
+
+def test_an_import_on_its_way_stays_listed_behind_newer_ones(cast, alice_client):
+    # The list held the five newest: a sixth upload hid the first while it
+    # was still waiting, which the page had said would show its progress.
+    upload(alice_client, "mem0.json")
+    first = the_job(cast.alice)
+    for _ in range(6):
+        upload(alice_client, "mem0_malformed.json")
+    with tenancy.operator():
+        Job.objects.filter(kind="import").exclude(id=first.id).update(
+            status="failed", finished_at=timezone.now()
+        )
+
+    listed = services.import_jobs(user_id=cast.alice.id)
+
+    assert [job["id"] for job in listed if job["status"] == "queued"] == [first.id]
+    assert len(listed) == 6  # the one on its way and the five latest that ended

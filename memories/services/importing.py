@@ -307,16 +307,30 @@ def finish_import(
 
 
 def import_jobs(*, user_id: uuid.UUID | str, limit: int = 5) -> list[ImportJob]:
-    """Return the user's latest import jobs, newest first, with their reports."""
+    """Return the user's import jobs still queued or running, and the latest ``limit`` that
+    ended, newest first, with their reports. An import on its way never drops off the
+    list behind newer uploads."""
+    fields = ("id", "status", "payload", "result", "error_message", "created_at", "finished_at")
     with tenancy.tenant(user_id):
-        rows = (
-            Job.objects.filter(user_id=user_id, kind="import")
-            .order_by("-created_at")
-            .values(
-                "id", "status", "payload", "result", "error_message", "created_at", "finished_at"
-            )[:limit]
+        mine = Job.objects.filter(user_id=user_id, kind="import").order_by("-created_at")
+        going = list(mine.filter(status__in=PENDING_STATUSES).values(*fields))
+        ended = list(mine.exclude(status__in=PENDING_STATUSES).values(*fields)[:limit])
+    rows = sorted(going + ended, key=lambda row: row["created_at"], reverse=True)
+    return [
+        ImportJob(
+            id=row["id"],
+            status=row["status"],
+            payload=row["payload"],
+            result=row["result"],
+            error_message=row["error_message"],
+            created_at=row["created_at"],
+            finished_at=row["finished_at"],
         )
-        return [ImportJob(**row) for row in rows]
+        for row in rows
+    ]
+
+
+PENDING_STATUSES = ("queued", "running")
 
 
 def requeue_job(
