@@ -1,4 +1,4 @@
-"""A deadline on a whole HTTP exchange with an OpenAI-compatible server.
+"""A deadline on the answer of an OpenAI-compatible server, however slowly it comes.
 
 Imported where the SDK is, when a client is made: httpx2 imports the standard
 library's http, which a script run from bench/ finds as bench/http.py.
@@ -6,10 +6,13 @@ library's http, which a script run from bench/ finds as bench/http.py.
 The SDK's ``timeout`` bounds each read of the socket, not the request: a
 server that sends its answer a few bytes at a time, each sooner than the
 timeout, held a tool call (and a worker thread) for as long as it kept
-sending. ``client(seconds)`` is the SDK's own HTTP client with a transport
-that fails the exchange once ``seconds`` have passed since it began, headers
-and body alike, as a read timeout: the SDK retries it as one, and then says
-the server did not answer in time.
+sending. ``client(seconds)`` is the SDK's own HTTP client (its proxies from
+the environment, its connection limits) with two event hooks: the request's
+start is noted, and once the headers are in, reading the body fails as a
+read timeout when ``seconds`` have passed since it began; the SDK retries it
+as one, and then says the server did not answer in time. The headers
+themselves are bounded per read, as before: a server that sends them a byte
+at a time is not one an operator points Recall at.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import time
 from collections.abc import Iterator
 
 import httpx2
+
+_UNTIL = "recall_until"
 
 
 class _Until(httpx2.SyncByteStream):
@@ -42,28 +47,20 @@ def _check(until: float, request: httpx2.Request) -> None:
         raise httpx2.ReadTimeout("The answer took longer than the request may.", request=request)
 
 
-class DeadlineTransport(httpx2.HTTPTransport):
-    """An HTTP transport whose every exchange ends within ``seconds``."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self._seconds = seconds
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        until = time.monotonic() + self._seconds
-        response = super().handle_request(request)
-        try:
-            _check(until, request)
-        except httpx2.ReadTimeout:
-            response.close()
-            raise
-        assert isinstance(response.stream, httpx2.SyncByteStream)
-        response.stream = _Until(response.stream, until, request)
-        return response
-
-
 def client(seconds: float) -> httpx2.Client:
-    """The OpenAI SDK's HTTP client, its exchanges each bounded by ``seconds`` in all."""
+    """The OpenAI SDK's HTTP client, each answer read within ``seconds`` of its request."""
     from openai import DefaultHttpxClient
 
-    return DefaultHttpxClient(transport=DeadlineTransport(seconds), timeout=seconds)
+    def started(request: httpx2.Request) -> None:
+        request.extensions[_UNTIL] = time.monotonic() + seconds
+
+    def bounded(response: httpx2.Response) -> None:
+        request = response.request
+        until = float(request.extensions.get(_UNTIL, time.monotonic() + seconds))
+        _check(until, request)
+        assert isinstance(response.stream, httpx2.SyncByteStream)
+        response.stream = _Until(response.stream, until, request)
+
+    return DefaultHttpxClient(
+        timeout=seconds, event_hooks={"request": [started], "response": [bounded]}
+    )

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -99,7 +100,8 @@ def serving() -> Iterator[FakeOpenAI]:
                 )
                 reply = state.script.pop(0) if state.script else Reply()
             time.sleep(reply.delay)
-            if self.path != "/v1/embeddings":
+            # As a proxy, a request names its whole URL (absolute form).
+            if urlsplit(self.path).path != "/v1/embeddings":
                 reply = Reply(404, body={"error": {"message": "no such route"}})
             payload = json.dumps(reply.body if reply.body is not None else state.answer(body))
             try:

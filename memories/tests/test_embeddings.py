@@ -670,6 +670,19 @@ def test_an_answer_sent_a_few_bytes_at_a_time_still_ends_at_the_timeout(api):
     assert time.monotonic() - started < 5.0
 
 
+def test_a_proxy_named_in_the_environment_still_carries_the_requests(api, monkeypatch):
+    # The client that bounds each answer in time must keep what the SDK's own
+    # did: HTTP(S)_PROXY from the environment, for servers reached through one.
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", api.url.removesuffix("/v1"))
+
+    vector = client(api, base_url="http://embeddings.invalid/v1").embed_one("a memory")
+
+    assert vector.shape == (1536,)
+    assert api.requests[-1]["path"] == "http://embeddings.invalid/v1/embeddings"
+
+
 def test_it_refuses_vectors_of_the_wrong_width(api):
     api.width = 768
 
