@@ -151,6 +151,22 @@ def _sent_before(request: AuthenticatedRequest, once: str) -> bool:
     return False
 
 
+def _unspend(request: AuthenticatedRequest, once: str) -> None:
+    """Forget that this key form was sent: the send made no key, and sending it again may."""
+    if not once or request.session.session_key is None:
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 3))",
+            [f"key-form/{request.session.session_key}"],
+        )
+        stored = SessionStore(session_key=request.session.session_key)
+        spent = [token for token in stored.get("spent_key_forms", []) if token != once]
+        stored["spent_key_forms"] = spent
+        stored.save()
+    request.session["spent_key_forms"] = spent
+
+
 @login_required
 def keys(request: AuthenticatedRequest) -> HttpResponse:
     user = request.user
@@ -174,7 +190,11 @@ def keys(request: AuthenticatedRequest) -> HttpResponse:
                 agent_id=form.cleaned_data["agent"] or None,
             )
         except RecallError as exc:
+            _unspend(request, form.cleaned_data["once"])  # no key came of it
             form.add_error(None, exc.message)
+        except Exception:
+            _unspend(request, form.cleaned_data["once"])
+            raise
         else:
             # Rendered, not redirected: the secret must not be stored in a
             # session or a cookie on its way to the next page.

@@ -189,3 +189,24 @@ def test_forms_are_csrf_protected(cast, path, data):
     assert response.status_code == 403
     with tenancy.operator():
         assert ApiKey.objects.filter(user=cast.alice, revoked_at__isnull=True).count() == 2
+
+
+def test_a_form_whose_send_made_no_key_may_be_sent_again(cast, alice_client, monkeypatch):
+    # Marked as sent before the key was made, a send that failed left the form
+    # "sent before, its key is listed below" with no key to list.
+    page = alice_client.get(URL).content.decode()
+    once = re.search(r'name="once" value="([^"]+)"', page)[1]
+    sent = {"name": "laptop", "tier": "free", "once": once}
+    real = accounts_services.issue_own_key
+
+    def failing(**kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(accounts_services, "issue_own_key", failing)
+    with pytest.raises(RuntimeError):
+        alice_client.post(URL, sent)
+    monkeypatch.setattr(accounts_services, "issue_own_key", real)
+
+    again = alice_client.post(URL, sent)
+
+    assert SECRET.search(again.content.decode())

@@ -140,6 +140,10 @@ def enqueue_remember(
             first = _job_by_key(user_id, agent_id, key)
             if first is not None:
                 return _replay(first, fingerprint)
+        if call.conversation:
+            # One enqueue at a time, so that the jobs of a thread are queued (and
+            # stamped, clock_timestamp() below) in the order the calls came.
+            _take_turn(user_id)
         # Turns go where the thread ends when the job runs: after turns queued
         # before them, which nothing holds yet, so nothing found now holds them.
         found = (
@@ -181,8 +185,10 @@ def enqueue_remember(
             cursor.execute(
                 "WITH job AS ("
                 " INSERT INTO memory_jobs (id, user_id, agent_id, kind, status, idempotency_key,"
-                " request_hash, payload, items, attempts, client, api_key_id, error_message)"
-                " VALUES (%s, %s, %s, 'remember', 'queued', %s, %s, %s::jsonb, %s, 0, %s, %s, '')"
+                " request_hash, payload, items, attempts, client, api_key_id, error_message,"
+                " created_at)"
+                " VALUES (%s, %s, %s, 'remember', 'queued', %s, %s, %s::jsonb, %s, 0, %s, %s, '',"
+                " clock_timestamp())"
                 " ON CONFLICT (user_id, agent_id, idempotency_key)"
                 " WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id)"
                 " SELECT id, pg_notify(%s, '') FROM job",
@@ -566,9 +572,7 @@ def _pending_already(
         return {}
     with connection.cursor() as lock, connection.cursor() as cursor:
         with tenancy.pipeline(lock):
-            lock.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))", [f"{user_id}/enqueue"]
-            )
+            lock.execute(_TURN, [f"{user_id}/enqueue"])
             cursor.execute(
                 _PENDING_IDS,
                 [
@@ -593,6 +597,16 @@ def _pending_already(
         for i, place in enumerate(places_of(call))
         if i not in found and place in promised
     }
+
+
+_TURN = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))"
+
+
+def _take_turn(user_id: uuid.UUID | str) -> None:
+    """Hold the user's enqueue lock until the transaction ends: one enqueue at a time,
+    each seeing the jobs queued before it. Before the quota's lock and any row."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TURN, [f"{user_id}/enqueue"])
 
 
 def _thread_pending(
