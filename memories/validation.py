@@ -209,6 +209,8 @@ def memory_id(value: Any, *, field: str = "id") -> uuid.UUID:
 
 
 def _check_json(value: Any, depth: int) -> None:
+    # ``depth`` counts the objects and lists around ``value``: the top object's
+    # values are at 1. A value inside 8 nested objects is at 8, and allowed.
     if depth > METADATA_MAX_DEPTH:
         raise ValidationFailed(f"metadata must not nest deeper than {METADATA_MAX_DEPTH} levels.")
     if isinstance(value, dict):
@@ -235,7 +237,7 @@ def metadata(value: Any) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise ValidationFailed("metadata must be a JSON object.")
-    _check_json(value, 1)
+    _check_json(value, 0)
     size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     if size > METADATA_MAX_BYTES:
         raise ValidationFailed(

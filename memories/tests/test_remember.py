@@ -170,7 +170,11 @@ def test_the_free_quota_is_per_tenant(cast):
         ({"metadata": {"k": "nul\x00"}}, "NUL"),
         ({"metadata": {"k\x00": "nul in a key"}}, "NUL"),
         ({"metadata": {"k": ["in a list \ud800"]}}, "valid Unicode"),
-        ({"metadata": {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": 1}}}}}}}}}, "nest deeper"),
+        # Nine objects deep; eight are allowed (as README says, "nested ≤ 8 deep").
+        (
+            {"metadata": {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 1}}}}}}}}}},
+            "nest deeper",
+        ),
         ({"metadata": {"x": object()}}, "only JSON values"),
     ],
 )
@@ -181,6 +185,15 @@ def test_it_refuses_bad_input_and_writes_nothing(cast, kwargs, fragment):
     assert fragment in caught.value.message
     assert caught.value.code == "validation_failed"
     assert count_rows(cast.alice.id) == 0
+
+
+def test_metadata_nested_eight_deep_is_stored(cast):
+    # The message said "must not nest deeper than 8 levels" of eight.
+    eight = {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": 1}}}}}}}}
+
+    stored = services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="x", metadata=eight)
+
+    assert stored["deduped"] is False
 
 
 def test_it_accepts_content_at_exactly_the_maximum_length(cast):
