@@ -19,6 +19,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import LogoutView
 from django.contrib.sessions.backends.db import SessionStore
 from django.db import connection, transaction
 from django.http import (
@@ -716,6 +717,15 @@ def billing_portal(request: AuthenticatedRequest) -> HttpResponse:
         messages.error(request, exc.message)
         return redirect("dashboard:plan")
     return HttpResponseRedirect(url)
+
+
+class SignOutView(LogoutView):
+    """Django's sign-out, which takes a POST; its GET asks to confirm with one."""
+
+    http_method_names = ["get", "post", "options"]
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return render(request, "registration/logout_confirm.html")
 
 
 # Sign-up ---------------------------------------------------------------------------

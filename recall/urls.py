@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from dashboard.views import SignOutView
 from oauth.views import SignInView
 
 urlpatterns = [
@@ -13,6 +14,9 @@ urlpatterns = [
     # Django's sign-in, with a form-action for an authorization request that
     # skips the consent page; the rest of the account pages as they are.
     path("login/", SignInView.as_view(), name="login"),
+    # Signing out takes a POST; a link or a typed address asks first (Django
+    # answered its GET with an empty 405, which a browser shows as an error).
+    path("logout/", SignOutView.as_view(), name="logout"),
     path("", include("django.contrib.auth.urls")),
     path("", include("dashboard.urls")),
 ]

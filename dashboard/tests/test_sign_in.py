@@ -218,3 +218,17 @@ def test_password_resets_are_paced_per_account_whatever_the_address(cast, client
     # Another account, and signing in, are not touched.
     assert reset(client, "charlie@example.com").status_code == 302
     assert sign_in(client, "alice@example.com", "alice-password-1").status_code == 302
+
+
+def test_a_get_of_the_sign_out_address_asks_and_signs_out_nobody(cast, client):
+    # Django answered it with an empty 405, which a browser shows as an error.
+    client.force_login(cast.alice)
+
+    asked = client.get("/logout/")
+
+    assert asked.status_code == 200
+    assert 'method="post"' in asked.content.decode() and "Sign out?" in asked.content.decode()
+    assert client.get("/usage/").status_code == 200  # still signed in
+    client.post("/logout/")
+    assert client.get("/usage/").status_code == 302
+    assert "Signed out" in client.get("/logout/").content.decode()
