@@ -29,6 +29,9 @@ stdio runner) to the tools.
 
 from __future__ import annotations
 
+import anyio
+from django.db import close_old_connections
+
 from accounts import keycache, keys, services
 from accounts.callers import AuthContext, current
 from accounts.keycache import AuthCache, cached, get_cache, invalidate, reset
@@ -65,3 +68,20 @@ def authenticate(raw: str) -> AuthContext | None:
     )
     cache.put(digest, context, since=since)
     return context
+
+
+async def aauthenticate(raw: str) -> AuthContext | None:
+    """``authenticate`` for async callers: from the cache, else from the database off the
+    event loop (a thread of its own, whose connection is closed after)."""
+    known = cached(raw)
+    if known is not None:
+        return known
+    return await anyio.to_thread.run_sync(_authenticate_in_thread, raw)
+
+
+def _authenticate_in_thread(raw: str) -> AuthContext | None:
+    close_old_connections()
+    try:
+        return authenticate(raw)
+    finally:
+        close_old_connections()

@@ -565,16 +565,8 @@ async def authenticate(raw_key: str) -> auth.AuthContext | None:
     cached = auth.cached(raw_key)
     if cached is not None:
         return cached
-    return await anyio.to_thread.run_sync(_authenticate_in_thread, raw_key)
-
-
-def _authenticate_in_thread(raw_key: str) -> auth.AuthContext | None:
-    close_old_connections()
-    try:
-        caller = auth.authenticate(raw_key)
-    finally:
-        close_old_connections()
-    outage.recovered("authentication")
+    caller = await auth.aauthenticate(raw_key)
+    outage.recovered("authentication")  # the database answered
     return caller
 
 

@@ -17,8 +17,6 @@ import logging
 import threading
 from typing import Any
 
-import anyio
-from django.db import close_old_connections
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 
@@ -48,7 +46,7 @@ def install(server: MCPServer, failure: Shape, raw_key: str) -> None:
         if ctx.method != "tools/call" or auth.current.get() is None:
             return await call_next(ctx)
         try:
-            caller = await _authenticate(raw_key)
+            caller = await auth.aauthenticate(raw_key)
         except Exception as exc:
             if not errors.is_outage(exc):
                 raise
@@ -82,20 +80,3 @@ def install(server: MCPServer, failure: Shape, raw_key: str) -> None:
     chain = server.middleware
     # Just outside observe_tool_calls: a refused call is neither logged nor run.
     chain.insert(chain.index(servers.observer(server)), admit_stdio_calls)
-
-
-async def _authenticate(raw_key: str) -> auth.AuthContext | None:
-    """Who the key is now: from the cache (cleared by a revocation or a tier change
-    in any process), else from the database, off the event loop."""
-    cached = auth.cached(raw_key)
-    if cached is not None:
-        return cached
-    return await anyio.to_thread.run_sync(_authenticate_in_thread, raw_key)
-
-
-def _authenticate_in_thread(raw_key: str) -> auth.AuthContext | None:
-    close_old_connections()
-    try:
-        return auth.authenticate(raw_key)
-    finally:
-        close_old_connections()
