@@ -46,6 +46,21 @@ def stdio_server(key: str, **extra: str) -> StdioServerParameters:
     )
 
 
+def run_to_its_end(
+    params: StdioServerParameters, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``recall stdio`` with nothing on stdin, to its exit (a refusal, here)."""
+    return subprocess.run(
+        [params.command, *params.args],
+        env=env or params.env,
+        cwd=params.cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def run_session(params: StdioServerParameters, mode: str, requests):
     async def run():
         async with Client(params, mode=mode) as client:
@@ -145,15 +160,7 @@ def test_a_key_revoked_or_retiered_while_stdio_runs_applies_from_its_next_calls(
 def test_stdio_refuses_to_start_without_a_valid_key(cast):
     for key in ("", "recall_live_" + "B" * 32):
         params = stdio_server(key)
-        result = subprocess.run(
-            [params.command, *params.args],
-            env=params.env,
-            cwd=params.cwd,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-        )
+        result = run_to_its_end(params)
         assert result.returncode == 2
         assert "RECALL_API_KEY" in result.stderr
         assert result.stdout == ""  # stdout is the protocol channel
@@ -174,15 +181,7 @@ def test_a_refused_key_changes_nothing_in_a_database_that_lacks_a_migration(cast
         (applied,) = cursor.fetchone()
     try:
         params = stdio_server("recall_live_" + "B" * 32)
-        result = subprocess.run(
-            [params.command, *params.args],
-            env=params.env,
-            cwd=params.cwd,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-        )
+        result = run_to_its_end(params)
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM django_migrations WHERE app = %s AND name = %s", latest
@@ -213,15 +212,7 @@ def test_a_malformed_key_on_a_database_with_no_tables_is_refused_without_a_trace
         server = stdio_server("not-a-recall-key")
         url = database_url().rsplit("/", 1)[0] + "/recall_stdio_empty"
         env = {**(server.env or {}), "DATABASE_URL": url}
-        result = subprocess.run(
-            [server.command, *server.args],
-            env=env,
-            cwd=server.cwd,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-        )
+        result = run_to_its_end(server, env)
     finally:
         with psycopg.connect(**params, autocommit=True) as admin:
             admin.execute("DROP DATABASE IF EXISTS recall_stdio_empty")
