@@ -549,6 +549,20 @@ def test_the_expiry_purge_keeps_a_chains_middle_while_a_live_write_holds_its_end
     assert dangling_links(cast.alice.id) == []
 
 
+def writing_both(user: Any, x1: Any, x2: Any, other: Background) -> None:
+    """Write x1 (namespace n1) and then x2 (n2) in one transaction, as a live writer of
+    both would, starting ``other`` between the two once it waits on n1's generation."""
+    with tenancy.tenant(user), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memories WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE",
+            [[x1, x2]],
+        )
+        cursor.execute("UPDATE memories SET priority = priority WHERE id = %s", [x1])
+        other.start()
+        other.until_waiting()  # on n1's generation
+        cursor.execute("UPDATE memories SET priority = priority WHERE id = %s", [x2])
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_expiry_purge_takes_namespaces_in_order_so_a_writer_of_two_goes_on(cast) -> None:
     # Each statement that writes memories takes its namespace's generation. The
@@ -565,15 +579,7 @@ def test_the_expiry_purge_takes_namespaces_in_order_so_a_writer_of_two_goes_on(c
     x1 = remember(user, "Lunch is at noon.", namespace="n1")["id"]
     x2 = remember(user, "The wiki lives at wiki.corp.", namespace="n2")["id"]
     purge = Background(lambda: services.clean_up(now=timezone.now() + timedelta(seconds=5)))
-    with tenancy.tenant(user), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id FROM memories WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE",
-            [[x1, x2]],
-        )
-        cursor.execute("UPDATE memories SET priority = priority WHERE id = %s", [x1])
-        purge.start()
-        purge.until_waiting()  # on n1's generation
-        cursor.execute("UPDATE memories SET priority = priority WHERE id = %s", [x2])
+    writing_both(user, x1, x2, purge)
 
     assert purge.outcome().expired_memories == 2
     with tenancy.operator():
@@ -1046,15 +1052,7 @@ def test_an_admin_delete_across_namespaces_takes_them_in_order_so_a_writer_of_tw
             return services.delete_as_operator([uuid.UUID(middle["id"]), uuid.UUID(note)])
 
     admin = Background(delete)
-    with tenancy.tenant(user), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id FROM memories WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE",
-            [[x1, x2]],
-        )
-        cursor.execute("UPDATE memories SET priority = priority WHERE id = %s", [x1])
-        admin.start()
-        admin.until_waiting()  # on n1's generation
-        cursor.execute("UPDATE memories SET priority = priority WHERE id = %s", [x2])
+    writing_both(user, x1, x2, admin)
 
     assert admin.outcome() == 2
     with tenancy.operator():
