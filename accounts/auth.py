@@ -29,12 +29,10 @@ stdio runner) to the tools.
 
 from __future__ import annotations
 
-import anyio
-from django.db import close_old_connections
-
 from accounts import keycache, keys, services
 from accounts.callers import AuthContext, current
 from accounts.keycache import AuthCache, cached, get_cache, invalidate, reset
+from core import offloop
 
 __all__ = [
     "AuthCache",
@@ -76,12 +74,4 @@ async def aauthenticate(raw: str) -> AuthContext | None:
     known = cached(raw)
     if known is not None:
         return known
-    return await anyio.to_thread.run_sync(_authenticate_in_thread, raw)
-
-
-def _authenticate_in_thread(raw: str) -> AuthContext | None:
-    close_old_connections()
-    try:
-        return authenticate(raw)
-    finally:
-        close_old_connections()
+    return await offloop.run(authenticate, raw)

@@ -15,12 +15,11 @@ import hashlib
 import uuid
 from dataclasses import dataclass
 
-import anyio
-from django.db import close_old_connections
 from django.utils import timezone
 from mcp.server.auth.provider import AccessToken as VerifiedToken
 
 from accounts.auth import AuthContext
+from core import offloop
 from oauth import resources
 from oauth.models import AccessToken
 
@@ -75,7 +74,7 @@ class Verifier:
         self.path = path
 
     async def verify_token(self, token: str) -> VerifiedToken | None:
-        bearer = await anyio.to_thread.run_sync(_look_up_in_thread, token)
+        bearer = await offloop.run(look_up, token)
         if bearer is None:
             return None
         mine = resources.identifier(self.path)
@@ -103,11 +102,3 @@ def caller(verified: VerifiedToken) -> AuthContext:
         tier=str(claims["tier"]),
         agent_id=uuid.UUID(str(claims["agent_id"])),
     )
-
-
-def _look_up_in_thread(raw: str) -> Bearer | None:
-    close_old_connections()
-    try:
-        return look_up(raw)
-    finally:
-        close_old_connections()

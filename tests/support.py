@@ -17,21 +17,25 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 
 # Tagged on the server's database connections, so tests can see when it is busy.
 SERVER_APPLICATION_NAME = "recall-live-server"
+
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -240,3 +244,24 @@ def fill_memories(user_id: uuid.UUID | str, count: int) -> None:
             )
             for n in range(count)
         )
+
+
+def at_once(count: int, call: Callable[[], T]) -> list[T]:
+    """Run ``call`` on ``count`` threads released together (a double click, racing
+    writers), each on connections of its own; return what each returned."""
+    start = threading.Barrier(count)
+    results: list[T] = []
+
+    def run() -> None:
+        try:
+            start.wait(30)
+            results.append(call())
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return results

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connections
 
 from accounts import services
 from accounts.models import Agent, ApiKey
 from core import tenancy
 from core.errors import ValidationFailed
+from tests.support import at_once
 
 
 @pytest.mark.parametrize(
@@ -78,23 +76,13 @@ def test_a_key_name_follows_the_same_rule(cast, name):
 def test_one_name_created_several_times_at_once_is_one_agent_and_the_rest_are_told(cast):
     # A double click on "Create agent": the name's constraint refused the
     # second insert, and the user got a 500.
-    start = threading.Barrier(6)
-    outcomes: list[str] = []
-
-    def create() -> None:
-        start.wait(30)
+    def create() -> str:
         try:
             services.create_agent(user_id=cast.alice.id, name="racer")
-            outcomes.append("created")
+            return "created"
         except ValidationFailed as refused:
-            outcomes.append(refused.message)
-        finally:
-            connections.close_all()
+            return refused.message
 
-    threads = [threading.Thread(target=create) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    outcomes = at_once(6, create)
 
     assert sorted(outcomes) == ["You already have an agent called 'racer'."] * 5 + ["created"]

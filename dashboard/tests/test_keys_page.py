@@ -1,11 +1,9 @@
 from __future__ import annotations
 
 import re
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
@@ -13,6 +11,7 @@ from accounts import auth
 from accounts import services as accounts_services
 from accounts.models import ApiKey
 from core import tenancy
+from tests.support import at_once
 
 URL = "/keys/"
 SECRET = re.compile(r"recall_live_[A-Za-z0-9_-]{32}")
@@ -83,23 +82,13 @@ def test_one_form_sent_several_times_at_once_creates_one_key(cast, alice_client)
     page = alice_client.get(URL).content.decode()
     once = re.search(r'name="once" value="([^"]+)"', page)[1]
     before = len(accounts_services.list_own_keys(user_id=cast.alice.id))
-    start = threading.Barrier(5)
-    pages: list[str] = []
 
-    def send() -> None:
+    def send() -> str:
         client = Client()
         client.cookies = alice_client.cookies
-        start.wait(30)
-        pages.append(
-            client.post(URL, {"name": "laptop", "tier": "free", "once": once}).content.decode()
-        )
-        connections.close_all()
+        return client.post(URL, {"name": "laptop", "tier": "free", "once": once}).content.decode()
 
-    senders = [threading.Thread(target=send) for _ in range(5)]
-    for sender in senders:
-        sender.start()
-    for sender in senders:
-        sender.join(60)
+    pages = at_once(5, send)
 
     assert len(pages) == 5
     assert sum(1 for text in pages if SECRET.search(text)) == 1

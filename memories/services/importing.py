@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import numpy as np
 from django.conf import settings
@@ -315,19 +315,10 @@ def import_jobs(*, user_id: uuid.UUID | str, limit: int = 5) -> list[ImportJob]:
         mine = Job.objects.filter(user_id=user_id, kind="import").order_by("-created_at")
         going = list(mine.filter(status__in=PENDING_STATUSES).values(*fields))
         ended = list(mine.exclude(status__in=PENDING_STATUSES).values(*fields)[:limit])
-    rows = sorted(going + ended, key=lambda row: row["created_at"], reverse=True)
-    return [
-        ImportJob(
-            id=row["id"],
-            status=row["status"],
-            payload=row["payload"],
-            result=row["result"],
-            error_message=row["error_message"],
-            created_at=row["created_at"],
-            finished_at=row["finished_at"],
-        )
-        for row in rows
-    ]
+    # The rows hold ImportJob's fields, and only those (``fields``).
+    return cast(
+        list[ImportJob], sorted(going + ended, key=lambda row: row["created_at"], reverse=True)
+    )
 
 
 PENDING_STATUSES = ("queued", "running")
