@@ -5,7 +5,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, PermissionsMixin
 from django.db import models
-from django.db.models.functions import Now
+from django.db.models.functions import Lower, Now
 from django.utils import timezone
 
 from accounts import keys
@@ -89,7 +89,8 @@ class Agent(models.Model):
     class Meta:
         db_table = "agents"
         constraints = [
-            models.UniqueConstraint(fields=["user", "name"], name="agents_user_name_unique"),
+            # Names are compared ignoring case wherever they are looked up.
+            models.UniqueConstraint("user", Lower("name"), name="agents_user_name_unique"),
             # The target of the composite foreign keys (agent_id, user_id) on
             # memories and api_keys: an agent can only ever hold its own user's rows.
             models.UniqueConstraint(fields=["id", "user"], name="agents_id_user_unique"),

@@ -359,6 +359,25 @@ def create_agent(*, user_id: uuid.UUID | str, name: object) -> Agent:
         raise taken from None
 
 
+def agent_called(*, user_id: uuid.UUID | str, name: object) -> tuple[Agent, bool]:
+    """Return the user's agent of this name (any case), made if there is none, and if it is new.
+
+    Two callers making the same agent at once (two connections of one
+    client, two imports) both get the one that was made.
+    """
+    clean = _agent_name(name)
+    for _ in range(2):
+        with tenancy.tenant(user_id):
+            found = Agent.objects.filter(user_id=user_id, name__iexact=clean).first()
+        if found is not None:
+            return found, False
+        try:
+            return create_agent(user_id=user_id, name=clean), True
+        except ValidationFailed:
+            continue  # made meanwhile: the next look finds it
+    raise ValidationFailed(f"The agent {clean!r} could not be made; try again.")
+
+
 def list_agents(*, user_id: uuid.UUID | str) -> list[Agent]:
     """Return the user's agents, by name, each with ``memory_count`` and ``key_count``."""
     with tenancy.tenant(user_id):

@@ -228,11 +228,7 @@ def trusted_client_agent(
     connected = _connected(user_id, application, agents)
     if connected:
         return connected[0], False
-    name = agent_name_for(application)
-    same_name = next((agent for agent in agents if agent.name.lower() == name.lower()), None)
-    if same_name is not None:
-        return same_name, False
-    return accounts_services.create_agent(user_id=user_id, name=name), True
+    return accounts_services.agent_called(user_id=user_id, name=agent_name_for(application))
 
 
 def mark_approved(*, client_id: str) -> None:

@@ -86,3 +86,40 @@ def test_one_name_created_several_times_at_once_is_one_agent_and_the_rest_are_to
     outcomes = at_once(6, create)
 
     assert sorted(outcomes) == ["You already have an agent called 'racer'."] * 5 + ["created"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_names_differing_only_in_case_created_at_once_are_one_agent(cast):
+    # Names are looked up ignoring case, but the constraint compared them as
+    # written: "Claude" and "claude" made at the same moment both succeeded.
+    names = iter(["Claude", "claude", "CLAUDE", "cLaude"])
+
+    def create() -> str:
+        try:
+            services.create_agent(user_id=cast.alice.id, name=next(names))
+            return "created"
+        except ValidationFailed:
+            return "refused"
+
+    outcomes = at_once(4, create)
+
+    assert sorted(outcomes) == ["created"] + ["refused"] * 3
+    with tenancy.tenant(cast.alice.id):
+        assert Agent.objects.filter(user=cast.alice, name__iexact="claude").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_found_or_made_by_several_callers_at_once_is_the_same_one(cast):
+    # A trusted client's two connections, or two imports naming one agent:
+    # the caller that lost the race was refused instead of given the agent.
+    names = iter(["Cursor", "cursor", "Cursor", "CURSOR", "cursor"])
+
+    def find_or_make() -> tuple[str, bool]:
+        agent, made = services.agent_called(user_id=cast.alice.id, name=next(names))
+        return str(agent.id), made
+
+    outcomes = at_once(5, find_or_make)
+
+    assert len(outcomes) == 5
+    assert len({agent_id for agent_id, _ in outcomes}) == 1
+    assert sum(made for _, made in outcomes) == 1

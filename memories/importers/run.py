@@ -363,8 +363,8 @@ class _Importer:
         agents = self.agents if self.agents is not None else {}
         for name in sorted(names):
             if name.casefold() not in agents and not self.options.dry_run:
-                created = accounts.create_agent(user_id=self.user_id, name=name)
-                agents[created.name.casefold()] = created.id
+                made, _ = accounts.agent_called(user_id=self.user_id, name=name)
+                agents[name.casefold()] = made.id
         out = []
         for item, _, named in batch:
             agent = agents.get(named.casefold()) if named else None

@@ -601,8 +601,8 @@ def _import_agents(user_id: uuid.UUID | str, names: set[str], agents: dict[str, 
         agents[agent.name.casefold()] = agent.id
     for name in sorted(missing):
         if name.casefold() not in agents:
-            created = account_services.create_agent(user_id=user_id, name=name)
-            agents[created.name.casefold()] = created.id
+            agent, _ = account_services.agent_called(user_id=user_id, name=name)
+            agents[name.casefold()] = agent.id
 
 
 def _import_batch(
