@@ -378,7 +378,11 @@ def _memories_page(
         "dashboard/memories.html",
         {
             "section": "memories",
-            "namespaces": namespaces,
+            # A namespace the link names but that holds nothing is still the
+            # one shown, so the list offers it rather than showing another.
+            "namespaces": namespaces
+            if namespace in names or not names
+            else [*namespaces, {"namespace": namespace, "count": 0, "replaced": 0}],
             "namespace": namespace,
             "agents": list(agents.values()),
             "agent": agent,

@@ -61,6 +61,19 @@ def test_it_filters_by_namespace(cast, alice_client):
     assert listed(alice_client.get(URL, {"namespace": "work"})) == [str(work.id)]
 
 
+def test_a_namespace_named_in_the_link_but_empty_is_the_one_the_list_shows(cast, alice_client):
+    # The list had no option for it, so the browser showed "default" selected
+    # above the empty page of another namespace.
+    store_memory(cast.alice, "a default note")
+
+    page = alice_client.get(URL, {"namespace": "travel"}).content.decode()
+
+    selected = re.findall(r'<option value="([^"]*)" selected>', page)
+    assert selected == ["travel"]
+    assert "This namespace is empty" in page
+    assert '<option value="default" >default (1)</option>' in page
+
+
 def test_it_pages_through_long_namespaces(cast, alice_client):
     for n in range(25):
         store_memory(cast.alice, f"note {n}")
