@@ -15,7 +15,8 @@ How a Stripe subscription becomes a tier
     order; an event older (by its ``created`` time) than the newest one
     applied to its subscription changes nothing. Events created in the same
     second are applied in arrival order, except that nothing revives a
-    subscription that has ended.
+    subscription that has ended and nothing takes one back to "incomplete",
+    its first state.
 
     Prices map to tiers through ``STRIPE_PRICE_TO_TIER``. A subscription
     whose price is not in the map is stored but does not change the tier
@@ -138,6 +139,10 @@ def handle_stripe_event(event: dict[str, Any]) -> str:
         if not claim_delivery(source="stripe", event_id=event["id"], event_type=kind):
             return "duplicate"
         outcome = handler(obj, event["id"], created)
+        if outcome == "unknown_price":
+            # Not handled yet: once the operator adds the price to the map,
+            # Stripe's "Resend" of this event applies it.
+            WebhookEvent.objects.filter(source="stripe", event_id=event["id"][:255]).delete()
     logger.info(
         "stripe event handled", extra={"event_id": event["id"], "type": kind, "outcome": outcome}
     )
@@ -185,7 +190,8 @@ def link_stripe_customer(
             )
             raise Conflict(
                 "the payer's email belongs to a user already linked to another Stripe customer;"
-                " link this customer to the right user in the admin, then resend the event"
+                " link this customer to the right user (recall link-customer EMAIL CUSTOMER),"
+                " then resend the event"
             )
     if user is None:
         logger.warning(
@@ -200,12 +206,28 @@ def link_stripe_customer(
     # and the tier its subscriptions gave the user it leaves goes with it.
     previous = BillingAccount.objects.filter(stripe_customer_id=customer_id).exclude(user=user)
     left = list(previous.values_list("user_id", flat=True))
+    # Each user's billing lock before their account's row, as MCPize's
+    # deliveries take them: the other order deadlocked with one.
+    for who in sorted([*left, user.id], key=str):
+        _lock(f"billing-user:{who}")
     previous.update(stripe_customer_id=None)
     BillingAccount.objects.update_or_create(user=user, defaults={"stripe_customer_id": customer_id})
     Subscription.objects.filter(customer_id=customer_id).update(user=user)
     for who in sorted([*left, user.id], key=str):  # locks in one order
         sync_tier(user_id=who, lost_customer=who in left)
     return user
+
+
+def _goes_back(stored: str, arriving: str) -> bool:
+    """Whether a status arriving in the same second as the stored one would go back in time.
+
+    Nothing revives a subscription that has ended, and "incomplete" is only
+    ever a new subscription's first state: Checkout's "created" (incomplete)
+    and "updated" (active) share a second and may arrive in either order.
+    """
+    if stored in ENDED:
+        return arriving not in ENDED
+    return arriving == "incomplete" and stored != "incomplete"
 
 
 def _linked_elsewhere(user: User, customer_id: str) -> bool:
@@ -227,7 +249,7 @@ def _subscription_changed(sub: dict[str, Any], event_id: str, created: datetime)
     current = Subscription.objects.filter(id=sub_id).first()
     if current is not None and (
         created < current.event_created
-        or (created == current.event_created and current.status in ENDED and status not in ENDED)
+        or (created == current.event_created and _goes_back(current.status, status))
     ):
         logger.info(
             "stale stripe event ignored",
@@ -242,6 +264,7 @@ def _subscription_changed(sub: dict[str, Any], event_id: str, created: datetime)
         # event that beats checkout.session.completed here still finds them.
         user = _user_by_id((sub.get("metadata") or {}).get("recall_user_id"))
         if user is not None:
+            _lock(f"billing-user:{user.id}")  # before the account's row, as everywhere
             BillingAccount.objects.get_or_create(
                 user=user, defaults={"stripe_customer_id": customer_id}
             )
@@ -428,8 +451,12 @@ def apply_mcpize_tier(
                 extra={"user_id": str(uid), "billed": tier, "source": "mcpize"},
             )
             return "unknown_price"
+        if user.tier == best:
+            return "applied"
         accounts_services.set_user_tier(user_id=uid, tier=best)
-    logger.info("tier changed by mcpize", extra={"user_id": str(uid), "to": best})
+    logger.info(
+        "tier changed by mcpize", extra={"user_id": str(uid), "from": user.tier, "to": best}
+    )
     return "applied"
 
 

@@ -14,7 +14,8 @@ MCPize signature scheme
     acknowledged without effect. ``Idempotency-Key`` (or an ``eventId`` in
     the body) names a delivery explicitly; a key already handled is
     acknowledged without effect. The header is not signed, so it never
-    replaces the signature: a timestamped delivery is known by both.
+    replaces what is: a delivery is known by its ``eventId`` and, timestamped,
+    its signature, whatever header it carries.
     A timestamped delivery older than the newest one applied to its user (a
     late retry) is acknowledged as ``"outcome": "stale"`` and changes
     nothing, as a stale Stripe event does. Without a timestamp, an identical
@@ -29,14 +30,15 @@ import hmac
 import logging
 import re
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import wraps
 from typing import Any
 
 import stripe
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
 from billing import services, stripe_shapes
 from billing.models import WebhookEvent
@@ -54,13 +56,27 @@ def _error(status: int, code: str, message: str) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "message": message}}, status=status)
 
 
+def _posted(view: Callable[[HttpRequest], JsonResponse]) -> Callable[[HttpRequest], JsonResponse]:
+    """Answer any method but POST with 405 in the webhooks' JSON, not an empty page."""
+
+    @wraps(view)
+    def only_post(request: HttpRequest) -> JsonResponse:
+        if request.method != "POST":
+            refused = _error(405, "method_not_allowed", "Webhooks take POST only.")
+            refused["Allow"] = "POST"
+            return refused
+        return view(request)
+
+    return only_post
+
+
 def _not_configured(variable: str) -> JsonResponse:
     logger.warning("webhook not configured; answering 404", extra={"missing": variable})
     return _error(404, "not_found", "Not found.")
 
 
 @csrf_exempt  # authenticated by signature, not by a session
-@require_POST
+@_posted
 def stripe_webhook(request: HttpRequest) -> JsonResponse:
     secret = settings.STRIPE_WEBHOOK_SECRET
     if not secret:
@@ -137,7 +153,7 @@ def mcpize_signature(secret: str, body: bytes, timestamp: str | None = None) -> 
 
 
 @csrf_exempt  # authenticated by signature, not by a session
-@require_POST
+@_posted
 def mcpize_webhook(request: HttpRequest) -> JsonResponse:
     secret = settings.MCPIZE_BILLING_WEBHOOK_SECRET
     if not secret:
@@ -164,14 +180,18 @@ def mcpize_webhook(request: HttpRequest) -> JsonResponse:
         return _refused("mcpize", "the body is not JSON")
     if not isinstance(body, dict):
         return _refused("mcpize", 'the body must be {"userId": ..., "tier": ...}')
-    key = request.headers.get("Idempotency-Key") or body.get("eventId")
-    why = _key_problem(key)
-    if why is not None:
-        return _refused("mcpize", f"the idempotency key {why}", event_id=key)
+    event_id = body.get("eventId")
+    header = request.headers.get("Idempotency-Key")
+    for name, given_key in (("eventId", event_id), ("the Idempotency-Key header", header)):
+        why = _key_problem(given_key)
+        if why is not None:
+            return _refused("mcpize", f"{name} {why}", event_id=given_key)
     # Idempotency-Key is not signed: a replay that adds a fresh one must still
-    # be known by its signature, so a timestamped delivery claims both.
+    # be known by what is signed, its eventId and (timestamped) its signature,
+    # so a delivery claims every name it has.
     signature_key = f"sig:{expected}" if timestamp is not None else None
-    keys = [k for k in (signature_key, key) if k]
+    keys = list(dict.fromkeys(k for k in (signature_key, event_id, header) if k))
+    key = event_id or header
     signed_at = datetime.fromtimestamp(int(timestamp), UTC) if timestamp is not None else None
     try:
         outcome = services.apply_mcpize_tier(

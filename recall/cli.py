@@ -14,6 +14,8 @@
     recall create-user EMAIL     create a user (--tier, --password, --staff)
     recall create-key EMAIL      issue an API key, printed once (--name, --tier, --agent)
     recall set-tier EMAIL TIER   set a user's tier and their keys' (free ... team, unlimited)
+    recall link-customer EMAIL CUS
+                                 link a Stripe customer to a user, as a checkout would
     recall list-keys [EMAIL]     list keys without their secrets (--all for revoked too)
     recall revoke-key ID|PREFIX  revoke a key
     recall clear-cache [EMAIL]   drop cached query vectors: one user's, or every user's
@@ -50,6 +52,7 @@ ADMIN_COMMANDS = {
     "create-user": "create_user",
     "create-key": "create_key",
     "set-tier": "set_tier",
+    "link-customer": "link_customer",
     "list-keys": "list_keys",
     "revoke-key": "revoke_key",
     "clear-cache": "clear_query_cache",

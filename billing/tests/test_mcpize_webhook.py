@@ -128,6 +128,19 @@ def test_a_replay_with_a_fresh_idempotency_key_is_known_by_its_signature(cast, c
     assert not WebhookEvent.objects.filter(source="mcpize", event_id="zz").exists()
 
 
+def test_a_replay_with_a_fresh_idempotency_key_is_known_by_its_signed_event_id(cast, client):
+    # Untimestamped, the header replaced the signed eventId as the delivery's
+    # name: a captured "pro" replayed with any new header applied again.
+    pro = json.dumps({"userId": str(cast.alice.id), "tier": "pro", "eventId": "e-1"}).encode()
+    post(client, None, raw=pro)
+    post(client, {"userId": str(cast.alice.id), "tier": "free", "eventId": "e-2"})
+
+    replay = post(client, None, raw=pro, headers={"Idempotency-Key": "attacker-123"})
+
+    assert replay.json()["outcome"] == "duplicate"
+    assert tier_of(cast.alice) == "free"
+
+
 def test_a_timestamped_delivery_with_a_key_is_known_by_both(cast, client):
     now = int(time.time())
     pro = {"userId": str(cast.alice.id), "tier": "pro"}

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import io
 import json
 import logging
 import time
 
 import pytest
 import stripe
+from django.core.management import CommandError, call_command
 
 from accounts import auth, ratelimit
 from accounts.models import ApiKey, User
@@ -76,14 +78,38 @@ def test_a_checkout_matched_only_by_email_never_moves_a_linked_user(linked, clie
     assert not BillingAccount.objects.filter(stripe_customer_id="cus_payer").exists()
     assert "linked to another customer" in caplog.text
     assert WebhookRejection.objects.get().status == 409
-    # The operator links the customer to the right user; sent again, it applies.
-    BillingAccount.objects.create(user=linked.charlie, stripe_customer_id="cus_payer")
+    # The payer's subscription arrives meanwhile, for a customer no one has.
+    paid = deliver(client, subscription(customer="cus_payer", id="sub_payer", price="price_team"))
+    assert paid.json()["outcome"] == "unlinked"
+    # The operator links the customer to the right user (the message names
+    # how; the admin's billing pages are read-only), and the tier follows.
+    out = io.StringIO()
+    call_command("link_customer", "charlie@example.com", "cus_payer", stdout=out)
+    assert out.getvalue() == "cus_payer is linked to charlie@example.com; their tier is team.\n"
+    assert tier_of(linked.charlie) == "team"
+    # Sent again, the checkout applies.
     resent = deliver(client, checkout_completed(customer="cus_payer", email="alice@example.com"))
     assert resent.status_code == 200, resent.json()
     assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id == "cus_alice"
     # Her own customer, by email alone, is still hers.
     deliver(client, checkout_completed(customer="cus_alice", email="alice@example.com"))
     assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id == "cus_alice"
+
+
+@pytest.mark.parametrize(
+    ("email", "customer", "message"),
+    [
+        ("charlie@example.com", "sub_1", "'sub_1' is not a Stripe customer id (cus_…)."),
+        ("charlie@example.com", "cus_a b", "'cus_a b' is not a Stripe customer id (cus_…)."),
+        ("nobody@example.com", "cus_1", "No user with email nobody@example.com."),
+    ],
+)
+def test_linking_a_customer_by_hand_refuses_what_it_cannot_link(cast, email, customer, message):
+    with pytest.raises(CommandError) as refused:
+        call_command("link_customer", email, customer)
+
+    assert str(refused.value) == message
+    assert not BillingAccount.objects.exists()
 
 
 def test_a_customer_checked_out_again_for_another_user_takes_its_tier_along(linked, client):
@@ -226,6 +252,23 @@ def test_an_unknown_price_is_logged_and_leaves_the_tier_unchanged(linked, client
     assert "STRIPE_PRICE_TO_TIER" in caplog.text
 
 
+def test_an_unknown_price_applies_when_the_event_is_resent_after_the_map_names_it(
+    linked, client, settings
+):
+    # The event was recorded as handled, so Stripe's "Resend" after the fix
+    # was a duplicate, and the subscription kept the tier it had until its
+    # next event.
+    mystery = subscription("updated", price="price_mystery")
+    assert deliver(client, mystery).json()["outcome"] == "unknown_price"
+    settings.STRIPE_PRICE_TO_TIER = {**PRICES, "price_mystery": "team"}
+
+    resent = deliver(client, mystery)
+
+    assert resent.json()["outcome"] == "applied"
+    assert tier_of(linked.alice) == "team"
+    assert deliver(client, mystery).json()["outcome"] == "duplicate"
+
+
 def test_the_free_quota_is_lifted_by_an_upgrade_and_imposed_by_a_downgrade(
     linked, client, settings
 ):
@@ -333,6 +376,24 @@ def test_a_deletion_wins_over_an_update_from_the_same_second(linked, client):
     assert tier_of(linked.alice) == "free"
 
 
+def test_a_new_subscriptions_incomplete_state_from_the_same_second_does_not_undo_active(
+    linked, client
+):
+    # Checkout sends "created" (incomplete) and "updated" (active) in one
+    # second, in no guaranteed order: arriving second, "incomplete" dropped a
+    # paid subscription to free until its next event, perhaps a month later.
+    now = int(time.time())
+    deliver(client, subscription("updated", status="active", price="price_team", created=now))
+
+    late = deliver(
+        client, subscription("created", status="incomplete", price="price_team", created=now)
+    )
+
+    assert late.json()["outcome"] == "stale"
+    assert tier_of(linked.alice) == "team"
+    assert Subscription.objects.get(id="sub_alice").status == "active"
+
+
 # Signatures and configuration -------------------------------------------------------
 
 
@@ -373,8 +434,17 @@ def test_without_a_webhook_secret_it_answers_404_and_logs_why(cast, client, sett
     assert "STRIPE_WEBHOOK_SECRET" in str([r.__dict__ for r in caplog.records])
 
 
-def test_it_accepts_only_post(client):
-    assert client.get("/billing/stripe/webhook").status_code == 405
+@pytest.mark.parametrize("url", ["/billing/stripe/webhook", "/webhooks/mcpize/subscription"])
+@pytest.mark.parametrize("method", ["get", "put", "delete"])
+def test_it_accepts_only_post_and_says_so_in_json(client, settings, url, method):
+    # The answer was an empty text/html page.
+    settings.MCPIZE_BILLING_WEBHOOK_SECRET = "configured"
+
+    response = getattr(client, method)(url)
+
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+    assert response.json()["error"]["code"] == "method_not_allowed"
 
 
 # Odd shapes: signed, so authentic, but not an event we can read ----------------------

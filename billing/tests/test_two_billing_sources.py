@@ -106,3 +106,30 @@ def test_beside_an_unmapped_price_the_tier_may_rise_and_never_falls(cast, client
 
     assert raised.json()["outcome"] == "applied"
     assert tier_of(cast.alice) == "team"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_checkout_and_mcpize_deliveries_for_one_user_at_once_all_apply(cast):
+    # The checkout locked the user's billing account row, then waited for the
+    # user's billing lock; an MCPize delivery took them the other way round:
+    # PostgreSQL's deadlock detector failed one of them, a 500.
+    from django.test import Client
+
+    from tests.support import at_once
+
+    user = str(cast.alice.id)
+    senders = iter((["stripe"] + ["mcpize"] * 3) * 6)
+
+    def send() -> int | str:
+        sender = next(senders)
+        try:
+            if sender == "stripe":
+                checkout = checkout_completed(client_reference_id=user)
+                return deliver(Client(), checkout).status_code
+            return mcpize(Client(), {"userId": user, "tier": "starter"}).status_code
+        except Exception as exc:
+            return type(exc).__name__
+
+    for _ in range(6):
+        assert at_once(4, send) == [200] * 4
+    assert tier_of(cast.alice) == "starter"

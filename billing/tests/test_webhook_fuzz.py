@@ -236,7 +236,7 @@ def test_an_mcpize_event_id_of_a_nul_is_refused(cast, client):
 
     assert response.status_code == 400
     assert response.json()["error"]["message"] == (
-        "Refused: the idempotency key must not contain NUL characters."
+        "Refused: eventId must not contain NUL characters."
     )
     assert User.objects.get(id=cast.alice.id).tier == "free"
     with tenancy.operator():
