@@ -14,6 +14,7 @@ not a date) is ``Refused``: the import counts it, with its reason, and goes on.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import ValidationFailed
+from memories import validation
 from memories.validation import in_range
 
 # The metadata key under which an imported memory keeps where it came from:
@@ -31,6 +33,9 @@ from memories.validation import in_range
 # knew about it that has no column here (tags, types, ids of users, agents
 # and runs, frontmatter). README: "Moving from another memory server".
 IMPORTED_FROM = "imported_from"
+# Under IMPORTED_FROM: the source's fields that could not be kept (too large
+# or nested too deeply), by name, so that their absence is never silent.
+DROPPED = "dropped"
 
 # Where source identities (mem0's user_id, agent_id, run_id; OpenMemory's
 # app; Letta's agent) may go: a namespace, one of the user's agents (created
@@ -133,12 +138,19 @@ def tags(value: Any) -> list[str]:
     return [str(item).strip() for item in items if str(item).strip()]
 
 
-def jsonable(value: Any) -> Any:
-    """Return ``value`` with dates as ISO strings and other non-JSON leaves as strings."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set):
-        return [jsonable(v) for v in value]
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """Return ``value`` with dates as ISO strings and other non-JSON leaves as strings.
+
+    Raises ValueError for a value nested deeper than metadata may be: past
+    that it could not be stored anyway, and a source's field nested a few
+    hundred levels deep exhausted Python's recursion limit here.
+    """
+    if isinstance(value, dict | list | tuple | set):
+        if depth >= validation.METADATA_MAX_DEPTH:
+            raise ValueError(f"nested deeper than {validation.METADATA_MAX_DEPTH} levels")
+        if isinstance(value, dict):
+            return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
+        return [jsonable(v, depth + 1) for v in value]
     if isinstance(value, datetime):
         return value.isoformat()
     if hasattr(value, "isoformat"):
@@ -148,6 +160,47 @@ def jsonable(value: Any) -> Any:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(value)
+
+
+def with_provenance(
+    metadata: dict[str, Any], origin: dict[str, Any], extra: dict[str, Any]
+) -> dict[str, Any]:
+    """Return ``metadata`` with ``origin`` and ``extra`` under IMPORTED_FROM, validated.
+
+    The source's own metadata must be valid: a fault there refuses the
+    record, and the reason blames it. An extra field that cannot be stored
+    (nested too deeply, not storable text) is left out, and so are the
+    largest extras while the whole is over the size limit: losing a memory
+    for the sake of a copy of some field its source had no column for is the
+    worse loss. The names of those left out are kept under ``dropped``.
+    """
+    own = validation.metadata(metadata)
+    kept: dict[str, Any] = {}
+    dropped: list[str] = []
+    for key, value in extra.items():
+        try:
+            kept[key] = jsonable(value)
+            # Checked where it will sit: inside IMPORTED_FROM, inside metadata.
+            validation.metadata({IMPORTED_FROM: {key: kept[key]}})
+        except (ValueError, ValidationFailed):
+            kept.pop(key, None)
+            dropped.append(key)
+
+    def whole() -> dict[str, Any]:
+        found = {**origin, **kept}
+        if dropped:
+            found[DROPPED] = sorted(dropped)
+        return {**own, IMPORTED_FROM: found}
+
+    while kept and _size(whole()) > validation.METADATA_MAX_BYTES:
+        largest = max(kept, key=lambda key: _size(kept[key]))
+        del kept[largest]
+        dropped.append(largest)
+    return validation.metadata(whole())
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
 def parse_mapping(text: str, allowed: tuple[str, ...], *, flag: str) -> dict[str, str]:

@@ -26,7 +26,7 @@ import yaml
 from core.errors import ValidationFailed
 from memories import chunking
 from memories.importers import unpacking
-from memories.importers.base import Record, Refused, Stream, jsonable
+from memories.importers.base import Record, Refused, Stream
 from memories.importers.sources import Source
 
 FORMAT = "basic-memory"
@@ -66,8 +66,10 @@ def _notes(source: Source) -> Iterator[tuple[str, datetime, bytes]]:
                 key=lambda i: i.filename,
             )
             for info in infos:
-                data = archive.read(info) if info.file_size <= NOTE_MAX_BYTES else b""
-                budget.take(len(data))
+                data = b""
+                if info.file_size <= NOTE_MAX_BYTES:
+                    with unpacking.member(archive, info, budget) as stream:
+                        data = stream.read()
                 stamp = datetime(*info.date_time, tzinfo=UTC)
                 yield info.filename, stamp, data
     elif source.suffix in SUFFIXES:
@@ -117,7 +119,8 @@ def note(relative: str, mtime: datetime, data: bytes) -> Iterator[Record | Refus
             metadata["permalink"] = str(permalink)
         if chunk.heading:
             metadata["heading"] = chunk.heading
-        extra: dict[str, Any] = {"frontmatter": jsonable(front)} if front else {}
+        # Made JSON when the record is stored, where a part that cannot be is left out.
+        extra: dict[str, Any] = {"frontmatter": front} if front else {}
         yield Record(
             content=chunk.text,
             where=f"{relative}, chunk {chunk.position + 1}",
@@ -158,6 +161,8 @@ def split(text: str) -> tuple[dict[str, Any], str]:
         raise ValueError("the frontmatter's closing --- is missing")
     try:
         front = yaml.load("\n".join(lines[1:end]), Loader=_NoAliases)  # noqa: S506 (safe)
+    except RecursionError:
+        raise ValueError("the frontmatter nests too deeply") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""

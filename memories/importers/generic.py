@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from core.errors import ValidationFailed
+from memories.importers import jsonstream
 from memories.importers.base import Record, Refused, Stream, namespace_for, parse_mapping, tags
 from memories.importers.sources import Source, lines_of
 from memories.transfer import not_utf8_near
@@ -36,6 +37,8 @@ TARGETS = (
     "metadata",
     "tags",
 )
+# The bound on one field: the same as on one JSON value or line.
+FIELD_MAX_CHARS = jsonstream.MAX_VALUE_CHARS
 FALLBACKS = {"content": ("content", "text", "memory"), "thread": ("thread", "thread_id")}
 
 
@@ -59,6 +62,11 @@ def read_jsonl(source: Source, *, columns: str | None = None, **_: Any) -> Strea
 
 def read_csv(source: Source, *, columns: str | None = None, **_: Any) -> Stream:
     chosen = mapping(columns)
+    # The csv module's own limit (128 KB) stopped the whole import at one
+    # long field; a JSON Lines record that long is refused alone. Fields up
+    # to the bound on one record are read, and validation refuses the row.
+    # (The limit is the process's; nothing else here reads CSV.)
+    csv.field_size_limit(FIELD_MAX_CHARS)
     with source.text() as stream:
         # strict: a quote left open to the end of the file is an error, not one long field.
         reader = csv.DictReader(stream, strict=True)

@@ -40,6 +40,8 @@ class Events:
         self.line = 1  # the line of self.pos
         self._counted = 0  # newlines are counted in buf up to here
         self.eof = False
+        # The arrays met so far, empty ones too: None for a document that is one.
+        self.found: set[str | None] = set()
 
     # reading ---------------------------------------------------------------
 
@@ -101,7 +103,7 @@ class Events:
                             f"{MAX_VALUE_CHARS // (1024 * 1024)} MB, or JSON that does not end."
                         ) from None
                     raise ValidationFailed(
-                        f"{self.label}, line {line}: not valid JSON ({exc.msg})."
+                        f"{self.label}, line {line}: not valid JSON ({_said(exc.msg)})."
                     ) from None
                 want = min(want * 2, MAX_VALUE_CHARS)
                 continue
@@ -136,6 +138,7 @@ class Events:
 
     def items(self, arrays: frozenset[str] = frozenset()) -> Iterator[tuple[Any, Any, Any, int]]:
         if self.top() == "[":
+            self.found.add(None)
             yield from self._array(None)
         else:
             self.pos += 1
@@ -149,6 +152,7 @@ class Events:
                         raise self.error("expected a member name")
                     self._expect(":", "':'")
                     if key in arrays and self._skip_space() == "[":
+                        self.found.add(key)
                         yield from self._array(key)
                     else:
                         line = self.line
@@ -172,3 +176,10 @@ class Events:
             index += 1
             if self._expect(",]", "',' or ']'") == "]":
                 return
+
+
+def _said(msg: str) -> str:
+    """Return a decode error's message whole: some end in "at", before the place json adds."""
+    if msg.startswith("Invalid control character"):
+        return "a control character, such as NUL or a tab, not escaped in a string"
+    return msg.removesuffix(" at")

@@ -36,6 +36,8 @@ IDENTITIES = {"agent": "agent"}
 PASSAGES = ("passages", "archival_memory")
 # messages are read one by one and passed over, never held whole.
 ARRAYS = frozenset({"agents", "blocks", "core_memory", "messages", *PASSAGES})
+# An agent file holds one of these; messages alone are not memories.
+HOLDS = ("agents", "blocks", "core_memory", *PASSAGES)
 
 
 def read(source: Source, *, ids: str | None = None, **_: Any) -> Stream:  # noqa: C901
@@ -43,9 +45,12 @@ def read(source: Source, *, ids: str | None = None, **_: Any) -> Stream:  # noqa
     names: dict[str, str] = {}  # agent id -> name
     owners: dict[str, list[str]] = {}  # block id -> agent names
     blocks: list[tuple[dict[str, Any], str]] = []
+    held: list[tuple[dict[str, Any], str]] = []  # passages whose agent is not read yet
     first_name: str | None = None
     created: Any = None
-    for key, index, value, line in documents(source, ARRAYS):
+    for key, index, value, line in documents(
+        source, ARRAYS, needs=HOLDS, what="a Letta agent file"
+    ):
         where = f"{key or 'record'} {index + 1 if index is not None else ''} (line {line})"
         if key is None:  # a bare list of passages
             yield _passage(value, where, mapping, names)
@@ -63,14 +68,27 @@ def read(source: Source, *, ids: str | None = None, **_: Any) -> Stream:  # noqa
         elif key in ("blocks", "core_memory") and index is not None:
             blocks.append((value, where))
         elif key in PASSAGES and index is not None:
+            if _unplaced(value, names):
+                # Its agent may come later in the file: which agent a passage
+                # goes to must not depend on the order of the file's keys.
+                held.append((value, where))
+                continue
             yield _passage(value, where, mapping, names)
         elif key == "name" and isinstance(value, str):
             first_name = value
         elif key == "created_at":
             created = value
+    for value, where in held:
+        yield _passage(value, where, mapping, names)
     # Blocks last: agents may be named after them in the file.
     for value, where in blocks:
         yield _block(value, where, mapping, owners, first_name, created)
+
+
+def _unplaced(value: Any, names: dict[str, str]) -> bool:
+    """Return whether a passage names an agent not read yet."""
+    agent = value.get("agent_id") if isinstance(value, dict) else None
+    return agent is not None and str(agent) not in names
 
 
 def _block(

@@ -34,7 +34,9 @@ def read(source: Source, *, ids: str | None = None, **_: Any) -> Stream:
         for line, value in lines_of_source(source):
             yield memory(value, f"line {line}", mapping)
         return
-    for _key, index, value, line in documents(source, ARRAYS):
+    for _key, index, value, line in documents(
+        source, ARRAYS, needs=("results", "memories"), what="a mem0 export"
+    ):
         if index is None:
             continue  # "count", "next", "previous" of a paginated list
         where = f"record {index + 1} (line {line})"

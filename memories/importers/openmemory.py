@@ -23,7 +23,7 @@ from typing import Any
 from core.errors import ValidationFailed
 from memories.importers import jsonstream, unpacking
 from memories.importers.base import Record, Refused, Stream, identities, place
-from memories.importers.sources import Source, lines_of
+from memories.importers.sources import Source, lines_of, missing
 
 FORMAT = "openmemory"
 IDENTITIES = {"app": "metadata"}
@@ -65,7 +65,10 @@ def _from_lines(
     mapping: dict[str, str],
     budget: unpacking.Budget,
 ) -> Stream:
-    with archive.open(member) as raw, gzip.GzipFile(fileobj=raw) as unzipped:
+    # The zip member is read through its own check, so that damage to it is
+    # told apart from damage to the gzip stream inside it.
+    raw = unpacking.member(archive, member, budget, count=False)
+    with raw, gzip.GzipFile(fileobj=raw) as unzipped:
         text = io.TextIOWrapper(unpacking.metered(unzipped, budget), encoding="utf-8")
         try:
             for line, value in lines_of(text, label):
@@ -85,15 +88,15 @@ def _from_json(
     mapping: dict[str, str],
     budget: unpacking.Budget,
 ) -> Stream:
-    with archive.open(member) as raw:
-        text = io.TextIOWrapper(unpacking.metered(raw, budget), encoding="utf-8")
+    with unpacking.member(archive, member, budget) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8")
         events = jsonstream.Events(text, label)
         try:
             yield from _json_memories(events, mapping)
-        except (OSError, zlib.error, zipfile.BadZipFile):
-            raise ValidationFailed(f"{label}: the archive is damaged.") from None
         except UnicodeDecodeError:
             raise ValidationFailed(f"{label}: not UTF-8 text.") from None
+        if "memories" not in events.found:
+            raise ValidationFailed(missing(label, ("memories",), "OpenMemory's export"))
 
 
 def _json_memories(events: jsonstream.Events, mapping: dict[str, str]) -> Stream:

@@ -258,9 +258,7 @@ class _Importer:
         origin = {"format": self.options.format, "file": label}
         if record.source_id is not None:
             origin["id"] = record.source_id
-        metadata = validation.metadata(
-            {**metadata, base.IMPORTED_FROM: {**origin, **base.jsonable(record.extra)}}
-        )
+        metadata = base.with_provenance(metadata, origin, record.extra)
         agent = validation.label(record.agent, field="agent", shown=True)
         if agent is not None:
             record.agent = agent

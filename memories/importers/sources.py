@@ -56,10 +56,26 @@ def lines_of(stream: IO[str], label: str) -> Iterator[tuple[int, dict[str, Any]]
         raise ValidationFailed(f"{label}: {not_utf8_near(number + 1)}.") from None
 
 
-def documents(source: Source, arrays: frozenset[str]) -> Iterator[tuple[Any, Any, Any, int]]:
-    """Yield a JSON document's top-level items (see ``jsonstream.Events.items``)."""
+def documents(
+    source: Source, arrays: frozenset[str], *, needs: tuple[str, ...] = (), what: str = ""
+) -> Iterator[tuple[Any, Any, Any, int]]:
+    """Yield a JSON document's top-level items (see ``jsonstream.Events.items``).
+
+    A document that is an object must hold one of the arrays ``needs`` names
+    (empty or not), or it is not ``what``: without this, a file of another
+    format, or one memory not in an array, "succeeded" with 0 of 0 records.
+    """
     with source.text() as stream:
+        events = jsonstream.Events(stream, source.label)
         try:
-            yield from jsonstream.Events(stream, source.label).items(arrays)
+            yield from events.items(arrays)
         except UnicodeDecodeError:
             raise ValidationFailed(f"{source.label}: not UTF-8 text.") from None
+        if needs and not events.found & {None, *needs}:
+            raise ValidationFailed(missing(source.label, needs, what))
+
+
+def missing(label: str, needs: tuple[str, ...], what: str) -> str:
+    names = [f"`{name}`" for name in needs]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    return f"{label}: no {listed} array; is this {what}?"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import io
 import os
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,18 +46,39 @@ class Readable(Protocol):
 
 
 class Metered(io.RawIOBase):
-    """A binary stream that takes what is read from it out of a ``Budget``."""
+    """A binary stream that takes what is read from it out of a ``Budget``.
 
-    def __init__(self, inner: Readable, budget: Budget) -> None:
+    Given a ``label``, it is a zip member's, and damage found while reading
+    it (a bad CRC, deflate data that does not inflate) is refused naming it.
+    """
+
+    def __init__(self, inner: Readable, budget: Budget | None, label: str | None = None) -> None:
         self._inner = inner
         self._budget = budget
+        self._label = label
 
     def readable(self) -> bool:
         return True
 
+    def close(self) -> None:
+        # A member's stream is ours to close: the archive's file stays open
+        # while any member's is.
+        if self._label is not None and not self.closed:
+            close = getattr(self._inner, "close", None)
+            if close is not None:
+                close()
+        super().close()
+
     def readinto(self, buffer: Any) -> int:
-        data = self._inner.read(len(buffer))
-        self._budget.take(len(data))
+        if self._label is None:
+            data = self._inner.read(len(buffer))
+        else:
+            try:
+                data = self._inner.read(len(buffer))
+            except (zipfile.BadZipFile, zlib.error, EOFError, OSError):
+                raise damaged(self._label) from None
+        if self._budget is not None:
+            self._budget.take(len(data))
         buffer[: len(data)] = data
         return len(data)
 
@@ -63,3 +86,26 @@ class Metered(io.RawIOBase):
 def metered(inner: Readable, budget: Budget) -> io.BufferedReader:
     """``inner`` read through ``budget``, buffered."""
     return io.BufferedReader(Metered(inner, budget))
+
+
+def member(
+    archive: zipfile.ZipFile, name: str | zipfile.ZipInfo, budget: Budget, *, count: bool = True
+) -> io.BufferedReader:
+    """Open a zip archive's member, read through ``budget``; damage in it is refused by name.
+
+    ``count=False`` when what is read is unpacked further (a gzip inside):
+    the caller counts what that unpacks to instead.
+
+    Without this, a damaged member stopped an import with zipfile's or zlib's
+    own exception, named by neither archive nor member.
+    """
+    label = f"{budget.label}:{name.filename if isinstance(name, zipfile.ZipInfo) else name}"
+    try:
+        raw = archive.open(name)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError):
+        raise damaged(label) from None
+    return io.BufferedReader(Metered(raw, budget if count else None, label))
+
+
+def damaged(label: str) -> ValidationFailed:
+    return ValidationFailed(f"{label}: the archive is damaged.")

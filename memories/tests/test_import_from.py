@@ -615,10 +615,13 @@ def test_a_csv_quote_left_open_stops_the_import_at_its_line(cast, tmp_path):
         imported("alice@example.com", "csv", path)
 
 
-def test_a_csv_field_past_the_limit_is_refused_at_its_own_line(cast, tmp_path):
+def test_a_csv_field_past_the_limit_is_refused_at_its_own_line(cast, tmp_path, monkeypatch):
     # The reader counts a line once it parsed it, so the message named the line before.
+    from memories.importers import generic
+
+    monkeypatch.setattr(generic, "FIELD_MAX_CHARS", 150_000)
     path = tmp_path / "big.csv"
-    path.write_text("content\nfirst\nsecond\n" + "x" * 140_000 + "\nlast\n")
+    path.write_text("content\nfirst\nsecond\n" + "x" * 160_000 + "\nlast\n")
 
     with pytest.raises(CommandError, match=r"big\.csv, line 4: field larger than field limit"):
         imported("alice@example.com", "csv", path)
