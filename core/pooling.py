@@ -21,6 +21,7 @@ In the default ``session`` mode each of these behaves as it always has.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -87,6 +88,10 @@ def lock_params() -> dict[str, Any]:
     return _through_default()
 
 
+# How often a process waiting for an advisory lock asks again.
+LOCK_POLL_SECONDS = 0.25
+
+
 @contextmanager
 def advisory_lock(key: int, *, wait: bool = True) -> Iterator[bool]:
     """Hold PostgreSQL advisory lock ``key`` for the block; yield whether it is held.
@@ -97,13 +102,20 @@ def advisory_lock(key: int, *, wait: bool = True) -> Iterator[bool]:
     session lock would stay on whichever server connection took it, so the
     lock is taken by a transaction of a connection of its own, open for as
     long as the block runs, and ends with it: a crash releases it too.
+
+    Waiting is asking again every ``LOCK_POLL_SECONDS``, never a statement
+    that blocks: a waiting statement holds a snapshot, and the holder's
+    ``CREATE INDEX CONCURRENTLY`` (a migration) waits for every snapshot
+    older than its own. PostgreSQL then failed the waiter as a deadlock:
+    servers started together on an empty database crashed but one.
     """
     if not transaction_mode():
-        take = "pg_advisory_lock" if wait else "pg_try_advisory_lock"
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {take}(%s)", [key])
-            row = cursor.fetchone()
-        held = wait or bool(row and row[0])
+        held = _try_session_lock(key)
+        if wait and not held:
+            _log_wait(key)
+        while wait and not held:
+            time.sleep(LOCK_POLL_SECONDS)
+            held = _try_session_lock(key)
         try:
             yield held
         finally:
@@ -114,11 +126,43 @@ def advisory_lock(key: int, *, wait: bool = True) -> Iterator[bool]:
 
     import psycopg
 
-    take = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
     with psycopg.connect(**lock_params(), autocommit=False, prepare_threshold=None) as holder:
-        row = holder.execute(f"SELECT {take}(%s)", [key]).fetchone()
-        held = wait or bool(row and row[0])
+        held = _try_transaction_lock(holder, key)
+        if wait and not held:
+            _log_wait(key)
+        while wait and not held:
+            time.sleep(LOCK_POLL_SECONDS)
+            held = _try_transaction_lock(holder, key)
         try:
             yield held
         finally:
             holder.rollback()  # ends the transaction, and with it the lock
+
+
+def _try_session_lock(key: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def _try_transaction_lock(holder: Any, key: int) -> bool:
+    """Take the lock in ``holder``'s open transaction, or end that transaction and say no.
+
+    The key is sent as a literal: a bound parameter leaves the statement's
+    unnamed portal, and with it a snapshot (``backend_xmin``), in place
+    while the transaction stays open, and the holder's own migrations'
+    ``CREATE INDEX CONCURRENTLY`` then waited for it forever.
+    """
+    from psycopg import sql
+
+    statement = sql.SQL("SELECT pg_try_advisory_xact_lock({})").format(sql.Literal(int(key)))
+    row = holder.execute(statement).fetchone()
+    if row and row[0]:
+        return True
+    holder.rollback()
+    return False
+
+
+def _log_wait(key: int) -> None:
+    logger.info("waiting for another process's advisory lock", extra={"lock": key})

@@ -248,12 +248,16 @@ def wait_for(what: str, done: Callable[[], bool], process: subprocess.Popen[str]
 
 
 def waiting_on_lock(holder: psycopg.Connection, application: str) -> Callable[[], bool]:
-    """Whether the process that connected as ``application`` waits on an advisory lock."""
+    """Whether the process that connected as ``application`` waits on an advisory lock.
+
+    It asks for the lock again and again (``pooling.advisory_lock``), so its
+    last statement is that question.
+    """
 
     def waiting() -> bool:
         row = holder.execute(
             "SELECT count(*) FROM pg_stat_activity"
-            " WHERE application_name = %s AND wait_event = 'advisory'",
+            " WHERE application_name = %s AND query LIKE 'SELECT pg_try_advisory_lock(%%'",
             [application],
         ).fetchone()
         return bool(row and row[0])
