@@ -150,11 +150,21 @@ class _PeerSync:
 
     def _note_failure(self) -> None:
         if not self._failing:
-            logger.warning(
-                "auth cache sync unavailable: other instances will see key changes "
-                "within the cache TTL",
-                extra={"ttl_s": settings.AUTH_CACHE_TTL_SECONDS},
-            )
+            from core import pooling
+
+            if pooling.direct_params() is not None:
+                # Each server also listens for the database's NOTIFY: a
+                # revocation still arrives at once, by that road.
+                logger.warning(
+                    "auth cache sync through redis unavailable: key changes still reach "
+                    "other instances at once through the database's notifications"
+                )
+            else:
+                logger.warning(
+                    "auth cache sync unavailable: other instances will see key changes "
+                    "within the cache TTL",
+                    extra={"ttl_s": settings.AUTH_CACHE_TTL_SECONDS},
+                )
         self._failing = True
 
 

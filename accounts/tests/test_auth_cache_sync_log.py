@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from accounts import keycache
 
 
@@ -17,7 +19,21 @@ class FlakyRedis:
         return b"7"
 
 
-def test_the_sync_logs_its_outage_and_its_end(settings, monkeypatch, caplog):
+@pytest.mark.parametrize(
+    ("pool_mode", "direct", "first_said"),
+    [
+        # The database's NOTIFY still carries a revocation at once.
+        ("session", None, "auth cache sync through redis unavailable: key changes still reach"),
+        # Behind a transaction pooler with no session of its own, nothing does.
+        ("transaction", None, "auth cache sync unavailable: other instances will see"),
+    ],
+    ids=["listening", "pooled"],
+)
+def test_the_sync_logs_its_outage_and_its_end(
+    settings, monkeypatch, caplog, pool_mode, direct, first_said
+):
+    settings.DATABASE_POOL_MODE = pool_mode
+    settings.DATABASE_DIRECT_URL = direct
     settings.REDIS_URL = "redis://127.0.0.1:6390/0"
     settings.AUTH_CACHE_SYNC_SECONDS = 0
     sync = keycache._PeerSync()
@@ -34,6 +50,6 @@ def test_the_sync_logs_its_outage_and_its_end(settings, monkeypatch, caplog):
 
     said = [r.getMessage() for r in caplog.records if r.name == keycache.logger.name]
     assert len(said) == 2
-    assert said[0].startswith("auth cache sync unavailable")
+    assert said[0].startswith(first_said)
     assert said[1].startswith("auth cache sync is back")
     assert "6390" not in caplog.text
