@@ -16,6 +16,7 @@ from django.conf import settings
 from accounts import tiers
 from accounts.models import User
 from billing import services
+from core import tenancy
 from core.errors import RecallError, ValidationFailed
 
 if TYPE_CHECKING:
@@ -76,12 +77,8 @@ def start_checkout(*, user: User, tier: str, success_url: str, cancel_url: str) 
         "success_url": success_url,
         "cancel_url": cancel_url,
     }
-    known = customer_id(user)
-    if known:
-        params["customer"] = known
-    else:
-        params["customer_email"] = user.email
     try:
+        params["customer"] = customer_id(user) or _new_customer(user)
         session = client().v1.checkout.sessions.create(params=params)
     except stripe.StripeError as exc:
         logger.warning("stripe checkout failed", extra={"error": type(exc).__name__})
@@ -91,6 +88,24 @@ def start_checkout(*, user: User, tier: str, success_url: str, cancel_url: str) 
         logger.warning("stripe checkout returned no url")
         raise PaymentsUnavailable(UNAVAILABLE)
     return session.url
+
+
+def _new_customer(user: User) -> str:
+    """Make the user's Stripe customer and link it, before their first checkout.
+
+    Checkout given only an email makes a customer of its own per session:
+    two checkouts started before either finished (two tabs) made two, and
+    the second's link replaced the first's, so "Manage billing" never showed
+    the first subscription. The idempotency key (Stripe keeps one a day)
+    makes the two tabs' requests one customer.
+    """
+    created = client().v1.customers.create(
+        params={"email": user.email, "metadata": {"recall_user_id": str(user.id)}},
+        options={"idempotency_key": f"recall-customer-{user.id}"},
+    )
+    with tenancy.operator():
+        services.link_stripe_customer(customer_id=created.id, user_id=str(user.id))
+    return created.id
 
 
 def portal_url(*, user: User, return_url: str) -> str:

@@ -1,7 +1,7 @@
-"""A local stand-in for the two Stripe API calls Recall makes, on a real socket.
+"""A local stand-in for the Stripe API calls Recall makes, on a real socket.
 
-``FakeStripe`` answers ``POST /v1/checkout/sessions`` and
-``POST /v1/billing_portal/sessions`` the way Stripe does (form-encoded in,
+``FakeStripe`` answers ``POST /v1/customers``, ``POST /v1/checkout/sessions``
+and ``POST /v1/billing_portal/sessions`` the way Stripe does (form-encoded in,
 JSON out) and records every request, so tests can check what was sent.
 Point ``STRIPE_API_BASE`` at ``fake.url``.
 """
@@ -29,6 +29,8 @@ class FakeStripe:
     requests: list[Recorded] = field(default_factory=list)
     # Set to an HTTP status to make every call fail with it.
     fail_with: int | None = None
+    # Customers made, by idempotency key.
+    customers: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         fake = self
@@ -54,6 +56,11 @@ class FakeStripe:
                             "url": f"https://checkout.stripe.test/c/pay/cs_test_{n}",
                         },
                     )
+                elif self.path == "/v1/customers":
+                    # As Stripe: a key seen before answers with what it made then.
+                    key = self.headers.get("Idempotency-Key") or f"none-{next(ids)}"
+                    made = fake.customers.setdefault(key, f"cus_fake_{len(fake.customers) + 1}")
+                    self._send(200, {"id": made, "object": "customer"})
                 elif self.path == "/v1/billing_portal/sessions":
                     n = next(ids)
                     self._send(

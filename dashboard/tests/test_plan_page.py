@@ -72,16 +72,46 @@ def test_upgrading_starts_stripe_checkout_for_this_user(cast, alice_client, fake
 
     assert response.status_code == 302
     assert response["Location"].startswith("https://checkout.stripe.test/c/pay/cs_test_")
-    [sent] = fake_stripe.requests
+    made, sent = fake_stripe.requests
+    # Her customer first, linked before she pays (see the next test for why).
+    assert made.path == "/v1/customers"
+    assert made.form == {
+        "email": "alice@example.com",
+        "metadata[recall_user_id]": str(cast.alice.id),
+    }
+    assert made.headers["Idempotency-Key"] == f"recall-customer-{cast.alice.id}"
+    assert BillingAccount.objects.get(user=cast.alice).stripe_customer_id == "cus_fake_1"
     assert sent.path == "/v1/checkout/sessions"
     assert sent.headers["Authorization"] == "Bearer sk_test_recall"
     assert sent.form["mode"] == "subscription"
     assert sent.form["line_items[0][price]"] == "price_pro"
     assert sent.form["client_reference_id"] == str(cast.alice.id)
-    assert sent.form["customer_email"] == "alice@example.com"
+    assert sent.form["customer"] == "cus_fake_1"
+    assert "customer_email" not in sent.form
     assert sent.form["subscription_data[metadata][recall_user_id]"] == str(cast.alice.id)
     assert sent.form["success_url"] == "http://testserver/plan/?checkout=success"
     assert sent.form["cancel_url"] == "http://testserver/plan/?checkout=cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_checkouts_started_at_once_are_one_customers(cast, fake_stripe):
+    # Given only an email, Stripe made a customer per session: two tabs made
+    # two, the second's link replaced the first's, and the first subscription
+    # could not be managed (or cancelled) from the dashboard.
+    from django.test import Client
+
+    from tests.support import at_once
+
+    def checkout() -> int:
+        browser = Client()
+        browser.force_login(cast.alice)
+        return browser.post("/plan/checkout/", {"tier": "pro"}).status_code
+
+    assert at_once(2, checkout) == [302, 302]
+
+    sessions = [r for r in fake_stripe.requests if r.path == "/v1/checkout/sessions"]
+    assert [r.form["customer"] for r in sessions] == ["cus_fake_1", "cus_fake_1"]
+    assert BillingAccount.objects.get(user=cast.alice).stripe_customer_id == "cus_fake_1"
 
 
 def test_a_linked_customer_checks_out_as_itself(cast, alice_client, fake_stripe):
@@ -138,9 +168,11 @@ def test_charlie_checks_out_as_charlie(cast, charlie_client, fake_stripe):
     charlie_client.post("/plan/checkout/", {"tier": "pro"})
     charlie_client.post("/plan/portal/")
 
-    [sent] = fake_stripe.requests  # no portal for Charlie: he has no customer
+    made, sent, portal = fake_stripe.requests
+    assert made.form["email"] == "charlie@example.com"
     assert sent.form["client_reference_id"] == str(cast.charlie.id)
-    assert sent.form["customer_email"] == "charlie@example.com"
+    assert sent.form["customer"] == portal.form["customer"] == "cus_fake_1"
+    assert BillingAccount.objects.get(user=cast.alice).stripe_customer_id == "cus_alice"
 
 
 def test_with_stripe_the_plans_forms_may_lead_on_to_stripes_pages(cast, alice_client, fake_stripe):
