@@ -146,12 +146,26 @@ def test_the_free_tier_quota_stops_an_import(cast, alice_client, settings):
     upload(alice_client, "mem0.json")
     services.run_next_job()
 
+    # What fits is stored: a batch over the quota used to store nothing at all.
     job = the_job(cast.alice)
     assert job.status == "failed" and job.error_code == "quota_exceeded"
+    assert len(contents(cast.alice)) == 2
+    page = alice_client.get("/memories/").content.decode()
+    assert re.search(r"free tier holds at most 2 memories", page)
+
+
+def test_a_dry_run_says_how_much_the_free_tier_quota_would_leave_out(cast, alice_client, settings):
+    settings.FREE_TIER_MAX_MEMORIES = 2
+
+    upload(alice_client, "mem0.json", dry_run="on")
+    services.run_next_job()
+
+    job = the_job(cast.alice)
+    assert job.status == "done"
+    assert (job.result["imported"], job.result["over_quota"]) == (2, 1)
     assert contents(cast.alice) == set()
-    assert re.search(
-        r"free tier holds at most 2 memories", alice_client.get("/memories/").content.decode()
-    )
+    page = alice_client.get("/memories/").content.decode()
+    assert "would import 2 · 0 duplicates · 2 refused · 1 past the free tier's quota" in page
 
 
 def test_the_background_workers_run_an_uploaded_import(cast, alice_client):

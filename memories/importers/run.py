@@ -100,6 +100,8 @@ class Report:
     refused: int = 0
     embedded: int = 0
     reused: int = 0
+    # Records past the tier's memory quota: not stored (a dry run: would not be).
+    over_quota: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
     vectors: list[str] = field(default_factory=list)  # each decision about stored vectors
@@ -121,9 +123,13 @@ class Report:
 
     def summary(self) -> str:
         verb = "Would import" if self.dry_run else "Imported"
+        quota = ""
+        if self.over_quota:
+            would = "would be" if self.dry_run else "were"
+            quota = f" {self.over_quota:,} {would} past the free tier's memory quota;"
         return (
             f"{verb} {self.imported:,} of {self.read:,} records from {self.source} ({self.format}):"
-            f" {self.duplicates:,} skipped as duplicates, {self.refused:,} refused;"
+            f" {self.duplicates:,} skipped as duplicates, {self.refused:,} refused;{quota}"
             f" {self.reused:,} vectors reused, {self.embedded:,} embedded."
         )
 
@@ -190,10 +196,20 @@ def run_import(
         importer.finish()
     finally:
         importer.close()
+    if options.dry_run and tier is not None:
+        _predict_quota(user_id, tier, report)
     report.seconds = spent + time.monotonic() - started
     if progress is not None:
         progress(report)
     return report
+
+
+def _predict_quota(user_id: uuid.UUID | str, tier: str, report: Report) -> None:
+    """Say in a dry run's report how many of what it would import the quota would leave out."""
+    quota = services.memory_quota(user_id=user_id, tier=tier)
+    if quota.limit is not None:
+        report.over_quota = max(0, quota.used + report.imported - quota.limit)
+        report.imported -= report.over_quota
 
 
 @dataclass
@@ -326,23 +342,24 @@ class _Importer:
             vectors=work.vectors,
             model_id=self.embedder.model_id,
             tier=self.tier,
-            finish=lambda inserted: self._settle(work, inserted),
+            finish=lambda inserted, cut: self._settle(work, inserted, cut),
         )
 
-    def _settle(self, work: _Batch, inserted: int) -> None:
+    def _settle(self, work: _Batch, inserted: int, cut: int) -> None:
         with self.lock:
-            self._apply(work, inserted)
+            self._apply(work, inserted, cut)
         if self.checkpoint is not None:
             self.checkpoint(self.report)
 
-    def _apply(self, work: _Batch, inserted: int | None = None) -> None:
+    def _apply(self, work: _Batch, inserted: int | None = None, cut: int = 0) -> None:
         report = self.report
         new = len(work.fresh) if inserted is None else inserted
         report.read = max(report.read, work.read)
         for where, reason in work.refusals:
             report.refuse(where, reason)
         report.imported += new
-        report.duplicates += work.items - new
+        report.over_quota += cut
+        report.duplicates += work.items - new - cut
         if inserted is not None:
             report.reused += work.reused
             report.embedded += len(work.fresh) - work.reused

@@ -25,11 +25,13 @@ from django.conf import settings
 from django.db import connection
 from django.db.models.functions import Now
 
+from accounts import tiers
 from core import context, tenancy
 from core.errors import RecallError
 from memories.models import ImportChunk, Job, JobStatus, Memory
 from memories.services.queue import CHANNEL, JobLost, retry_in, wake
-from memories.services.quota import check_quota
+from memories.services.quota import full as quota_full
+from memories.services.quota import room as importing_room
 from memories.services.shapes import Metadata
 from memories.services.storing import fingerprint
 
@@ -89,7 +91,7 @@ def store_imports(
     vectors: list[np.ndarray],
     model_id: str,
     tier: str | None = None,
-    finish: Callable[[int], None] | None = None,
+    finish: Callable[[int, int], None] | None = None,
 ) -> int:
     """Store a batch of imported memories in one transaction; return how many were new.
 
@@ -97,51 +99,60 @@ def store_imports(
     an expired memory holding a place gives it up, as in ``store``. The
     history trigger records each as created by the acting client, with its
     metadata (``imported_from`` included). ``tier`` applies the free tier's
-    quota. ``finish`` runs inside the transaction with the count, so that a
-    job's progress is saved atomically with what it stored.
+    quota: the batch's first memories up to it are stored, and then
+    ``QuotaExceeded`` stops the import (a batch over the quota used to store
+    none of them). ``finish`` runs inside the transaction with the count
+    stored and the count left out for the quota, so that a job's progress
+    is saved atomically with what it stored.
     """
-    if not items:
-        if finish is not None:
-            with tenancy.tenant(user_id):
-                finish(0)
-        return 0
     with tenancy.tenant(user_id):
-        if tier is not None:
-            check_quota(user_id, tier, adding=len(items))
-        Memory.objects.filter(
-            user_id=user_id,
-            content_hash__in={item.content_hash for item in items},
-            expires_at__lte=Now(),
-        ).delete()
-        with connection.cursor() as cursor:
-            # COPY (binary, vectors too) into a scratch table, then one INSERT:
-            # several times faster than a VALUES list of vector literals
-            # (BENCHMARKS.md, "Imports"). The table lives as long as the
-            # connection (an import's writer keeps one) and is emptied at
-            # every commit, so no batch sees another's rows and no batch pays
-            # for creating and dropping it in the catalog.
-            cursor.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS recall_import_rows (id uuid, agent_id uuid,"
-                " namespace text, source_kind text, author text, path text, thread_id text,"
-                " content text, content_hash text, embedding vector, metadata jsonb,"
-                " priority text, created_at timestamptz, updated_at timestamptz)"
-                " ON COMMIT DELETE ROWS"
-            )
-            _copy_imports(cursor.cursor, items, vectors)
-            cursor.execute(
-                "INSERT INTO memories (id, user_id, agent_id, namespace, source_kind, author, path,"
-                " thread_id, content, content_hash, embedding, embedding_model, metadata, priority,"
-                " created_at, updated_at) SELECT id, %s, agent_id, namespace, source_kind, author,"
-                " path, thread_id, content, content_hash, embedding, %s, metadata, priority,"
-                " coalesce(created_at, statement_timestamp()),"
-                " coalesce(updated_at, created_at, statement_timestamp()) FROM recall_import_rows"
-                " ON CONFLICT ON CONSTRAINT memories_dedup DO NOTHING RETURNING id",
-                [str(user_id), model_id],
-            )
-            inserted = len(cursor.fetchall())
+        left = importing_room(user_id, tier) if tier is not None and items else None
+        cut = 0 if left is None else max(0, len(items) - left)
+        if cut:
+            items, vectors = items[: len(items) - cut], vectors[: len(items) - cut]
+        inserted = _insert_imports(user_id, items, vectors, model_id) if items else 0
         if finish is not None:
-            finish(inserted)
+            finish(inserted, cut)
+    if cut:
+        raise quota_full(tiers.memory_limit(tier or "") or 0)
     return inserted
+
+
+def _insert_imports(
+    user_id: uuid.UUID | str, items: list[ImportItem], vectors: list[np.ndarray], model_id: str
+) -> int:
+    """Insert the batch in the caller's tenant transaction; return how many were new."""
+    Memory.objects.filter(
+        user_id=user_id,
+        content_hash__in={item.content_hash for item in items},
+        expires_at__lte=Now(),
+    ).delete()
+    with connection.cursor() as cursor:
+        # COPY (binary, vectors too) into a scratch table, then one INSERT:
+        # several times faster than a VALUES list of vector literals
+        # (BENCHMARKS.md, "Imports"). The table lives as long as the
+        # connection (an import's writer keeps one) and is emptied at
+        # every commit, so no batch sees another's rows and no batch pays
+        # for creating and dropping it in the catalog.
+        cursor.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS recall_import_rows (id uuid, agent_id uuid,"
+            " namespace text, source_kind text, author text, path text, thread_id text,"
+            " content text, content_hash text, embedding vector, metadata jsonb,"
+            " priority text, created_at timestamptz, updated_at timestamptz)"
+            " ON COMMIT DELETE ROWS"
+        )
+        _copy_imports(cursor.cursor, items, vectors)
+        cursor.execute(
+            "INSERT INTO memories (id, user_id, agent_id, namespace, source_kind, author, path,"
+            " thread_id, content, content_hash, embedding, embedding_model, metadata, priority,"
+            " created_at, updated_at) SELECT id, %s, agent_id, namespace, source_kind, author,"
+            " path, thread_id, content, content_hash, embedding, %s, metadata, priority,"
+            " coalesce(created_at, statement_timestamp()),"
+            " coalesce(updated_at, created_at, statement_timestamp()) FROM recall_import_rows"
+            " ON CONFLICT ON CONSTRAINT memories_dedup DO NOTHING RETURNING id",
+            [str(user_id), model_id],
+        )
+        return len(cursor.fetchall())
 
 
 # pgvector's type, per psycopg connection (its oid differs between databases).

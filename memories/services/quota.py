@@ -39,7 +39,28 @@ def check_quota(
     limit = tiers.memory_limit(tier)
     if limit is None or not adding:
         return
-    uid = str(user_id)
+    if _used(user_id, pending) + adding > limit:
+        raise full(limit)
+
+
+def room(user_id: uuid.UUID | str, tier: str) -> int | None:
+    """How many more memories the user may hold (None: no limit), held so until the
+    transaction ends: the same lock as ``check_quota``'s."""
+    limit = tiers.memory_limit(tier)
+    if limit is None:
+        return None
+    return max(0, limit - _used(user_id, pending=False))
+
+
+def full(limit: int) -> QuotaExceeded:
+    return QuotaExceeded(
+        f"The free tier holds at most {limit} memories. Forget some memories, "
+        "or upgrade to a paid tier for unlimited storage."
+    )
+
+
+def _used(user_id: uuid.UUID | str, pending: bool) -> int:
+    """The user's memories (and with ``pending`` their queued adds), under their quota lock."""
     counted = (
         "SELECT recall_tenant_memory_count() + recall_tenant_queued_items()"
         if pending
@@ -47,14 +68,9 @@ def check_quota(
     )
     with connection.cursor() as lock, connection.cursor() as count:
         with tenancy.pipeline(lock):
-            lock.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [uid])
+            lock.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [str(user_id)])
             count.execute(counted)
-        used = int(count.fetchone()[0])
-    if used + adding > limit:
-        raise QuotaExceeded(
-            f"The free tier holds at most {limit} memories. Forget some memories, "
-            "or upgrade to a paid tier for unlimited storage."
-        )
+        return int(count.fetchone()[0])
 
 
 @dataclass(frozen=True)
