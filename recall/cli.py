@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     command, rest = args[0], args[1:]
     from django.core.exceptions import ImproperlyConfigured
+    from django.db import DatabaseError
 
     try:
         _run(command, rest)
@@ -81,6 +82,14 @@ def main(argv: list[str] | None = None) -> None:
         # (which a desktop client's log would show, and nothing else).
         sys.stderr.write(f"recall {command}: configuration: {exc}\n")
         raise SystemExit(2) from None
+    except DatabaseError as exc:
+        from recall import unreachable
+
+        said = unreachable.describe(exc)
+        if said is None:
+            raise  # a fault in a query, not in the configuration: its traceback helps
+        sys.stderr.write(f"recall {command}: {said}\n")
+        raise SystemExit(1) from None
 
 
 def _run(command: str, rest: list[str]) -> None:
@@ -200,10 +209,7 @@ def serve(argv: list[str] | None = None) -> None:
     if taken:
         # Before the first run's user and key: their banner would point at
         # whatever holds the port, and be shown once.
-        sys.stderr.write(
-            f"recall serve: cannot listen on {settings.HOST}:{settings.PORT} ({taken})."
-            " Stop what holds it, or set HOST and PORT.\n"
-        )
+        sys.stderr.write(f"recall serve: {_cannot_listen(settings.HOST, settings.PORT, taken)}\n")
         raise SystemExit(1)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
     # signal with the handlers it found. Make those a normal exit, so atexit
@@ -255,6 +261,24 @@ def serve(argv: list[str] | None = None) -> None:
                 banner.show()
 
 
+IN_USE = "in use: another server may be running there"
+
+
+def _cannot_listen(host: str, port: int, reason: str) -> str:
+    """Say why ``recall serve`` cannot listen, with the advice that fits ``reason``."""
+    where = f"cannot listen on {host}:{port} ({reason})"
+    if reason == IN_USE:
+        return f"{where}. Stop what holds it, or set HOST and PORT."
+    if reason == os.strerror(errno.EACCES):
+        return f"{where}. Ports below 1024 need privileges: set PORT to 1024 or more."
+    # A name that does not resolve, or an address no interface here has: no
+    # other server is to blame, and HOST alone is wrong.
+    return (
+        f"{where}: HOST is not an address of this machine. Set HOST to one of its"
+        " addresses: 127.0.0.1 for this machine only, 0.0.0.0 for every network."
+    )
+
+
 def _port_taken(host: str, port: int, workers: int) -> str | None:
     """Why ``recall serve`` could not listen on ``host:port``, or None if it could now.
 
@@ -290,7 +314,7 @@ def _bind_fails(addresses: list[tuple[int, tuple[object, ...]]], *, v6_only: boo
                 probe.bind(address)
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
-                    return "in use: another server may be running there"
+                    return IN_USE
                 return str(exc.strerror or exc)
             except (ValueError, TypeError) as exc:  # a host no socket takes (a NUL)
                 return str(exc)

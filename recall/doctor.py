@@ -568,6 +568,16 @@ def data_dir_path() -> Path:
 def running_server(servers: Sequence[instances.Instance]) -> Iterator[Finding]:
     """Find the `recall serve` of this data directory and ask it whether it is ready."""
     name = "server"
+    if not servers and not settings.EMBEDDED_DATABASE:
+        # The data directory row says it is not used; pointing at it here
+        # would send the operator looking for the database there.
+        yield Finding(
+            name,
+            "warning",
+            "no `recall serve` is running on this machine (other machines are not checked)",
+            "start it with `recall serve`, if this machine is to serve",
+        )
+        return
     if not servers:
         yield Finding(
             name,

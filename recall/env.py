@@ -12,6 +12,7 @@ import os
 import re
 import secrets
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,21 @@ def integer(name: str, default: int, *, low: int | None = None, high: int | None
     try:
         value = int(raw)
     except ValueError:
-        raise _bad(name, "an integer", raw) from None
+        raise _bad(name, "a whole number", raw) from None
     if (low is not None and value < low) or (high is not None and value > high):
-        raise _bad(name, f"an integer from {low} to {high}", raw)
+        raise _bad(name, _whole_numbers(low, high), raw)
     return value
+
+
+def _whole_numbers(low: int | None, high: int | None) -> str:
+    """Say which whole numbers a setting takes: "a whole number from 1 to 10", "..., 0 or more"."""
+    if low is not None and high is not None:
+        return f"a whole number from {low} to {high}"
+    if low is not None:
+        return f"a whole number, {low} or more"
+    if high is not None:
+        return f"a whole number, {high} or less"
+    return "a whole number"
 
 
 def number(name: str, default: float, *, low: float, high: float) -> float:
@@ -123,6 +135,32 @@ def rate(name: str, default: str) -> tuple[int, int]:
     return count, _PERIODS[match[2]]
 
 
+def email(name: str, default: str) -> str:
+    """Return an email address as ``create_user`` takes one: a name, an @, a domain."""
+    raw = env.str(name, default="").strip() or default
+    local, at, domain = raw.rpartition("@")
+    if not at or not local or not domain or any(c.isspace() for c in raw) or len(raw) > 254:
+        raise _bad(name, "an email address such as admin@example.com", raw)
+    return raw
+
+
+def http_url(name: str) -> str | None:
+    """Return an http(s) URL with a host, such as an API's base URL; None when unset."""
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return None
+    parsed = urlsplit(raw)
+    expected = "an http(s) URL like https://api.example.com/v1"
+    secret = "@" in parsed.netloc  # credentials in the URL are not echoed
+    try:
+        parsed.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        raise _bad(name, expected, raw, secret) from None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise _bad(name, expected, raw, secret)
+    return raw
+
+
 def redis_url(name: str) -> str | None:
     raw = env.str(name, default="").strip()
     if not raw:
@@ -155,7 +193,11 @@ def public_url(name: str, default: str) -> str:
 def database_url(name: str) -> dict[str, Any]:
     raw = env.str(name, default="").strip()
     try:
-        config = environ.Env.db_url_config(raw)
+        # django-environ warns of a scheme it does not know, quoting the parsed
+        # URL, password included; the check below says it in one line.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = environ.Env.db_url_config(raw)
     except Exception:
         raise _bad(
             name, "a URL like postgres://user:password@host:5432/dbname", None, True

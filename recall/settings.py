@@ -226,7 +226,8 @@ OPENAI_API_KEY = env.string("OPENAI_API_KEY")
 EMBEDDING_PROVIDER = env.choice(
     "EMBEDDING_PROVIDER", "openai" if OPENAI_API_KEY else "local", ["local", "openai"]
 )
-OPENAI_BASE_URL = env.string("OPENAI_BASE_URL") or None
+# Checked here: a URL the client cannot use failed only at the first embedding.
+OPENAI_BASE_URL = env.http_url("OPENAI_BASE_URL")
 OPENAI_EMBEDDING_MODEL = env.string("OPENAI_EMBEDDING_MODEL", "text-embedding-3-small")
 # Only needed for models whose width Recall does not know; otherwise probed.
 OPENAI_EMBEDDING_DIMENSIONS = env.integer("OPENAI_EMBEDDING_DIMENSIONS", 0, low=0, high=16000)
@@ -234,6 +235,35 @@ OPENAI_TIMEOUT = env.number("OPENAI_TIMEOUT", 30.0, low=0.1, high=600.0)
 OPENAI_MAX_RETRIES = env.integer("OPENAI_MAX_RETRIES", 3, low=0, high=10)
 EMBEDDING_BATCH_SIZE = env.integer("EMBEDDING_BATCH_SIZE", 64, low=1, high=2048)
 RECALL_LOCAL_MODEL_DIR = env.string("RECALL_LOCAL_MODEL_DIR") or None
+
+
+def _check_model_directory(raw: str) -> None:
+    """Refuse a RECALL_LOCAL_MODEL_DIR without the files memories/embeddings/local.py loads.
+
+    Checked here, before anything starts: found only as the model loaded, it
+    came as a traceback, once migrations (and maybe the first run's user and
+    key, whose banner a failed start never shows) were done.
+    """
+    directory = Path(raw).expanduser()
+    if not directory.is_dir():
+        problem = "is not a directory"
+    elif not any((directory / name).is_file() for name in ("model.onnx", "onnx/model.onnx")):
+        problem = "holds no model.onnx (nor onnx/model.onnx)"
+    elif not any(
+        (directory / name).is_file() for name in ("tokenizer.json", "onnx/tokenizer.json")
+    ):
+        problem = "holds no tokenizer.json (nor onnx/tokenizer.json)"
+    else:
+        return
+    raise ImproperlyConfigured(
+        "RECALL_LOCAL_MODEL_DIR must be a directory holding an ONNX sentence-transformer "
+        f"export (model.onnx and tokenizer.json); {str(directory)!r} {problem}."
+    )
+
+
+if EMBEDDING_PROVIDER == "local" and RECALL_LOCAL_MODEL_DIR is not None:
+    _check_model_directory(RECALL_LOCAL_MODEL_DIR)
+
 # The default threshold on score (memories/scoring.py) for every search that names none.
 RECALL_DEFAULT_THRESHOLD = env.optional_number("RECALL_DEFAULT_THRESHOLD", low=0.0, high=1.0)
 
@@ -344,7 +374,8 @@ REQUEST_TIMEOUT_SECONDS = env.number("REQUEST_TIMEOUT_SECONDS", 30.0, low=0.5, h
 USAGE_BUFFER_EVENTS = env.integer("USAGE_BUFFER_EVENTS", 100_000, low=0, high=10_000_000)
 # The first user `recall serve` creates on an empty database, and their tier:
 # on one's own machine the operator is not throttled by a tier sold to others.
-RECALL_ADMIN_EMAIL = env.string("RECALL_ADMIN_EMAIL", "admin@localhost")
+# Checked here: the first run would refuse it only after migrating, mid start-up.
+RECALL_ADMIN_EMAIL = env.email("RECALL_ADMIN_EMAIL", "admin@localhost")
 RECALL_ADMIN_TIER = env.choice(
     "RECALL_ADMIN_TIER", "unlimited", ["free", "starter", "pro", "team", "unlimited"]
 )
@@ -501,7 +532,7 @@ LOGGING = {
     "loggers": {
         **{
             name: {"level": _LEVELS[LOG_LEVEL]}
-            for name in ("recall", "accounts", "memories", "billing", "dashboard")
+            for name in ("recall", "accounts", "memories", "billing", "dashboard", "oauth", "core")
         },
         "uvicorn.error": {"level": _LEVELS[LOG_LEVEL]},
         # psycopg warns when it closes a pipeline on a connection already lost,

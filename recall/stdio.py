@@ -20,7 +20,7 @@ from core import context, stalls
 from memories import jobs
 from memories.mcp import build_server, build_v1_server, runtime, v1_tools
 from memories.mcp import stdio as admission
-from recall import startup, stdio_transport
+from recall import startup, stdio_transport, unreachable
 
 
 def run(tools: str = "mcp") -> None:
@@ -84,8 +84,11 @@ def refused_key() -> str:
     try:
         with tenancy.operator():
             anyone = services.has_users()
-    except DatabaseError:  # not migrated yet: no users either
-        anyone = False
+    except DatabaseError as exc:
+        if unreachable.describe(exc) is not None:
+            # Nothing can be said of the key; `recall` says the database is out of reach.
+            raise
+        anyone = False  # not migrated yet: no users either
     if not anyone:
         return (
             f"RECALL_API_KEY is not a valid, live API key for {where}, which has no users:"
