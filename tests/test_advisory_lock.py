@@ -11,6 +11,7 @@ forever.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -48,7 +49,9 @@ def _build_an_index_concurrently(name: str) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_process_waiting_for_the_lock_holds_no_snapshot_the_holders_index_build_waits_for():
+def test_a_process_waiting_for_the_lock_holds_no_snapshot_the_holders_index_build_waits_for(
+    caplog,
+):
     with _superuser() as holder:
         holder.execute("SELECT pg_advisory_lock(%s)", [LOCK])
         outcome: list[bool] = []
@@ -70,6 +73,10 @@ def test_a_process_waiting_for_the_lock_holds_no_snapshot_the_holders_index_buil
         holder.execute("SELECT pg_advisory_unlock(%s)", [LOCK])
         waiter.join(10)
     assert outcome == [True]
+    # The operator learns why a server is not up yet: the line was written to
+    # a logger the configuration left at WARNING, whatever LOG_LEVEL said.
+    assert pooling.logger.isEnabledFor(logging.INFO)
+    assert "waiting for another process's advisory lock" in caplog.text
 
 
 @pytest.mark.django_db(transaction=True)
