@@ -16,6 +16,8 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import IntegrityError, connection, models, transaction
+from django.db.models import QuerySet, Value
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from accounts import holdings, keycache, tiers
@@ -66,7 +68,7 @@ def issue_key(
     with tenancy.operator():
         scoped = None
         if agent is not None:
-            scoped = Agent.objects.filter(user=user, name__iexact=agent.strip()).first()
+            scoped = _named(Agent.objects.filter(user=user), agent.strip()).first()
             if scoped is None:
                 raise ValidationFailed(f"{user.email} has no agent called {agent!r}.")
         return ApiKey.objects.issue(user=user, name=name, tier=tier, agent=scoped)
@@ -344,13 +346,23 @@ def _own_agent(user_id: uuid.UUID | str, agent_id: uuid.UUID | str) -> Agent:
     return agent
 
 
+def _named(agents: QuerySet[Agent], name: str) -> QuerySet[Agent]:
+    """The agents called ``name`` in any case, folded as the unique index folds it.
+
+    ``iexact`` compares UPPER(), which the index's lower() does not always
+    agree with (the Kelvin sign, final sigma): a name the index refused could
+    then be found by no lookup.
+    """
+    return agents.annotate(folded=Lower("name")).filter(folded=Lower(Value(name)))
+
+
 def create_agent(*, user_id: uuid.UUID | str, name: object) -> Agent:
     """Create an agent for the user. Names are unique per user."""
     clean = _agent_name(name)
     taken = ValidationFailed(f"You already have an agent called {clean!r}.")
     try:
         with tenancy.tenant(user_id):
-            if Agent.objects.filter(user_id=user_id, name__iexact=clean).exists():
+            if _named(Agent.objects.filter(user_id=user_id), clean).exists():
                 raise taken
             return Agent.objects.create(user_id=user_id, name=clean)
     except IntegrityError:
@@ -368,7 +380,7 @@ def agent_called(*, user_id: uuid.UUID | str, name: object) -> tuple[Agent, bool
     clean = _agent_name(name)
     for _ in range(2):
         with tenancy.tenant(user_id):
-            found = Agent.objects.filter(user_id=user_id, name__iexact=clean).first()
+            found = _named(Agent.objects.filter(user_id=user_id), clean).first()
         if found is not None:
             return found, False
         try:
@@ -404,7 +416,7 @@ def rename_agent(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str, name: o
     clean = _agent_name(name)
     with tenancy.tenant(user_id):
         agent = _own_agent(user_id, agent_id)
-        clash = Agent.objects.filter(user_id=user_id, name__iexact=clean).exclude(id=agent.id)
+        clash = _named(Agent.objects.filter(user_id=user_id), clean).exclude(id=agent.id)
         if clash.exists():
             raise ValidationFailed(f"You already have an agent called {clean!r}.")
         Agent.objects.filter(id=agent.id).update(name=clean)

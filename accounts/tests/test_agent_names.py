@@ -123,3 +123,16 @@ def test_an_agent_found_or_made_by_several_callers_at_once_is_the_same_one(cast)
     assert len(outcomes) == 5
     assert len({agent_id for agent_id, _ in outcomes}) == 1
     assert sum(made for _, made in outcomes) == 1
+
+
+def test_a_name_the_index_folds_like_another_is_found_by_it(cast):
+    # The unique index folds with lower(), the lookups folded with UPPER():
+    # "Kelvin" spelt with the Kelvin sign (U+212A) is "kelvin" to lower() and
+    # not to UPPER(), so the index refused "kelvin" and no lookup found it.
+    kelvin = services.create_agent(user_id=cast.alice.id, name="\u212aelvin")
+
+    found, made = services.agent_called(user_id=cast.alice.id, name="kelvin")
+
+    assert (found.id, made) == (kelvin.id, False)
+    with pytest.raises(ValidationFailed, match="already have an agent called 'kelvin'"):
+        services.create_agent(user_id=cast.alice.id, name="kelvin")

@@ -372,19 +372,17 @@ class _Importer:
 
         names: set[str] = {name for _, _, name in batch if name}
         if names and self.agents is None:
-            self.agents = {
-                a.name.casefold(): a.id for a in accounts.list_agents(user_id=self.user_id)
-            }
+            self.agents = {a.name.lower(): a.id for a in accounts.list_agents(user_id=self.user_id)}
         agents = self.agents if self.agents is not None else {}
         for name in sorted(names):
-            if name.casefold() not in agents and not self.options.dry_run:
+            if name.lower() not in agents and not self.options.dry_run:
                 made, _ = accounts.agent_called(user_id=self.user_id, name=name)
-                agents[name.casefold()] = made.id
+                agents[name.lower()] = made.id
         out = []
         for item, _, named in batch:
-            agent = agents.get(named.casefold()) if named else None
+            agent = agents.get(named.lower()) if named else None
             if named and agent is None:  # a dry run: an agent that does not exist yet
-                agent = uuid.uuid5(uuid.NAMESPACE_OID, named.casefold())
+                agent = uuid.uuid5(uuid.NAMESPACE_OID, named.lower())
             out.append(_replace(item, agent_id=agent))
         return out
 

@@ -594,15 +594,15 @@ def _import_agents(user_id: uuid.UUID | str, names: set[str], agents: dict[str, 
     """Find (or create) the user's agents named in an import, into ``agents`` by name."""
     from accounts import services as account_services
 
-    missing = {name for name in names if name.casefold() not in agents}
+    missing = {name for name in names if name.lower() not in agents}
     if not missing:
         return
     for agent in account_services.list_agents(user_id=user_id):
-        agents[agent.name.casefold()] = agent.id
+        agents[agent.name.lower()] = agent.id
     for name in sorted(missing):
-        if name.casefold() not in agents:
+        if name.lower() not in agents:
             agent, _ = account_services.agent_called(user_id=user_id, name=name)
-            agents[name.casefold()] = agent.id
+            agents[name.lower()] = agent.id
 
 
 def _import_batch(
