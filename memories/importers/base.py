@@ -189,14 +189,37 @@ def with_provenance(
     def whole() -> dict[str, Any]:
         found = {**origin, **kept}
         if dropped:
-            found[DROPPED] = sorted(dropped)
+            found[DROPPED] = _named(dropped)
         return {**own, IMPORTED_FROM: found}
 
+    # Largest first, each field sized once: sizing the whole again after
+    # every drop took minutes for a record of a few thousand small fields.
+    over = _size(whole()) - validation.METADATA_MAX_BYTES
+    by_size = sorted(kept, key=lambda key: _size({key: kept[key]}), reverse=True)
+    for key in by_size:
+        if over <= 0:
+            break
+        over -= _size({key: kept.pop(key)})
+        dropped.append(key)
     while kept and _size(whole()) > validation.METADATA_MAX_BYTES:
-        largest = max(kept, key=lambda key: _size(kept[key]))
-        del kept[largest]
-        dropped.append(largest)
+        # The estimate's margin (the names listed grow as fields go): rare.
+        key = next(iter(kept))
+        kept.pop(key)
+        dropped.append(key)
     return validation.metadata(whole())
+
+
+# How many names of fields left out are kept, and how much of each: the list
+# itself must never be what takes the metadata past its limit.
+DROPPED_NAMES = 10
+DROPPED_NAME_CHARS = 64
+
+
+def _named(dropped: list[str]) -> list[str]:
+    names = sorted(name[:DROPPED_NAME_CHARS] for name in dropped)
+    if len(names) <= DROPPED_NAMES:
+        return names
+    return [*names[:DROPPED_NAMES], f"and {len(names) - DROPPED_NAMES:,} more"]
 
 
 def _size(value: Any) -> int:

@@ -45,7 +45,6 @@ def read(source: Source, *, ids: str | None = None, **_: Any) -> Stream:  # noqa
     names: dict[str, str] = {}  # agent id -> name
     owners: dict[str, list[str]] = {}  # block id -> agent names
     blocks: list[tuple[dict[str, Any], str]] = []
-    held: list[tuple[dict[str, Any], str]] = []  # passages whose agent is not read yet
     first_name: str | None = None
     created: Any = None
     for key, index, value, line in documents(
@@ -68,27 +67,18 @@ def read(source: Source, *, ids: str | None = None, **_: Any) -> Stream:  # noqa
         elif key in ("blocks", "core_memory") and index is not None:
             blocks.append((value, where))
         elif key in PASSAGES and index is not None:
-            if _unplaced(value, names):
-                # Its agent may come later in the file: which agent a passage
-                # goes to must not depend on the order of the file's keys.
-                held.append((value, where))
-                continue
+            # Streamed, so it goes to its agent if the file listed that agent
+            # before it. Holding passages back until the end would hold every
+            # vector of an API export of passages (whose agents are never in
+            # the file) in memory.
             yield _passage(value, where, mapping, names)
         elif key == "name" and isinstance(value, str):
             first_name = value
         elif key == "created_at":
             created = value
-    for value, where in held:
-        yield _passage(value, where, mapping, names)
     # Blocks last: agents may be named after them in the file.
     for value, where in blocks:
         yield _block(value, where, mapping, owners, first_name, created)
-
-
-def _unplaced(value: Any, names: dict[str, str]) -> bool:
-    """Return whether a passage names an agent not read yet."""
-    agent = value.get("agent_id") if isinstance(value, dict) else None
-    return agent is not None and str(agent) not in names
 
 
 def _block(

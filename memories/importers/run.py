@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from django.db import connection
 
-from core import context
+from core import context, tenancy
 from core.errors import EmbeddingUnavailable, RecallError, ValidationFailed
 from memories import embeddings, services, validation
 from memories.importers import (
@@ -48,6 +48,7 @@ from memories.importers import (
     openmemory,
 )
 from memories.importers.sources import Source
+from memories.services import quota
 
 BATCH = 256
 # Writer threads of the operator's command (BENCHMARKS.md, "Imports").
@@ -206,9 +207,12 @@ def run_import(
 
 def _predict_quota(user_id: uuid.UUID | str, tier: str, report: Report) -> None:
     """Say in a dry run's report how many of what it would import the quota would leave out."""
-    quota = services.memory_quota(user_id=user_id, tier=tier)
-    if quota.limit is not None:
-        report.over_quota = max(0, quota.used + report.imported - quota.limit)
+    # The count the import itself would meet (expired memories not yet
+    # purged are not counted), taken as it would take it.
+    with tenancy.tenant(user_id):
+        left = quota.room(user_id, tier)
+    if left is not None:
+        report.over_quota = max(0, report.imported - left)
         report.imported -= report.over_quota
 
 

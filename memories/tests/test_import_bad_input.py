@@ -91,6 +91,31 @@ def test_an_extra_field_too_large_to_keep_costs_only_its_copy(cast, tmp_path, va
     assert odd["imported_from"]["small"] == 1 and "weird" not in odd["imported_from"]
 
 
+@pytest.mark.parametrize(
+    ("extra", "listed"),
+    [
+        # A field whose name alone is past the limit: the list of what was
+        # left out took the metadata over it again, and the memory was refused.
+        ({"k" * 20_000: 1}, ["k" * 64]),
+        # Thousands of small fields: dropped largest first, each sized once
+        # (sizing the whole after every drop took minutes), and listed in part.
+        ({f"f{n:05}": "v" * 10 for n in range(5_000)}, None),
+    ],
+    ids=["a long name", "thousands of fields"],
+)
+def test_what_is_left_out_never_costs_the_memory(cast, tmp_path, extra, listed):
+    path = mem0_file(tmp_path / "m.json", extra)
+
+    out = imported("alice@example.com", "mem0", path)
+
+    assert "Imported 2 of 2 records" in out and "0 refused" in out
+    dropped = by_content(cast.alice)["odd record"]["metadata"]["imported_from"]["dropped"]
+    if listed is not None:
+        assert dropped == listed
+    else:
+        assert len(dropped) == 11 and dropped[-1].endswith("more")
+
+
 def test_the_sources_own_metadata_too_deep_is_still_refused_as_metadata(cast, tmp_path):
     path = mem0_file(tmp_path / "m.json", {"metadata": {"a": deep(30)}})
 
@@ -237,25 +262,6 @@ def test_a_field_past_128_kb_refuses_only_its_record(cast, tmp_path, fmt, name, 
     assert "Imported 2 of 3 records" in out
     assert f"line {line}: content is 140,000 characters; the maximum is 50,000" in out
     assert set(by_content(cast.alice)) == {"first", "last"}
-
-
-@pytest.mark.parametrize("passages_first", [True, False], ids=["passages first", "agents first"])
-def test_a_letta_passage_goes_to_its_agent_whatever_the_order_of_keys(
-    cast, tmp_path, passages_first
-):
-    # Passages listed before the agents went to no agent.
-    passages = [{"id": "p1", "text": "Ana likes figs", "agent_id": "agent-9"}]
-    agents = [{"id": "agent-9", "name": "companion", "block_ids": []}]
-    document = {"passages": passages, "agents": agents, "blocks": []}
-    if not passages_first:
-        document = {"agents": agents, "passages": passages, "blocks": []}
-    path = tmp_path / "order.af"
-    path.write_text(json.dumps(document))
-
-    out = imported("alice@example.com", "letta", path)
-
-    assert "Imported 1 of 1 records" in out
-    assert by_content(cast.alice)["Ana likes figs"]["agent__name"] == "companion"
 
 
 def test_a_raw_nul_in_json_is_reported_in_a_whole_sentence(cast, tmp_path):
