@@ -7,6 +7,7 @@ webhook, which does (see billing/services.py).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -99,11 +100,23 @@ def _new_customer(user: User) -> str:
     the first subscription. The idempotency key (Stripe keeps one a day)
     makes the two tabs' requests one customer.
     """
+    # The email in the key too: Stripe refuses a key sent again with other
+    # parameters, which would fail every checkout for a day after a change.
+    email = hashlib.sha256(user.email.encode()).hexdigest()[:16]
     created = client().v1.customers.create(
         params={"email": user.email, "metadata": {"recall_user_id": str(user.id)}},
-        options={"idempotency_key": f"recall-customer-{user.id}"},
+        options={"idempotency_key": f"recall-customer-{user.id}-{email}"},
     )
     with tenancy.operator():
+        holder = services.customer_holder(customer_id=created.id)
+        if holder is not None and str(holder) != str(user.id):
+            # The key's day-long memory handed back a customer that has since
+            # been linked to someone else: never take it from them.
+            logger.warning(
+                "stripe returned a customer linked to another user; not linked",
+                extra={"stripe_customer": created.id, "user_id": str(user.id)},
+            )
+            raise PaymentsUnavailable(UNAVAILABLE)
         services.link_stripe_customer(customer_id=created.id, user_id=str(user.id))
     return created.id
 

@@ -139,10 +139,6 @@ def handle_stripe_event(event: dict[str, Any]) -> str:
         if not claim_delivery(source="stripe", event_id=event["id"], event_type=kind):
             return "duplicate"
         outcome = handler(obj, event["id"], created)
-        if outcome == "unknown_price":
-            # Not handled yet: once the operator adds the price to the map,
-            # Stripe's "Resend" of this event applies it.
-            WebhookEvent.objects.filter(source="stripe", event_id=event["id"][:255]).delete()
     logger.info(
         "stripe event handled", extra={"event_id": event["id"], "type": kind, "outcome": outcome}
     )
@@ -285,6 +281,10 @@ def _subscription_changed(sub: dict[str, Any], event_id: str, created: datetime)
         # Checkout's own event links the customer; the tier follows then.
         return "unlinked"
     sync_tier(user_id=user.id)
+    if status in GRANTING and price_id and tier_for_price(price_id) is None:
+        # This event's own price is unknown, so it is not handled yet: once
+        # the operator adds the price to the map, Stripe's "Resend" applies it.
+        WebhookEvent.objects.filter(source="stripe", event_id=event_id[:255]).delete()
     if _stripe_tier(user.id)[1]:
         logger.warning(
             "a live stripe price is not in STRIPE_PRICE_TO_TIER; the tier may rise, not fall",
@@ -378,6 +378,15 @@ def _best_price(price_ids: Iterable[str]) -> str:
     if mapped:
         return max(mapped, key=lambda p: tiers.rank(tier_for_price(p) or "free"))
     return prices[0] if prices else ""
+
+
+def customer_holder(*, customer_id: str) -> uuid.UUID | None:
+    """The user a Stripe customer is linked to, if any (operator path)."""
+    return (
+        BillingAccount.objects.filter(stripe_customer_id=customer_id)
+        .values_list("user_id", flat=True)
+        .first()
+    )
 
 
 def _user_for_customer(customer_id: str) -> User | None:

@@ -96,6 +96,20 @@ def test_a_checkout_matched_only_by_email_never_moves_a_linked_user(linked, clie
     assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id == "cus_alice"
 
 
+def test_linking_a_customer_by_hand_moves_one_from_another_user_only_when_told(linked):
+    # A mistyped id moved another user's customer, and their tier, silently.
+    with pytest.raises(CommandError, match=r"cus_alice is linked to alice@example\.com; --move"):
+        call_command("link_customer", "charlie@example.com", "cus_alice")
+    assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id == "cus_alice"
+
+    call_command(
+        "link_customer", "charlie@example.com", "cus_alice", "--move", stdout=io.StringIO()
+    )
+
+    assert BillingAccount.objects.get(user=linked.charlie).stripe_customer_id == "cus_alice"
+    assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id is None
+
+
 @pytest.mark.parametrize(
     ("email", "customer", "message"),
     [

@@ -79,7 +79,7 @@ def test_upgrading_starts_stripe_checkout_for_this_user(cast, alice_client, fake
         "email": "alice@example.com",
         "metadata[recall_user_id]": str(cast.alice.id),
     }
-    assert made.headers["Idempotency-Key"] == f"recall-customer-{cast.alice.id}"
+    assert made.headers["Idempotency-Key"].startswith(f"recall-customer-{cast.alice.id}-")
     assert BillingAccount.objects.get(user=cast.alice).stripe_customer_id == "cus_fake_1"
     assert sent.path == "/v1/checkout/sessions"
     assert sent.headers["Authorization"] == "Bearer sk_test_recall"
@@ -112,6 +112,25 @@ def test_two_checkouts_started_at_once_are_one_customers(cast, fake_stripe):
     sessions = [r for r in fake_stripe.requests if r.path == "/v1/checkout/sessions"]
     assert [r.form["customer"] for r in sessions] == ["cus_fake_1", "cus_fake_1"]
     assert BillingAccount.objects.get(user=cast.alice).stripe_customer_id == "cus_fake_1"
+
+
+def test_a_customer_stripe_hands_back_that_another_user_holds_is_not_taken(
+    cast, alice_client, fake_stripe
+):
+    # Stripe answers a key it saw in the last day with the customer it made
+    # then; if that customer was linked to someone else since, linking it
+    # here took it (and their tier) from them.
+    alice_client.post("/plan/checkout/", {"tier": "pro"})
+    key = fake_stripe.requests[0].headers["Idempotency-Key"]
+    BillingAccount.objects.filter(user=cast.alice).update(stripe_customer_id=None)
+    BillingAccount.objects.create(user=cast.charlie, stripe_customer_id="cus_fake_1")
+    assert fake_stripe.customers == {key: "cus_fake_1"}
+
+    response = alice_client.post("/plan/checkout/", {"tier": "pro"}, follow=True)
+
+    assert "Payments are unavailable right now" in response.content.decode()
+    assert BillingAccount.objects.get(user=cast.charlie).stripe_customer_id == "cus_fake_1"
+    assert BillingAccount.objects.get(user=cast.alice).stripe_customer_id is None
 
 
 def test_a_linked_customer_checks_out_as_itself(cast, alice_client, fake_stripe):

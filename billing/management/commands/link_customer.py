@@ -25,6 +25,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("email")
         parser.add_argument("customer", help="the Stripe customer id, cus_…")
+        parser.add_argument(
+            "--move",
+            action="store_true",
+            help="move a customer linked to another user (who loses the tier it pays for)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         customer = options["customer"]
@@ -35,6 +40,13 @@ class Command(BaseCommand):
             raise CommandError(f"No user with email {options['email']}.")
         try:
             with tenancy.operator():
+                holder = services.customer_holder(customer_id=customer)
+                if holder is not None and holder != user.id and not options["move"]:
+                    other = accounts_services.get_user(user_id=holder)
+                    raise CommandError(
+                        f"{customer} is linked to {other.email if other else holder}; "
+                        "--move moves it (and the tier its subscriptions pay for)."
+                    )
                 services.link_stripe_customer(customer_id=customer, user_id=str(user.id))
         except RecallError as exc:
             raise CommandError(exc.message) from None
