@@ -161,4 +161,19 @@ def extract(question: str, candidates: Sequence[Sourced], threshold: float) -> A
         memory_id = candidates[sentences[i][0]]["id"]
         if memory_id not in ids:
             ids.append(memory_id)
-    return Answer(" ".join(sentences[i][1] for i in chosen), ids, "extractive")
+    return Answer(" ".join(_short(sentences[i][1]) for i in chosen), ids, "extractive")
+
+
+# The longest sentence an extractive answer quotes whole: a note with no
+# sentence breaks (a log line, a code block) was quoted entire, 50,000
+# characters for an answer meant to be concise.
+QUOTE_MAX = 400
+
+
+def _short(sentence: str) -> str:
+    """Cut a sentence past ``QUOTE_MAX`` characters at a word, marking the cut."""
+    if len(sentence) <= QUOTE_MAX:
+        return sentence
+    cut = sentence[:QUOTE_MAX]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > QUOTE_MAX // 2 else cut).rstrip() + " …"

@@ -84,6 +84,20 @@ def test_without_a_model_the_answer_is_extractive_and_says_so(cast, agents, memo
     assert answer["memory_ids"][0] == cat
 
 
+def test_an_extractive_answer_quotes_a_note_without_sentence_breaks_in_part(cast, agents, memory):
+    # A log line or a code block is one "sentence": the answer quoted all
+    # 50,000 characters of it.
+    log = memory("deploy " + " ".join(f"step{n}=ok" for n in range(4_000)))
+
+    answer = services.recall_answer(
+        user_id=cast.alice.id, agent_id=agents.research.id, query="deploy step results"
+    )
+
+    assert answer["memory_ids"] == [log]
+    assert len(answer["answer"]) <= 402 and answer["answer"].endswith(" …")
+    assert answer["answer"].startswith("deploy step0=ok step1=ok")
+
+
 def test_without_a_model_an_answer_from_nothing_says_why_it_is_extractive_too(cast, agents):
     # The early return for no candidates left the note out.
     answer = services.recall_answer(
