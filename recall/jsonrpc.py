@@ -20,7 +20,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from mcp_types import PROTOCOL_VERSION_META_KEY
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from core import errors, safejson, wording
@@ -386,6 +386,14 @@ class Clean:
         await self.send({"type": "http.response.body", "body": payload})
 
 
+# The SDK's two refusals of a 2026-era request without its envelope.
+_ENVELOPE = ("params._meta must be an object", "params._meta is missing")
+ENVELOPE_MISSING = (
+    "Invalid params: with this protocol version every request carries params._meta"
+    f" holding {PROTOCOL_VERSION_META_KEY} and {CLIENT_CAPABILITIES_META_KEY}."
+)
+
+
 def reworded(
     rpc_code: int, message: object, method: object = None, headers: Iterable[bytes] = ()
 ) -> str:
@@ -395,6 +403,8 @@ def reworded(
     if rpc_code == INVALID_PARAMS and message == "Invalid request parameters" and named:
         taken = _PARAMS_TAKEN.get(str(method))
         return f"Invalid params for {named}" + (f": it takes {taken}." if taken else ".")
+    if rpc_code == INVALID_PARAMS and isinstance(message, str) and message.startswith(_ENVELOPE):
+        return ENVELOPE_MISSING
     if rpc_code == METHOD_NOT_FOUND and message == "Method not found" and named:
         return f"Method not found: {named} is not a method this server serves."
     if rpc_code == HEADER_MISMATCH and isinstance(message, str):

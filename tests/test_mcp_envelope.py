@@ -278,3 +278,33 @@ def test_an_unsupported_version_header_is_named_in_the_refusal(live, cast, versi
 
     assert response.status_code == 400
     assert refusal(response)["code"] == -32020  # the header and the envelope disagree
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [None, {"io.modelcontextprotocol/protocolVersion": MODERN}],
+    ids=["no _meta", "half a _meta"],
+)
+def test_a_2026_request_without_its_envelope_is_told_in_our_words(live, cast, meta):
+    # The SDK's own sentences reached the client, quoting its constants.
+    body = envelope("tools/call", {"name": "memory_stats", "arguments": {}}, MODERN)
+    if meta is None:
+        del body["params"]["_meta"]
+    else:
+        body["params"]["_meta"] = meta
+    response = post(
+        live,
+        cast.alice_key.raw,
+        json.dumps(body).encode(),
+        **headers(cast.alice_key.raw, MODERN, body),
+    )
+
+    assert response.status_code == 400
+    error = refusal(response)
+    assert error["code"] == -32602
+    assert error["message"] == (
+        "Invalid params: with this protocol version every request carries params._meta"
+        " holding io.modelcontextprotocol/protocolVersion"
+        " and io.modelcontextprotocol/clientCapabilities."
+    )
+    assert error["data"]["error"]["code"] == "validation_failed"
