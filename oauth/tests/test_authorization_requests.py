@@ -159,6 +159,12 @@ def test_a_resource_that_is_not_exactly_one_of_ours_is_refused_before_sign_in(
     assert refusal(refused) == "unknown_resource"
     back = back_link(refused)
     assert back is not None and back["error"] == ["invalid_target"]
+    # The page says what was wrong: it called a second endpoint of ours "not an
+    # endpoint of this server", then listed it among them.
+    page = refused.content.decode()
+    several = len(resource) > 1
+    assert ("more than one endpoint of this server at once" in page) is several
+    assert ("which is not an endpoint of this server" in page) is not several
 
 
 def test_the_same_checks_hold_for_a_signed_in_user(client, client_id, cast):
