@@ -107,6 +107,9 @@ def _restates(older: Ranked, newer: Ranked) -> bool:
         and older.memory.source_kind == newer.memory.source_kind == SourceKind.NOTE
         and older.memory.agent_id == newer.memory.agent_id
         and older.memory.task_id == newer.memory.task_id
+        # Notes attributed to different authors (seed 003's author) are
+        # different sources: one never restates the other.
+        and (older.memory.author or "") == (newer.memory.author or "")
         # A replaced memory (shown with include_superseded) restates nothing:
         # what replaced it holds the slot, and may be the older memory here.
         and newer.memory.superseded_by is None

@@ -285,7 +285,13 @@ def _store(
                 hints: tuple[Hinted, ...] = ()
                 if detecting:
                     detected = superseding.detect(
-                        user_id, agent_id, call.namespace, item.content, vector_for[i], call.task_id
+                        user_id,
+                        agent_id,
+                        call.namespace,
+                        item.content,
+                        vector_for[i],
+                        call.task_id,
+                        item.author,
                     )
                     links, waiting, hints = detected.links, detected.pending, detected.hints
                 if links:

@@ -230,8 +230,10 @@ def nearest(
     namespace: str,
     vector: np.ndarray,
     task_id: str | None = None,
+    author: str = "",
 ) -> list[Candidate]:
-    """Return the nearest current notes of the namespace, writer and task, with their cosine.
+    """Return the nearest current notes of the namespace, writer, task and author, with their
+    cosine.
 
     The dense half of the search (exact under the cut-off, HNSW above it),
     ids, texts and similarities only, in the caller's open transaction.
@@ -239,7 +241,10 @@ def nearest(
     Of one task (or of none, as the new note): a note filed under a task is
     lent to every agent that names the task, and a note of another task (or
     of none) that replaced it would hide it from them without showing them
-    what replaced it.
+    what replaced it. Of one author (seed 003's ``author``, or none): notes a
+    client attributes to different people are different sources, and one
+    replacing the other hid a true note ("Meeting notes by Dana: ..." by
+    Erik's).
     """
     embedder = embeddings.get_embedder()
     probe = search.Search(
@@ -259,12 +264,14 @@ def nearest(
     # S608: the CTEs are built from constants; values are parameters.
     sql = (
         f"WITH {ctes} SELECT id, content, 1 - distance FROM nearest"  # noqa: S608
-        f" WHERE {writer} AND source_kind = %(note)s{untasked} ORDER BY distance LIMIT %(top)s"
+        f" WHERE {writer} AND source_kind = %(note)s{untasked}"
+        " AND coalesce(author, '') = %(author)s ORDER BY distance LIMIT %(top)s"
     )
     params.update(
         user=str(user_id),
         writer=str(agent_id) if agent_id else None,
         note=SourceKind.NOTE.value,
+        author=author or "",
         top=CANDIDATES,
     )
     with connection.cursor() as cursor:
@@ -288,6 +295,7 @@ def detect(
     content: str,
     vector: np.ndarray,
     task_id: str | None = None,
+    author: str = "",
 ) -> Detected:
     """Decide, in the writing transaction, which current notes a new note replaces.
 
@@ -299,7 +307,7 @@ def detect(
     if mode() == "off":
         return Detected([])
     # The transaction opened with SETTINGS (store() does).
-    candidates = nearest(user_id, agent_id, namespace, vector, task_id)
+    candidates = nearest(user_id, agent_id, namespace, vector, task_id, author)
     if not candidates:
         return Detected([])
     decisions = decide(content, candidates)

@@ -1039,6 +1039,23 @@ def test_detection_links_notes_of_one_task_only(cast, agents) -> None:
     assert update["replaces"] == [shared]
 
 
+def test_detection_links_notes_of_one_author_only(cast, agents) -> None:
+    # Seed 003's author names a note's source: "Meeting notes by Dana" was
+    # replaced by Erik's, and 204 of 210 writers' notes on one topic were
+    # hidden, leaving memory_filters with 13 authors.
+    def add(content, **kwargs):
+        return research_note(cast, agents, content, **kwargs)
+
+    danas = add(OLD, author="dana")["id"]
+    eriks = add(NEW, author="erik")
+    assert "replaces" not in eriks
+    assert row(danas).superseded_by is None
+
+    # One author's own new value replaces their old one, as before.
+    update = add("Staging Postgres moved to pg-staging-9 yesterday.", author="dana")
+    assert update["replaces"] == [danas]
+
+
 def test_replaces_and_link_name_only_notes_of_the_same_task(cast, agents) -> None:
     # What detection and newer first never pair, a caller could name: a
     # conversation's message (it left its thread's listing) or a task's note

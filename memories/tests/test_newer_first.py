@@ -316,6 +316,16 @@ def test_a_note_of_another_task_neither_moves_nor_marks() -> None:
     assert ordering.newer_first([shared, own], close) == ([own, shared], {_id(shared): _id(own)})
 
 
+def test_a_note_of_another_author_neither_moves_nor_marks() -> None:
+    # Seed 003's author: notes a client attributes to two people are two sources.
+    danas, eriks = hit(OLDER, 0, 0.9), hit(NEWER, 5, 0.88)
+    danas.memory.author, eriks.memory.author = "dana", "erik"
+
+    assert ordering.newer_first([danas, eriks], close) == ([danas, eriks], {})
+    eriks.memory.author = "dana"
+    assert ordering.newer_first([danas, eriks], close) == ([eriks, danas], {_id(danas): _id(eriks)})
+
+
 def test_a_replaced_newer_memory_neither_moves_nor_marks() -> None:
     older, newer = hit(OLDER, 0, 0.9), hit(NEWER, 5, 0.9)
     newer.memory.superseded_by = older.memory.id  # a fact that changed back
