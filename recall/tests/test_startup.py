@@ -55,14 +55,16 @@ def start_prepare() -> subprocess.Popen[str]:
     )
 
 
-def blocked_on_locks(watcher: psycopg.Connection) -> int:
-    """Return how many of the start-up processes' sessions are waiting for a lock."""
+def both_waiting(watcher: psycopg.Connection) -> bool:
+    """Whether one start-up process waits for a lock (the table) while the other asks
+    for the start-up lock again and again (``pooling.advisory_lock`` polls)."""
     row = watcher.execute(
-        "SELECT count(*) FROM pg_stat_activity "
-        "WHERE application_name = %s AND wait_event_type = 'Lock'",
+        "SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'),"
+        " count(*) FILTER (WHERE state = 'idle' AND query LIKE 'SELECT pg_try_advisory_lock(%%')"
+        " FROM pg_stat_activity WHERE application_name = %s",
         [APPLICATION_NAME],
     ).fetchone()
-    return int(row[0]) if row else 0
+    return bool(row and row[0] >= 1 and row[1] >= 1)
 
 
 def test_two_processes_starting_at_once_create_the_vector_index_once(cast):
@@ -80,7 +82,7 @@ def test_two_processes_starting_at_once_create_the_vector_index_once(cast):
         blocker.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
         first, second = start_prepare(), start_prepare()
         deadline = time.monotonic() + 120
-        while blocked_on_locks(watcher) < 2:
+        while not both_waiting(watcher):
             assert first.poll() is None and second.poll() is None, "a process ended early"
             assert time.monotonic() < deadline, "the processes never both reached the index"
             time.sleep(0.05)
