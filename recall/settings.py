@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from core import workers
+from core import modelfiles, workers
 from recall import env
 from recall.db.embedded import shared_buffers_wanted as embedded_shared_buffers
 
@@ -247,12 +247,10 @@ def _check_model_directory(raw: str) -> None:
     directory = Path(raw).expanduser()
     if not directory.is_dir():
         problem = "is not a directory"
-    elif not any((directory / name).is_file() for name in ("model.onnx", "onnx/model.onnx")):
-        problem = "holds no model.onnx (nor onnx/model.onnx)"
-    elif not any(
-        (directory / name).is_file() for name in ("tokenizer.json", "onnx/tokenizer.json")
-    ):
-        problem = "holds no tokenizer.json (nor onnx/tokenizer.json)"
+    elif not any((directory / name).is_file() for name in modelfiles.MODEL):
+        problem = "holds no " + " (nor ".join(modelfiles.MODEL) + ")"
+    elif not any((directory / name).is_file() for name in modelfiles.TOKENIZER):
+        problem = "holds no " + " (nor ".join(modelfiles.TOKENIZER) + ")"
     else:
         return
     raise ImproperlyConfigured(

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from core import workers
+from core import modelfiles, workers
 from core.errors import EmbeddingUnavailable
 from memories.embeddings.base import Embedder, clean_model_id, normalise, text_list
 from memories.embeddings.batcher import Batcher
@@ -123,8 +123,8 @@ class LocalEmbedder(Embedder):
                 _verify(onnx_path, BUNDLED_ONNX_SHA256)
                 _verify(tokenizer_path, BUNDLED_TOKENIZER_SHA256)
             else:
-                onnx_path = _first_file(self._dir, ["model.onnx", "onnx/model.onnx"])
-                tokenizer_path = _first_file(self._dir, ["tokenizer.json", "onnx/tokenizer.json"])
+                onnx_path = _first_file(self._dir, modelfiles.MODEL)
+                tokenizer_path = _first_file(self._dir, modelfiles.TOKENIZER)
             tokenizer = _load_tokenizer(tokenizer_path, self.max_tokens)
             session = _load_session(onnx_path)
             feeds = {}
@@ -275,8 +275,8 @@ def check_model_files(model_dir: str | None) -> list[Path]:
     if not directory.is_dir():
         raise EmbeddingUnavailable(f"RECALL_LOCAL_MODEL_DIR {directory} is not a directory.")
     return [
-        _first_file(directory, ["model.onnx", "onnx/model.onnx"]),
-        _first_file(directory, ["tokenizer.json", "onnx/tokenizer.json"]),
+        _first_file(directory, modelfiles.MODEL),
+        _first_file(directory, modelfiles.TOKENIZER),
     ]
 
 
@@ -362,7 +362,7 @@ def _load_session(path: Path) -> Any:
         ) from None
 
 
-def _first_file(directory: Path, names: list[str]) -> Path:
+def _first_file(directory: Path, names: Sequence[str]) -> Path:
     for name in names:
         if (directory / name).is_file():
             return directory / name

@@ -29,9 +29,8 @@ from accounts import tiers
 from core import context, tenancy
 from core.errors import RecallError
 from memories.models import ImportChunk, Job, JobStatus, Memory
+from memories.services import quota
 from memories.services.queue import CHANNEL, JobLost, retry_in, wake
-from memories.services.quota import full as quota_full
-from memories.services.quota import room as importing_room
 from memories.services.shapes import Metadata
 from memories.services.storing import fingerprint
 
@@ -106,7 +105,7 @@ def store_imports(
     is saved atomically with what it stored.
     """
     with tenancy.tenant(user_id):
-        left = importing_room(user_id, tier) if tier is not None and items else None
+        left = quota.room(user_id, tier) if tier is not None and items else None
         cut = 0 if left is None else max(0, len(items) - left)
         if cut:
             items, vectors = items[: len(items) - cut], vectors[: len(items) - cut]
@@ -114,7 +113,7 @@ def store_imports(
         if finish is not None:
             finish(inserted, cut)
     if cut:
-        raise quota_full(tiers.memory_limit(tier or "") or 0)
+        raise quota.full(tiers.memory_limit(tier or "") or 0)
     return inserted
 
 
