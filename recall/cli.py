@@ -75,12 +75,19 @@ def main(argv: list[str] | None = None) -> None:
     from django.core.exceptions import ImproperlyConfigured
     from django.db import DatabaseError
 
+    from core.errors import EmbeddingUnavailable
+
     try:
         _run(command, rest)
     except ImproperlyConfigured as exc:
         # A setting the environment gets wrong: one line naming it, not a traceback
         # (which a desktop client's log would show, and nothing else).
         sys.stderr.write(f"recall {command}: configuration: {exc}\n")
+        raise SystemExit(2) from None
+    except EmbeddingUnavailable as exc:
+        # A damaged or foreign RECALL_LOCAL_MODEL_DIR shows when the model loads:
+        # at start-up, for the vector index's width.
+        sys.stderr.write(f"recall {command}: embedding model: {exc.message}\n")
         raise SystemExit(2) from None
     except DatabaseError as exc:
         from recall import unreachable

