@@ -208,27 +208,28 @@ def memory_id(value: Any, *, field: str = "id") -> uuid.UUID:
         raise ValidationFailed(problem) from None
 
 
-def _check_json(value: Any, depth: int) -> None:
+def _check_json(value: Any, depth: int, field: str = "metadata") -> None:
     # ``depth`` counts the objects and lists around ``value``: the top object's
     # values are at 1. A value inside 8 nested objects is at 8, and allowed.
+    # ``field`` is the argument the caller checks: metadata, or metadata_filter.
     if depth > METADATA_MAX_DEPTH:
-        raise ValidationFailed(f"metadata must not nest deeper than {METADATA_MAX_DEPTH} levels.")
+        raise ValidationFailed(f"{field} must not nest deeper than {METADATA_MAX_DEPTH} levels.")
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise ValidationFailed("metadata keys must be strings.")
-            _check_storable(key, "metadata")
-            _check_json(item, depth + 1)
+                raise ValidationFailed(f"{field} keys must be strings.")
+            _check_storable(key, field)
+            _check_json(item, depth + 1, field)
     elif isinstance(value, list):
         for item in value:
-            _check_json(item, depth + 1)
+            _check_json(item, depth + 1, field)
     elif isinstance(value, str):
-        _check_storable(value, "metadata")
+        _check_storable(value, field)
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise ValidationFailed("metadata numbers must be finite.")
+            raise ValidationFailed(f"{field} numbers must be finite.")
     elif value is not None and not isinstance(value, bool | int):
-        raise ValidationFailed("metadata must contain only JSON values.")
+        raise ValidationFailed(f"{field} must contain only JSON values.")
 
 
 def metadata(value: Any) -> dict[str, Any]:
@@ -262,7 +263,7 @@ def metadata_filter(value: Any) -> dict[str, Any]:
             raise ValidationFailed(
                 "metadata_filter values must be strings, numbers, booleans or null."
             )
-    _check_json(value, 1)
+    _check_json(value, 1, "metadata_filter")
     return value
 
 
