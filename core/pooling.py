@@ -68,6 +68,11 @@ def _through_default() -> dict[str, Any]:
     return params
 
 
+def default_params() -> dict[str, Any]:
+    """Parameters for a connection as Django's own are made: through a pooler if there is one."""
+    return _through_default()
+
+
 def direct_params() -> dict[str, Any] | None:
     """Parameters for a session of its own, or None where there is none to have.
 

@@ -22,11 +22,14 @@ nothing was written.
 A long statement on a live database is never ended here, however long it
 runs. ``DATABASE_STALL_SECONDS=0`` turns the watch off.
 
-What it cannot see: behind a transaction pooler without
-``DATABASE_DIRECT_URL``, the pooler answers the check for a database that
-does not. A peer that went away without a word (a failover, an expired NAT
-entry) is the sockets' own to notice: ``DATABASE_SOCKET_OPTIONS``
-(``tcp_user_timeout``, keepalives) end such a wait within about 30 s.
+Behind a pooler with ``DATABASE_DIRECT_URL``, the check asks both ways: a
+pooler that stopped answering (its process paused) holds the calls as a
+stopped database would, while the database behind it answers. What it cannot
+see: behind a transaction pooler without ``DATABASE_DIRECT_URL``, the pooler
+answers the check for a database that does not. A peer that went away
+without a word (a failover, an expired NAT entry) is the sockets' own to
+notice: ``DATABASE_SOCKET_OPTIONS`` (``tcp_user_timeout``, keepalives) end
+such a wait within about 30 s.
 """
 
 from __future__ import annotations
@@ -174,20 +177,23 @@ def _database_answers() -> bool:
     Only a timeout says it does not answer. A refusal the server sent (too
     many clients, starting up) is an answer; so is a refused or unreachable
     address, which a stalled wait meets by itself (``tcp_user_timeout``).
-    Through ``DATABASE_DIRECT_URL`` when there is one: a transaction pooler
-    would answer for a database that does not.
+    With ``DATABASE_DIRECT_URL``, both the way the calls go (a pooler, which
+    would answer for a database that does not) and the direct one must answer.
     """
     from core import pooling
 
-    params = pooling.lock_params()
-    try:
-        with psycopg.connect(**params):
+    paths = [pooling.lock_params()]
+    if settings.DATABASE_DIRECT_URL:
+        paths.insert(0, pooling.default_params())
+    for params in paths:
+        try:
+            with psycopg.connect(**params):
+                pass
+        except psycopg.errors.ConnectionTimeout as exc:
+            outage.note("stall watch", exc)
+            return False
+        except psycopg.Error:
             pass
-    except psycopg.errors.ConnectionTimeout as exc:
-        outage.note("stall watch", exc)
-        return False
-    except psycopg.Error:
-        pass
     outage.recovered("stall watch")
     return True
 

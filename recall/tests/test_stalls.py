@@ -104,6 +104,28 @@ def test_only_a_database_that_does_not_answer_in_time_counts_as_stopped(
         server.close()
 
 
+@pytest.mark.parametrize(
+    ("pooler", "database", "answers"),
+    [(False, True, False), (True, False, False), (True, True, True)],
+)
+def test_behind_a_pooler_with_a_direct_url_both_ways_must_answer(
+    monkeypatch, settings, pooler, database, answers
+):
+    # A paused PgBouncer held every call for as long as it was paused: the
+    # check asked only the direct URL, where the database itself answered.
+    from core import pooling
+
+    settings.DATABASE_DIRECT_URL = {"NAME": "probe"}
+    through, direct = FakeServer(refuse=pooler), FakeServer(refuse=database)
+    monkeypatch.setattr(pooling, "default_params", through.params)
+    monkeypatch.setattr(pooling, "lock_params", direct.params)
+    try:
+        assert stalls._database_answers() is answers
+    finally:
+        through.close()
+        direct.close()
+
+
 def test_the_watchs_outage_ends_in_the_log_once_the_database_answers_again(
     monkeypatch, settings, caplog
 ):
