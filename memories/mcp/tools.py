@@ -209,6 +209,21 @@ class JobError(BaseModel):
     message: str
 
 
+class NotReplacedItem(BaseModel):
+    id: str = Field(description="The memory replaces named.")
+    code: str = Field(description="not_found (it was deleted) or conflict (replaced already).")
+    message: str
+
+
+class JobItem(StoredItem):
+    replaces: list[str] | None = Field(None, description="The older memories it replaced.")
+    not_replaced: NotReplacedItem | None = Field(
+        None,
+        description="The memory replaces named went or was replaced before the job ran: "
+        "this one was stored all the same, replacing nothing.",
+    )
+
+
 class JobOutput(BaseModel):
     job_id: str
     status: Literal["queued", "running", "done", "failed"]
@@ -219,7 +234,7 @@ class JobOutput(BaseModel):
     memory_ids: list[str] | None = Field(
         None, description="done: the stored memories; before that, the ids they will get."
     )
-    memories: list[StoredItem] | None = Field(None, description="done: one per item, in order.")
+    memories: list[JobItem] | None = Field(None, description="done: one per item, in order.")
     error: JobError | None = Field(None, description="failed: why, in the error vocabulary.")
 
 

@@ -22,6 +22,7 @@ whatever runs it then fails instead.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -57,7 +58,7 @@ from memories.models import (
 )
 from memories.services import superseding
 from memories.services.quota import check_quota
-from memories.services.shapes import Queued, QueueDepth, Stored
+from memories.services.shapes import NotReplaced, Queued, QueueDepth, Stored
 from memories.services.storing import (
     Item,
     PlacesChanged,
@@ -679,16 +680,7 @@ def _run_job(job: Taken) -> None:
             raise JobLost
 
     try:
-        call = Remembering.from_payload(job.payload)
-        ids = _ids_to_store(job)
-        store(
-            user_id=job.user_id,
-            agent_id=job.agent_id,
-            tier=job.payload["tier"],
-            call=call,
-            ids=ids,
-            finish=settle,
-        )
+        _store_job(job, Remembering.from_payload(job.payload), _ids_to_store(job), settle)
     except JobLost:
         _lost(job.id, job.attempts)
     except (EmbeddingUnavailable, InternalError, PlacesChanged) as error:
@@ -711,6 +703,62 @@ def _run_job(job: Taken) -> None:
             job.id, job.attempts, InternalError("Storing this memory failed on our side.")
         ):
             logger.error("job failed", extra={"job_id": str(job.id), **describe_exception(exc)})
+
+
+def _store_job(
+    job: Taken,
+    call: Remembering,
+    ids: list[uuid.UUID] | None,
+    settle: Callable[[list[Stored]], None],
+) -> None:
+    """Store a job's memories. When the memory its ``replaces`` named was deleted or
+    replaced after the call was queued, the note is stored all the same, unlinked, and
+    its result says why under ``not_replaced``: the call was accepted, and its fact is
+    not to be lost for want of the link."""
+
+    def run(call: Remembering, finish: Callable[[list[Stored]], None]) -> None:
+        store(
+            user_id=job.user_id,
+            agent_id=job.agent_id,
+            tier=job.payload["tier"],
+            call=call,
+            ids=ids,
+            finish=finish,
+        )
+
+    try:
+        run(call, settle)
+        return
+    except (NotFound, Conflict):
+        refused = _replaces_refused(job, call)
+        if refused is None:
+            raise
+    note: NotReplaced = {"id": str(call.replaces), "code": refused.code, "message": refused.message}
+
+    def settle_noting(results: list[Stored]) -> None:
+        first: Stored = {**results[0], "not_replaced": note}
+        settle([first, *results[1:]])
+
+    run(dataclasses.replace(call, replaces=None), settle_noting)
+
+
+def _replaces_refused(job: Taken, call: Remembering) -> RecallError | None:
+    """Why the memory a queued add names in ``replaces`` cannot be replaced now, or None."""
+    if call.replaces is None:
+        return None
+    try:
+        with tenancy.tenant(job.user_id, agent_id=job.agent_id):
+            superseding.check_replaces(
+                job.user_id,
+                job.agent_id,
+                call.namespace,
+                call.replaces,
+                call.task_id,
+                free=False,
+            )
+    except (NotFound, Conflict) as refused:
+        return refused
+    return None
 
 
 def _stored_meanwhile(exc: Exception) -> bool:

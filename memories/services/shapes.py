@@ -34,6 +34,12 @@ class Remembered(TypedDict, total=False):
     may_replace: list[Hinted]
 
 
+class NotReplaced(TypedDict):
+    id: str
+    code: str
+    message: str
+
+
 class Stored(TypedDict):
     id: str
     deduped: bool
@@ -42,6 +48,9 @@ class Stored(TypedDict):
     # Kept memories that may state an earlier value of the same fact, which
     # the detector was not sure enough to replace, when any: the caller judges.
     may_replace: NotRequired[list[Hinted]]
+    # A background add's: the memory its ``replaces`` named was deleted or
+    # replaced before the job ran, so the note was stored unlinked.
+    not_replaced: NotRequired[NotReplaced]
 
 
 class Thread(TypedDict):

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection
@@ -170,6 +171,38 @@ def test_a_queued_replacing_call_again_is_no_conflict(cast) -> None:
     status = services.job_status(user_id=cast.alice.id, job_id=again["job_id"])
     assert status["status"] == "done", status
     assert row(old).superseded_by == uuid.UUID(first["memory_ids"][0])
+
+
+def cast_list(value: object) -> list[dict[str, Any]]:
+    assert isinstance(value, list)
+    return value
+
+
+@pytest.mark.parametrize("meanwhile", ["forgotten", "replaced"])
+def test_a_queued_replace_whose_memory_went_meanwhile_stores_its_note_unlinked(
+    cast, meanwhile
+) -> None:
+    # The job failed (not_found / conflict) and its memory was never stored: a
+    # fact the call was acknowledged for, lost.
+    old = remember(cast.alice.id, "The CI runner image is ubuntu-20.04.")["id"]
+    queued = remember(
+        cast.alice.id, "The CI runner image is ubuntu-22.04 now.", replaces=old, background=True
+    )
+    if meanwhile == "forgotten":
+        services.forget_by_id(user_id=cast.alice.id, id=old)
+    else:
+        remember(cast.alice.id, "The CI runner image moved to ubuntu-24.04.", replaces=old)
+    assert services.run_next_job() is True
+
+    done = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
+    assert done["status"] == "done", done
+    [stored] = cast_list(done["memories"])
+    assert stored["id"] == queued["memory_ids"][0]
+    assert stored["not_replaced"]["id"] == old
+    code = "not_found" if meanwhile == "forgotten" else "conflict"
+    assert stored["not_replaced"]["code"] == code
+    assert row(stored["id"]).content == "The CI runner image is ubuntu-22.04 now."
+    assert row(stored["id"]).superseded_by is None
 
 
 def test_a_changed_fact_is_found_without_being_named(cast) -> None:
