@@ -95,7 +95,7 @@ _VERBS = word_set(
 def two_things(old: str, new: str) -> str | None:
     """Return why ``old`` and ``new`` are about two things their openings name, or None."""
     a, b = _opening(old), _opening(new)
-    return _labelled(a, b) or _named(a, b, old, new)
+    return _labelled(a, b) or _named(a, b, old, new) or _narrowed(a, b, old, new)
 
 
 def numbered_things(old: str, new: str) -> str | None:
@@ -273,3 +273,31 @@ def _named(opening_old: list[str], opening_new: list[str], old: str, new: str) -
     if sx & sy or not sx - _stems(new) or not sy - _stems(old):
         return None
     return f"about two things ({' '.join(xs)} / {' '.join(ys)})"
+
+
+# -- a word added: "The lease ends ..." / "The car lease ends ..."
+
+
+def _narrowed(opening_old: list[str], opening_new: list[str], old: str, new: str) -> str | None:
+    """A newer subject narrowed by a word before its noun: "The lease" / "The car lease",
+    "Our Stripe account email" / "Our Stripe test account email". The narrower one is
+    another thing than the wider (which stays true of the others), as with a word swapped
+    there (``_named``). Not the other way round: a restatement often says less ("The
+    house alarm code" / "Alarm code"). Not a word before the verb ("Ada's piano" / "Ada's
+    piano lesson" may be one thing), and not a word the older memory holds anywhere."""
+    short = [w for w in opening_old if w.lower() not in _DETERMINERS]
+    long = [w for w in opening_new if w.lower() not in _DETERMINERS]
+    fs, fl = [_fold(w) for w in short], [_fold(w) for w in long]
+    k = next((i for i, (x, y) in enumerate(zip(fs, fl, strict=False)) if x != y), None)
+    if k is None or k >= _HEAD or k + 1 >= len(long) or k >= len(short):
+        return None
+    if fl[k + 1] != fs[k] or not _subject_so_far(short[:k], _JOINS):
+        return None
+    noun, word = short[k], long[k]
+    if not _noun(noun) or _verb(noun, short[k - 1] if k else None):
+        return None
+    # Before a noun, a verb's form is a modifier ("Mia's work phone").
+    modifier = word not in CHANGE and word not in _NOT_LABELS and word not in STOP
+    if word.isalpha() and word.islower() and modifier and stem(word) not in _stems(old):
+        return f"about two things ({word} {noun} / {noun})"
+    return None

@@ -99,7 +99,7 @@ CONTRASTS: tuple[frozenset[str], ...] = (
         "thursdays fridays saturdays sundays"
     ),
     word_set("mobile web ios android desktop backend frontend admin public internal private"),
-    word_set("work personal"),
+    word_set("work personal home"),
     word_set("starter basic pro team enterprise business free premium"),
     word_set("london york paris berlin tokyo uk us eu"),
     word_set("dog cat rabbit hamster horse fish bird"),
@@ -556,4 +556,37 @@ def contrast_conflict(old: Reading, new: Reading) -> tuple[str, str] | None:
     for word in sorted(only_old | only_new):
         if _CONTRAST_CLASS[word] == _KIN:
             return (word, "-") if word in only_old else ("-", word)
+    return None
+
+
+# Contrasts that say which of several a fact is about even when only one of two
+# memories says it: "The staging database host" is not "The database host",
+# "Breakfast on weekends" not "Breakfast". Not "work" (a verb as often: "Cormac
+# works at ..."): "Mia's work phone" is a word added before the noun
+# (``subjects._narrowed``). Not a platform: "mobile" is as often the value
+# ("Dad only uses his mobile" after "Dad's landline is ...").
+_QUALIFIERS = frozenset(_CONTRAST_CLASS[w] for w in ("staging", "morning", "saturdays"))
+_TIMES_OF_DAY = word_set("morning afternoon evening night")
+
+
+def qualifier_on_one_side(old: Reading, new: Reading) -> str | None:
+    """Return a contrast word that one memory qualifies its subject with and the other
+    lacks, if any; the caller keeps the two apart unless the newer says it changes
+    something ("The production API key now rotates every 30 days").
+
+    Not the time a sentence states ("is on Saturday mornings"); not a day of the
+    week when the other memory names a day ("Ada's piano lesson is Monday at 5" /
+    "... on Thursdays at 4:30": the day is the value); not a time of day when both
+    give a clock time ("the daily briefing at 7am" / "the morning briefing at 6:15").
+    """
+    for own, other in ((old, new), (new, old)):
+        for word in sorted(own.contrasts - other.contrasts - own.stated_when):
+            if _CONTRAST_CLASS[word] not in _QUALIFIERS:
+                continue
+            kinds = {value.kind for value in other.values}
+            if word in WEEKDAYS and "weekday" in kinds:
+                continue
+            if word in _TIMES_OF_DAY and "time" in kinds & {v.kind for v in own.values}:
+                continue
+            return word
     return None

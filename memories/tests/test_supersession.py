@@ -854,3 +854,61 @@ def test_a_possessive_value_and_a_hyphenated_word_are_common_ground() -> None:
 
     assert ("host", "shop.example.net") in {(v.kind, v.text) for v in cert.values}
     assert "hour" in vet.words and "hour" in read("The out-of-hours vet line is 555-0107.").words
+
+
+@pytest.mark.parametrize(
+    ("general", "qualified"),
+    [
+        ("The database host is db-1.acme.io", "The staging database host is db-stg-2.acme.io"),
+        ("The API key rotates every 90 days", "The production API key rotates every 30 days"),
+        ("Breakfast is at 7:00", "Breakfast on weekends is at 9:30"),
+        ("The gym opens at 6am", "The gym opens at 8am on Sundays"),
+        ("The kids' bedtime is 8pm", "The kids' bedtime on Fridays is 9pm"),
+        ("The pool opens at 7am", "The pool opens at 9am on weekends"),
+    ],
+)
+def test_a_qualifier_on_one_side_only_keeps_two_facts_either_way(
+    general: str, qualified: str
+) -> None:
+    # Each was linked, hiding the first, in either order: an environment, a day
+    # or a time of day said by one memory names which of several it is about.
+    for old, new in ((general, qualified), (qualified, general)):
+        assert verdict(old, new, 0.85) == "keep", (old, new)
+        assert apart(old, new) is not None
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("Mia's phone number is 555-0100", "Mia's work phone number is 555-0177"),
+        ("Raj's phone number is 555-0122", "Raj's home phone number is 555-0199"),
+        ("Dana's email is dana@acme.com", "Dana's personal email is dana.k@gmail.com"),
+        ("The lease ends on 2026-08-31", "The car lease ends on 2027-02-28"),
+        (
+            "Our Stripe account email is billing@acme.com",
+            "Our Stripe test account email is dev@acme.com",
+        ),
+    ],
+)
+def test_a_newer_subject_narrowed_by_a_word_is_another_thing(older: str, newer: str) -> None:
+    assert verdict(older, newer, 0.85) == "keep"
+    assert apart(older, newer) is not None
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # Said with a change: the qualified slot's new value.
+        ("The API key rotates every 90 days", "The production API key now rotates every 30 days"),
+        # The day is the value when both name one.
+        ("Ada's piano lesson is Monday at 5.", "Ada's piano lesson is on Thursdays at 4:30."),
+        # A time of day beside clock times on both sides is no qualifier.
+        ("User wants the daily briefing at 7am.", "Send the user's morning briefing at 6:15."),
+        # A word dropped in a restatement names nothing new.
+        ("The house alarm code is 2580.", "Alarm code is 7314."),
+        # "work" as a verb is no qualifier.
+        ("Cormac works at Brackenfield.", "Cormac now works at Marlowe Robotics."),
+    ],
+)
+def test_a_one_sided_word_that_names_nothing_else_leaves_the_update(old: str, new: str) -> None:
+    assert apart(old, new) is None
