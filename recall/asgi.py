@@ -32,12 +32,16 @@ off: it cannot express Django's ``.example.com`` or ``*`` entries, and by
 default allows only localhost), POST only, bearer credential: an API key
 where the endpoint takes keys, else an OAuth access token for this very
 endpoint (401 with a challenge naming the endpoint's metadata; 503 with
-``Retry-After`` when the database cannot say), JSON content type (415), body
+``Retry-After`` when the database cannot say), JSON content type (415), an
+``Accept`` that takes JSON, as the SDK's transports would ask (406), body
 size (413), one well-formed JSON-RPC message (400, ``recall/jsonrpc.py``), an
 ``MCP-Protocol-Version`` the server speaks (400), and for a ``tools/call``
 request (a notification runs no tool) the key's rate-limit admission
 (``accounts/admission.py``: 429 with ``Retry-After``, recorded as a
-``rate_limited`` usage event; the tool never runs). Every refusal, the SDK's
+``rate_limited`` usage event; the tool never runs). A refusal before
+admission takes no token and leaves no usage event, so the media-type checks
+the SDK makes are all made here first, and a JSON Content-Type the gate took
+is spelled as the SDK's 2025-era transport asks. Every refusal, the SDK's
 included, is a JSON-RPC error body.
 """
 
@@ -72,9 +76,10 @@ from django.http import FileResponse, Http404, HttpRequest  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend  # noqa: E402
 from mcp.server.auth.routes import create_protected_resource_routes  # noqa: E402
+from mcp.server.streamable_http import check_accept_headers  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 from pydantic import AnyHttpUrl  # noqa: E402
-from starlette.requests import HTTPConnection  # noqa: E402
+from starlette.requests import HTTPConnection, Request  # noqa: E402
 
 from accounts import admission, auth, keys  # noqa: E402
 from billing import usage  # noqa: E402
@@ -279,6 +284,7 @@ class Recall:
         if received is None:
             return
         body, message = received
+        scope = with_json_media_type(scope)
 
         tool, call_id = tool_called(message)
         if tool is not None:
@@ -399,7 +405,7 @@ async def receive_message(
         message = jsonrpc.UNSUPPORTED_MEDIA_TYPE
         await send_json(respond, 415, refusal("validation_failed", message))
         return None
-    if refuses_json(header(scope, b"accept")):
+    if not accepts_json(scope):
         await send_json(respond, 406, refusal("validation_failed", jsonrpc.NOT_ACCEPTABLE))
         return None
     if (header(scope, b"content-encoding") or "identity").strip().lower() != "identity":
@@ -527,12 +533,45 @@ def origin_allowed(origin: str, scope: Scope) -> bool:
     )
 
 
+def accepts_json(scope: Scope) -> bool:
+    """Whether the request's ``Accept`` takes JSON, the only body we answer with.
+
+    It must name it (``application/json``, ``application/*`` or ``*/*``: a
+    missing Accept names none), as both of the SDK's transports read it, and
+    must not give it a q of 0. Refused here, a request takes no rate-limit
+    token and leaves no usage event; the SDK's own 406 came after both.
+    """
+    names_json, _ = check_accept_headers(Request(scope))
+    return names_json and not refuses_json(header(scope, b"accept"))
+
+
+def with_json_media_type(scope: Scope) -> Scope:
+    """``scope`` with its Content-Type's media type spelled ``application/json``.
+
+    Media types are case-insensitive (RFC 9110 8.3.1) and the gate took
+    ``Application/JSON``, as the 2026-era transport does; the 2025-era one
+    compares the spelling and refused it with 415, a call already metered.
+    Its parameters are kept, and a request that spells it so is left as sent.
+    """
+    headers = list(scope.get("headers", []))
+    for index, (name, value) in enumerate(headers):
+        if name != b"content-type":
+            continue
+        media_type, semicolon, parameters = bytes(value).partition(b";")
+        if media_type.strip() == b"application/json":
+            return scope
+        headers[index] = (name, b"application/json" + semicolon + parameters)
+        return {**scope, "headers": headers}
+    return scope
+
+
 def refuses_json(accept: str | None) -> bool:
     """Whether ``accept`` gives JSON, the only body we answer with, a q of 0.
 
     The most specific range that matches decides (RFC 9110 12.5.1):
-    ``application/json;q=0`` refuses even beside ``*/*``. The SDK's own check,
-    which follows, asks that JSON be named at all.
+    ``application/json;q=0`` refuses even beside ``*/*``. The SDK's own check
+    (``accepts_json`` asks it first) reads no weights: it asks that JSON be
+    named at all.
     """
     if "q" not in (accept or "").lower():
         return False  # no weights: JSON is refused only by leaving it out

@@ -20,8 +20,19 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    LOG_LEVEL_META_KEY,
+    PROTOCOL_VERSION_META_KEY,
+)
+from mcp_types import methods as mcp_methods
+from mcp_types.version import (
+    HANDSHAKE_PROTOCOL_VERSIONS,
+    LATEST_HANDSHAKE_VERSION,
+    MODERN_PROTOCOL_VERSIONS,
+)
+from pydantic import ValidationError
 
 from core import errors, safejson, wording
 
@@ -107,9 +118,9 @@ def parse(body: bytes) -> dict[str, Any]:
         raise Invalid("Batches are not supported: send one JSON-RPC message per request.")
     if not isinstance(message, dict):
         raise Invalid("The body must be a JSON-RPC 2.0 message: a JSON object.")
-    call_id = message.get("id")
-    if call_id is not None and not _valid_id(call_id):
+    if message.get("id") is not None and not _valid_id(message["id"]):
         raise Invalid("id must be a string or an integer.")
+    call_id = _usable_id(message.get("id"))
     if message.get("jsonrpc") != "2.0":
         raise Invalid('jsonrpc must be "2.0".', call_id=call_id)
     if _SURROGATE_ESCAPE.search(body) and _holds_surrogate(message):
@@ -121,7 +132,7 @@ def parse(body: bytes) -> dict[str, Any]:
             "Text must be valid Unicode: a string holds half of a UTF-16 surrogate pair"
             " (an escape from \\ud800 to \\udfff without its other half).",
             rpc_code=INVALID_PARAMS,
-            call_id=call_id if _valid_id(call_id) else None,
+            call_id=call_id,
         )
     if "method" in message:
         _check_request(message, call_id)
@@ -190,9 +201,17 @@ def _valid_code(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _usable_id(value: object) -> Any:
+    """``value`` if a response can carry it back, else None: an id of the wrong type, or a
+    string that is no text (it holds half of a surrogate pair, which echoed would make the
+    refusal itself undecodable to a strict client)."""
+    if not _valid_id(value) or (isinstance(value, str) and _SURROGATE.search(value)):
+        return None
+    return value
+
+
 def call_id(message: dict[str, Any]) -> Any:
-    value = message.get("id")
-    return value if _valid_id(value) else None
+    return _usable_id(message.get("id"))
 
 
 # Every version the SDK serves: the initialize handshake's, then the 2026-era ones.
@@ -261,19 +280,26 @@ def clean_message(message: object, rpc_code: int) -> str:
     return text if plain else _GENERIC.get(rpc_code, "Invalid request.")
 
 
+_LEVELS = "debug, info, notice, warning, error, critical, alert or emergency"
 # What each method's params hold, for a refusal of them: the SDK says only
 # "Invalid request parameters".
 _PARAMS_TAKEN = {
     "initialize": "protocolVersion, capabilities and clientInfo ({name, version})",
     "completion/complete": "ref and argument ({name, value})",
-    "logging/setLevel": (
-        "level: debug, info, notice, warning, error, critical, alert or emergency"
-    ),
+    "logging/setLevel": f"level: {_LEVELS}",
     "resources/read": "uri",
     "resources/subscribe": "uri",
     "resources/unsubscribe": "uri",
     "prompts/get": "name",
     "tools/call": "name and arguments",
+}
+# What each key of params._meta the SDK reads must hold, for a refusal that names it.
+_META_TAKES = {
+    PROTOCOL_VERSION_META_KEY: "text: the protocol version",
+    CLIENT_CAPABILITIES_META_KEY: "an object: the client's capabilities, each an object",
+    CLIENT_INFO_META_KEY: "an object with the client's name and version, as text",
+    LOG_LEVEL_META_KEY: f"one of {_LEVELS}",
+    "progressToken": "a string or an integer",
 }
 # The 2026-era headers that must repeat the body, and what each repeats.
 _REPEATED = {
@@ -353,7 +379,8 @@ class Clean:
             sent = None
         method = self.request.get("method")
         names = {name.lower() for name, _ in self.headers}
-        ours = error_body(sent, method, names, status) if isinstance(sent, dict) else None
+        params = self.request.get("params")
+        ours = error_body(sent, method, names, status, params) if isinstance(sent, dict) else None
         if status in _WORDED:
             # As the gate words its own 415: the same code, message and body.
             rid = call_id(sent) if isinstance(sent, dict) else None
@@ -395,14 +422,20 @@ ENVELOPE_MISSING = (
 
 
 def reworded(
-    rpc_code: int, message: object, method: object = None, headers: Iterable[bytes] = ()
+    rpc_code: int,
+    message: object,
+    method: object = None,
+    headers: Iterable[bytes] = (),
+    params: object = None,
 ) -> str:
     """The SDK's refusal of a ``method`` request in our words: the method it is about, what
-    its params take, the header it lacks (of the request's ``headers``, by lowercase name)."""
+    its params take (or the value of their ``_meta`` that is wrong), the header it lacks (of
+    the request's ``headers``, by lowercase name)."""
     named = wording.quoted_name(method) if isinstance(method, str) else None
     if rpc_code == INVALID_PARAMS and message == "Invalid request parameters" and named:
         taken = _PARAMS_TAKEN.get(str(method))
-        return f"Invalid params for {named}" + (f": it takes {taken}." if taken else ".")
+        fault = meta_fault(str(method), params)
+        return fault or f"Invalid params for {named}" + (f": it takes {taken}." if taken else ".")
     if rpc_code == INVALID_PARAMS and isinstance(message, str) and message.startswith(_ENVELOPE):
         return ENVELOPE_MISSING
     if rpc_code == METHOD_NOT_FOUND and message == "Method not found" and named:
@@ -421,19 +454,54 @@ def reworded(
     return clean_message(message, rpc_code)
 
 
+def meta_fault(method: str, params: object) -> str | None:
+    """Which value of ``params._meta`` the SDK refused a ``method`` request's params for, in
+    our words; None when the fault is elsewhere (or the SDK's schema finds none).
+
+    The SDK says only "Invalid request parameters", which our wording turns into what the
+    params take: name and arguments, of a call that held both. Its own schema, at the
+    request's protocol version, finds the key. Only keys the schema names are named: a
+    value is never quoted back.
+    """
+    if not isinstance(params, dict) or params.get("_meta") is None:
+        return None
+    meta = params["_meta"]
+    version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+    if version not in MODERN_PROTOCOL_VERSIONS:
+        version = LATEST_HANDSHAKE_VERSION  # every 2025-era version reads params alike
+    try:
+        mcp_methods.validate_client_request(method, str(version), params)
+    except ValidationError as invalid:
+        faults = [e["loc"][2:] for e in invalid.errors() if e["loc"][:2] == ("params", "_meta")]
+    except (KeyError, ValueError):  # a method or version the schema does not hold
+        return None
+    else:
+        return None
+    if not faults:
+        return None
+    if not faults[0]:
+        return "Invalid params: params._meta must be an object."
+    takes = _META_TAKES.get(str(faults[0][0]))
+    if takes is None:
+        return "Invalid params: a value in params._meta is not of the type MCP defines for it."
+    return f"Invalid params: {faults[0][0]} in params._meta must be {takes}."
+
+
 def error_body(
     sent: dict[str, Any],
     method: object = None,
     headers: Iterable[bytes] = (),
     status: int | None = None,
+    params: object = None,
 ) -> dict[str, Any] | None:
     """``sent``, a JSON-RPC error the SDK wrote, in our shape (a -32022 keeps the versions
-    it names); None if it is not one."""
+    it names); None if it is not one. ``params`` are the request's, read to name a value of
+    their ``_meta`` the SDK refused."""
     error = sent.get("error")
     if not isinstance(error, dict) or not isinstance(error.get("code"), int):
         return None
     rpc_code = error["code"]
-    text = reworded(rpc_code, error.get("message"), method, headers)
+    text = reworded(rpc_code, error.get("message"), method, headers, params)
     versions = _negotiation(rpc_code, error.get("data"))
     code = _our_code(rpc_code, error.get("data"), status)
     return refusal(code, text, call_id(sent), rpc_code, versions)

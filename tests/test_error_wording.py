@@ -414,3 +414,58 @@ def test_an_unknown_field_in_a_message_is_refused_by_name_not_dropped(live, cast
         refusal(live.url + "/agent/mcp", token, "memory_add", {"messages": typo}, mode)
         == "messages[0]['nmae'] is not accepted here."
     )
+
+
+@pytest.mark.parametrize(
+    ("meta", "expected"),
+    [
+        (
+            {"io.modelcontextprotocol/clientCapabilities": "x"},
+            "Invalid params: io.modelcontextprotocol/clientCapabilities in params._meta must be"
+            " an object: the client's capabilities, each an object.",
+        ),
+        (
+            {"io.modelcontextprotocol/clientCapabilities": {"sampling": 5}},
+            "Invalid params: io.modelcontextprotocol/clientCapabilities in params._meta must be"
+            " an object: the client's capabilities, each an object.",
+        ),
+        (
+            {"io.modelcontextprotocol/clientInfo": 5},
+            "Invalid params: io.modelcontextprotocol/clientInfo in params._meta must be an"
+            " object with the client's name and version, as text.",
+        ),
+        (
+            {"io.modelcontextprotocol/logLevel": "loud"},
+            "Invalid params: io.modelcontextprotocol/logLevel in params._meta must be one of"
+            " debug, info, notice, warning, error, critical, alert or emergency.",
+        ),
+        (
+            {"progressToken": [1]},
+            "Invalid params: progressToken in params._meta must be a string or an integer.",
+        ),
+    ],
+    ids=[
+        "capabilities text",
+        "a capability a number",
+        "client info a number",
+        "log level",
+        "token",
+    ],
+)
+@pytest.mark.parametrize("path", ["/mcp", "/v1/mcp"])
+def test_a_malformed_value_in_the_envelope_is_named_not_called_bad_params(
+    live, cast, path, meta, expected
+):
+    # It was "Invalid params for 'tools/call': it takes name and arguments.", of
+    # a call that held both: the fault was in params._meta.
+    tool = {"/mcp": "memory_stats", "/v1/mcp": "cache_stats"}[path]
+    body = fuzz.envelope("tools/call", {"name": tool, "arguments": {}}, fuzz.MODERN)
+    body["params"]["_meta"].update(meta)
+    sent = fuzz.headers(cast.alice_key.raw, fuzz.MODERN, body)
+
+    response = httpx2.post(live.url + path, headers=sent, content=json.dumps(body), timeout=30)
+
+    assert refused(response, 400) == expected
+    assert response.json()["id"] == 1
+    assert response.json()["error"]["code"] == -32602
+    assert response.json()["error"]["data"]["error"]["code"] == "validation_failed"

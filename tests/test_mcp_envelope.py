@@ -165,6 +165,31 @@ def test_a_lone_surrogate_escape_is_refused_as_no_text_answering_the_request(liv
     assert usage_events(timeout=0.5) == []
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}',
+        b'{"jsonrpc":"2.0","id":"a\\uDFFFb","method":"tools/call",'
+        b'"params":{"name":"memory_stats","arguments":{}}}',
+        b'{"jsonrpc":"1.0","id":"\\udbff","method":"ping"}',
+    ],
+    ids=["ping", "tools/call", "jsonrpc 1.0"],
+)
+def test_an_id_holding_half_a_surrogate_pair_is_answered_with_a_null_id(live, cast, body):
+    # The refusal echoed the id, "\ud800": no text, which a strict client
+    # cannot decode. An id the server cannot use is answered with null.
+    for generation in GENERATIONS:
+        sent = headers(cast.alice_key.raw, generation, json.loads(body))
+        response = post(live, cast.alice_key.raw, body, **sent)
+
+        assert response.status_code == 400, generation
+        # All text, as a strict client decodes it: no half of a pair anywhere.
+        json.dumps(response.json(), ensure_ascii=False).encode("utf-8")
+        assert response.json()["id"] is None
+        assert refusal(response)["data"]["error"]["code"] == "validation_failed"
+    assert usage_events(timeout=0.5) == []
+
+
 @pytest.mark.parametrize("method", ["tools/call", "tools/list", "ping"])
 def test_a_request_with_a_null_id_is_refused_and_runs_nothing(live, cast, method):
     # MCP request ids MUST NOT be null; a 2025-era server took this for a

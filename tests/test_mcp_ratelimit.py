@@ -218,3 +218,73 @@ def test_revoking_and_creating_keys_buys_no_calls_beyond_max_keys_allowances(
     # Her keys' ceiling refills 4 calls an hour: one every 900 s.
     assert 890 <= int(rotated[-1].headers["retry-after"]) <= 900
     assert rotated[-1].headers["ratelimit-limit"] == "4"
+
+
+def _post_call(
+    server: LiveServer, path: str, key: str, generation: str, sent: dict[str, str | None]
+) -> httpx2.Response:
+    """POST a memory_stats call with the generation's headers, ``sent`` over them (None: left
+    out, httpx2's own Accept too)."""
+    body = envelope("tools/call", {"name": "memory_stats", "arguments": {}}, generation)
+    wanted = {**headers(key, generation, body), **sent}
+    with httpx2.Client(timeout=30) as client:
+        del client.headers["accept"]  # httpx2's own */*: the test says what is sent
+        kept = {name: value for name, value in wanted.items() if value is not None}
+        return client.post(server.url + path, headers=kept, content=json.dumps(body))
+
+
+# What the SDK refused with 406 after the gate had taken a token and the call
+# was metered as validation_failed (README, "Usage": such a request is no call).
+UNACCEPTABLE = [None, "text/html", "text/event-stream", "TEXT/HTML;q=1"]
+
+
+@pytest.mark.parametrize("fast_path", ["true", "false"], ids=["fast path", "sdk path"])
+def test_a_request_refused_for_its_media_types_takes_no_token_and_leaves_no_event(cast, fast_path):
+    key = cast.alice_key.raw
+    with LiveServer(env={"RATE_LIMIT_FREE": "1/min", "MCP_FAST_PATH": fast_path}) as server:
+        for path in ("/mcp", "/v1/mcp"):
+            for generation in GENERATIONS:
+                for accept in UNACCEPTABLE:
+                    refused = _post_call(server, path, key, generation, {"Accept": accept})
+                    assert refused.status_code == 406, (path, generation, accept, refused.text)
+                    assert refused.json()["error"]["message"] == (
+                        "Not acceptable: send Accept: application/json, text/event-stream."
+                    )
+                typed = {"Content-Type": "text/plain"}
+                unsupported = _post_call(server, path, key, generation, typed)
+                assert unsupported.status_code == 415, (path, generation)
+        # The one call the minute allows is still there, then no more.
+        answers = [_post_call(server, "/mcp", key, LEGACY, {}) for _ in range(2)]
+
+    assert [answer.status_code for answer in answers] == [200, 429]
+    events = usage_events(2)
+    assert [(e.tool_name, e.success, e.error_code) for e in events] == [
+        ("memory_stats", True, None),
+        ("memory_stats", False, "rate_limited"),
+    ]
+
+
+@pytest.mark.parametrize("fast_path", ["true", "false"], ids=["fast path", "sdk path"])
+def test_a_json_media_type_in_capitals_is_served_on_both_generations(cast, fast_path):
+    # Media types are case-insensitive (RFC 9110 8.3.1). The gate and the
+    # 2026-era transport took these; the 2025-era one refused them with 415,
+    # after the gate had taken a token and metered the call.
+    key = cast.alice_key.raw
+    spellings = ["APPLICATION/JSON", "Application/Json; charset=UTF-8"]
+    with LiveServer(env={"RATE_LIMIT_FREE": "4/min", "MCP_FAST_PATH": fast_path}) as server:
+        answers = [
+            (generation, _post_call(server, "/mcp", key, generation, {"Content-Type": typed}))
+            for generation in GENERATIONS
+            for typed in spellings
+        ]
+        limited = _post_call(server, "/mcp", key, LEGACY, {})
+
+    for generation, answer in answers:
+        assert answer.status_code == 200, (generation, answer.text)
+        assert "error" not in answer.json(), (generation, answer.text)
+        assert answer.json()["result"]["isError"] is False, (generation, answer.text)
+    assert limited.status_code == 429
+    events = usage_events(5)
+    assert [(e.success, e.error_code) for e in events] == [(True, None)] * 4 + [
+        (False, "rate_limited")
+    ]

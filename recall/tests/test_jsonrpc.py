@@ -52,3 +52,43 @@ def test_an_http_status_that_says_more_than_the_json_rpc_code_decides(status, ou
 
     assert body is not None
     assert body["error"]["data"]["error"]["code"] == ours
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}',
+        b'{"jsonrpc":"2.0","id":"x\\udc00","method":"ping"}',
+        b'{"jsonrpc":"1.0","id":"\\ud800","method":"ping"}',
+    ],
+)
+def test_an_id_that_is_no_text_is_answered_with_null(body):
+    # It was echoed: "\ud800", a refusal a strict client cannot decode.
+    with pytest.raises(jsonrpc.Invalid) as refused:
+        jsonrpc.parse(body)
+
+    assert refused.value.body()["id"] is None
+    assert jsonrpc.call_id({"id": "\ud800"}) is None
+    assert jsonrpc.call_id({"id": "\U0001f600"}) == "\U0001f600"
+
+
+def test_a_refusal_of_params_names_the_value_of_their_meta_that_is_wrong():
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    bad = {**envelope, "io.modelcontextprotocol/clientInfo": 5}
+    params = {"name": "memory_stats", "arguments": {}, "_meta": bad}
+
+    assert jsonrpc.reworded(-32602, "Invalid request parameters", "tools/call", (), params) == (
+        "Invalid params: io.modelcontextprotocol/clientInfo in params._meta must be an object"
+        " with the client's name and version, as text."
+    )
+    # Elsewhere than _meta, the fault is told as before: what the params take.
+    fine = {"name": 5, "_meta": envelope}
+    assert jsonrpc.reworded(-32602, "Invalid request parameters", "tools/call", (), fine) == (
+        "Invalid params for 'tools/call': it takes name and arguments."
+    )
+    assert jsonrpc.meta_fault("tools/call", {"name": "x", "_meta": "x"}) == (
+        "Invalid params: params._meta must be an object."
+    )
