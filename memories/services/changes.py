@@ -36,7 +36,7 @@ from memories.models import (
     MemoryHistory,
 )
 from memories.services import superseding
-from memories.services.queue import settle_namespace, waits_for_announced
+from memories.services.announced import settle_namespace, waits_for_announced
 from memories.services.shapes import Change, Deleted, Forgotten, Match, Version
 from memories.services.storing import drop_expired_copy, holder
 

@@ -552,9 +552,9 @@ def test_a_call_naming_a_memory_an_async_add_announced_waits_for_it(cast, call):
 
 
 def test_a_memory_still_on_its_way_is_refused_naming_its_job(cast, monkeypatch):
-    from memories.services import queue
+    from memories.services import announced
 
-    monkeypatch.setattr(queue, "ANNOUNCED_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(announced, "ANNOUNCED_WAIT_SECONDS", 0.2)
     queued = enqueue(cast.alice.id)  # no worker runs it
     [memory_id] = queued["memory_ids"]
 
@@ -694,9 +694,9 @@ def test_deleting_a_namespace_in_one_call_takes_the_adds_queued_before_it(cast, 
         finally:
             connection.close()
 
-    from memories.services import queue
+    from memories.services import announced
 
-    monkeypatch.setattr(queue, "ANNOUNCED_WAIT_SECONDS", 1.5)
+    monkeypatch.setattr(announced, "ANNOUNCED_WAIT_SECONDS", 1.5)
     later = threading.Thread(target=worker)
     later.start()
     done = services.forget_namespace(user_id=cast.alice.id, namespace="default")
