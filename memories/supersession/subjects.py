@@ -280,13 +280,21 @@ def _named(opening_old: list[str], opening_new: list[str], old: str, new: str) -
 
 def _narrowed(opening_old: list[str], opening_new: list[str], old: str, new: str) -> str | None:
     """A newer subject narrowed by a word before its noun: "The lease" / "The car lease",
-    "Our Stripe account email" / "Our Stripe test account email". The narrower one is
-    another thing than the wider (which stays true of the others), as with a word swapped
-    there (``_named``). Not the other way round: a restatement often says less ("The
-    house alarm code" / "Alarm code"). Not a word before the verb ("Ada's piano" / "Ada's
-    piano lesson" may be one thing), and not a word the older memory holds anywhere."""
-    short = [w for w in opening_old if w.lower() not in _DETERMINERS]
-    long = [w for w in opening_new if w.lower() not in _DETERMINERS]
+    "Our Stripe account email" / "Our Stripe test account email". The narrower is another
+    thing than the wider, which stays true of the others, as with a word swapped there
+    (``_named``). Not the other way round: a restatement often says less ("The house
+    alarm code is 2580" / "Alarm code is 7314 after the engineer's visit", "The data
+    warehouse refresh" / "Warehouse refresh cron"). Not a word before the verb ("Ada's
+    piano" / "Ada's piano lesson" may be one thing), not how often ("The nightly backup
+    job"), and not a word the older memory holds anywhere."""
+    a = [w for w in opening_old if w.lower() not in _DETERMINERS]
+    b = [w for w in opening_new if w.lower() not in _DETERMINERS]
+    return _one_word_more(a, b, old)
+
+
+def _one_word_more(short: list[str], long: list[str], wide: str) -> str | None:
+    """Whether ``long`` is ``short``'s subject with one word more before a noun, a word
+    ``wide`` (the shorter one's text) holds nowhere."""
     fs, fl = [_fold(w) for w in short], [_fold(w) for w in long]
     k = next((i for i, (x, y) in enumerate(zip(fs, fl, strict=False)) if x != y), None)
     if k is None or k >= _HEAD or k + 1 >= len(long) or k >= len(short):
@@ -298,6 +306,13 @@ def _narrowed(opening_old: list[str], opening_new: list[str], old: str, new: str
         return None
     # Before a noun, a verb's form is a modifier ("Mia's work phone").
     modifier = word not in CHANGE and word not in _NOT_LABELS and word not in STOP
-    if word.isalpha() and word.islower() and modifier and stem(word) not in _stems(old):
+    modifier = modifier and word.lower() not in _HOW_OFTEN
+    if word.isalpha() and word.islower() and modifier and stem(word) not in _stems(wide):
         return f"about two things ({word} {noun} / {noun})"
     return None
+
+
+# How often says nothing of which: "The nightly backup job" is "the backup job".
+_HOW_OFTEN = word_set(
+    "hourly daily nightly weekly biweekly fortnightly monthly quarterly yearly annual"
+)

@@ -684,8 +684,9 @@ def test_facts_about_two_labelled_things_stay_apart(old: str, new: str) -> None:
         ("The 2 kids go to Maple school.", "The 3 kids go to Maple school."),
         ("The 12 people on the team work remotely.", "The 15 people on the team work remotely."),
         ("Our 3 children go to Maple school.", "Our 4 children go to Maple school."),
-        # The subject said alike: a determiner, or a word added, names nothing new.
+        # The subject said alike: a determiner, or a word dropped, names nothing new.
         ("The house alarm code is 2580.", "Alarm code is 7314."),
+        ("The backup job runs at 1am.", "The nightly backup job runs at 3am."),
         # ... nor one word spelt, shortened or punctuated two ways.
         ("The production database host is db1.corp", "The prod database host is db2.corp"),
         ("My favorite restaurant is Nando's", "My favourite restaurant is Dishoom"),
@@ -906,6 +907,9 @@ def test_a_newer_subject_narrowed_by_a_word_is_another_thing(older: str, newer: 
         ("User wants the daily briefing at 7am.", "Send the user's morning briefing at 6:15."),
         # A word dropped in a restatement names nothing new.
         ("The house alarm code is 2580.", "Alarm code is 7314."),
+        ("The data warehouse refresh runs at 02:00 UTC.", "Warehouse refresh runs at 05:00 UTC."),
+        # How often names nothing.
+        ("The backup job runs at 1am.", "The nightly backup job runs at 3am."),
         # "work" as a verb is no qualifier.
         ("Cormac works at Brackenfield.", "Cormac now works at Marlowe Robotics."),
     ],
