@@ -461,14 +461,14 @@ def screen(scope: Scope) -> Refusal | None:
     """Refuse a request whose Host, Origin or method /mcp never serves, before any auth."""
     domain, _ = split_domain_port(header(scope, b"host") or "")
     if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
-        return 421, refusal("bad_host", "Invalid Host header."), []
+        return 421, refusal("validation_failed", "Invalid Host header."), []
     origin = header(scope, b"origin")
     if origin and not origin_allowed(origin, scope):
-        return 403, refusal("bad_origin", "Origin not allowed."), []
+        return 403, refusal("validation_failed", "Origin not allowed."), []
     if scope["method"] != "POST":
         # Stateless with JSON responses: no server-to-client stream to GET,
         # no session to DELETE.
-        body = refusal("method_not_allowed", "Use POST for MCP requests.")
+        body = refusal("validation_failed", "Use POST for MCP requests.")
         return 405, body, [(b"allow", b"POST")]
     return None
 

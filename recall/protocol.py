@@ -34,8 +34,11 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from recall import jsonrpc
+
+# A JSON-RPC error in our vocabulary, as every other refusal of the gate's.
 _BODY = json.dumps(
-    {"error": {"code": "request_timeout", "message": "The request took too long to arrive."}}
+    jsonrpc.refusal("validation_failed", "The request took too long to arrive.")
 ).encode()
 TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\n"

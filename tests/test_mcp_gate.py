@@ -204,7 +204,7 @@ def test_an_origin_on_another_scheme_or_port_of_this_host_is_refused(live, cast)
             live.mcp_url, cast.alice_key.raw, "list_memories", {}, headers={"Origin": origin}
         )
         assert response.status_code == 403, origin
-        assert response.json()["error"]["data"]["error"]["code"] == "bad_origin"
+        assert response.json()["error"]["data"]["error"]["code"] == "validation_failed"
     same = raw_call(
         live.mcp_url, cast.alice_key.raw, "list_memories", {}, headers={"Origin": live.url}
     )
