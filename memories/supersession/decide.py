@@ -458,14 +458,14 @@ def _apart(old: str, new: str, evidence: Evidence) -> str | None:
         or _several_values(old, old_reading, new_reading, evidence)
         or _numbered(old, new, evidence)
         or numbered_things(old, new)
-        or (None if evidence.change_words else _one_names_which(old, new, evidence))
+        or (None if evidence.change_words else _one_names_which(old, new))
     )
     if reason is None and max(old_reading.length, new_reading.length) <= 2:
         reason = "too short to state a fact"  # "memory 2", "alice 1": labels, not facts
     return reason
 
 
-def _one_names_which(old: str, new: str, evidence: Evidence) -> str | None:
+def _one_names_which(old: str, new: str) -> str | None:
     """Two things, told apart by the words that name them; the caller asks only when the
     newer says no change ("The database host" / "The staging database host")."""
     word = qualifier_on_one_side(read(old), read(new))

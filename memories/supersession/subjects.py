@@ -293,8 +293,8 @@ def _narrowed(opening_old: list[str], opening_new: list[str], old: str, new: str
 
 
 def _one_word_more(short: list[str], long: list[str], wide: str) -> str | None:
-    """Whether ``long`` is ``short``'s subject with one word more before a noun, a word
-    ``wide`` (the shorter one's text) holds nowhere."""
+    """Why ``long`` names another thing than ``short``: its subject with one word more before
+    a noun, a word ``wide`` (the shorter one's text) holds nowhere; else None."""
     fs, fl = [_fold(w) for w in short], [_fold(w) for w in long]
     k = next((i for i, (x, y) in enumerate(zip(fs, fl, strict=False)) if x != y), None)
     if k is None or k >= _HEAD or k + 1 >= len(long) or k >= len(short):

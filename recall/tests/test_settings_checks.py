@@ -30,17 +30,22 @@ def test_the_default_admin_email_and_a_real_one_load(tmp_path):
         assert result.returncode == 0, result.stderr
 
 
-def test_recall_serve_refuses_a_malformed_admin_email_in_one_line(tmp_path):
+def recall_serve(timeout: float, **setting: str) -> subprocess.CompletedProcess[str]:
+    """``recall serve`` on the embedded database (no DATABASE_URL) with ``setting`` set."""
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env.update(RECALL_ADMIN_EMAIL="not-an-email", RECALL_DATA_DIR=str(tmp_path))
-    result = subprocess.run(
-        [sys.executable, "-m", "recall", "serve"],
+    env.update(setting)
+    return subprocess.run(
+        [sys.executable, "-m", "recall", "serve", "--workers", "1"],
         cwd=settings.BASE_DIR,
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
     )
+
+
+def test_recall_serve_refuses_a_malformed_admin_email_in_one_line(tmp_path):
+    result = recall_serve(60, RECALL_ADMIN_EMAIL="not-an-email", RECALL_DATA_DIR=str(tmp_path))
 
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
@@ -55,15 +60,8 @@ def test_recall_serve_refuses_a_damaged_local_model_in_one_line(tmp_path):
     model.mkdir()
     (model / "model.onnx").write_bytes(b"not an onnx graph" * 64)
     (model / "tokenizer.json").write_text('{"truncated": ')
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env.update(RECALL_LOCAL_MODEL_DIR=str(model), RECALL_DATA_DIR=str(tmp_path / "data"))
-    result = subprocess.run(
-        [sys.executable, "-m", "recall", "serve", "--workers", "1"],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
+    result = recall_serve(
+        180, RECALL_LOCAL_MODEL_DIR=str(model), RECALL_DATA_DIR=str(tmp_path / "data")
     )
 
     assert result.returncode == 2
