@@ -29,7 +29,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import IntegrityError, connection
@@ -69,8 +68,6 @@ from memories.services.storing import (
 from memories.validation import content_hash
 
 logger = logging.getLogger("memories.services")
-P = ParamSpec("P")
-T = TypeVar("T")
 
 # Every process's workers LISTEN here (memories/jobs.py): an enqueue NOTIFYs it.
 CHANNEL = "recall_jobs"
@@ -575,9 +572,9 @@ def _store_job(
     settle: Callable[[list[Stored]], None],
 ) -> None:
     """Store a job's memories. When the memory its ``replaces`` named was deleted or
-    replaced after the call was queued, the note is stored all the same, unlinked, and
-    its result says why under ``not_replaced``: the call was accepted, and its fact is
-    not to be lost for want of the link."""
+    replaced after the call was queued, the note is stored all the same, replacing
+    nothing (no detection either), and its result says why under ``not_replaced``: the
+    call was accepted, and its fact is not to be lost for want of the link."""
 
     def run(call: Remembering, finish: Callable[[list[Stored]], None]) -> None:
         store(
@@ -602,7 +599,9 @@ def _store_job(
         first: Stored = {**results[0], "not_replaced": note}
         settle([first, *results[1:]])
 
-    run(dataclasses.replace(call, replaces=None), settle_noting)
+    # Detection stays off: the call asked to replace that memory and no other,
+    # and the one that replaced it meanwhile may well be the newer fact.
+    run(dataclasses.replace(call, replaces=None, detect=False), settle_noting)
 
 
 def _replaces_refused(job: Taken, call: Remembering) -> RecallError | None:

@@ -76,6 +76,9 @@ class Remembering:
     task_id: str | None = None
     # The memory this one replaces (issue 22), named by the caller.
     replaces: uuid.UUID | None = None
+    # Whether the write may look for what it replaces. Off for a queued add
+    # whose named memory went before it ran: it was to replace that one only.
+    detect: bool = True
 
     @property
     def note(self) -> bool:
@@ -250,7 +253,9 @@ def _store(
 
     results: list[Stored] = []
     pending: tuple[uuid.UUID, superseding.Pending] | None = None
-    detecting = superseding.detects(call.note and bool(fresh), call.replaces is not None)
+    detecting = call.detect and superseding.detects(
+        call.note and bool(fresh), call.replaces is not None
+    )
     opening = dict(superseding.SETTINGS) if detecting else None
     with tenancy.tenant(user_id, agent_id=agent_id, local_settings=opening):
         _hold_thread(user_id, agent_id, sent, call)

@@ -188,10 +188,13 @@ def test_a_queued_replace_whose_memory_went_meanwhile_stores_its_note_unlinked(
     queued = remember(
         cast.alice.id, "The CI runner image is ubuntu-22.04 now.", replaces=old, background=True
     )
+    newest = None
     if meanwhile == "forgotten":
         services.forget_by_id(user_id=cast.alice.id, id=old)
     else:
-        remember(cast.alice.id, "The CI runner image moved to ubuntu-24.04.", replaces=old)
+        newest = remember(
+            cast.alice.id, "The CI runner image moved to ubuntu-24.04.", replaces=old
+        )["id"]
     assert services.run_next_job() is True
 
     done = services.job_status(user_id=cast.alice.id, job_id=queued["job_id"])
@@ -203,6 +206,11 @@ def test_a_queued_replace_whose_memory_went_meanwhile_stores_its_note_unlinked(
     assert stored["not_replaced"]["code"] == code
     assert row(stored["id"]).content == "The CI runner image is ubuntu-22.04 now."
     assert row(stored["id"]).superseded_by is None
+    # It replaces nothing, not even the memory that replaced its target meanwhile,
+    # which detection alone would have taken for the older value.
+    assert "replaces" not in stored
+    if newest is not None:
+        assert row(newest).superseded_by is None
 
 
 def test_a_changed_fact_is_found_without_being_named(cast) -> None:
