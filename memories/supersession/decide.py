@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from memories.supersession.subjects import numbered_things, two_things, words
+from memories.supersession.subjects import numbered_things, qualifiers, two_things, words
 from memories.supersession.text import (
     CACHED_CHARS,
     QUOTE,
@@ -468,7 +468,7 @@ def _apart(old: str, new: str, evidence: Evidence) -> str | None:
 def _one_names_which(old: str, new: str) -> str | None:
     """Two things, told apart by the words that name them; the caller asks only when the
     newer says no change ("The database host" / "The staging database host")."""
-    word = qualifier_on_one_side(read(old), read(new))
+    word = qualifier_on_one_side(read(old), read(new), qualifiers(old), qualifiers(new))
     if word is not None:
         return f"only one says which ({word})"
     return two_things(old, new)

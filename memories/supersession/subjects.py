@@ -302,17 +302,63 @@ def _one_word_more(short: list[str], long: list[str], wide: str) -> str | None:
     if fl[k + 1] != fs[k] or not _subject_so_far(short[:k], _JOINS):
         return None
     noun, word = short[k], long[k]
-    if not _noun(noun) or _verb(noun, short[k - 1] if k else None):
+    if not _noun(noun) or _verb(noun, short[k - 1] if k else None) or _past(noun):
         return None
-    # Before a noun, a verb's form is a modifier ("Mia's work phone").
-    modifier = word not in CHANGE and word not in _NOT_LABELS and word not in STOP
-    modifier = modifier and word.lower() not in _HOW_OFTEN
-    if word.isalpha() and word.islower() and modifier and stem(word) not in _stems(wide):
+    after = short[k + 1] if k + 1 < len(short) else None
+    if after is not None and not (_verb(after, noun) or _noun(after) or after.lower() in _JOINS):
+        return None  # "The server crashed 3 times": no noun ends a subject there
+    if not (word.isalpha() and word.islower()) or not _modifier(word):
+        return None
+    if stem(word) not in _stems(wide):
         return f"about two things ({word} {noun} / {noun})"
     return None
 
 
-# How often says nothing of which: "The nightly backup job" is "the backup job".
-_HOW_OFTEN = word_set(
-    "hourly daily nightly weekly biweekly fortnightly monthly quarterly yearly annual"
+def _past(word: str) -> bool:
+    """A past tense read as a noun by the word lists ("arrived", "completed")."""
+    return len(word) > 4 and word.lower().endswith("ed")
+
+
+def _modifier(word: str) -> bool:
+    """Whether ``word`` before a noun may say which thing: a verb's form may ("Mia's work
+    phone"), an adverb ("finally"), how often ("nightly") or which version ("the
+    correct date", "the final price") may not."""
+    lower = word.lower()
+    if lower in CHANGE or lower in _NOT_LABELS or lower in STOP:
+        return False
+    return not lower.endswith("ly") and lower not in _WHICH_VERSION
+
+
+# Which version of one thing, not which thing: a correction's or an estimate's words.
+_WHICH_VERSION = word_set(
+    """
+    correct corrected actual revised updated confirmed final official exact real true
+    agreed total overall proper right usual normal regular standard main current latest
+    present precise approximate estimated expected proposed previous former original
+    """
+)
+
+
+def qualifiers(text: str) -> frozenset[str]:
+    """The contrast words (``contrast_word``'s) that may say which thing ``text`` is about:
+    those in its subject, before the first verb ("The staging database host is ..."),
+    and a habit's days said anywhere ("The gym opens at 8am on Sundays"). Not a word of
+    an aside after the verb ("..., she told me at lunch", "reset after the demo")."""
+    found: set[str] = set()
+    subject = True
+    previous: str | None = None
+    for word in words(text):
+        lower = word.lower()
+        if subject and (_verb(word, previous) or lower in COPULA):
+            subject = False
+        named = contrast_word(lower.removesuffix("'s"))
+        if named is not None and (subject or lower in _HABITS):
+            found.add(named)
+        previous = word
+    return frozenset(found)
+
+
+# Days said in the plural are a habit's, which a fact may hold for only on them.
+_HABITS = word_set(
+    "mondays tuesdays wednesdays thursdays fridays saturdays sundays weekdays weekends weeknights"
 )

@@ -569,19 +569,23 @@ _QUALIFIERS = frozenset(_CONTRAST_CLASS[w] for w in ("staging", "morning", "satu
 _TIMES_OF_DAY = word_set("morning afternoon evening night")
 
 
-def qualifier_on_one_side(old: Reading, new: Reading) -> str | None:
+def qualifier_on_one_side(
+    old: Reading, new: Reading, old_says: frozenset[str], new_says: frozenset[str]
+) -> str | None:
     """Return a contrast word that one memory qualifies its subject with and the other
     lacks, if any; the caller keeps the two apart unless the newer says it changes
-    something ("The production API key now rotates every 30 days").
+    something ("The production API key now rotates every 30 days"). ``old_says`` and
+    ``new_says`` are the contrast words each says where they qualify
+    (``subjects.qualifiers``): not in an aside ("..., she told me at lunch").
 
     Not the time a sentence states ("is on Saturday mornings"); not a day of the
     week when the other memory names a day ("Ada's piano lesson is Monday at 5" /
     "... on Thursdays at 4:30": the day is the value); not a time of day when both
     give a clock time ("the daily briefing at 7am" / "the morning briefing at 6:15").
     """
-    for own, other in ((old, new), (new, old)):
+    for own, other, says in ((old, new, old_says), (new, old, new_says)):
         for word in sorted(own.contrasts - other.contrasts - own.stated_when):
-            if _CONTRAST_CLASS[word] not in _QUALIFIERS:
+            if _CONTRAST_CLASS[word] not in _QUALIFIERS or word not in says:
                 continue
             kinds = {value.kind for value in other.values}
             if word in WEEKDAYS and "weekday" in kinds:

@@ -912,6 +912,21 @@ def test_a_newer_subject_narrowed_by_a_word_is_another_thing(older: str, newer: 
         ("The backup job runs at 1am.", "The nightly backup job runs at 3am."),
         # "work" as a verb is no qualifier.
         ("Cormac works at Brackenfield.", "Cormac now works at Marlowe Robotics."),
+        # An adverb before a past tense narrows nothing (a diff review's finds).
+        ("The package arrived on Monday", "The package finally arrived on Tuesday"),
+        ("The server crashed at 3am", "The server reportedly crashed at 4am"),
+        ("The kids slept at 8pm", "The kids usually slept at 9pm"),
+        # Which version of one thing, not which thing.
+        ("The launch date is March 3", "The correct launch date is March 10"),
+        ("The launch date is March 3", "The revised launch date is March 10"),
+        # A contrast word in an aside after the verb qualifies nothing.
+        (
+            "Dana's phone number is 555-1234",
+            "Dana's phone number is 555-9876, she told me at lunch",
+        ),
+        ("The wifi password is hunter2", "The wifi password is swordfish7, reset after the demo"),
+        ("I take my pills at 8am", "I take my pills at 9am with breakfast"),
+        ("The API key is abc123", "The API key is xyz789 for local testing"),
     ],
 )
 def test_a_one_sided_word_that_names_nothing_else_leaves_the_update(old: str, new: str) -> None:
