@@ -86,9 +86,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     except EmbeddingUnavailable as exc:
         # A damaged or foreign RECALL_LOCAL_MODEL_DIR shows when the model loads:
-        # at start-up, for the vector index's width.
+        # at start-up, for the vector index's width; a remote embedder's outage
+        # during an import or a re-embed ends here too. Exit 1, as an outage does:
+        # not always the configuration's fault.
         sys.stderr.write(f"recall {command}: embedding model: {exc.message}\n")
-        raise SystemExit(2) from None
+        raise SystemExit(1) from None
     except DatabaseError as exc:
         from recall import unreachable
 

@@ -64,7 +64,7 @@ def test_recall_serve_refuses_a_damaged_local_model_in_one_line(tmp_path):
         180, RECALL_LOCAL_MODEL_DIR=str(model), RECALL_DATA_DIR=str(tmp_path / "data")
     )
 
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == (
         f"recall serve: embedding model: The tokenizer file {model / 'tokenizer.json'}"
         " could not be read."
