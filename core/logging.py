@@ -65,6 +65,23 @@ def _request_line(request: object) -> str:
     return type(request).__name__
 
 
+class ClientCaused(logging.Filter):
+    """Log a refusal any client can provoke at will as a warning, without a traceback.
+
+    Django logs a request it refuses as suspicious (a ``Host`` outside
+    ``ALLOWED_HOSTS``, more form fields than it parses) on ``django.security.*``
+    at error level, with the exception's frames: a client could fill the error
+    log, and page whoever watches it, with one ``curl`` in a loop. The line is
+    kept, since a wrong ``ALLOWED_HOSTS`` behind a proxy shows up first there.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info = record.exc_text = None
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {

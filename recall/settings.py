@@ -523,6 +523,7 @@ LOGGING = {
         "json": {"()": "core.logging.JsonFormatter"},
         "console": {"()": "core.logging.ConsoleFormatter"},
     },
+    "filters": {"client_caused": {"()": "core.logging.ClientCaused"}},
     "handlers": {
         "stderr": {"()": "core.logging.StderrHandler", "formatter": LOG_FORMAT},
     },
@@ -539,5 +540,10 @@ LOGGING = {
         # Any client can send an oversized body; recall.error_responses logs
         # it at info. Django would log it at error level.
         "django.security.RequestDataTooBig": {"level": "CRITICAL"},
+        # Refusals any client can provoke: a warning without frames (core.logging).
+        **{
+            f"django.security.{name}": {"filters": ["client_caused"]}
+            for name in ("DisallowedHost", "TooManyFieldsSent", "TooManyFilesSent")
+        },
     },
 }

@@ -78,3 +78,25 @@ def test_a_disallowed_host_is_logged_without_the_query(client, caplog, formatter
     logs = logged(caplog, formatter)
     assert "django.security.DisallowedHost" in logs
     assert SECRET not in logs
+
+
+def _security_records(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == f"django.security.{name}"]
+
+
+def test_a_refusal_any_client_can_provoke_is_a_warning_without_frames(client, caplog):
+    """A Host outside ALLOWED_HOSTS, or a form of too many fields, logs one warning: at
+    error level with its frames, a client could fill the error log with a loop."""
+    caplog.set_level(logging.INFO)
+
+    assert client.get("/login/", HTTP_HOST="evil.example").status_code == 400
+    fields = {f"f{n}": "x" for n in range(1_500)}
+    assert client.post("/login/", fields).status_code == 400
+
+    for name in ("DisallowedHost", "TooManyFieldsSent"):
+        [record] = _security_records(caplog, name)
+        assert record.levelname == "WARNING"
+        assert record.levelno == logging.WARNING
+        assert record.exc_info is None
+        assert "Traceback" not in ConsoleFormatter().format(record)
+        assert '"level": "warning"' in JsonFormatter().format(record)
