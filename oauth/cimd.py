@@ -24,6 +24,7 @@ name that hides characters, refuses the client however it was named.
 
 from __future__ import annotations
 
+import logging
 import ssl
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,11 +36,26 @@ from oauth2_provider.settings import oauth2_settings
 
 from oauth import registration
 
+logger = logging.getLogger(__name__)
+
 
 class MetadataFetcher(SafeMetadataFetcher):
     """The toolkit's ``CIMD_METADATA_FETCHER``: ``fetch(client_id)`` returns (document, max_age)."""
 
     def fetch(self, client_id: str) -> tuple[dict[str, Any], int]:
+        try:
+            return self._checked_fetch(client_id)
+        except CIMDError as exc:
+            # One line an operator can act on; the consent page only says the
+            # document could not be used. The reason is our words or the
+            # toolkit's, never the document's content.
+            logger.warning(
+                "oauth: client metadata document refused",
+                extra={"client_id": client_id[:300], "reason": str(exc)[:300]},
+            )
+            raise
+
+    def _checked_fetch(self, client_id: str) -> tuple[dict[str, Any], int]:
         if settings.OAUTH_CIMD_ALLOW_PRIVATE_ADDRESSES:
             document, max_age = self._fetch_from_any_address(client_id)
         else:

@@ -13,7 +13,10 @@ be one a real client of this kind could own:
   except the schemes a browser runs or reads itself (``javascript:``,
   ``data:``, ``file:``, ...), which would turn a redirect into a script or a
   local read, and those the operating system hands to a program of its own
-  (``ms-msdt:``, ``search-ms:``, ``smb:``, ``intent:``, ...).
+  (``ms-msdt:``, ``search-ms:``, ``smb:``, ``intent:``, ``steam:``, ...);
+  a code editor's scheme only in the form it hands to one extension
+  (``cursor://anysphere.cursor-retrieval/...``), never one the editor acts on
+  itself (``vscode:/extension/...`` installs an extension).
 
 No URI may carry a fragment (RFC 6749 section 3.1.2) or credentials.
 """
@@ -48,40 +51,104 @@ REFUSED_SCHEMES = {
 # Schemes the operating system hands to one of its own programs, which acts
 # on the URI's words: a redirect there would run that program with what a
 # stranger registered (a file share, a shell folder, a troubleshooter, an
-# installer, an Android intent), not wake a client waiting for its code.
+# installer, an Android intent, a browser's or a game store's own commands),
+# not wake a client waiting for its code.
 SYSTEM_SCHEMES = {
-    "afp",
-    "callto",
-    "facetime",
-    "facetime-audio",
-    "ftps",
-    "gopher",
+    # Windows and its programs (the ms- ones are a prefix, below).
     "hcp",
     "help",
-    "intent",
-    "itms-services",
-    "ldap",
-    "ldaps",
-    "market",
-    "mhtml",
+    "its",
+    "microsoft-edge",
+    "microsoft-edge-holographic",
     "mk",
-    "nfs",
-    "rdp",
+    "mhtml",
+    "read",
     "res",
     "search",
     "search-ms",
-    "sftp",
     "shell",
+    "windowsdefender",
+    "wsl",
+    # macOS and iOS.
+    "applescript",
+    "facetime",
+    "facetime-audio",
+    "itms",
+    "itms-apps",
+    "itms-appss",
+    "itms-services",
+    "macappstore",
+    "macappstores",
+    "x-apple.systempreferences",
+    "x-apple-helpbasic",
+    "x-man-page",
+    # Android.
+    "android-app",
+    "content",
+    "intent",
+    "market",
+    # Browsers' own pages, extensions and internals.
+    "chrome-extension",
+    "chrome-search",
+    "chrome-untrusted",
+    "devtools",
+    "edge",
+    "moz-extension",
+    "opera",
+    "resource",
+    "safari-extension",
+    "safari-web-extension",
+    "vivaldi",
+    "brave",
+    # Network clients and file shares: a redirect opens a connection or a share.
+    "afp",
+    "callto",
+    "ftps",
+    "git",
+    "gopher",
+    "irc",
+    "ircs",
+    "ldap",
+    "ldaps",
+    "news",
+    "nfs",
+    "nntp",
+    "rdp",
+    "sftp",
+    "sip",
+    "sips",
+    "skype",
     "smb",
+    "snews",
     "ssh",
+    "svn",
+    "svn+ssh",
     "telnet",
     "vnc",
     "webcal",
-    "x-apple.systempreferences",
+    "xmpp",
+    # Installers and launchers that act on the URI: Java Web Start, game stores,
+    # desktop package managers, meeting apps.
+    "appstream",
+    "apt",
+    "jnlp",
+    "jnlps",
+    "steam",
+    "snap",
+    "zoommtg",
+    "zoomus",
 }
 # Windows gives its own programs' schemes this prefix (ms-settings, ms-msdt,
 # ms-officecmd, ms-word, ...): no client of ours owns one.
 SYSTEM_PREFIXES = ("ms-",)
+# Code editors open files, clone repositories and install extensions from
+# their scheme's URIs (vscode:/extension/..., vscode://file/...). Only the
+# form they hand to one extension's own handler, ``scheme://publisher.name/...``,
+# is a client waiting for its code (Cursor's cursor://anysphere.cursor-retrieval/...);
+# the editor's built-in extensions (publisher ``vscode``) are the editor's own.
+EDITOR_SCHEMES = {"code-oss", "cursor", "vscode", "vscode-insiders", "vscodium", "windsurf"}
+EXTENSION = re.compile(r"^[a-z0-9][a-z0-9-]*\.[a-z0-9][a-z0-9-]*$")
+EDITOR_PUBLISHERS = {"vscode", "ms-vscode", "ms-vscode-remote"}
 SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
 # Controls (C0 and C1), spaces, the characters a URI never holds unencoded,
 # and anything not ASCII (a URI is ASCII, RFC 3986): a no-break or ideographic
@@ -124,7 +191,11 @@ def problem(uri: object) -> str | None:
             f"redirect URI {shown!r} uses http on another machine; use https, or http on "
             "127.0.0.1, [::1] or localhost"
         )
-    return _scheme_problem(scheme, shown) or _shape_problem(uri, parts, shown)
+    return (
+        _scheme_problem(scheme, shown)
+        or _editor_problem(scheme, parts, shown)
+        or _shape_problem(uri, parts, shown)
+    )
 
 
 def _shape_problem(uri: str, parts: SplitResult, shown: str) -> str | None:
@@ -151,6 +222,19 @@ def _scheme_problem(scheme: str, shown: str) -> str | None:
             "hands to a program of its own, not to a client"
         )
     return None
+
+
+def _editor_problem(scheme: str, parts: SplitResult, shown: str) -> str | None:
+    """Return why an editor's URI is no extension's callback, or None when it is one."""
+    if scheme not in EDITOR_SCHEMES:
+        return None
+    authority = parts.netloc.lower()
+    if EXTENSION.match(authority) and authority.split(".")[0] not in EDITOR_PUBLISHERS:
+        return None
+    return (
+        f"redirect URI {shown!r} is one the {scheme}: editor acts on itself (opening files, "
+        f"installing extensions); an extension's callback is {scheme}://publisher.name/..."
+    )
 
 
 def private_schemes(uris: list[str]) -> list[str]:

@@ -164,13 +164,43 @@ def _checked(request: HttpRequest) -> JsonResponse | None:
     return _refusal(*problem) if problem else None
 
 
+def _not_allowed(view: Any, request: HttpRequest) -> HttpResponse:
+    """A method the endpoint does not take, refused in JSON as its other errors are."""
+    allowed = ", ".join(view._allowed_methods())
+    response = _refusal("invalid_request", f"Use {allowed} here.", status=405)
+    response["Allow"] = allowed
+    return response
+
+
+def _answered(response: HttpResponse) -> HttpResponse:
+    """``response``, uncached, with RFC 7591 section 3.2.1's dates when it describes a client.
+
+    It carries the registration access token, and a secret when one was issued:
+    no cache may keep it. ``client_id_issued_at`` is when the client registered;
+    a secret never expires (``client_secret_expires_at`` 0), as the field says.
+    """
+    response["Cache-Control"] = "no-store"
+    response["Pragma"] = "no-cache"
+    if response.status_code not in (200, 201):
+        return response
+    data = json.loads(response.content)
+    application = services.find_application(client_id=str(data.get("client_id", "")))
+    if application is None:
+        return response
+    data["client_id_issued_at"] = int(application.created.timestamp())
+    if application.client_type == application.CLIENT_CONFIDENTIAL:
+        data["client_secret_expires_at"] = 0
+    response.content = json.dumps(data).encode()
+    return response
+
+
 class RegistrationView(toolkit.DynamicClientRegistrationView):
     """``POST /oauth/register/``: the toolkit's registration, checked and limited first."""
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         refused = _checked(request)
         if refused is not None:
-            return refused
+            return _answered(refused)
         address = client_address(request)
         with transaction.atomic():
             wait = admit(address)
@@ -182,20 +212,69 @@ class RegistrationView(toolkit.DynamicClientRegistrationView):
                     status=429,
                 )
                 response["Retry-After"] = str(wait)
-                return response
+                return _answered(response)
             response = super().post(request, *args, **kwargs)
             if response.status_code == 201:
                 client_id = json.loads(response.content)["client_id"]
                 services.note_registered_from(client_id=client_id, address=address)
-        return response
+        return _answered(response)
+
+    def http_method_not_allowed(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return _not_allowed(self, request)
 
 
 class RegistrationManagementView(toolkit.DynamicClientRegistrationManagementView):
-    """RFC 7592: a client reads, updates or deletes its own registration; updates are checked."""
+    """RFC 7592: a client reads, updates or deletes its own registration; updates are checked.
+
+    A registration that expired unapproved is refused here as everywhere
+    (``Application.is_usable``), and deleted: it stops working, and goes.
+    """
+
+    def get(self, request: HttpRequest, client_id: str, *args: Any, **kwargs: Any) -> HttpResponse:
+        response: HttpResponse = super().get(request, client_id, *args, **kwargs)
+        return _answered(response)
 
     def put(self, request: HttpRequest, client_id: str, *args: Any, **kwargs: Any) -> HttpResponse:
-        refused = _checked(request)
+        refused = _checked(request) or _other_client(request, client_id)
         if refused is not None:
-            return refused
+            return _answered(refused)
         response: HttpResponse = super().put(request, client_id, *args, **kwargs)
-        return response
+        return _answered(response)
+
+    def delete(
+        self, request: HttpRequest, client_id: str, *args: Any, **kwargs: Any
+    ) -> HttpResponse:
+        response: HttpResponse = super().delete(request, client_id, *args, **kwargs)
+        return _answered(response)
+
+    def http_method_not_allowed(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return _not_allowed(self, request)
+
+    def _authenticate_registration_request(self, request: HttpRequest, client_id: str) -> Any:
+        authenticated = super()._authenticate_registration_request(request, client_id)
+        if isinstance(authenticated, HttpResponse):
+            return authenticated
+        if not authenticated.application.is_usable(request):
+            services.delete_expired_registrations(now=timezone.now())
+            # RFC 7592 section 2: a client that no longer exists gets 401 invalid_token.
+            return _refusal(
+                "invalid_token",
+                "This registration expired because no user approved it within a day, "
+                "and has been deleted. Register the client again.",
+                status=401,
+            )
+        return authenticated
+
+
+def _other_client(request: HttpRequest, client_id: str) -> JsonResponse | None:
+    """Refuse an update whose body names another client (RFC 7592 section 2.2)."""
+    try:
+        data = safejson.loads(request.body)
+    except ValueError:
+        return None  # the toolkit answers malformed JSON
+    if isinstance(data, dict) and "client_id" in data and data["client_id"] != client_id:
+        return _refusal(
+            "invalid_client_metadata",
+            "client_id in the body must be this registration's own client_id.",
+        )
+    return None

@@ -60,6 +60,19 @@ class Validator(OAuth2Validator):
                 request=request,
             )
 
+    def validate_scopes(
+        self,
+        client_id: str,
+        scopes: list[str],
+        client: Any,
+        request: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> bool:
+        # "memory memory" is one scope: stored as asked, the token's scope said it twice.
+        scopes[:] = dict.fromkeys(scopes)
+        return bool(super().validate_scopes(client_id, scopes, client, request, *args, **kwargs))
+
     def _check_and_set_request_resource(self, request: Any) -> None:
         super()._check_and_set_request_resource(request)
         if not request.resource:

@@ -29,8 +29,10 @@ from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 from django import forms
 from django.conf import settings
 from django.contrib.auth.views import LoginView
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
+from oauth2_provider.cimd import is_cimd_client_id
 from oauth2_provider.exceptions import FatalClientError, OAuthToolkitError
 from oauth2_provider.forms import AllowForm
 from oauth2_provider.settings import oauth2_settings
@@ -172,7 +174,8 @@ class ConsentView(AuthorizationView):
         redirect URI the client registered, so the page links there with the
         error, as the client expects to receive it (RFC 6749 section 4.1.2.1).
         """
-        reason = _reason(error)
+        client_id = self.request.GET.get("client_id") or self.request.POST.get("client_id") or ""
+        reason = _reason(error, client_id)
         back = ""
         if not fatal and error.redirect_uri:
             params = [*error.twotuples, ("iss", settings.RECALL_PUBLIC_URL)]
@@ -186,6 +189,7 @@ class ConsentView(AuthorizationView):
                 "endpoints": resources.identifiers(),
                 "back_url": back,
                 "back_host": _host(error.redirect_uri or "") if back else "",
+                "client_host": _hostname(client_id),
             },
             status=400,
         )
@@ -351,19 +355,39 @@ class ConsentView(AuthorizationView):
             resource_names=[
                 path
                 for path in resources.PATHS
-                if resources.identifier(path) in self._field("resource", kwargs).split()
+                if any(
+                    resources.same(uri, resources.identifier(path))
+                    for uri in self._field("resource", kwargs).split()
+                )
             ],
             switch_account_next=self._request_url(kwargs),
         )
         return context
 
     def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
+        if not context.get("error") and self._prompt_none():
+            return self._consent_required()
         response: HttpResponse = super().render_to_response(context, **kwargs)
         if not context.get("error"):
             # Allow and Cancel are answered with a redirect to the client, which
             # the page's form-action governs too (core/csp.py).
             csp.allow_form_action(response, self._field("redirect_uri", context))
         return response
+
+    def _prompt_none(self) -> bool:
+        return self.request.method == "GET" and "none" in self.request.GET.get("prompt", "").split()
+
+    def _consent_required(self) -> HttpResponse:
+        """prompt=none asks that no page be shown (OpenID Connect Core 3.1.2.6): the user
+        has not approved this client, so the client hears consent_required instead."""
+        # The toolkit checked the redirect URI against the client before the page.
+        params = [("error", "consent_required")]
+        if self._field("state"):
+            params.append(("state", self._field("state")))
+        redirect_uri = self._field("redirect_uri")
+        uri = redirect_uri + ("&" if "?" in redirect_uri else "?") + urlencode(params)
+        application = self._application(self._field("client_id"))
+        return self._named(self.redirect(uri, application))
 
     def _field(self, name: str, given: dict[str, Any] | None = None) -> str:
         """One oauth2 field of the request: from the GET handler, or the posted form."""
@@ -442,7 +466,14 @@ class JsonTokenView(TokenView):
     """
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        grant = request.POST.get("grant_type")
+        try:
+            grant = request.POST.get("grant_type")
+        except TooManyFieldsSent:
+            # Caught here, it is a client's mistake answered in JSON, not Django's
+            # error-level security log line that any caller could write.
+            return _token_error("invalid_request", "The request has too many form fields.")
+        except RequestDataTooBig:
+            return _token_error("invalid_request", "The request body is too large.", status=413)
         if grant is not None and grant not in GRANT_TYPES:
             # Refused before oauthlib sees it: it checks a password grant's
             # username and password before it asks whether the client may use
@@ -454,19 +485,28 @@ class JsonTokenView(TokenView):
             response["Cache-Control"] = "no-store"
         return response
 
+    def http_method_not_allowed(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        response = _token_error("invalid_request", "Use POST here.", status=405)
+        response["Allow"] = "POST"
+        return response
+
 
 GRANT_TYPES = ("authorization_code", "refresh_token")
 
 
-def _token_error(code: str, description: str) -> HttpResponse:
+def _token_error(code: str, description: str, status: int = 400) -> HttpResponse:
     body = json.dumps({"error": code, "error_description": description})
-    response = HttpResponse(body, status=400, content_type="application/json")
+    response = HttpResponse(body, status=status, content_type="application/json")
     response["Cache-Control"] = "no-store"
     return response
 
 
-def _reason(error: Any) -> str:
+def _reason(error: Any, client_id: str = "") -> str:
     """Name why a request was refused, for the page (and the tests) to tell apart."""
+    if isinstance(error, errors.InvalidClientIdError) and is_cimd_client_id(client_id):
+        # An https client_id is a metadata document's address: unknown, it is one
+        # that could not be fetched or broke the rules (oauth/cimd.py logs which).
+        return "client_document_unusable"
     if isinstance(error, errors.InvalidClientIdError | errors.MissingClientIdError):
         return "unknown_client"
     if isinstance(
@@ -486,6 +526,13 @@ def _reason(error: Any) -> str:
     if getattr(error, "error", "") == "invalid_target":
         return "unknown_resource"
     return str(getattr(error, "error", "invalid_request"))
+
+
+def _hostname(uri: str) -> str:
+    try:
+        return urlsplit(uri).hostname or ""
+    except ValueError:
+        return ""
 
 
 def _host(uri: str) -> str:

@@ -350,7 +350,7 @@ async def identify(endpoint: Endpoint, scope: Scope, respond: Send) -> auth.Auth
         await send_json(respond, *unavailable())
         return None
     if caller is None:
-        await send_json(respond, *unauthorized(endpoint, raw))
+        await send_json(respond, *unauthorized(endpoint, raw, header(scope, b"host")))
     return caller
 
 
@@ -380,21 +380,43 @@ RESOURCE_NAMES = {
 
 def protected_resource_metadata() -> dict[str, Callable[[Scope, Receive, Send], Awaitable[None]]]:
     """Return the RFC 9728 documents by path: each endpoint's, and the root one (``/mcp``'s)."""
-    # A string, not AnyHttpUrl: the metadata model keeps a bare origin without
-    # the trailing slash pydantic would add, so it equals the issuer exactly.
-    issuer: Any = settings.RECALL_PUBLIC_URL
     documents: dict[str, Callable[[Scope, Receive, Send], Awaitable[None]]] = {}
     for path in resources.PATHS:
-        [route] = create_protected_resource_routes(
-            resource_url=AnyHttpUrl(resources.identifier(path)),
-            authorization_servers=[issuer],
-            scopes_supported=[resources.SCOPE],
-            resource_name=RESOURCE_NAMES[path],
-        )
-        documents[route.path] = route.app
+        document = MetadataDocument(path)
+        documents[urlsplit(resources.metadata_url(path)).path] = document
         if path == resources.MCP_PATH:
-            documents["/.well-known/oauth-protected-resource"] = route.app
+            documents["/.well-known/oauth-protected-resource"] = document
     return documents
+
+
+class MetadataDocument:
+    """One endpoint's RFC 9728 document, from the SDK, naming the endpoint as the request did.
+
+    On a loopback public URL a client given ``localhost`` reads the document
+    at ``localhost`` and refuses one whose resource says ``127.0.0.1``; each
+    loopback name gets its own document (oauth/resources.py says which).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        # By resource: the public URL, and at most a few loopback spellings of it.
+        self.apps: dict[str, Callable[[Scope, Receive, Send], Awaitable[None]]] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        resource = resources.identifier(self.path, header(scope, b"host"))
+        app = self.apps.get(resource)
+        if app is None:
+            # A string, not AnyHttpUrl: the metadata model keeps a bare origin without
+            # the trailing slash pydantic would add, so it equals the issuer exactly.
+            issuer: Any = settings.RECALL_PUBLIC_URL
+            [route] = create_protected_resource_routes(
+                resource_url=AnyHttpUrl(resource),
+                authorization_servers=[issuer],
+                scopes_supported=[resources.SCOPE],
+                resource_name=RESOURCE_NAMES[self.path],
+            )
+            app = self.apps[resource] = route.app
+        await app(scope, receive, send)
 
 
 async def receive_message(
@@ -479,18 +501,18 @@ REFUSED_BEARER = (
 )
 
 
-def unauthorized(endpoint: Endpoint, raw: str | None) -> Refusal:
+def unauthorized(endpoint: Endpoint, raw: str | None, host: str | None = None) -> Refusal:
     """Refuse a missing or bad credential, pointing the client at this endpoint's metadata.
 
     The message is the same whether a credential is missing, unknown, revoked
     or expired: it must not tell a guesser which. It does follow what was
     sent: a bearer not shaped like an API key was checked as an OAuth access
-    token, so it is called a token, on every endpoint.
+    token, so it is called a token, on every endpoint. The metadata is named
+    at the loopback name the request used, on a loopback public URL
+    (oauth/resources.py).
     """
-    challenge = (
-        f'Bearer realm="recall", resource_metadata="{resources.metadata_url(endpoint.path)}", '
-        f'scope="{resources.SCOPE}"'
-    )
+    metadata = resources.metadata_url(endpoint.path, host)
+    challenge = f'Bearer realm="recall", resource_metadata="{metadata}", scope="{resources.SCOPE}"'
     if raw:
         challenge += ', error="invalid_token"'
     if raw and keys.is_well_formed(raw) and not endpoint.api_keys:

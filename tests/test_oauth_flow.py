@@ -186,8 +186,12 @@ def sdk_client(
     new_agent: str = "",
     path: str = "/agent/mcp",
     seen: dict[str, str] | None = None,
+    base: str | None = None,
 ) -> tuple[Client, list[str]]:
+    """The SDK's client and the authorization URLs it sent the user to; ``base``: the URL it was
+    given, when not the server's own (``http://localhost:PORT`` for ``127.0.0.1``)."""
     visited: list[str] = []
+    url = (base or server.url) + path
 
     async def redirect(url: str) -> None:
         visited.append(url)
@@ -201,7 +205,7 @@ def sdk_client(
         )
 
     provider = OAuthClientProvider(
-        server_url=server.url + path,
+        server_url=url,
         client_metadata=OAuthClientMetadata(
             client_name="Test Assistant",
             redirect_uris=[AnyUrl(callback.url)],
@@ -216,7 +220,7 @@ def sdk_client(
         client_metadata_url=metadata_url,
     )
     http = httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60, read=120))
-    return Client(streamable_http_client(server.url + path, http_client=http)), visited
+    return Client(streamable_http_client(url, http_client=http)), visited
 
 
 def client_document(metadata_host: MetadataHost, callback: Callback) -> str:
@@ -327,6 +331,30 @@ def test_a_client_without_a_document_registers_with_a_default_server_and_allow_a
     with tenancy.tenant(alice.alice.id):
         agent = Agent.objects.get(user=alice.alice, name="Test Assistant")
         assert Memory.objects.filter(agent=agent).count() == 2
+
+
+def test_a_client_given_localhost_connects_to_a_default_server_that_says_127_0_0_1(
+    alice, default_server, callback, browser_available
+):
+    # The default public URL names 127.0.0.1; mcp-remote and others speak plain
+    # http only to localhost. The SDK's client refuses a metadata document whose
+    # resource is not the URL it was given, so the document must say localhost.
+    base = default_server.url.replace("127.0.0.1", "localhost")
+    storage = Storage()
+    client, visited = sdk_client(default_server, callback, storage, metadata_url=None, base=base)
+
+    used = anyio.run(use_tools, client)
+
+    [authorize] = visited
+    # The authorization server stays the issuer it is; the token is for localhost's endpoint.
+    assert authorize.startswith(default_server.url + "/oauth/authorize/?")
+    assert "resource=" + f"{base}/agent/mcp".replace(":", "%3A").replace("/", "%2F") in authorize
+    assert used["added"]["count"] == 2
+    assert storage.tokens is not None
+    token = storage.tokens.access_token
+    # The same endpoint by its other loopback name takes it; another endpoint does not.
+    assert tools_list(default_server, token).status_code == 200
+    assert tools_list(default_server, token, "/mcp").status_code == 401
 
 
 def pkce() -> tuple[str, str]:

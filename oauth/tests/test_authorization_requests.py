@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import re
 from datetime import timedelta
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -210,3 +211,18 @@ def test_prompt_none_from_someone_not_signed_in_is_login_required_naming_the_iss
     assert query["state"] == ["s1"]
     issuer = client.get("/.well-known/oauth-authorization-server").json()["issuer"]
     assert query["iss"] == [issuer]
+
+
+def test_a_metadata_document_that_cannot_be_used_is_named_as_such_and_logged(db, client, caplog):
+    # A loopback address: the fetcher refuses it before connecting.
+    document = "https://127.0.0.1:9/clients/helper.json"
+
+    with caplog.at_level(logging.WARNING, logger="oauth.cimd"):
+        refused = authorize(client, client_id=document)
+
+    assert refusal(refused) == "client_document_unusable"
+    assert b"could not use it" in refused.content
+    assert b"not registered with this server" not in refused.content
+    [logged] = [r for r in caplog.records if r.name == "oauth.cimd"]
+    assert logged.levelno == logging.WARNING
+    assert "non-public address" in logged.reason

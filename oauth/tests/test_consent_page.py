@@ -284,3 +284,47 @@ def test_a_deactivated_user_gets_no_new_token_from_a_code_or_a_refresh(cast, ali
 
     assert (by_code.status_code, by_code.json()["error"]) == (400, "invalid_grant")
     assert (by_refresh.status_code, by_refresh.json()["error"]) == (400, "invalid_grant")
+
+
+def test_a_new_agent_name_too_long_is_explained_beside_its_box(cast, alice_client):
+    client_id = register(alice_client)
+    page = open_consent(alice_client, client_id)
+
+    again = allow(alice_client, page, agent="new", new_agent="x" * 65)
+
+    assert again.status_code == 200
+    content = again.content.decode()
+    # The error is shown, and tied to the box it is about.
+    assert 'aria-describedby="id_new_agent_errors"' in content
+    [errors] = re.findall(r'<ul class="errorlist" id="id_new_agent_errors">(.*?)</ul>', content)
+    assert "at most 64 characters" in errors
+    assert not Grant.objects.exists()
+
+
+def test_prompt_none_when_signed_in_is_consent_required_not_a_page(cast, alice_client):
+    client_id = register(alice_client)
+
+    answered = alice_client.get(
+        "/oauth/authorize/?" + urlencode(request_params(client_id, prompt="none"))
+    )
+
+    assert answered.status_code == 302, answered.content[:300]
+    location = urlsplit(answered.headers["Location"])
+    assert f"{location.scheme}://{location.netloc}{location.path}" == CALLBACK
+    query = parse_qs(location.query)
+    assert query["error"] == ["consent_required"]
+    assert query["state"] == ["s1"]
+    issuer = alice_client.get("/.well-known/oauth-authorization-server").json()["issuer"]
+    assert query["iss"] == [issuer]
+    assert not Grant.objects.exists()
+
+
+def test_a_scope_named_twice_is_granted_once(cast, alice_client):
+    client_id = register(alice_client)
+    page = open_consent(alice_client, client_id, scope="memory memory")
+    code = code_from(allow(alice_client, page, agent="new", new_agent="desk"))
+
+    issued = exchange(alice_client, client_id, code)
+
+    assert issued.status_code == 200, issued.content
+    assert issued.json()["scope"] == "memory"

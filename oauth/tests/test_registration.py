@@ -223,6 +223,45 @@ def test_the_redirect_uris_real_clients_use_are_accepted(db, client, uri):
     assert application.redirect_uri_allowed(uri)
 
 
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "its://server/help/x.chm",
+        "microsoft-edge://evil.example/",
+        "wsl:/bin/sh",
+        "steam://run/12345",
+        "resource://gre/modules/x.js",
+        "chrome-extension://abcdefghijklmnop/page.html",
+        "jnlp://evil.example/app.jnlp",
+        "vscode:/extension/evil.publisher",
+        "vscode://file/etc/passwd",
+        "vscode://vscode.git/clone?url=https://evil.example/r.git",
+        "cursor://file/etc/passwd",
+        "Vscode-Insiders:/extension/evil.publisher",
+    ],
+)
+def test_redirect_uris_the_system_or_an_editor_acts_on_are_refused(db, client, uri):
+    refused = register(client, metadata(redirect_uris=[uri]))
+
+    assert refused.status_code == 400, refused.content
+    assert refused.json()["error"] == "invalid_redirect_uri"
+    assert not Application.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "cursor://anysphere.cursor-retrieval/oauth/callback",
+        "vscode://publisher.extension/callback",
+        "com.example.app:/cb",
+    ],
+)
+def test_an_extensions_callback_and_a_private_use_scheme_still_register(db, client, uri):
+    registered = register(client, metadata(redirect_uris=[uri]))
+
+    assert registered.status_code == 201, registered.content
+
+
 def test_an_update_of_a_registration_is_checked_too(db, client):
     registered = register(client, metadata()).json()
     auth = {"HTTP_AUTHORIZATION": f"Bearer {registered['registration_access_token']}"}
@@ -290,3 +329,59 @@ def test_the_password_grant_is_refused_before_any_password_is_checked(db, client
     assert refused.status_code == 400
     assert refused.json()["error"] == "unsupported_grant_type"
     assert refused["Cache-Control"] == "no-store"
+
+
+def test_a_registration_expired_unapproved_cannot_be_read_or_updated_and_is_deleted(db, client):
+    registered = register(client, metadata()).json()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {registered['registration_access_token']}"}
+    path = f"/oauth/register/{registered['client_id']}/"
+    Application.objects.update(created=timezone.now() - timedelta(hours=25))
+
+    updated = client.put(
+        path,
+        data=json.dumps(metadata(redirect_uris=["http://127.0.0.1:9/other"])),
+        content_type="application/json",
+        **auth,
+    )
+    read = client.get(path, **auth)
+
+    assert updated.status_code == 401
+    assert updated.json()["error"] == "invalid_token"
+    assert "expired" in updated.json()["error_description"]
+    assert read.status_code == 401
+    assert not Application.objects.exists()
+
+
+def test_registration_answers_are_never_cached_and_say_when_the_client_was_issued(db, client):
+    before = int(timezone.now().timestamp())
+    registered = register(client, metadata())
+    body = registered.json()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {body['registration_access_token']}"}
+    path = f"/oauth/register/{body['client_id']}/"
+    read = client.get(path, **auth)
+    updated = client.put(path, data=json.dumps(metadata()), content_type="application/json", **auth)
+    confidential = register(client, metadata(token_endpoint_auth_method="client_secret_basic"))
+
+    for answer in (registered, read, updated, confidential):
+        assert answer.status_code in (200, 201), answer.content
+        assert answer["Cache-Control"] == "no-store"
+        assert before - 1 <= answer.json()["client_id_issued_at"] <= before + 60
+    assert "client_secret_expires_at" not in body  # a public client has no secret
+    assert confidential.json()["client_secret"]
+    assert confidential.json()["client_secret_expires_at"] == 0
+
+
+def test_an_update_naming_another_client_is_refused(db, client):
+    registered = register(client, metadata()).json()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {registered['registration_access_token']}"}
+
+    refused = client.put(
+        f"/oauth/register/{registered['client_id']}/",
+        data=json.dumps(metadata(client_id="someone-else", client_name="Renamed")),
+        content_type="application/json",
+        **auth,
+    )
+
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "invalid_client_metadata"
+    assert Application.objects.get(client_id=registered["client_id"]).name == "Desk Helper"
