@@ -138,9 +138,17 @@ def _accepts_html(scope: Scope) -> bool:
     return request.accepts("text/html")
 
 
+# OAuth endpoints a client program calls: their errors are OAuth's own JSON
+# (RFC 6749 section 5.2, RFC 7591 section 3.2.2), whatever the client accepts.
+OAUTH_PROGRAM_PATHS = ("/oauth/token/", "/oauth/register/", "/oauth/revoke/")
+
+
 async def _refuse(scope: Scope, send: Send) -> None:
     path = scope.get("path", "")
-    if in_words(path, _accepts_html(scope)):
+    if path.startswith(OAUTH_PROGRAM_PATHS):
+        oauth = {"error": "invalid_request", "error_description": TOO_LARGE}
+        payload, kind = json.dumps(oauth).encode(), b"application/json"
+    elif in_words(path, _accepts_html(scope)):
         payload, kind = TOO_LARGE.encode(), b"text/plain; charset=utf-8"
     else:
         body: dict[str, Any] = errors.body("validation_failed", TOO_LARGE)

@@ -120,6 +120,21 @@ def test_a_declared_length_over_the_cap_is_refused_before_a_byte_is_read(server,
     assert body == b"Request body too large."
 
 
+@pytest.mark.parametrize("path", ["/oauth/token/", "/oauth/register/"])
+def test_an_oauth_endpoint_refuses_a_body_too_large_in_oauths_own_json(server, path):
+    # A browser-like Accept got the dashboard's plain text: an OAuth client
+    # reads {"error": ...} from these endpoints (RFC 6749 5.2, RFC 7591 3.2.2).
+    answer, _ = stream(server.port, path, accept="text/html,*/*")
+
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413")
+    assert b"application/json" in head
+    assert json.loads(body) == {
+        "error": "invalid_request",
+        "error_description": "Request body too large.",
+    }
+
+
 def signed_in(server: LiveServer) -> tuple[str, str]:
     """Sign Alice in through the login page: her cookie header and a CSRF token."""
     jar = http.cookiejar.CookieJar()
