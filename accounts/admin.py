@@ -169,11 +169,13 @@ class UserAdmin(auth_admin.UserAdmin):
             services.invalidate_cached_auth()
 
     def save_model(self, request: HttpRequest, obj: User, form: Any, change: bool) -> None:
-        super().save_model(request, obj, form, change)
         if change and "tier" in form.changed_data:
-            # The user's keys follow, and the auth cache forgets the old tier.
+            # The user's keys follow, and the auth cache forgets the old tier. Before
+            # the save: it waits for a key being issued, and the save (of a new email)
+            # would lock the row that key's insert needs.
             services.set_user_tier(user_id=obj.pk, tier=obj.tier)
-        elif change and "is_active" in form.changed_data:
+        super().save_model(request, obj, form, change)
+        if change and "tier" not in form.changed_data and "is_active" in form.changed_data:
             # A deactivated user's keys stop at once, not when their cache entry runs out.
             services.invalidate_cached_auth()
 

@@ -141,8 +141,8 @@ def sign_in(address: str | None, account: str) -> int:
 
     Every attempt counts, right or wrong, before the password is checked, so
     a refused one learns nothing. Two buckets (``SIGN_IN_RATE_LIMIT``): the
-    address's for this account, and the address's across accounts, ten
-    times as large. Counting by account alone would let anyone lock a user
+    address's across accounts, ten times as large, then the address's for
+    this account. Counting by account alone would let anyone lock a user
     out; by address alone, one address could try every account. A guesser
     spread over many addresses is paced per address only.
     """
@@ -153,7 +153,7 @@ def sign_in(address: str | None, account: str) -> int:
         "sign-in",
         where,
         period,
-        ((f"sign-in:{where}:{who}", count), (f"sign-in:{where}", count * SIGN_IN_ADDRESS_FACTOR)),
+        ((f"sign-in:{where}", count * SIGN_IN_ADDRESS_FACTOR), (f"sign-in:{where}:{who}", count)),
     )
 
 
@@ -162,7 +162,7 @@ def password_reset(address: str | None, account: str) -> int:
     ahead, else the seconds until it may.
 
     Each request mails the account, so besides the sign-in's two buckets (an
-    address for this account, an address across accounts) the account has one of
+    address across accounts, an address for this account) the account has one of
     its own, whatever the address: a sender spread over many addresses cannot
     fill a user's inbox. At worst they delay the user's own reset by as long;
     signing in is not touched (these buckets are apart from the sign-in's).
@@ -175,8 +175,8 @@ def password_reset(address: str | None, account: str) -> int:
         where,
         period,
         (
-            (f"reset:{where}:{who}", count),
             (f"reset:{where}", count * SIGN_IN_ADDRESS_FACTOR),
+            (f"reset:{where}:{who}", count),
             (f"reset:{who}", count),
         ),
     )
@@ -190,6 +190,10 @@ def _account(account: str) -> str:
 
 
 def _paced(what: str, where: str, period: float, buckets: tuple[tuple[str, int], ...]) -> int:
+    # The address's bucket comes first: an attempt it refuses makes no bucket for
+    # the account it names, so one address cannot fill the limiter with buckets
+    # (and, in the workers' shared table, push other buckets out) by naming
+    # ever more accounts.
     limiter = ratelimit.get_rate_limiter()
     for key, capacity in buckets:
         decision = limiter.check(key, capacity, capacity / period)

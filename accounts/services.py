@@ -63,15 +63,20 @@ def issue_key(
     ``agent`` names one of the user's agents for the key to act as; unset,
     the key is user-wide.
     """
-    tier = check_tier(tier or user.tier)
+    asked = check_tier(tier) if tier else None
     name = key_name(name)
-    with tenancy.operator():
-        scoped = None
-        if agent is not None:
-            scoped = _named(Agent.objects.filter(user=user), agent.strip()).first()
-            if scoped is None:
-                raise ValidationFailed(f"{user.email} has no agent called {agent!r}.")
-        return ApiKey.objects.issue(user=user, name=name, tier=tier, agent=scoped)
+    with transaction.atomic():
+        _lock_keys(user.id)
+        # The user's tier as it is now, under the lock: ``user`` may have been read
+        # before a tier change committed.
+        tier = asked or User.objects.values_list("tier", flat=True).get(id=user.id)
+        with tenancy.operator():
+            scoped = None
+            if agent is not None:
+                scoped = _named(Agent.objects.filter(user=user), agent.strip()).first()
+                if scoped is None:
+                    raise ValidationFailed(f"{user.email} has no agent called {agent!r}.")
+            return ApiKey.objects.issue(user=user, name=name, tier=tier, agent=scoped)
 
 
 def revoke_keys(key_ids: Iterable[uuid.UUID | str]) -> int:
@@ -152,10 +157,21 @@ def set_user_tier(*, user_id: uuid.UUID | str, tier: str) -> None:
     """Set a user's tier and every one of their keys' (operator path: billing and admin)."""
     tier = check_tier(tier)
     with transaction.atomic():
+        # A key being issued now holds this lock from before it reads a tier until it
+        # commits: waiting for it, the update below reaches that key too; otherwise the
+        # issue waits, and reads the new tier.
+        _lock_keys(user_id)
         User.objects.filter(id=user_id).update(tier=tier)
         with tenancy.operator():
             ApiKey.objects.filter(user_id=user_id).update(tier=tier)
     invalidate_cached_auth()
+
+
+def _lock_keys(user_id: uuid.UUID | str) -> None:
+    """Take the lock that serialises issuing a user's keys with changing their tier, until
+    the transaction ends."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", [f"keys:{user_id}"])
 
 
 def invalidate_cached_auth() -> None:
@@ -183,36 +199,37 @@ def issue_own_key(
 
     ``max_tier`` is the tier of the key making the request, or the user's own
     tier from the dashboard: no one can mint a key that does more than they can.
-    ``by_key``, the key making the request, is read again here: the caller's
-    tier came from the authentication cache, and a key revoked or lowered
-    since must not mint a live key at its old tier.
+    Both were read before this call, and are read again here, under the lock
+    ``set_user_tier`` takes: a key revoked, or a tier lowered, since must not
+    mint a live key at the old tier.
     """
     asked = check_tier(tier) if tier else None
     name = key_name(name)
-    user = User.objects.get(id=user_id)
-    if by_key is not None and not user.is_active:
-        raise CallerGone
     limit = settings.MAX_KEYS_PER_USER
-    with tenancy.tenant(user_id):
-        current = _issuer_tier(user_id, by_key)
-        if current is not None and tiers.rank(current) < tiers.rank(max_tier):
-            max_tier = current
-        tier = asked or max_tier
-        if tiers.rank(tier) > tiers.rank(max_tier):
-            raise ValidationFailed(f"tier must not be above {max_tier}, the tier of this key.")
-        agent = _own_agent(user_id, agent_id) if agent_id else None
-        # Serialise this user's issuing so two concurrent requests at the cap
-        # cannot both pass the count.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", [f"keys:{user_id}"]
-            )
-        if ApiKey.objects.filter(user_id=user_id, revoked_at__isnull=True).count() >= limit:
-            raise QuotaExceeded(
-                f"You already have {limit} live API keys, the most allowed. "
-                "Revoke one you no longer use, then try again."
-            )
-        return ApiKey.objects.issue(user=user, name=name, tier=tier, agent=agent)
+    with transaction.atomic():
+        # Before any tier is read: a tier change committed while this request
+        # read one and inserted its key would miss the key (the key would
+        # keep the old tier for good). Also serialises this user's issuing, so
+        # two concurrent requests at the cap cannot both pass the count.
+        _lock_keys(user_id)
+        user = User.objects.get(id=user_id)
+        if by_key is not None and not user.is_active:
+            raise CallerGone
+        with tenancy.tenant(user_id):
+            current = _issuer_tier(user_id, by_key) if by_key is not None else user.tier
+            if current is not None and tiers.rank(current) < tiers.rank(max_tier):
+                max_tier = current
+            tier = asked or max_tier
+            if tiers.rank(tier) > tiers.rank(max_tier):
+                whose = "the tier of this key" if by_key is not None else "your tier"
+                raise ValidationFailed(f"tier must not be above {max_tier}, {whose}.")
+            agent = _own_agent(user_id, agent_id) if agent_id else None
+            if ApiKey.objects.filter(user_id=user_id, revoked_at__isnull=True).count() >= limit:
+                raise QuotaExceeded(
+                    f"You already have {limit} live API keys, the most allowed. "
+                    "Revoke one you no longer use, then try again."
+                )
+            return ApiKey.objects.issue(user=user, name=name, tier=tier, agent=agent)
 
 
 def list_own_keys(

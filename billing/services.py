@@ -281,14 +281,15 @@ def _subscription_changed(sub: dict[str, Any], event_id: str, created: datetime)
         # Checkout's own event links the customer; the tier follows then.
         return "unlinked"
     sync_tier(user_id=user.id)
-    if status in GRANTING and price_id and tier_for_price(price_id) is None:
-        # This event's own price is unknown, so it is not handled yet: once
-        # the operator adds the price to the map, Stripe's "Resend" applies it.
+    unmapped = _stripe_tier(user.id)[1]
+    if unmapped:
+        # The tier this event leaves may be wrong, whichever subscription's price
+        # is unknown: it is not handled yet, so once the operator adds the price
+        # to the map, Stripe's "Resend" on it sets the tier.
         WebhookEvent.objects.filter(source="stripe", event_id=event_id[:255]).delete()
-    if _stripe_tier(user.id)[1]:
         logger.warning(
             "a live stripe price is not in STRIPE_PRICE_TO_TIER; the tier may rise, not fall",
-            extra={"price": price_id, "subscription": sub_id, "user_id": str(user.id)},
+            extra={"prices": unmapped, "subscription": sub_id, "user_id": str(user.id)},
         )
         return "unknown_price"
     return "applied"
@@ -332,23 +333,23 @@ def sync_tier(*, user_id: uuid.UUID | str, lost_customer: bool = False) -> str |
     return best
 
 
-def _stripe_tier(user_id: uuid.UUID | str) -> tuple[str | None, bool]:
-    """The tier the user's Stripe subscriptions grant (None with none), and whether a live
-    one has a price no tier is mapped to (which that tier then leaves out)."""
+def _stripe_tier(user_id: uuid.UUID | str) -> tuple[str | None, list[str]]:
+    """The tier the user's Stripe subscriptions grant (None with none), and the prices of
+    live ones that no tier is mapped to (which that tier then leaves out)."""
     subscriptions = list(Subscription.objects.filter(user_id=user_id))
     if not subscriptions:
-        return None, False
+        return None, []
     best = tiers.Tier.FREE.value
-    unmapped = False
+    unmapped: set[str] = set()
     for sub in subscriptions:
         if sub.status not in GRANTING:
             continue
         tier = tier_for_price(sub.price_id)
         if tier is None:
-            unmapped = True
+            unmapped.add(sub.price_id)
         else:
             best = _higher(best, tier)
-    return best, unmapped
+    return best, sorted(unmapped)
 
 
 def _mcpize_tier(user_id: uuid.UUID | str) -> str | None:
@@ -438,7 +439,7 @@ def apply_mcpize_tier(
     with tenancy.operator():
         user = accounts_services.get_user(user_id=uid)
         if user is None:
-            raise NotFound("No user with this userId.")
+            raise NotFound("no user has this userId.")
         # all() stops at the first key seen before: a replay claims no new key.
         if not all(
             claim_delivery(source="mcpize", event_id=key, event_type="subscription")
@@ -457,7 +458,7 @@ def apply_mcpize_tier(
             # What the unmapped price grants is unknown: the tier may rise, not fall.
             logger.warning(
                 "tier left unchanged: a live stripe subscription has an unmapped price",
-                extra={"user_id": str(uid), "billed": tier, "source": "mcpize"},
+                extra={"user_id": str(uid), "billed": tier, "source": "mcpize", "prices": unmapped},
             )
             return "unknown_price"
         if user.tier == best:

@@ -92,13 +92,17 @@ def stripe_webhook(request: HttpRequest) -> JsonResponse:
         stripe.WebhookSignature.verify_header(
             request.body, header, secret, tolerance=settings.STRIPE_WEBHOOK_TOLERANCE
         )
+        # The SDK refuses only old signatures; one dated ahead of our clock could
+        # be replayed for as long as it is ahead, so it is refused as MCPize's is.
+        if _stripe_signed_at(header or "") > time.time() + settings.STRIPE_WEBHOOK_TOLERANCE:
+            raise ValueError("the signature is dated ahead of our clock")
     except (ValueError, stripe.SignatureVerificationError):
         logger.warning("stripe webhook refused: bad signature")
         return _error(400, "invalid_signature", "Invalid Stripe signature.")
     try:
         body = safejson.loads(request.body)
-    except ValueError:
-        return _refused("stripe", "the body is not JSON")
+    except ValueError as exc:
+        return _refused("stripe", _unreadable(exc))
     try:
         event = stripe_shapes.event(body)
     except stripe_shapes.Refused as exc:
@@ -132,7 +136,27 @@ def _refused(
     services.record_rejection(
         source=source, reason=reason, status=status, event_id=event_id, event_type=event_type
     )
-    return _error(status, code, f"Refused: {reason}.")
+    # A service's message may end in a full stop of its own.
+    return _error(status, code, f"Refused: {reason.rstrip('.')}.")
+
+
+def _unreadable(exc: ValueError) -> str:
+    """Say why a signed body could not be read, for its refusal."""
+    if isinstance(exc, safejson.TooDeep):
+        return f"the body is nested more than {safejson.MAX_DEPTH} deep"
+    if isinstance(exc, safejson.TooLong):
+        return "the body has a number too long to read"
+    return "the body is not JSON"
+
+
+def _stripe_signed_at(header: str) -> int:
+    """Return the time a verified ``Stripe-Signature`` header was signed at, read as the SDK
+    reads it: its first ``t=``."""
+    for item in header.split(","):
+        name, *value = item.split("=", 2)
+        if name == "t" and value:
+            return int(value[0])
+    raise ValueError("the signature has no timestamp")
 
 
 def _key_problem(key: object) -> str | None:
@@ -176,8 +200,8 @@ def mcpize_webhook(request: HttpRequest) -> JsonResponse:
 
     try:
         body: Any = safejson.loads(request.body)
-    except ValueError:
-        return _refused("mcpize", "the body is not JSON")
+    except ValueError as exc:
+        return _refused("mcpize", _unreadable(exc))
     if not isinstance(body, dict):
         return _refused("mcpize", 'the body must be {"userId": ..., "tier": ...}')
     event_id = body.get("eventId")
@@ -201,11 +225,11 @@ def mcpize_webhook(request: HttpRequest) -> JsonResponse:
             signed_at=signed_at,
         )
     except RecallError as exc:
-        services.record_rejection(
-            source="mcpize",
-            reason=exc.message,
+        return _refused(
+            "mcpize",
+            exc.message,
             status=exc.http_status,
+            code=exc.code,
             event_id=key or signature_key,
         )
-        return JsonResponse(exc.as_dict(), status=exc.http_status)
     return JsonResponse({"success": True, "duplicate": outcome == "duplicate", "outcome": outcome})

@@ -11,7 +11,11 @@ It holds two things:
 
 * **Token buckets**, in a set-associative table: a key's 16-byte BLAKE2b
   digest picks one of ``BUCKETS`` sets of ``WAYS`` entries, and a check
-  refills and takes a token inside that set. A set is locked across processes
+  refills and takes a token inside that set. The digest is keyed with a
+  random secret ``create()`` writes into the file's header: a client who
+  could work out which bucket names share a set (its key's, and sign-in
+  buckets for account names it chooses) could push its own spent bucket out
+  at will and start again with a full one. A set is locked across processes
   with an ``fcntl`` record lock on its byte range (the kernel drops it if a
   worker dies holding it) and within a process with a thread lock, since
   record locks belong to processes, not threads. A new key takes a free entry,
@@ -42,7 +46,7 @@ from pathlib import Path
 ENV = "RECALL_WORKER_STATE"
 
 MAGIC = b"RCLSTATE"
-_HEADER = struct.Struct("<8sQII")  # magic, auth version, buckets, ways
+_HEADER = struct.Struct("<8sQII32s")  # magic, auth version, buckets, ways, placement secret
 HEADER_SIZE = 64
 _ENTRY = struct.Struct("<16sddd")  # key digest, tokens, updated, full_at
 WAYS = 8
@@ -54,11 +58,12 @@ _VERSION_OFFSET = 8
 class SharedState:
     """One mapping of the shared file. Use ``create()`` in the parent, ``attach()`` in workers."""
 
-    def __init__(self, path: Path, fd: int, buckets: int, ways: int) -> None:
+    def __init__(self, path: Path, fd: int, buckets: int, ways: int, secret: bytes) -> None:
         self.path = path
         self._fd = fd
         self.buckets = buckets
         self.ways = ways
+        self._secret = secret
         self._set_size = _ENTRY.size * ways
         size = HEADER_SIZE + self._set_size * buckets
         self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -71,18 +76,19 @@ class SharedState:
             directory = "/dev/shm"  # noqa: S108
         fd, name = tempfile.mkstemp(prefix="recall-state-", dir=directory)
         os.ftruncate(fd, HEADER_SIZE + _ENTRY.size * WAYS * buckets)
-        os.pwrite(fd, _HEADER.pack(MAGIC, 0, buckets, WAYS), 0)
-        return cls(Path(name), fd, buckets, WAYS)
+        secret = os.urandom(32)
+        os.pwrite(fd, _HEADER.pack(MAGIC, 0, buckets, WAYS, secret), 0)
+        return cls(Path(name), fd, buckets, WAYS, secret)
 
     @classmethod
     def attach(cls, path: str | Path) -> SharedState:
         fd = os.open(path, os.O_RDWR)
         header = os.pread(fd, _HEADER.size, 0)
-        magic, _, buckets, ways = _HEADER.unpack(header)
+        magic, _, buckets, ways, secret = _HEADER.unpack(header)
         if magic != MAGIC:
             os.close(fd)
             raise ValueError(f"{path} is not a Recall worker state file")
-        return cls(Path(path), fd, buckets, ways)
+        return cls(Path(path), fd, buckets, ways, secret)
 
     def close(self) -> None:
         self._map.close()
@@ -104,9 +110,8 @@ class SharedState:
         clock: Callable[[], float] = time.monotonic,
     ) -> tuple[bool, float]:
         """Refill ``key``'s bucket and take one token if there is one: (allowed, tokens left)."""
-        digest = hashlib.blake2b(key.encode(), digest_size=16).digest()
-        index = int.from_bytes(digest[:8], "little") % self.buckets
-        start = HEADER_SIZE + index * self._set_size
+        digest = self._digest(key)
+        start = HEADER_SIZE + self._set(digest) * self._set_size
         with self._lock:
             fcntl.lockf(self._fd, fcntl.LOCK_EX, self._set_size, start)
             try:
@@ -120,6 +125,16 @@ class SharedState:
             finally:
                 fcntl.lockf(self._fd, fcntl.LOCK_UN, self._set_size, start)
         return allowed, tokens
+
+    def set_index(self, key: str) -> int:
+        """Return the set ``key``'s bucket is kept in, which differs from one file to the next."""
+        return self._set(self._digest(key))
+
+    def _digest(self, key: str) -> bytes:
+        return hashlib.blake2b(key.encode(), digest_size=16, key=self._secret).digest()
+
+    def _set(self, digest: bytes) -> int:
+        return int.from_bytes(digest[:8], "little") % self.buckets
 
     def _find(
         self, digest: bytes, start: int, now: float, capacity: int, refill_per_s: float

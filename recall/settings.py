@@ -487,7 +487,8 @@ DEFAULT_FROM_EMAIL = env.string("DEFAULT_FROM_EMAIL", "Recall <noreply@localhost
 # STRIPE_SECRET_KEY and prices the dashboard offers no upgrade.
 STRIPE_SECRET_KEY = env.string("STRIPE_SECRET_KEY")
 STRIPE_WEBHOOK_SECRET = env.string("STRIPE_WEBHOOK_SECRET")
-# Signatures older than this many seconds are refused (Stripe's default is 300).
+# Signatures dated more than this many seconds behind or ahead of our clock are refused
+# (Stripe's default is 300; its SDK checks only behind).
 STRIPE_WEBHOOK_TOLERANCE = env.integer("STRIPE_WEBHOOK_TOLERANCE", 300, low=1, high=86400)
 # Only tests and Stripe's mock server change this.
 STRIPE_API_BASE = env.string("STRIPE_API_BASE", "https://api.stripe.com")

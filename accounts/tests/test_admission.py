@@ -252,3 +252,23 @@ def test_oauth_connections_do_not_draw_from_the_keys_ceiling(
         user_id=cast.alice.id, api_key_id=None, tier="free", agent_id=agents.research.id
     )
     spend(connection, 2)
+
+
+@pytest.mark.parametrize("attempt", [admission.sign_in, admission.password_reset])
+def test_an_address_out_of_attempts_makes_no_bucket_for_each_account_it_names(settings, attempt):
+    settings.SIGN_IN_RATE_LIMIT = (1, 3600)  # ten an hour per address, across accounts
+    ratelimit.reset_rate_limiter()
+    limiter = ratelimit.get_rate_limiter()
+    assert isinstance(limiter, InMemoryRateLimiter)
+    for n in range(10):
+        assert attempt("203.0.113.7", f"user{n}@example.com") == 0
+    held = len(limiter)
+
+    refused = [attempt("203.0.113.7", f"more{n}@example.com") for n in range(50)]
+
+    assert all(wait > 0 for wait in refused)
+    # Before, each refused attempt left a bucket for the account it named: one
+    # address could make as many as it liked, and in the workers' shared table
+    # push others' buckets out.
+    assert len(limiter) == held
+    ratelimit.reset_rate_limiter()

@@ -111,3 +111,20 @@ def test_a_file_that_is_not_a_state_file_is_refused(tmp_path):
 
     with pytest.raises(ValueError, match="not a Recall worker state file"):
         SharedState.attach(stray)
+
+
+def test_each_state_file_places_buckets_in_sets_of_its_own(tmp_path):
+    one = SharedState.create(str(tmp_path), buckets=1024)
+    other = SharedState.create(str(tmp_path), buckets=1024)
+    attached = SharedState.attach(one.path)
+    names = [f"key:{n}:free" for n in range(20)]
+
+    placed = [one.set_index(name) for name in names]
+
+    # A client cannot work out which of its bucket names share a set with
+    # another; the server's own workers agree on every one.
+    assert placed != [other.set_index(name) for name in names]
+    assert placed == [attached.set_index(name) for name in names]
+    attached.close()
+    one.remove()
+    other.remove()

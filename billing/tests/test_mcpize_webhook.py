@@ -5,12 +5,13 @@ import hmac
 import json
 import logging
 import time
+import uuid
 
 import pytest
 
 from accounts import auth
 from accounts.models import ApiKey, User
-from billing.models import WebhookEvent
+from billing.models import WebhookEvent, WebhookRejection
 from core import tenancy
 
 SECRET = "mcpize-test-secret"
@@ -294,11 +295,14 @@ def test_a_timestamp_that_is_not_ascii_digits_is_refused(cast, client, timestamp
     assert tier_of(cast.alice) == "free"
 
 
-def test_a_deeply_nested_signed_body_is_refused_as_not_json(cast, client):
+def test_a_deeply_nested_signed_body_is_refused_as_nested_too_deeply(cast, client):
     response = post(client, None, raw=b"[" * 979 + b"]" * 979)
 
     assert response.status_code == 400
-    assert response.json()["error"]["code"] == "validation_failed"
+    assert response.json()["error"] == {
+        "code": "validation_failed",
+        "message": "Refused: the body is nested more than 100 deep.",
+    }
 
 
 def test_an_oversized_body_is_refused_without_an_error_log(client, caplog, settings):
@@ -314,8 +318,29 @@ def test_it_cannot_grant_the_unlimited_tier(cast, client):
     response = post(client, {"userId": str(cast.alice.id), "tier": "unlimited"})
 
     assert response.status_code == 400
-    assert "tier must be one of free, starter, pro, team" in response.json()["error"]["message"]
+    # Worded as the webhook's own refusals, not as the service said it.
+    assert response.json()["error"] == {
+        "code": "validation_failed",
+        "message": "Refused: tier must be one of free, starter, pro, team.",
+    }
     assert tier_of(cast.alice) == "free"
+
+
+@pytest.mark.parametrize(
+    ("user_id", "status", "code", "message"),
+    [
+        ("42", 400, "validation_failed", "Refused: userId must be a Recall user id (a UUID)."),
+        (str(uuid.UUID(int=7)), 404, "not_found", "Refused: no user has this userId."),
+    ],
+)
+def test_a_delivery_for_no_user_we_know_is_refused_in_the_webhooks_words(
+    cast, client, user_id, status, code, message
+):
+    response = post(client, {"userId": user_id, "tier": "pro"})
+
+    assert response.status_code == status
+    assert response.json()["error"] == {"code": code, "message": message}
+    assert WebhookRejection.objects.get().status == status
 
 
 def test_it_leaves_a_tier_the_operator_granted_alone(cast, client, caplog):

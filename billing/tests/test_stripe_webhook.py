@@ -283,6 +283,33 @@ def test_an_unknown_price_applies_when_the_event_is_resent_after_the_map_names_i
     assert deliver(client, mystery).json()["outcome"] == "duplicate"
 
 
+def test_an_event_held_back_by_another_subscriptions_unknown_price_applies_when_resent(
+    linked, client, settings, caplog
+):
+    # Its own price was mapped, so it was recorded as handled: after the fix
+    # "Resend" answered duplicate, and the tier stayed where the unknown price
+    # had held it. The warning named this event's price, not the missing one.
+    now = int(time.time())
+    deliver(client, subscription(id="sub_pro", price="price_pro", created=now - 30))
+    legacy = deliver(client, subscription(id="sub_legacy", price="price_mystery", created=now - 20))
+    assert legacy.json()["outcome"] == "unknown_price"
+    cancelled = subscription("deleted", id="sub_pro", status="canceled", created=now - 10)
+    with caplog.at_level(logging.WARNING, logger="billing"):
+        held = deliver(client, cancelled)
+
+    assert held.json()["outcome"] == "unknown_price"
+    assert tier_of(linked.alice) == "pro"  # what sub_legacy grants is unknown: it may not fall
+    warned = [r for r in caplog.records if "STRIPE_PRICE_TO_TIER" in r.getMessage()]
+    assert getattr(warned[-1], "prices", None) == ["price_mystery"]
+
+    settings.STRIPE_PRICE_TO_TIER = {**PRICES, "price_mystery": "starter"}
+    resent = deliver(client, cancelled)
+
+    assert resent.json()["outcome"] == "applied"
+    assert tier_of(linked.alice) == "starter"
+    assert deliver(client, cancelled).json()["outcome"] == "duplicate"
+
+
 def test_the_free_quota_is_lifted_by_an_upgrade_and_imposed_by_a_downgrade(
     linked, client, settings
 ):
@@ -421,6 +448,10 @@ def signed(payload: str, secret: str = SECRET, timestamp: int | None = None) -> 
         pytest.param(lambda body: "", id="missing"),
         pytest.param(lambda body: signed(body, secret="whsec_someone_else"), id="wrong-secret"),
         pytest.param(lambda body: signed(body, timestamp=int(time.time()) - 600), id="too-old"),
+        # Only old ones were refused: this one could be replayed for the next 17 minutes.
+        pytest.param(
+            lambda body: signed(body, timestamp=int(time.time()) + 1000), id="too-far-ahead"
+        ),
         pytest.param(lambda body: signed(body + " "), id="other-body"),
         pytest.param(lambda body: "t=1,v1=deadbeef", id="garbage"),
         # Read as latin-1 off the wire; the SDK's comparison raised TypeError: a 500.
@@ -434,9 +465,31 @@ def test_a_bad_signature_is_refused_and_changes_nothing(cast, client, make_heade
     response = deliver(client, body, signature=make_header(body))
 
     assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_signature"
     assert tier_of(cast.alice) == "free"
     assert not WebhookEvent.objects.exists()
     assert not Subscription.objects.exists()
+
+
+def test_a_signature_a_little_ahead_of_our_clock_is_accepted(linked, client):
+    # Stripe's clock and ours disagree by a little; as much as the tolerance is fine.
+    body = json.dumps(subscription(price="price_pro"))
+
+    response = deliver(client, body, signature=signed(body, timestamp=int(time.time()) + 200))
+
+    assert response.status_code == 200
+    assert tier_of(linked.alice) == "pro"
+
+
+def test_a_signed_body_nested_too_deeply_is_refused_as_such(db, client):
+    response = deliver(client, "[" * 5000 + "]" * 5000)
+
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": "validation_failed",
+        "message": "Refused: the body is nested more than 100 deep.",
+    }
+    assert WebhookRejection.objects.get().reason == "the body is nested more than 100 deep"
 
 
 def test_without_a_webhook_secret_it_answers_404_and_logs_why(cast, client, settings, caplog):
