@@ -8,19 +8,22 @@ the auth cache, so they take effect on the MCP endpoint at once.
 from __future__ import annotations
 
 import logging
+import secrets
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import forms as auth_forms
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 
 from accounts import holdings, services, tiers
 from accounts.models import ApiKey, User
+from core import once
 from core.admin_tools import EstimatedCountPaginator, InputFilter, count_per_user
 
 logger = logging.getLogger(__name__)
@@ -196,6 +199,10 @@ class KeyStatusFilter(admin.SimpleListFilter):
 
 
 class ApiKeyAddForm(forms.ModelForm):
+    # A fresh token on every add page: the same form sent again (a reload of
+    # the page that showed the new key) names a spent one and makes no key.
+    once = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput)
+
     class Meta:
         model = ApiKey
         fields = ("user", "name", "tier")
@@ -244,7 +251,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
         if obj is None:
-            return ("user", "name", "tier")
+            return ("user", "name", "tier", "once")
         # The hash is never shown; the secret was never stored.
         return ("user", "name", "prefix", "tier", "created_at", "last_used_at", "revoked_at")
 
@@ -258,6 +265,30 @@ class ApiKeyAdmin(admin.ModelAdmin):
         actions = super().get_actions(request)
         actions.pop("delete_selected", None)
         return actions
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, str | list[str]]:
+        return {**super().get_changeform_initial_data(request), "once": secrets.token_urlsafe(16)}
+
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        sent = request.POST.get("once", "") if request.method == "POST" else ""
+        if once.sent_before(request, sent):
+            self.message_user(
+                request,
+                "That form was sent before, and its key is listed below. Its secret was shown"
+                " once: if you did not copy it, revoke the key and add another.",
+                messages.WARNING,
+            )
+            return redirect("admin:accounts_apikey_changelist")
+        try:
+            response = super().add_view(request, form_url, extra_context)
+        except Exception:
+            once.unspend(request, sent)
+            raise
+        if not hasattr(request, "_recall_issued_key"):
+            once.unspend(request, sent)  # no key came of it: the corrected form may make one
+        return response
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         if change:

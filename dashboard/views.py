@@ -20,8 +20,6 @@ from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LogoutView
-from django.contrib.sessions.backends.db import SessionStore
-from django.db import connection, transaction
 from django.http import (
     Http404,
     HttpRequest,
@@ -41,7 +39,7 @@ from accounts import tiers
 from accounts.models import User
 from billing import checkout
 from billing import services as billing_services
-from core import context, csp
+from core import context, csp, once
 from core.errors import Conflict, NotFound, RecallError
 from dashboard.charts import stacked_bars
 from dashboard.forms import ImportForm, KeyForm, SignupForm
@@ -124,50 +122,6 @@ def usage(request: AuthenticatedRequest) -> HttpResponse:
 # Keys ---------------------------------------------------------------------------
 
 
-# How many sent key forms a session remembers: a reload is of a recent one.
-SPENT_FORMS = 20
-
-
-def _sent_before(request: AuthenticatedRequest, once: str) -> bool:
-    """Whether this key form was sent before in this session; records it as sent.
-
-    Read and written in the session's row under a lock of its own: the session
-    a request carries was read when it began, so two sends at once (a double
-    click) each found the form unsent, and each made a key.
-    """
-    if not once or request.session.session_key is None:
-        return False
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 3))",
-            [f"key-form/{request.session.session_key}"],
-        )
-        stored = SessionStore(session_key=request.session.session_key)
-        spent: list[str] = stored.get("spent_key_forms", [])
-        if once in spent:
-            return True
-        stored["spent_key_forms"] = [*spent, once][-SPENT_FORMS:]
-        stored.save()
-    request.session["spent_key_forms"] = stored["spent_key_forms"]
-    return False
-
-
-def _unspend(request: AuthenticatedRequest, once: str) -> None:
-    """Forget that this key form was sent: the send made no key, and sending it again may."""
-    if not once or request.session.session_key is None:
-        return
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 3))",
-            [f"key-form/{request.session.session_key}"],
-        )
-        stored = SessionStore(session_key=request.session.session_key)
-        spent = [token for token in stored.get("spent_key_forms", []) if token != once]
-        stored["spent_key_forms"] = spent
-        stored.save()
-    request.session["spent_key_forms"] = spent
-
-
 @login_required
 def keys(request: AuthenticatedRequest) -> HttpResponse:
     user = request.user
@@ -175,7 +129,7 @@ def keys(request: AuthenticatedRequest) -> HttpResponse:
     form = KeyForm(request.POST or None, max_tier=user.tier, agents=agents)
     new_key: str | None = None
     if request.method == "POST" and form.is_valid():
-        if _sent_before(request, form.cleaned_data["once"]):
+        if once.sent_before(request, form.cleaned_data["once"]):
             messages.info(
                 request,
                 "That form was sent before, and its key is listed below. Its secret was shown"
@@ -191,10 +145,10 @@ def keys(request: AuthenticatedRequest) -> HttpResponse:
                 agent_id=form.cleaned_data["agent"] or None,
             )
         except RecallError as exc:
-            _unspend(request, form.cleaned_data["once"])  # no key came of it
+            once.unspend(request, form.cleaned_data["once"])  # no key came of it
             form.add_error(None, exc.message)
         except Exception:
-            _unspend(request, form.cleaned_data["once"])
+            once.unspend(request, form.cleaned_data["once"])
             raise
         else:
             # Rendered, not redirected: the secret must not be stored in a
@@ -401,6 +355,8 @@ def _memories_page(
             else next((row["replaced"] for row in namespaces if row["namespace"] == namespace), 0),
             "query": query,
             "results": results,
+            # A search stops at a page's worth; more may match.
+            "limited": bool(query) and len(results) >= PAGE_SIZE,
             "error": error,
             "offset": offset,
             "newer": max(0, offset - PAGE_SIZE) if offset else None,
@@ -490,11 +446,16 @@ GONE = (
 
 
 def _supersession_button(
-    request: AuthenticatedRequest, act: Callable[[], object], done: str, gone: str = GONE
+    request: AuthenticatedRequest,
+    act: Callable[[], object],
+    done: str,
+    gone: str = GONE,
+    *,
+    undo: uuid.UUID | None = None,
 ) -> HttpResponse:
     """Run a memory's Restore or Replaced button as the dashboard: a refusal is shown
     with its reason (a memory deleted or expired since the page was drawn too), and the
-    page comes back."""
+    page comes back. With ``undo``, the message offers that memory's Restore button."""
     try:
         with context.acting_as("dashboard"):
             act()
@@ -503,7 +464,8 @@ def _supersession_button(
     except RecallError as exc:
         messages.error(request, exc.message)
     else:
-        messages.success(request, done)
+        # The page drawn next puts the button by the message (the restorable filter).
+        messages.success(request, done, extra_tags=f"restore:{undo}" if undo else "")
     return _back_to_memories(request)
 
 
@@ -527,9 +489,10 @@ def link_memory(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResp
         lambda: memory_services.link(
             user_id=request.user.id, id=str(memory_id), by=request.POST.get("by", "")
         ),
-        "Marked as replaced. Restore undoes it.",
+        "Marked as replaced: it is hidden from searches. Restore undoes it.",
         gone="This memory or the one said to replace it no longer exists here: deleted, "
         "expired, or not yours. Nothing was changed.",
+        undo=memory_id,
     )
 
 
@@ -576,15 +539,32 @@ HISTORY_PAGE = 50
 @login_required
 def changes(request: AuthenticatedRequest) -> HttpResponse:
     """The latest changes to any of the user's memories, deletions included."""
+    # One more than is shown, to say whether older changes were left out.
+    found = memory_services.recent_changes(user_id=request.user.id, limit=HISTORY_PAGE + 1)
     return render(
         request,
         "dashboard/changes.html",
         {
             "section": "memories",
-            "changes": memory_services.recent_changes(user_id=request.user.id, limit=HISTORY_PAGE),
+            "changes": found[:HISTORY_PAGE],
+            "more": len(found) > HISTORY_PAGE,
+            "shown": HISTORY_PAGE,
             "retention_days": settings.HISTORY_RETENTION_DAYS,
         },
     )
+
+
+def _with_history(user_id: uuid.UUID, ids: set[str]) -> set[str]:
+    """Which of ``ids`` have a history page: a memory's history can be erased
+    (after it was deleted) while another memory's history still names it."""
+    shown = set()
+    for memory_id in ids:
+        try:
+            memory_services.memory_history(user_id=user_id, id=memory_id)
+        except NotFound:
+            continue
+        shown.add(memory_id)
+    return shown
 
 
 @login_required
@@ -593,12 +573,23 @@ def memory_history(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpR
         versions = memory_services.memory_history(user_id=request.user.id, id=str(memory_id))
     except NotFound:
         raise Http404("No such memory.") from None
-    keys = {str(key.id): key for key in accounts_services.list_own_keys(user_id=request.user.id)}
+    user_id = request.user.id
+    keys = {str(key.id): key for key in accounts_services.list_own_keys(user_id=user_id)}
     shown: list[dict[str, object]] = []
+    named: set[str] = set()
     for version in versions:
         key = keys.get(version["api_key_id"] or "")
         label = f"{key.prefix}… {key.name}".strip() if key else None
         shown.append({**version, "key_label": label})
+        # The memories it names, linked to their history pages where they have one.
+        named.update(version["replaces"] or [])
+        if version["superseded_by"]:
+            named.add(version["superseded_by"])
+    deleted = versions[-1]["action"] == "deleted"
+    replaced = not deleted and bool(
+        memory_services.still_replaced(user_id=user_id, ids=[str(memory_id)])
+    )
+    back = {"namespace": versions[-1]["namespace"], **({"replaced": "1"} if replaced else {})}
     return render(
         request,
         "dashboard/history.html",
@@ -606,7 +597,10 @@ def memory_history(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpR
             "section": "memories",
             "memory_id": memory_id,
             "versions": list(reversed(shown)),  # newest first on the page
-            "deleted": versions[-1]["action"] == "deleted",
+            "deleted": deleted,
+            "replaced": replaced,
+            "linkable": _with_history(user_id, named),
+            "back": f"{reverse('dashboard:memories')}?{urlencode(back)}",
             "retention_days": settings.HISTORY_RETENTION_DAYS,
         },
     )

@@ -134,3 +134,73 @@ def test_a_key_deleted_in_the_admin_stops_at_once(cast, admin_client):
 
     assert response.status_code == 302
     assert auth.authenticate(cast.alice_key.raw) is None
+
+
+def _add_form_token(admin_client) -> str:
+    page = admin_client.get(f"{URL}add/").content.decode()
+    found = re.search(r'name="once" value="([^"]+)"', page)
+    assert found is not None
+    return found[1]
+
+
+def _keys_of(user) -> int:
+    with tenancy.operator():
+        return ApiKey.objects.filter(user=user).count()
+
+
+def test_reloading_the_new_key_page_issues_no_second_key(cast, admin_client):
+    # A reload of the page that showed the key sends the same form again.
+    sent = {"user": str(cast.charlie.id), "name": "from ops", "tier": "pro"}
+    sent["once"] = _add_form_token(admin_client)
+    before = _keys_of(cast.charlie)
+    first = admin_client.post(f"{URL}add/", sent)
+    raw = re.search(r"recall_live_[A-Za-z0-9_-]{32}", first.content.decode())[0]
+
+    again = admin_client.post(f"{URL}add/", sent, follow=True)
+
+    assert _keys_of(cast.charlie) == before + 1
+    text = again.content.decode()
+    assert not re.search(r"recall_live_[A-Za-z0-9_-]{32}", text)
+    assert "That form was sent before" in text
+    assert again.redirect_chain[-1][0] == URL
+    assert auth.authenticate(raw) is not None
+    # A new add page is a new form: it issues a key.
+    fresh = {**sent, "once": _add_form_token(admin_client)}
+    assert fresh["once"] != sent["once"]
+    assert re.search(r"recall_live_", admin_client.post(f"{URL}add/", fresh).content.decode())
+    assert _keys_of(cast.charlie) == before + 2
+
+
+def test_a_form_sent_back_with_an_error_can_be_corrected_and_sent_again(cast, admin_client):
+    once = _add_form_token(admin_client)
+
+    sent = {"user": "", "name": "x", "tier": "pro", "once": once}
+    refused = admin_client.post(f"{URL}add/", sent)
+    corrected = admin_client.post(
+        f"{URL}add/", {"user": str(cast.charlie.id), "name": "x", "tier": "pro", "once": once}
+    )
+
+    assert refused.status_code == 200 and "errornote" in refused.content.decode()
+    assert re.search(r"recall_live_[A-Za-z0-9_-]{32}", corrected.content.decode())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_add_form_sent_several_times_at_once_issues_one_key(cast, admin_client):
+    from django.test import Client
+
+    from tests.support import at_once
+
+    once = _add_form_token(admin_client)
+    before = _keys_of(cast.charlie)
+
+    def send() -> str:
+        client = Client()
+        client.cookies = admin_client.cookies
+        sent = {"user": str(cast.charlie.id), "name": "twice", "tier": "free", "once": once}
+        return client.post(f"{URL}add/", sent).content.decode()
+
+    pages = at_once(4, send)
+
+    assert len(pages) == 4
+    assert sum(1 for text in pages if re.search(r"recall_live_[A-Za-z0-9_-]{32}", text)) == 1
+    assert _keys_of(cast.charlie) == before + 1

@@ -6,6 +6,7 @@ from typing import Any
 
 from django import template
 from django.conf import settings
+from django.contrib.messages.storage.base import Message
 from django.utils import timezone
 from django.utils.timesince import timesince
 
@@ -70,3 +71,11 @@ def last_used(value: datetime | None) -> str:
 def as_json(value: Any) -> str:
     """Show stored JSON (metadata) as JSON, not as Python's repr of it."""
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@register.filter
+def restorable(message: Message) -> str:
+    """Return the id of the memory a message offers to restore (its ``restore:<id>``
+    tag, set by the Replaced button), or ""."""
+    tag = str(message.extra_tags or "")
+    return tag.removeprefix("restore:") if tag.startswith("restore:") else ""

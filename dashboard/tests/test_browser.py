@@ -255,6 +255,52 @@ def test_a_user_reviews_a_memorys_history_and_downloads_their_memories(
     assert violations == []
 
 
+def test_a_user_undoes_a_replaced_mark_from_its_message_and_from_its_history(
+    cast, password, server, page, violations
+):
+    raw = cast.alice_key.raw
+    ids = []
+    for content in ("Cormac works at Brackenfield.", "Cormac is a staff engineer at Marlowe."):
+        status, stored = mcp(server, raw, "remember", {"content": content})
+        assert status == 200, stored
+        ids.append(stored["result"]["structuredContent"]["id"])
+    older, newer = ids
+    sign_in(page, server, password)
+    search = server.url + "/memories/?q=Which+company+employs+Cormac%3F"
+
+    # Replaced, from the mark on the search result: the message offers the undo.
+    page.goto(search)
+    marked = page.locator(f"[data-memory-id='{older}']")
+    assert marked.locator(f"[data-may-be-replaced-by='{newer}']").count() == 1
+    marked.get_by_role("button", name="Replaced: Cormac works at Brackenfield.").click()
+    page.wait_for_selector("text=Marked as replaced")
+    assert page.locator(f"[data-memory-id='{older}']").count() == 0
+    undo = page.locator(".messages").get_by_role("button", name=f"Restore memory {older[:8]}")
+    assert undo.count() == 1
+    shoot(page, "10-replaced-with-undo")
+    undo.click()
+    page.wait_for_selector("text=Memory restored")
+    assert page.url == search
+    assert page.locator(f"[data-memory-id='{older}']").count() == 1
+
+    # Replaced again; this time undone from the memory's history page.
+    page.locator(f"[data-memory-id='{older}'] button:has-text('Replaced')").click()
+    page.wait_for_selector("text=Marked as replaced")
+    page.goto(f"{server.url}/memories/{older}/history/")
+    assert page.locator("[data-version]").first.inner_text().startswith("v4 superseded")
+    back = page.get_by_role("link", name="← Memories")
+    assert back.get_attribute("href") == "/memories/?namespace=default&replaced=1"
+    shoot(page, "11-replaced-history")
+    page.locator("[data-replaced]").get_by_role("button", name="Restore").click()
+    page.wait_for_selector("text=Memory restored")
+    assert page.url == f"{server.url}/memories/{older}/history/"
+    assert page.locator("[data-replaced]").count() == 0
+    assert page.locator("[data-version]").first.inner_text().startswith("v5 restored")
+    page.goto(search)
+    assert page.locator(f"[data-memory-id='{older}']").count() == 1
+    assert violations == []
+
+
 def test_a_user_imports_a_letta_agent_file_from_the_memories_page(
     cast, password, server, page, violations
 ):

@@ -114,3 +114,62 @@ def test_download_is_every_memory_as_json_lines_and_nothing_of_anyone_else(cast,
 def test_the_pages_need_a_signed_in_user(cast, client):
     assert client.get("/memories/download/").status_code == 302
     assert client.get("/memories/changes/").status_code == 302
+
+
+def test_a_replaced_memorys_history_page_restores_it(cast, alice_client):
+    old = remember(cast.alice, "The build server is ci-1.", namespace="infra")
+    remember(cast.alice, "The build server is now ci-2.", namespace="infra", replaces=old)
+    page = f"/memories/{old}/history/"
+
+    text = alice_client.get(page).content.decode()
+    restored = alice_client.post(f"/memories/{old}/restore/", {"next": page}, follow=True)
+
+    assert "data-replaced" in text and f'action="/memories/{old}/restore/"' in text
+    assert f'aria-label="Restore memory {old[:8]}"' in text
+    assert restored.redirect_chain[-1][0] == page
+    after = restored.content.decode()
+    assert "Memory restored" in after and "data-replaced" not in after
+    assert services.still_replaced(user_id=cast.alice.id, ids=[old]) == set()
+
+
+def test_a_history_page_leads_back_to_its_memorys_namespace(cast, alice_client):
+    current = remember(cast.alice, "Lunch is at noon.", namespace="team/notes")
+    old = remember(cast.alice, "Standup is at 9.", namespace="team/notes")
+    remember(cast.alice, "Standup is at 10 now.", namespace="team/notes", replaces=old)
+
+    mine = alice_client.get(f"/memories/{current}/history/").content.decode()
+    replaced = alice_client.get(f"/memories/{old}/history/").content.decode()
+
+    assert 'href="/memories/?namespace=team%2Fnotes">← Memories' in mine
+    # A replaced memory is listed only with "Show replaced" ticked.
+    assert 'href="/memories/?namespace=team%2Fnotes&amp;replaced=1">← Memories' in replaced
+
+
+def test_a_replacing_memory_whose_history_was_erased_is_named_not_linked(cast, alice_client):
+    old = remember(cast.alice, "The VPN endpoint is vpn-a.")
+    new = remember(cast.alice, "The VPN endpoint moved to vpn-b.", replaces=old)
+    alice_client.post(f"/memories/{new}/delete/", {"purge": "1"})
+    assert alice_client.get(f"/memories/{new}/history/").status_code == 404
+
+    text = alice_client.get(f"/memories/{old}/history/").content.decode()
+
+    assert "v2 superseded" in text
+    assert f"/memories/{new}/history/" not in text
+    assert f'data-erased="{new}"' in text and "its history erased" in text
+
+
+def test_recent_changes_says_when_older_ones_are_left_out(cast, alice_client):
+    from dashboard.views import HISTORY_PAGE
+    from tests.support import store_memory
+
+    for n in range(HISTORY_PAGE):
+        store_memory(cast.alice, f"change {n}")
+
+    full = alice_client.get("/memories/changes/").content.decode()
+    store_memory(cast.alice, "one change more")
+    over = alice_client.get("/memories/changes/").content.decode()
+
+    assert f"The latest {HISTORY_PAGE} changes" in full and "data-more" not in full
+    assert full.count("data-memory-id") == HISTORY_PAGE
+    assert over.count("data-memory-id") == HISTORY_PAGE and "data-more" in over
+    assert "Older changes are not listed here" in over

@@ -392,3 +392,99 @@ def test_a_namespace_counts_its_current_memories_and_says_when_all_were_replaced
     text = alice_client.get(URL).content.decode()
     assert "default (0 + 1 replaced)" in text
     assert "Tick <em>Show replaced</em> to see it." in text
+
+
+def test_the_replaced_button_refuses_a_memory_older_than_the_one_it_would_replace(
+    cast, alice_client
+):
+    older = services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="Cormac works at Brackenfield."
+    )["id"]
+    newer = services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="Cormac is a staff engineer at Marlowe."
+    )["id"]
+
+    refused = alice_client.post(f"/memories/{newer}/link/", {"by": older}, follow=True)
+
+    text = html.unescape(refused.content.decode())
+    assert f"Memory {older} is older than memory {newer}" in text
+    assert "only a later memory can replace an earlier one" in text
+    assert "data-restores" not in text  # nothing to undo
+    with tenancy.operator():
+        assert Memory.objects.get(id=newer).superseded_by is None
+        assert Memory.objects.get(id=older).superseded_by is None
+    # The other way round is what the button is for.
+    alice_client.post(f"/memories/{older}/link/", {"by": newer})
+    with tenancy.operator():
+        assert str(Memory.objects.get(id=older).superseded_by) == newer
+
+
+def test_the_replaced_message_offers_the_memorys_restore_button(cast, alice_client):
+    older = services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="Cormac works at Brackenfield."
+    )["id"]
+    newer = services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="Cormac is a staff engineer at Marlowe."
+    )["id"]
+    back = f"{URL}?q=Cormac"
+
+    page = alice_client.post(f"/memories/{older}/link/", {"by": newer, "next": back}, follow=True)
+
+    text = page.content.decode()
+    assert "Marked as replaced" in text
+    message = re.search(r'<ul class="messages">(.*?)</ul>', text, re.S)[1]
+    assert f'action="/memories/{older}/restore/"' in message
+    assert 'name="csrfmiddlewaretoken"' in message
+    assert f'value="{html.escape(back)}"' in message or f'value="{back}"' in message
+    assert f'aria-label="Restore memory {older[:8]}"' in message
+    # Shown once: the next page has no message and no button.
+    assert "data-restores" not in alice_client.get(back).content.decode()
+    restored = alice_client.post(f"/memories/{older}/restore/", {"next": back}, follow=True)
+    assert "Memory restored" in restored.content.decode()
+    assert older in listed(restored)
+
+
+def test_each_memorys_buttons_say_which_memory_they_act_on(cast, alice_client):
+    old = services.remember(user_id=cast.alice.id, tier=Tier.PRO, content="Gym is on Elm St.")["id"]
+    services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="Gym moved to Oak St.", replaces=old
+    )
+
+    text = alice_client.get(URL, {"replaced": "1"}).content.decode()
+
+    assert 'aria-label="Delete: Gym is on Elm St."' in text
+    assert 'aria-label="Delete: Gym moved to Oak St."' in text
+    assert 'aria-label="Restore: Gym is on Elm St."' in text
+
+
+def test_every_page_starts_with_a_link_past_the_navigation(cast, alice_client, client):
+    signed_in = alice_client.get(URL).content.decode()
+    sign_in = client.get("/login/").content.decode()
+
+    for text in (signed_in, sign_in):
+        assert '<a class="skip-link" href="#content">Skip to content</a>' in text
+        assert text.index("skip-link") < text.index('id="content"')
+    assert signed_in.index('class="nav"') < signed_in.index('<main id="content"')
+
+
+def test_a_search_says_when_it_stopped_at_a_page_of_results(cast, alice_client, settings):
+    from dashboard.views import PAGE_SIZE
+
+    settings.RECALL_SUPERSESSION = "off"  # each a fact of its own, none replacing another
+    for n in range(PAGE_SIZE):
+        services.remember(
+            user_id=cast.alice.id, tier=Tier.PRO, content=f"Kestrel crate {n} holds {n} apples."
+        )
+
+    services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="Kestrel crate 1 holds pears.", namespace="b"
+    )
+
+    full = alice_client.get(URL, {"q": "Kestrel crate apples"}).content.decode()
+    browsed = alice_client.get(URL).content.decode()
+    few = alice_client.get(URL, {"q": "Kestrel crate apples", "namespace": "b"}).content.decode()
+
+    assert full.count("data-memory-id") == PAGE_SIZE
+    assert "data-limited" in full and "there may be more" in full
+    assert "data-limited" not in browsed  # a list has its pager instead
+    assert few.count("data-memory-id") == 1 and "data-limited" not in few

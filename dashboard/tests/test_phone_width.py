@@ -64,6 +64,8 @@ def filled(cast, agents) -> dict[str, str]:
     issue_key(cast.alice, "k" * 100)
     for tool, agent in (("remember", agents.research), ("recall", agents.writer), ("recall", None)):
         record(cast.alice, tool, agent=agent)
+    # A tool name is the client's to send: the longest kept, with no break in it.
+    record(cast.alice, "T" * 64)
     application = Application.objects.create(
         name="Phone Test Client With A Rather Long Name",
         client_type=Application.CLIENT_PUBLIC,

@@ -122,6 +122,7 @@ from memories.services.remembering import (
     remember,
     remembering,
 )
+from memories.services.replaced import replaced_by_each, still_replaced
 from memories.services.shapes import (
     Answer,
     CacheStats,
@@ -154,7 +155,7 @@ from memories.services.storing import (
     Remembering,
     store,
 )
-from memories.services.superseding import link, replaced_by_each, restore, still_replaced
+from memories.services.superseding import link, restore
 from memories.services.transfer import (
     EXPORT_BATCH,
     IMPORT_BATCH,

@@ -608,7 +608,7 @@ def link(
     (the dashboard's "Replaced" button); recorded as ``explicit`` in the
     memory's history, as a named ``replaces`` is. The same checks as
     ``replaces``: both visible to the caller, of one namespace and writer,
-    both current; nothing is written otherwise.
+    both current; and ``by`` not created before ``id``. Nothing is written otherwise.
     """
     old_id = validation.memory_id(id)
     new_id = validation.memory_id(by, field="by")
@@ -622,7 +622,15 @@ def link(
             .select_for_update(no_key=True)
             .filter(user_id=user_id, id__in=sorted([old_id, new_id]))
             .order_by("id")
-            .values("id", "namespace", "agent_id", "superseded_by", "source_kind", "task_id")
+            .values(
+                "id",
+                "namespace",
+                "agent_id",
+                "superseded_by",
+                "source_kind",
+                "task_id",
+                "created_at",
+            )
         }
         old, new = rows.get(old_id), rows.get(new_id)
         if old is None or new is None:
@@ -630,6 +638,13 @@ def link(
         if old["namespace"] != new["namespace"] or old["agent_id"] != new["agent_id"]:
             raise ValidationFailed(
                 "A memory can be replaced only by one of the same namespace and writer."
+            )
+        if new["created_at"] < old["created_at"]:
+            # Marks point from the older to the newer; a link the other way would
+            # hide the later value behind the earlier one.
+            raise ValidationFailed(
+                f"Memory {new_id} is older than memory {old_id}: only a later memory can"
+                " replace an earlier one."
             )
         _replaceable(new_id, new, old["task_id"])
         _replaceable(old_id, old, new["task_id"])
@@ -770,31 +785,3 @@ def restore(
         "was_superseded_at": iso(row["superseded_at"]) if row["superseded_at"] else "",
         "version": version,
     }
-
-
-def replaced_by_each(
-    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, ids: Sequence[str]
-) -> dict[str, list[str]]:
-    """Return, for each of ``ids``, the memories it replaced."""
-    wanted = [uuid.UUID(str(i)) for i in ids]
-    with tenancy.tenant(user_id, agent_id=agent_id):
-        rows = Memory.objects.filter(user_id=user_id, superseded_by__in=wanted).values_list(
-            "superseded_by", "id"
-        )
-        out: dict[str, list[str]] = {}
-        for new, old in rows:
-            out.setdefault(str(new), []).append(str(old))
-    return out
-
-
-def still_replaced(
-    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, ids: Sequence[str]
-) -> set[str]:
-    """Return which of ``ids`` are replaced now (a delete in the middle of a chain passes
-    what the deleted memory replaced on to the next step: it stays replaced)."""
-    wanted = [uuid.UUID(str(i)) for i in ids]
-    with tenancy.tenant(user_id, agent_id=agent_id):
-        rows = Memory.objects.filter(
-            user_id=user_id, id__in=wanted, superseded_by__isnull=False
-        ).values_list("id", flat=True)
-        return {str(i) for i in rows}
