@@ -175,7 +175,7 @@ def test_a_refused_key_changes_nothing_in_a_database_that_lacks_a_migration(cast
     # A client launched with a wrong key migrated the shared database first
     # (while servers of the older version still used it), and only then
     # refused to start.
-    latest = ("memories", "0027_priority_touches_updated_at")
+    latest = ("memories", "0028_search_words_in_angle_brackets")
     with connection.cursor() as cursor:
         cursor.execute(
             "DELETE FROM django_migrations WHERE app = %s AND name = %s RETURNING applied", latest

@@ -667,3 +667,56 @@ def test_the_planner_expects_a_pool_of_lexical_matches_not_a_thousand(cast):
         )
         plan = cursor.fetchone()[0]
     assert f"rows={search.POOL} " in plan, plan
+
+
+BRACKETS = "memories.migrations.0028_search_words_in_angle_brackets"
+GENERIC = "In the billing service, use List<String> for invoice names."
+MARKUP = 'Wrap the pricing widget in <section class="pricing-card"> markup.'
+
+
+def lexically(user_id, query: str) -> list[str]:
+    found = services.recall(
+        user_id=user_id, query=query, mode="lexical", threshold=0.0, use_cache=False
+    )
+    return [m["id"] for m in found]
+
+
+def test_a_word_inside_angle_brackets_is_found_by_a_lexical_search(cast):
+    """The parser read "<String>" and "<section ...>" as tags, which no word comes from."""
+    generic = remember(cast.alice.id, GENERIC)
+    markup = remember(cast.alice.id, MARKUP)
+    tea = remember(cast.alice.id, TEA)
+
+    assert lexically(cast.alice.id, "String") == [generic]
+    assert lexically(cast.alice.id, "section") == [markup]
+    # A query written with the brackets reads the same words.
+    assert lexically(cast.alice.id, "List<String>") == [generic]
+    # A memory without brackets is analysed as before.
+    assert lexically(cast.alice.id, "Darjeeling") == [tea]
+    assert assert_consistent(cast.alice.id)["terms"][("default", "string")] == 1
+
+
+def test_the_brackets_migration_analyses_older_documents_again_and_back(cast):
+    from importlib import import_module
+
+    brackets = import_module(BRACKETS)
+    generic = remember(cast.alice.id, GENERIC)
+    tea = remember(cast.alice.id, TEA)
+    before = index_of(cast.alice.id)["documents"][("default", tea)]
+
+    with connection.cursor() as cursor:
+        cursor.execute(brackets.OLD)
+    brackets.parts.reanalyse(None, Editor())
+    assert ("default", "string") not in assert_consistent(cast.alice.id)["terms"]
+    assert lexically(cast.alice.id, "String") == []
+    untouched = written_by(tea)
+
+    with connection.cursor() as cursor:
+        cursor.execute(brackets.NEW)
+    brackets.parts.reanalyse(None, Editor())
+    index = assert_consistent(cast.alice.id)
+    assert index["terms"][("default", "string")] == 1
+    assert lexically(cast.alice.id, "String") == [generic]
+    # A document whose words do not change is not written again.
+    assert index["documents"][("default", tea)] == before
+    assert written_by(tea) == untouched
