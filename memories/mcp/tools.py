@@ -382,7 +382,7 @@ def recall(
         Field(
             min_length=1,
             max_length=validation.QUERY_MAX,
-            description="What you want to remember, in natural language, e.g. "
+            description="What you are looking for, in natural language, e.g. "
             '"What are the user\'s web framework preferences?"',
         ),
     ],
