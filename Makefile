@@ -1,7 +1,9 @@
 # One command to serve on the embedded default, one to check it, one to run the tests, one to lint.
 # Each builds the virtualenv first, from scratch on a fresh machine.
 
-PYTHON ?= python3
+# pyproject.toml asks for Python 3.11: python3.11 where there is one, else python3
+# (which must then be 3.11). PYTHON=/path/to/python3.11 chooses another.
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || echo python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 
@@ -10,6 +12,12 @@ BIN := $(VENV)/bin
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || { \
+	  echo "Recall needs Python 3.11, and $(PYTHON) is $$($(PYTHON) -V 2>&1 || echo missing)." \
+	    "Install it, or name it: make $(MAKECMDGOALS) PYTHON=/path/to/python3.11" >&2; exit 1; }
+	@# A virtualenv made by another Python (an earlier try with 3.12) would keep it.
+	@if [ -x $(BIN)/python ] && ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
+	  echo "$(VENV) was made with another Python: making it again with $(PYTHON)." >&2; rm -rf $(VENV); fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
