@@ -344,6 +344,15 @@ def doctor(argv: list[str] | None = None) -> None:
 
     argparse.ArgumentParser(prog="recall doctor", description=doctor.__doc__).parse_args(argv or [])
 
+    no_database = _no_database_in_data_directory() is not None
+    if no_database:
+        # django.setup() builds the connection wrapper, and the embedded one starts
+        # its server, running initdb in an empty directory: a mistyped RECALL_DATA_DIR
+        # got a fresh database from a check.
+        from recall import env
+        from recall.db import embedded
+
+        embedded.make_none(env.data_directory("RECALL_DATA_DIR", embedded=True))
     try:
         django.setup()
     except ImproperlyConfigured as exc:
@@ -352,7 +361,7 @@ def doctor(argv: list[str] | None = None) -> None:
         raise SystemExit(1) from None
     from recall import doctor as checks
 
-    raise SystemExit(checks.run(sys.stdout))
+    raise SystemExit(checks.run(sys.stdout, no_database=no_database))
 
 
 def stdio(argv: list[str]) -> None:

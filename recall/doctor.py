@@ -53,9 +53,13 @@ class Finding:
     fix: str = ""
 
 
-def run(out: TextIO) -> int:
-    """Run every check, print the findings, and return the exit code: 1 if anything is wrong."""
-    found = list(findings())
+def run(out: TextIO, *, no_database: bool = False) -> int:
+    """Run every check, print the findings, and return the exit code: 1 if anything is wrong.
+
+    ``no_database``: the data directory holds no embedded database, and the
+    caller kept Django from starting one (``recall.cli.doctor``).
+    """
+    found = list(findings(no_database=no_database))
     out.write("Recall doctor\n\n")
     width = max(len(f.check) for f in found)
     for finding in found:
@@ -72,10 +76,33 @@ def run(out: TextIO) -> int:
     return 1 if problems else 0
 
 
-def findings() -> Iterator[Finding]:
+def findings(*, no_database: bool = False) -> Iterator[Finding]:
     yield from data_directory()
-    database = list(database_server())
-    yield from database
+    if no_database:
+        where = Path(settings.RECALL_DATA_DIR).resolve()
+        yield Finding(
+            "database",
+            "warning",
+            f"none in {where} yet: `recall serve` creates one there as it starts",
+            "if you expected one, RECALL_DATA_DIR names another directory than your server's",
+        )
+        message = "not checked: there is no database yet"
+        yield Finding("database roles", "warning", message)
+        yield Finding("row-level security", "warning", message)
+    else:
+        database = list(database_server())
+        yield from database
+        yield from _inside(database)
+    yield from embedding_model()
+    yield from redis_server()
+    yield from webhooks()
+    servers = [server for server in instances.found(data_dir_path()) if server.is_running()]
+    yield from running_server(servers)
+    yield from reachability(servers)
+
+
+def _inside(database: list[Finding]) -> Iterator[Finding]:
+    """The checks of what the database holds, as far as ``database`` lets them run."""
     if any(f.check == "database" and f.status == "problem" for f in database):
         message = "not checked: see the database problem above"
         yield Finding("database roles", "warning", message)
@@ -89,12 +116,6 @@ def findings() -> Iterator[Finding]:
         yield from row_level_security()
     if settings.EMBEDDED_DATABASE and not any(f.status == "problem" for f in database):
         yield from database_buffers()
-    yield from embedding_model()
-    yield from redis_server()
-    yield from webhooks()
-    servers = [server for server in instances.found(data_dir_path()) if server.is_running()]
-    yield from running_server(servers)
-    yield from reachability(servers)
 
 
 # The data directory -------------------------------------------------------------

