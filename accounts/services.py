@@ -75,7 +75,10 @@ def issue_key(
             if agent is not None:
                 scoped = _named(Agent.objects.filter(user=user), agent.strip()).first()
                 if scoped is None:
-                    raise ValidationFailed(f"{user.email} has no agent called {agent!r}.")
+                    raise ValidationFailed(
+                        f"{user.email} has no agent called {agent!r}. Agents are made on the"
+                        " dashboard's Agents page, or by approving an OAuth connection."
+                    )
             return ApiKey.objects.issue(user=user, name=name, tier=tier, agent=scoped)
 
 

@@ -159,7 +159,7 @@ def test_an_operator_scopes_a_key_to_an_agent(capsys):
 
     assert "as agent research" in captured.err
     assert auth.authenticate(captured.out.strip()).agent_id == research.id
-    with pytest.raises(CommandError, match="no agent called 'nobody'"):
+    with pytest.raises(CommandError, match=r"no agent called 'nobody'\. Agents are made on the"):
         call_command("create_key", "fay@example.com", "--agent", "nobody")
 
 
