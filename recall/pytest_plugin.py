@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 
 for name in (
@@ -47,3 +48,14 @@ else:
     # atexit runs handlers last-registered-first; the embedded server registers
     # its own stop handler later, so the directory goes after the server stops.
     atexit.register(shutil.rmtree, _data_dir, True)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+# SIGTERM (a CI job's timeout, `kill`) ended a run at once, past the exit hooks:
+# its embedded PostgreSQL ran on with no parent, and its directory stayed. Taken
+# as Ctrl-C is, it stops the run, and the hooks stop the server.
+if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _interrupted)
