@@ -27,6 +27,7 @@ from django.utils.dateparse import parse_datetime
 
 from core import storable
 from core.errors import ValidationFailed
+from core.timestamps import iso
 
 CONTENT_MAX = 50_000
 QUERY_MAX = 10_000
@@ -176,6 +177,25 @@ def in_range(moment: datetime, field: str) -> datetime:
 
 
 _EARLIEST, _LATEST = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
+
+# When an imported memory may have been written (README, "Moving from another
+# memory server"): not before the Unix epoch, where a negative Unix time or a
+# mistyped year lands (year 385 came from one), and not more than a day ahead,
+# which clock skew stays within. A time years ahead sorts first in every list
+# by recency until then.
+IMPORTED_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+IMPORTED_AHEAD = timedelta(days=1)
+
+
+def imported_time(moment: datetime, field: str) -> datetime:
+    """Return an imported memory's ``moment`` in UTC, refusing one before 1970 or a day ahead."""
+    utc = in_range(moment, field)
+    if not IMPORTED_EARLIEST <= utc <= timezone.now() + IMPORTED_AHEAD:
+        raise ValidationFailed(
+            f"{field} {iso(utc)} is not when a memory was written: give a time from"
+            " 1970-01-01T00:00:00Z to a day from now."
+        )
+    return utc
 
 
 def created_range(after: Any, before: Any) -> tuple[datetime | None, datetime | None]:

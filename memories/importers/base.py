@@ -14,6 +14,7 @@ not a date) is ``Refused``: the import counts it, with its reason, and goes on.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -24,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from core import storable
 from core.errors import ValidationFailed
 from memories import validation
-from memories.validation import in_range
 
 # The metadata key under which an imported memory keeps where it came from:
 # the format, the file, the record's id there, and whatever else the source
@@ -80,15 +81,15 @@ def moment(value: Any, field_name: str) -> datetime | None:
     """Return a source's timestamp as an aware datetime: ISO 8601, or Unix seconds or ms.
 
     None and "" stay None. Raises ValueError (a reason to refuse the record)
-    for anything else, and for a time whose UTC value a timestamp cannot hold
-    ("0001-01-01T00:00:00+05:00"): stored, it broke every read of the user's
-    memories.
+    for anything else, and for a time outside what an imported memory may
+    have (``validation.imported_time``: 1970 to a day from now): a negative
+    Unix time became the year 385, exported as no ISO 8601 reader reads it.
     """
     found = _moment(value, field_name)
     if found is None:
         return None
     try:
-        return in_range(found, field_name)
+        return validation.imported_time(found, field_name)
     except ValidationFailed as exc:
         raise ValueError(exc.message) from None
 
@@ -177,6 +178,12 @@ def with_provenance(
     own = validation.metadata(metadata)
     kept: dict[str, Any] = {}
     dropped: list[str] = []
+    origin = dict(origin)
+    if "id" in origin:
+        origin["id"] = _kept_id(origin["id"])
+        if origin["id"] is None:
+            del origin["id"]
+            dropped.append("id")
     for key, value in extra.items():
         try:
             kept[key] = jsonable(value)
@@ -223,7 +230,31 @@ def _named(dropped: list[str]) -> list[str]:
 
 
 def _size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    # surrogatepass: a lone surrogate is sized, not raised as the codec's error;
+    # validation refuses it in words.
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+# How much of a source's id ``imported_from.id`` keeps: ids are short, and
+# one of 20,000 characters cost its memory (metadata over its limit).
+ID_MAX_CHARS = 200
+ID_KEPT_CHARS = 160
+
+
+def _kept_id(value: Any) -> str | None:
+    """Return a source's id as kept: a longer one cut, with a digest of the whole so that two
+    ids alike at the start stay apart; None when it cannot be stored at all."""
+    text = str(value)
+    if storable.problem(text) is not None:
+        return None
+    if len(text) <= ID_MAX_CHARS:
+        return text
+    return f"{text[:ID_KEPT_CHARS]}…sha256:{_digest(text)}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()[:16]
 
 
 def parse_mapping(text: str, allowed: tuple[str, ...], *, flag: str) -> dict[str, str]:
@@ -256,9 +287,28 @@ def vector_from_blob(blob: bytes, dimensions: int) -> np.ndarray | None:
 
 
 def namespace_for(value: Any) -> str:
-    """Return a source's identity as a namespace: other characters become "-", at most 64."""
-    text = re.sub(r"[^A-Za-z0-9_.:/@-]", "-", str(value).strip())[:64]
-    return text or "default"
+    """Return a source's identity as a namespace: other characters become "-", at most 64.
+
+    An identity that had to be changed or cut gets a digest of the whole in
+    place of its last characters: two ids alike in their first 64 characters,
+    or alike but for characters a namespace cannot hold, were merged into one.
+    """
+    if not _identity(value):
+        raise ValueError(f"a namespace must be made of text, not {_kind(value)}")
+    text = str(value).strip()
+    kept = re.sub(f"[^{validation.NAMESPACE_CHARS}]", "-", text)
+    if kept == text and len(kept) <= validation.NAMESPACE_MAX:
+        return kept or "default"
+    return f"{kept[: validation.NAMESPACE_MAX - 17]}-{_digest(text)}"
+
+
+def _identity(value: Any) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", bool: "true or false"}
+    return names.get(type(value), f"a {type(value).__name__}")
 
 
 def identities(spec: str | None, defaults: dict[str, str], *, flag: str) -> dict[str, str]:
@@ -282,11 +332,17 @@ def identities(spec: str | None, defaults: dict[str, str], *, flag: str) -> dict
 
 
 def place(record: Record, values: dict[str, Any], mapping: dict[str, str]) -> None:
-    """Put each identity in ``values`` where ``mapping`` says; every one is kept in extra too."""
+    """Put each identity in ``values`` where ``mapping`` says; every one is kept in extra too.
+
+    Raises ValueError (a reason to refuse the record) for an identity that is
+    not text: an object's text made a namespace of it ("--x-:-1-").
+    """
     for key, target in mapping.items():
         value = values.get(key)
         if value is None or value == "":
             continue
+        if not _identity(value):
+            raise ValueError(f"{key} must be text, not {_kind(value)}")
         text = str(value)
         record.extra[key] = text
         if target == "namespace":

@@ -145,6 +145,10 @@ def _record(
                 metadata[target[9:]] = value
     ident = _field(row, chosen, "id", nested)
     namespace = _field(row, chosen, "namespace", nested)
+    try:
+        placed = namespace_for(namespace) if namespace not in (None, "") else None
+    except ValueError as error:
+        return Refused(where, str(error))
     record = Record(
         content=_field(row, chosen, "content", nested),
         where=where,
@@ -152,7 +156,7 @@ def _record(
         created_at=_field(row, chosen, "created_at", nested),
         updated_at=_field(row, chosen, "updated_at", nested),
         metadata=metadata,
-        namespace=namespace_for(namespace) if namespace not in (None, "") else None,
+        namespace=placed,
         agent=_text(_field(row, chosen, "agent", nested)),
         thread_id=_text(_field(row, chosen, "thread", nested)),
         priority=_text(_field(row, chosen, "priority", nested)),

@@ -18,9 +18,12 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from django.conf import settings
 
 from core import context, errors
 from core.errors import EmbeddingUnavailable, InternalError, RecallError
@@ -65,6 +68,9 @@ def _run(
     label = payload["filename"]
     suffix = re.sub(r"[^A-Za-z0-9.]", "", Path(label).suffix)[:16]
     resume = Report.from_dict(result) if result else None
+    # Past this the heartbeat lets the job go (queue.extend_leases): a reader
+    # that could work without end stops there, and the job fails saying so.
+    until = time.monotonic() + settings.JOB_MAX_RUN_SECONDS
     with tempfile.TemporaryDirectory(prefix="recall-import-") as tmp:
         path = Path(tmp) / f"upload{suffix}"
         with path.open("wb") as out:
@@ -78,6 +84,7 @@ def _run(
                     options=Options(**payload["options"]),
                     tier=payload.get("tier"),
                     resume=resume,
+                    until=until,
                     checkpoint=lambda r: services.save_import_progress(
                         job_id=job_id, attempts=attempts, report=r.as_dict()
                     ),

@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import ValidationFailed
 from memories.importers.base import Record, Refused, Stream, identities, place
-from memories.importers.sources import Source, documents
+from memories.importers.sources import Source, documents, not_array
 
 FORMAT = "letta"
 IDENTITIES = {"agent": "agent"}
@@ -59,10 +60,10 @@ def read(source: Source, *, ids: str | None = None, **_: Any) -> Stream:  # noqa
                 continue
             name = str(value.get("name") or value.get("id") or f"agent {index + 1}")
             names[str(value.get("id"))] = name
-            for block_id in value.get("block_ids") or []:
+            for block_id in _listed(value, "block_ids", source.label, line):
                 owners.setdefault(str(block_id), []).append(name)
             for inner in PASSAGES:
-                for n, passage in enumerate(value.get(inner) or []):
+                for n, passage in enumerate(_listed(value, inner, source.label, line)):
                     yield _passage(passage, f"{name}'s passage {n + 1}", mapping, names, name)
         elif key in ("blocks", "core_memory") and index is not None:
             blocks.append((value, where))
@@ -79,6 +80,16 @@ def read(source: Source, *, ids: str | None = None, **_: Any) -> Stream:  # noqa
     # Blocks last: agents may be named after them in the file.
     for value, where in blocks:
         yield _block(value, where, mapping, owners, first_name, created)
+
+
+def _listed(agent: dict[str, Any], field: str, label: str, line: int) -> list[Any]:
+    """Return an agent's ``field``, an array; one that is not stops the import, named."""
+    found = agent.get(field)
+    if found is None:
+        return []
+    if not isinstance(found, list):
+        raise ValidationFailed(not_array(label, line, f"an agent's `{field}`", found))
+    return found
 
 
 def _block(

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import ValidationFailed
+from memories.importers import sqlitefile
 from memories.importers.base import Record, Refused, Stream, tags, vector_from_blob
 from memories.importers.sources import Source
 
@@ -56,28 +57,49 @@ COLUMNS = (
 )
 
 
-def read(source: Source, *, source_model: str | None = None, **_: Any) -> Stream:
+def read(
+    source: Source, *, source_model: str | None = None, until: float | None = None, **_: Any
+) -> Stream:
+    """Yield the file's memories; ``until`` (a ``time.monotonic()``) stops the reading then."""
+    guarded = sqlitefile.Database(source, until)
     try:
-        db = sqlite3.connect(f"{source.path.resolve().as_uri()}?mode=ro", uri=True)
-        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error:
-        raise ValidationFailed(f"{source.label}: not an SQLite database.") from None
-    try:
-        yield from _rows(db, source.label, source_model or DEFAULT_MODEL)
-    except sqlite3.DatabaseError as error:
-        raise ValidationFailed(f"{source.label}: the database cannot be read ({error}).") from None
+        yield from _rows(guarded, source_model or DEFAULT_MODEL)
+    except sqlite3.Error as error:
+        raise guarded.failed(error) from None
     finally:
-        db.close()
+        guarded.close()
 
 
-def _rows(db: sqlite3.Connection, label: str, model: str) -> Stream:
-    present = {row[1] for row in db.execute(f"PRAGMA table_info({SOURCE})")}
+def count(source: Source) -> int | None:
+    """Return how many memories the file holds, or None when that cannot be told cheaply."""
+    try:
+        guarded = sqlitefile.Database(source)
+    except (ValidationFailed, OSError):
+        return None
+    try:
+        if not guarded.table(SOURCE):
+            return None
+        found = guarded.db.execute(f"SELECT count(*) FROM {SOURCE}").fetchone()  # noqa: S608
+        return int(found[0])
+    except (sqlite3.Error, ValidationFailed):
+        return None
+    finally:
+        guarded.close()
+
+
+def _rows(guarded: sqlitefile.Database, model: str) -> Stream:
+    db, label = guarded.db, guarded.label
+    present = (
+        {row[1] for row in db.execute(f"PRAGMA table_info({SOURCE})")}
+        if guarded.table(SOURCE)
+        else set()
+    )
     if not {"content", "content_hash"} <= present:
         raise ValidationFailed(
             f"{label}: not an mcp-memory-service database (no memories table with content)."
         )
     columns = [c for c in COLUMNS if c in present]
-    vectors = _Vectors.open(db)
+    vectors = _Vectors.open(guarded)
     select = ", ".join(f"m.{c}" for c in columns)
     if vectors is not None:
         # Column and table names are ours (COLUMNS, TABLE), never the file's.
@@ -86,34 +108,44 @@ def _rows(db: sqlite3.Connection, label: str, model: str) -> Stream:
     else:
         query = f"SELECT m.id, {select}, NULL, NULL FROM {SOURCE} m"  # noqa: S608
     query += " ORDER BY m.id"
-    for row in db.execute(query):
-        rowid, *values, chunk_id, offset = row
-        fields = dict(zip(columns, values, strict=True))
-        where = f"memory {rowid}"
-        if fields.get("deleted_at") is not None:
-            yield Refused(where, "deleted in mcp-memory-service")
-            continue
-        record = Record(
-            content=fields.get("content"),
-            where=where,
-            source_id=fields.get("content_hash"),
-            created_at=_first(fields.get("created_at"), fields.get("created_at_iso")),
-            updated_at=_first(fields.get("updated_at"), fields.get("updated_at_iso")),
-        )
-        raw = fields.get("metadata")
-        if raw:
-            try:
-                record.metadata = json.loads(raw)
-            except (ValueError, RecursionError):
-                record.extra["metadata_text"] = str(raw)[:2000]
-        if fields.get("tags"):
-            record.extra["tags"] = tags(fields["tags"])
-        if fields.get("memory_type"):
-            record.extra["memory_type"] = fields["memory_type"]
-        if vectors is not None and chunk_id is not None:
-            record.vector = vectors.get(rowid, chunk_id, offset)
-            record.vector_model = model if record.vector is not None else None
-        yield record
+    most = guarded.most_rows()
+    for n, row in enumerate(db.execute(query), start=1):
+        if n > most:
+            raise ValidationFailed(
+                f"{label}: more rows than a file of {guarded.size:,} bytes can hold; it is damaged."
+            )
+        yield _memory(row, columns, vectors, model)
+
+
+def _memory(
+    row: tuple[Any, ...], columns: list[str], vectors: _Vectors | None, model: str
+) -> Record | Refused:
+    rowid, *values, chunk_id, offset = row
+    fields = dict(zip(columns, values, strict=True))
+    where = f"memory {rowid}"
+    if fields.get("deleted_at") is not None:
+        return Refused(where, "deleted in mcp-memory-service")
+    record = Record(
+        content=fields.get("content"),
+        where=where,
+        source_id=fields.get("content_hash"),
+        created_at=_first(fields.get("created_at"), fields.get("created_at_iso")),
+        updated_at=_first(fields.get("updated_at"), fields.get("updated_at_iso")),
+    )
+    raw = fields.get("metadata")
+    if raw:
+        try:
+            record.metadata = json.loads(raw)
+        except (ValueError, RecursionError):
+            record.extra["metadata_text"] = str(raw)[:2000]
+    if fields.get("tags"):
+        record.extra["tags"] = tags(fields["tags"])
+    if fields.get("memory_type"):
+        record.extra["memory_type"] = fields["memory_type"]
+    if vectors is not None and chunk_id is not None:
+        record.vector = vectors.get(rowid, chunk_id, offset)
+        record.vector_model = model if record.vector is not None else None
+    return record
 
 
 def _first(*values: Any) -> Any:
@@ -134,7 +166,8 @@ class _Vectors:
         self.chunks: OrderedDict[int, tuple[bytes, bytes, bytes] | None] = OrderedDict()
 
     @classmethod
-    def open(cls, db: sqlite3.Connection) -> _Vectors | None:
+    def open(cls, guarded: sqlitefile.Database) -> _Vectors | None:
+        db = guarded.db
         found = db.execute("SELECT sql FROM sqlite_master WHERE name = ?", (TABLE,)).fetchone()
         if not found or not found[0]:
             return None
@@ -148,6 +181,9 @@ class _Vectors:
         needed = {f"{TABLE}_rowids", f"{TABLE}_chunks", f"{TABLE}_vector_chunks00"}
         if width is None or not needed <= names:
             return None
+        # Read from, so held to what the memories table is.
+        for name in sorted(needed):
+            guarded.table(name)
         return cls(db, int(width.group(1)))
 
     def get(self, rowid: int, chunk_id: int, offset: int) -> np.ndarray | None:

@@ -61,7 +61,10 @@ def memory(value: dict[str, Any], where: str, mapping: dict[str, str]) -> Record
         updated_at=value.get("updated_at"),
         metadata=value.get("metadata"),
     )
-    place(record, value, mapping)
+    try:
+        place(record, value, mapping)
+    except ValueError as error:
+        return Refused(where, str(error))
     for key, item in value.items():
         if key not in KNOWN and item is not None:
             record.extra[key] = item

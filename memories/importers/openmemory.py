@@ -132,7 +132,10 @@ def _memory(
         updated_at=value.get("updated_at"),
         metadata=value.get("metadata"),
     )
-    place(record, {"app": app}, mapping)
+    try:
+        place(record, {"app": app}, mapping)
+    except ValueError as error:
+        return Refused(where, str(error))
     if state != "active":
         record.extra["state"] = state
     if cats:

@@ -19,8 +19,9 @@ Otherwise the content is embedded again, with the embedder's batch API.
 
 from __future__ import annotations
 
+import hashlib
+import math
 import queue
-import sqlite3
 import threading
 import time
 import uuid
@@ -152,6 +153,7 @@ def run_import(
     resume: Report | None = None,
     checkpoint: Callable[[Report], None] | None = None,
     writers: int = 1,
+    until: float | None = None,
 ) -> Report:
     """Import ``source`` for the user; return the report.
 
@@ -159,7 +161,8 @@ def run_import(
     command). ``resume`` is the report a previous run of the same job saved:
     its records are passed over and its counts carried on. ``checkpoint``
     runs inside each batch's transaction with the report as it will be once
-    the batch commits.
+    the batch commits. ``until`` (a ``time.monotonic()``) is when a reader
+    that could otherwise work without end (an SQLite file's) stops.
 
     This thread reads, validates, looks up duplicates and embeds; writer
     threads store, a batch behind, so that the model and the database work
@@ -177,7 +180,7 @@ def run_import(
     spent = report.seconds
     skip = report.read
     importer = _Importer(user_id, options, report, tier, checkpoint, writers)
-    stream = READERS[options.format](source, **options.reader_options())
+    stream = READERS[options.format](source, until=until, **options.reader_options())
     read = 0
     try:
         for item in stream:
@@ -255,6 +258,11 @@ class _Importer:
         self.pending: deque[Future[None]] = deque()
         self.lock = threading.Lock()  # writers settle into one report
         self.flushed = report.read
+        # The places this run's earlier batches took: a batch is looked up
+        # before the one ahead of it has committed, and 600 copies of one
+        # memory were embedded three times. A 12-byte digest each, not the
+        # place (a hash of 64 characters, a namespace, a path), to stay small.
+        self.taken: set[bytes] = set()
 
     def add(self, record: base.Record, label: str) -> None:
         try:
@@ -271,6 +279,8 @@ class _Importer:
         content = validation.content(record.content)
         created = base.moment(record.created_at, "created_at")
         updated = base.moment(record.updated_at, "updated_at") or created
+        if created is not None and updated is not None and updated < created:
+            raise ValueError("updated_at is before created_at")
         metadata = record.metadata if record.metadata is not None else {}
         if not isinstance(metadata, dict):
             record.extra["metadata"] = metadata
@@ -307,6 +317,7 @@ class _Importer:
         self.flushed = read
         items = self._with_agents(batch) if batch else []
         fresh = services.new_imports(user_id=self.user_id, items=items) if items else []
+        fresh = [n for n in fresh if self._first(items[n])]
         if self.options.dry_run:
             self._apply(_Batch(read, refusals, len(items), [items[i] for i in fresh], [], 0, []))
             return
@@ -322,6 +333,14 @@ class _Importer:
         # for the history rows, is all it takes along.
         who = context.actor.get()
         self.pending.append(self.writer.submit(lambda: self._write(work, who)))
+
+    def _first(self, item: services.ImportItem) -> bool:
+        """Return whether no earlier batch of this run took ``item``'s place, and take it."""
+        digest = hashlib.blake2b(repr(item.place).encode("utf-8"), digest_size=12).digest()
+        if digest in self.taken:
+            return False
+        self.taken.add(digest)
+        return True
 
     def finish(self) -> None:
         while self.pending:
@@ -398,10 +417,7 @@ class _Importer:
         vectors: list[np.ndarray | None] = [None] * len(items)
         for n, record in enumerate(records):
             if record.vector is not None and self._trusted(record, records, items):
-                vector = np.asarray(record.vector, dtype=np.float32)
-                norm = float(np.linalg.norm(vector))
-                if np.all(np.isfinite(vector)) and norm > 0:
-                    vectors[n] = vector / norm
+                vectors[n] = _unit(record.vector)
         reused = sum(v is not None for v in vectors)
         missing = [n for n, v in enumerate(vectors) if v is None]
         if missing:
@@ -435,16 +451,19 @@ class _Importer:
             )
             return False
         sample = [
-            (r.vector, item.content)
+            (unit, item.content)
             for r, item in zip(records, items, strict=True)
             if r.vector is not None
             and _model_name(r.vector_model or "") == model
             and r.vector.shape[0] == width  # the decision is one model's at one width
+            and (unit := _unit(r.vector)) is not None
         ][:SAMPLE]
-        theirs = np.stack([np.asarray(v, dtype=np.float32) for v, _ in sample])
-        norms = np.linalg.norm(theirs, axis=1, keepdims=True)
+        if not sample:
+            self.decided.append(f"{said}: none is a usable vector, embedded again")
+            return False
+        theirs = np.stack([v for v, _ in sample])
         mine = _embed(self.embedder, [text for _, text in sample])
-        similarity = np.sum(theirs / np.maximum(norms, 1e-12) * np.stack(mine), axis=1)
+        similarity = np.sum(theirs * np.stack(mine), axis=1)
         median, lowest = float(np.median(similarity)), float(np.min(similarity))
         agree = median >= AGREE_MEDIAN and lowest >= AGREE_MIN
         verdict = "reused" if agree else "do not match ours, embedded again"
@@ -506,6 +525,21 @@ class _Writers:
             connection.close()
 
 
+def _unit(vector: np.ndarray) -> np.ndarray | None:
+    """Return ``vector`` scaled to length 1, or None when it has no usable direction.
+
+    In float64: float32 values near its limit (1e38) overflowed the norm to
+    inf, and the comparison with ours printed numpy's warning and "median
+    similarity nan". Not finite, all zeros, or too large even so: embedded again.
+    """
+    with np.errstate(all="ignore"):
+        wide = np.asarray(vector, dtype=np.float64)
+        norm = float(np.linalg.norm(wide)) if np.all(np.isfinite(wide)) else math.inf
+    if not math.isfinite(norm) or norm == 0.0:
+        return None
+    return (wide / norm).astype(np.float32)
+
+
 def _model_name(name: str) -> str:
     # sentence-transformers' hub names carry the organisation.
     return name.strip().rsplit("/", 1)[-1]
@@ -531,15 +565,7 @@ def _replace(item: services.ImportItem, **changes: Any) -> services.ImportItem:
 def estimate_total(source: Source, fmt: str) -> int | None:
     """Return how many records ``source`` holds when that is cheap to know, else None."""
     if fmt == "mcp-memory-service":
-        try:
-            db = sqlite3.connect(f"{source.path.resolve().as_uri()}?mode=ro", uri=True)
-            try:
-                table = mcp_memory_service.SOURCE
-                return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # noqa: S608
-            finally:
-                db.close()
-        except sqlite3.Error:
-            return None
+        return mcp_memory_service.count(source)
     lines = fmt in ("jsonl", "csv") or (fmt == "mem0" and source.suffix in (".jsonl", ".ndjson"))
     if not lines or not source.path.is_file():
         return None

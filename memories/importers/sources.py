@@ -68,7 +68,11 @@ def documents(
     with source.text() as stream:
         events = jsonstream.Events(stream, source.label)
         try:
-            yield from events.items(arrays)
+            for key, index, value, line in events.items(arrays):
+                if key in arrays and index is None and value is not None:
+                    # Not an array: read as nothing, it "succeeded" with 0 of 0 records.
+                    raise ValidationFailed(not_array(source.label, line, f"`{key}`", value))
+                yield key, index, value, line
         except UnicodeDecodeError:
             raise ValidationFailed(f"{source.label}: not UTF-8 text.") from None
         if needs and not events.found & {None, *needs}:
@@ -79,3 +83,8 @@ def missing(label: str, needs: tuple[str, ...], what: str) -> str:
     names = [f"`{name}`" for name in needs]
     listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
     return f"{label}: no {listed} array; is this {what}?"
+
+
+def not_array(label: str, line: int, name: str, value: Any) -> str:
+    kind = {dict: "an object", str: "text", bool: "true or false"}.get(type(value), "a number")
+    return f"{label}, line {line}: {name} is {kind}, not an array; is this the right format?"

@@ -27,8 +27,8 @@ from memories.indexes import vector_literal
 from memories.models import (
     Memory,
     MemoryHistory,
-    SourceKind,
 )
+from memories.services.incoming import Incoming, read_record
 from memories.services.storing import drop_expired_copies, holder
 
 logger = logging.getLogger("memories.services")
@@ -185,32 +185,7 @@ class Imported:
     expired: int = 0  # expired since the export: left out
     linked: int = 0  # replaced by another imported memory, as in the export
     unlinked: int = 0  # replaced by a memory not in the import: current here
-    refused: int = 0  # not kept: to itself, a loop, across a namespace, or replaced already
-
-
-@dataclass(frozen=True)
-class _Incoming:
-    id: uuid.UUID
-    agent: str | None
-    namespace: str
-    source_kind: str
-    author: str
-    path: str
-    thread_id: str | None
-    position: int | None
-    task_id: str | None
-    content: str
-    content_hash: str
-    metadata: dict[str, object]
-    priority: str
-    version: int
-    created_at: datetime
-    updated_at: datetime
-    expires_at: datetime | None
-    history: list[dict[str, Any]]
-    vector: np.ndarray | None
-    superseded_by: uuid.UUID | None = None
-    superseded_at: datetime | None = None
+    refused: int = 0  # not kept: to itself, a loop, across a namespace or task, or replaced already
 
 
 def import_memories(
@@ -234,14 +209,14 @@ def import_memories(
     embedder = embeddings.get_embedder()
     report = Imported()
     agents: dict[str, uuid.UUID] = {}
-    batch: list[_Incoming] = []
+    batch: list[Incoming] = []
     # Each record's id to the memory that holds it here, and the links to
     # restore once every memory is in (a link may name a later record).
     stored: dict[uuid.UUID, uuid.UUID] = {}
     # The memories this import inserted, whose history came from the file.
     inserted: set[uuid.UUID] = set()
     naming = False  # whether any imported history names another memory
-    links: list[_Incoming] = []
+    links: list[Incoming] = []
     # Every id the file named: an export names each memory once, and a link or a
     # history naming an id named twice could not say which memory it meant.
     named: set[uuid.UUID] = set()
@@ -249,7 +224,7 @@ def import_memories(
         for record in records:
             report.read += 1
             try:
-                incoming = _incoming(record, embedder)
+                incoming = read_record(record, embedder)
                 if incoming.id in named:
                     raise ValidationFailed(f"id {incoming.id} is named by an earlier record too.")
                 named.add(incoming.id)
@@ -292,7 +267,7 @@ def import_memories(
 
 def _restore_links(
     user_id: uuid.UUID | str,
-    links: list[_Incoming],
+    links: list[Incoming],
     stored: dict[uuid.UUID, uuid.UUID],
     inserted: set[uuid.UUID],
     report: Imported,
@@ -306,136 +281,9 @@ def _restore_links(
         _map_history_ids(user_id, stored, inserted)
 
 
-def _incoming(record: Any, embedder: embeddings.Embedder) -> _Incoming:
-    if not isinstance(record, dict):
-        raise ValidationFailed("each line must be a JSON object.")
-    text = validation.content(record.get("content"))
-    history = record.get("history") or []
-    if not isinstance(history, list) or len(history) > 10_000:
-        raise ValidationFailed("history must be a list of versions.")
-    versions = [_incoming_version(entry) for entry in history]
-    if len({v["version"] for v in versions}) < len(versions):
-        raise ValidationFailed("history has two entries of one version.")
-    vector = None
-    raw = record.get("embedding")
-    if raw is not None and record.get("embedding_model") == embedder.model_id:
-        if not isinstance(raw, list) or not all(
-            isinstance(x, int | float) and not isinstance(x, bool) for x in raw
-        ):
-            raise ValidationFailed("embedding must be a list of numbers.")
-        with np.errstate(over="ignore"):  # past float32 is inf, refused below, not a warning
-            candidate = np.asarray(raw, dtype=np.float32)
-        # One of another size, not finite or all zeros (no direction, which
-        # cosine cannot rank) is not reused: the content is embedded again.
-        if (
-            candidate.shape == (embedder.dimensions,)
-            and np.all(np.isfinite(candidate))
-            and np.any(candidate)
-        ):
-            vector = candidate
-    created = validation.timestamp(record.get("created_at"), field="created_at")
-    updated = (
-        validation.timestamp(record["updated_at"], field="updated_at")
-        if record.get("updated_at")
-        else created
-    )
-    expires = record.get("expires_at")
-    kind = record.get("source_kind") or SourceKind.NOTE.value
-    if kind not in SourceKind.values:
-        raise ValidationFailed("source_kind must be conversation, document or note.")
-    return _Incoming(
-        id=_record_id(record.get("id")),
-        agent=validation.label(record.get("agent"), field="agent", shown=True),
-        namespace=validation.namespace(record.get("namespace")),
-        source_kind=kind,
-        author=validation.label(record.get("author") or None, field="author") or "",
-        path=validation.label(record.get("path") or None, field="path", maximum=1024) or "",
-        thread_id=validation.label(record.get("thread_id"), field="thread_id"),
-        task_id=validation.label(record.get("task_id"), field="task_id"),
-        position=(
-            validation.integer(
-                record["position"], field="position", low=0, high=1_000_000, default=0
-            )
-            if record.get("position") is not None
-            else None
-        ),
-        content=text,
-        content_hash=validation.content_hash(text),
-        metadata=validation.metadata(record.get("metadata")),
-        priority=validation.priority(record.get("priority")),
-        version=max([v["version"] for v in versions] or [1]) if versions else 1,
-        created_at=created,
-        updated_at=updated,
-        expires_at=validation.timestamp(expires, field="expires_at") if expires else None,
-        history=versions,
-        vector=vector,
-        superseded_by=_record_id(record["superseded_by"]) if record.get("superseded_by") else None,
-        superseded_at=(
-            validation.timestamp(record["superseded_at"], field="superseded_at")
-            if record.get("superseded_at")
-            else None
-        ),
-    )
-
-
-def _record_id(value: Any) -> uuid.UUID:
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        return uuid.uuid4()
-
-
-def _incoming_version(entry: Any) -> dict[str, Any]:
-    if not isinstance(entry, dict):
-        raise ValidationFailed("each history entry must be an object.")
-    action = entry.get("action")
-    if action not in ACTIONS:
-        raise ValidationFailed(
-            "a history entry's action must be created, updated, deleted, superseded or restored."
-        )
-    expires = entry.get("expires_at")
-    client = entry.get("client") or "import"
-    return {
-        "version": validation.integer(
-            entry.get("version"), field="version", low=1, high=1_000_000, default=1
-        ),
-        "action": action,
-        "content": validation.content(entry.get("content")),
-        "metadata": validation.metadata(entry.get("metadata")),
-        "namespace": validation.namespace(entry.get("namespace")),
-        "priority": validation.priority(entry.get("priority")),
-        "expires_at": validation.timestamp(expires, field="expires_at") if expires else None,
-        "client": validation.label(client, field="client", maximum=32),
-        "recorded_at": validation.timestamp(entry.get("timestamp"), field="timestamp"),
-        "superseded_by": _optional_id(entry.get("superseded_by")),
-        "replaces": _replaces(entry.get("replaces")),
-        "decision": validation.metadata(entry["decision"])
-        if isinstance(entry.get("decision"), dict)
-        else None,
-    }
-
-
-def _replaces(value: Any) -> list[uuid.UUID] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or len(value) > 1_000:
-        raise ValidationFailed("a history entry's replaces must be a list of memory ids.")
-    return [r for r in map(_optional_id, value) if r] or None
-
-
-ACTIONS = ("created", "updated", "deleted", "superseded", "restored")
-
-
-def _optional_id(value: Any) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(value)) if value else None
-    except ValueError:
-        return None
-
-
 def _import_links(
     user_id: uuid.UUID | str,
-    links: list[_Incoming],
+    links: list[Incoming],
     stored: dict[uuid.UUID, uuid.UUID],
     inserted: set[uuid.UUID],
     report: Imported,
@@ -487,6 +335,8 @@ def _import_links(
             # for one. That link is dropped, not the import.
             # So is one across a namespace or a writer, which the database
             # refuses too (a hand-edited file): it used to stop every link.
+            # And one across a task, which ``supersede`` refuses: a task's
+            # notes are lent to every agent naming it (superseding.py).
             # A memory that was here before the import (the record's content
             # found stored) has no history from the file: its link is a
             # version of its own, recorded as the import's decision.
@@ -503,7 +353,8 @@ def _import_links(
                 " WHERE id = %s AND user_id = %s AND superseded_by IS NULL"
                 " AND EXISTS (SELECT 1 FROM memories r WHERE r.id = %s AND r.user_id = %s"
                 " AND r.superseded_by IS NULL AND r.namespace = memories.namespace"
-                " AND r.agent_id IS NOT DISTINCT FROM memories.agent_id)",
+                " AND r.agent_id IS NOT DISTINCT FROM memories.agent_id"
+                " AND r.task_id IS NOT DISTINCT FROM memories.task_id)",
                 [new, at, old, str(user_id), new, str(user_id)],
             )
             done = cursor.rowcount
@@ -607,7 +458,7 @@ def _import_agents(user_id: uuid.UUID | str, names: set[str], agents: dict[str, 
 
 def _import_batch(
     user_id: uuid.UUID | str,
-    batch: list[_Incoming],
+    batch: list[Incoming],
     embedder: embeddings.Embedder,
     report: Imported,
     agents: dict[str, uuid.UUID],
@@ -675,7 +526,7 @@ _IMPORTED_ROW = (
 
 def _store_batch(
     user_id: uuid.UUID | str,
-    batch: list[_Incoming],
+    batch: list[Incoming],
     agents: dict[str, uuid.UUID],
     taken: set[uuid.UUID],
     vectors: dict[int, np.ndarray],

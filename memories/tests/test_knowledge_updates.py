@@ -477,7 +477,11 @@ def test_an_import_names_its_own_ids_in_the_history_and_drops_a_link_across_name
     records = list(services.export_memories(user_id=cast.alice.id))
     for record in records:
         if record["id"] == stray:
+            # Moved whole, history too: a history in another namespace is refused.
             record["namespace"] = "elsewhere"
+            versions: list[dict[str, object]] = record["history"]  # type: ignore[assignment]
+            for entry in versions:
+                entry["namespace"] = "elsewhere"
             record["superseded_by"], record["superseded_at"] = new, "2026-12-01T10:00:00Z"
 
     report = services.import_memories(user_id=cast.charlie.id, records=records)
