@@ -59,7 +59,7 @@ class Command(BaseCommand):
             f"{report.deduplicated:,} already there, {report.expired:,} expired, "
             f"{report.linked:,} replacements linked ({report.unlinked:,} to memories not "
             f"imported, left current; {report.refused:,} not kept: a link to itself, in a "
-            "loop, across a namespace or writer, of a memory named twice, or of one replaced "
+            "loop, across a namespace, writer or task, of a memory named twice, or of one replaced "
             "already), "
             f"{report.embedded:,} embedded again."
         )
