@@ -187,10 +187,12 @@ IMPORTED_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 IMPORTED_AHEAD = timedelta(days=1)
 
 
-def imported_time(moment: datetime, field: str) -> datetime:
-    """Return an imported memory's ``moment`` in UTC, refusing one before 1970 or a day ahead."""
+def imported_time(moment: datetime, field: str, *, earliest: bool = True) -> datetime:
+    """Return an imported memory's ``moment`` in UTC, refusing one a day ahead and, with
+    ``earliest``, one before 1970."""
     utc = in_range(moment, field)
-    if not IMPORTED_EARLIEST <= utc <= timezone.now() + IMPORTED_AHEAD:
+    too_early = earliest and utc < IMPORTED_EARLIEST
+    if too_early or utc > timezone.now() + IMPORTED_AHEAD:
         raise ValidationFailed(
             f"{field} {iso(utc)} is not when a memory was written: give a time from"
             " 1970-01-01T00:00:00Z to a day from now."
@@ -407,6 +409,6 @@ def messages(value: Any) -> list[tuple[str, dict[str, Any]]]:
             extra["name"] = name
         if message.get("timestamp") is not None:
             moment = timestamp(message["timestamp"], field=f"{where}.timestamp")
-            extra["timestamp"] = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+            extra["timestamp"] = iso(moment)
         found.append((body, extra))
     return found

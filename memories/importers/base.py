@@ -289,15 +289,17 @@ def vector_from_blob(blob: bytes, dimensions: int) -> np.ndarray | None:
 def namespace_for(value: Any) -> str:
     """Return a source's identity as a namespace: other characters become "-", at most 64.
 
-    An identity that had to be changed or cut gets a digest of the whole in
-    place of its last characters: two ids alike in their first 64 characters,
-    or alike but for characters a namespace cannot hold, were merged into one.
+    An identity longer than that gets a digest of the whole in place of its
+    last characters: two ids alike in their first 64 characters were merged
+    into one. One that fits keeps the namespace it always had ("Alice Smith"
+    is ``Alice-Smith``), so an import run again after an upgrade still finds
+    what the first run stored rather than storing it all again.
     """
     if not _identity(value):
         raise ValueError(f"a namespace must be made of text, not {_kind(value)}")
     text = str(value).strip()
     kept = re.sub(f"[^{validation.NAMESPACE_CHARS}]", "-", text)
-    if kept == text and len(kept) <= validation.NAMESPACE_MAX:
+    if len(kept) <= validation.NAMESPACE_MAX:
         return kept or "default"
     return f"{kept[: validation.NAMESPACE_MAX - 17]}-{_digest(text)}"
 

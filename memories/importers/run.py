@@ -277,8 +277,10 @@ class _Importer:
         if not isinstance(record.content, str):
             raise ValueError("no content" if record.content is None else "content is not text")
         content = validation.content(record.content)
-        created = base.moment(record.created_at, "created_at")
-        updated = base.moment(record.updated_at, "updated_at") or created
+        updated = base.moment(record.updated_at, "updated_at")
+        # Only when it was last changed: it was written then at the latest.
+        created = base.moment(record.created_at, "created_at") or updated
+        updated = updated or created
         if created is not None and updated is not None and updated < created:
             raise ValueError("updated_at is before created_at")
         metadata = record.metadata if record.metadata is not None else {}

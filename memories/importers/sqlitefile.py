@@ -51,7 +51,10 @@ class Database:
 
     def __init__(self, source: Source, until: float | None = None) -> None:
         self.label = source.label
-        self.size = os.path.getsize(source.path)
+        # With a write-ahead log beside it (read too, see _uri), the rows may all be
+        # in the log until SQLite checkpoints: the file alone can be one page.
+        log = Path(str(source.path) + "-wal")
+        self.size = os.path.getsize(source.path) + (log.stat().st_size if log.exists() else 0)
         self.until = until
         self.steps = max(STEPS_FLOOR, STEPS_PER_BYTE * self.size) // EVERY
         self.stopped: str | None = None

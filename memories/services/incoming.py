@@ -94,16 +94,18 @@ def read_record(record: Any, embedder: embeddings.Embedder) -> Incoming:
 
 
 def _time(record: dict[str, Any], field: str, name: str | None = None) -> datetime:
+    """A time of Recall's own file: any Recall may have stored (an export made before
+    imported times were held to 1970 and later must still restore), but not far ahead."""
     moment = validation.timestamp(record.get(field), field=name or field)
-    return validation.imported_time(moment, name or field)
+    return validation.imported_time(moment, name or field, earliest=False)
 
 
 def _times(record: dict[str, Any]) -> tuple[datetime, datetime]:
     created = _time(record, "created_at")
     updated = _time(record, "updated_at") if record.get("updated_at") else created
-    if updated < created:
-        raise ValidationFailed("updated_at is before created_at.")
-    return created, updated
+    # Recall stored such pairs (an import from a file that gave only updated_at), and
+    # its export must restore: the later of the two is when it was last changed.
+    return created, max(updated, created)
 
 
 def _history(record: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
@@ -135,10 +137,6 @@ def _version(
         if entry["version"] == version and entry["content"] != text:
             raise ValidationFailed(
                 f"history version {version} holds other content than the memory at that version."
-            )
-        if entry["recorded_at"] < created:
-            raise ValidationFailed(
-                f"history version {entry['version']} is dated before the memory's created_at."
             )
     return version
 

@@ -156,3 +156,30 @@ def test_a_read_past_its_deadline_stops_naming_the_time_limit(cast, tmp_path, mo
             until=time.monotonic() - 1,
         )
     assert rows(cast.alice) == []
+
+
+def test_a_live_database_whose_rows_are_still_in_its_write_ahead_log_is_read_whole(cast, tmp_path):
+    # The service still running: its rows sit in the -wal file until SQLite
+    # checkpoints, and the main file is a page or two. Sized by that file alone,
+    # 2,000 memories were "more rows than a file of 4,096 bytes can hold".
+    path = tmp_path / "live.db"
+    writer = sqlite3.connect(path)
+    writer.execute("PRAGMA journal_mode = WAL")
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.executescript(
+        "CREATE TABLE memories (id INTEGER PRIMARY KEY, content_hash TEXT UNIQUE NOT NULL,"
+        " content TEXT NOT NULL, tags TEXT, memory_type TEXT, metadata TEXT,"
+        " created_at REAL, updated_at REAL, deleted_at REAL DEFAULT NULL);"
+    )
+    writer.executemany(
+        "INSERT INTO memories (content_hash, content, created_at) VALUES (?, ?, ?)",
+        [(f"h{n}", f"Live note number {n}.", 1_700_000_000 + n) for n in range(2_000)],
+    )
+    writer.commit()
+    try:
+        assert path.stat().st_size < Path(f"{path}-wal").stat().st_size
+        out = imported("alice@example.com", "mcp-memory-service", path, "--dry-run")
+    finally:
+        writer.close()
+
+    assert "Would import 2,000 of 2,000" in out, out
