@@ -30,7 +30,7 @@ import hmac
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import wraps
 from typing import Any
@@ -42,7 +42,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from billing import services, stripe_shapes
 from billing.models import WebhookEvent
-from core import safejson, storable
+from core import errors, safejson, storable
 from core.errors import RecallError
 
 logger = logging.getLogger(__name__)
@@ -112,14 +112,7 @@ def stripe_webhook(request: HttpRequest) -> JsonResponse:
     except RecallError as exc:
         # Nothing was written, the delivery included: once the operator has
         # mended what it names, Stripe's retry (or "Resend") applies it.
-        return _refused(
-            "stripe",
-            exc.message,
-            status=exc.http_status,
-            code=exc.code,
-            event_id=event["id"],
-            event_type=event.get("type"),
-        )
+        return _failed("stripe", exc, event_id=event["id"], event_type=event.get("type"))
     return JsonResponse({"received": True, "outcome": outcome})
 
 
@@ -131,13 +124,41 @@ def _refused(
     code: str = "validation_failed",
     event_id: object = None,
     event_type: object = None,
+    details: Mapping[str, Any] | None = None,
 ) -> JsonResponse:
     """Answer a signed delivery we cannot apply, and keep it for the operator."""
     services.record_rejection(
         source=source, reason=reason, status=status, event_id=event_id, event_type=event_type
     )
     # A service's message may end in a full stop of its own.
-    return _error(status, code, f"Refused: {reason.rstrip('.')}.")
+    return JsonResponse(
+        errors.body(code, f"Refused: {reason.rstrip('.')}.", details), status=status
+    )
+
+
+def _failed(
+    source: str, exc: RecallError, *, event_id: object, event_type: object = None
+) -> JsonResponse:
+    """Answer a delivery the service could not apply: refused in the webhooks' words with
+    the error's details, or, for a failure of ours (5xx), as it is, for the sender to retry."""
+    if exc.http_status < 500:
+        return _refused(
+            source,
+            exc.message,
+            status=exc.http_status,
+            code=exc.code,
+            event_id=event_id,
+            event_type=event_type,
+            details=exc.details,
+        )
+    services.record_rejection(
+        source=source,
+        reason=exc.message,
+        status=exc.http_status,
+        event_id=event_id,
+        event_type=event_type,
+    )
+    return JsonResponse(exc.as_dict(), status=exc.http_status)
 
 
 def _unreadable(exc: ValueError) -> str:
@@ -225,11 +246,5 @@ def mcpize_webhook(request: HttpRequest) -> JsonResponse:
             signed_at=signed_at,
         )
     except RecallError as exc:
-        return _refused(
-            "mcpize",
-            exc.message,
-            status=exc.http_status,
-            code=exc.code,
-            event_id=key or signature_key,
-        )
+        return _failed("mcpize", exc, event_id=key or signature_key)
     return JsonResponse({"success": True, "duplicate": outcome == "duplicate", "outcome": outcome})

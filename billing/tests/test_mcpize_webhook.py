@@ -352,3 +352,30 @@ def test_it_leaves_a_tier_the_operator_granted_alone(cast, client, caplog):
     assert response.status_code == 200
     assert tier_of(cast.alice) == "unlimited"
     assert "tier left alone: granted by an operator" in caplog.text
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("source", ["mcpize", "stripe"])
+def test_a_failure_of_ours_is_answered_as_it_is_and_a_refusal_keeps_its_details(source):
+    """A 503 is for the sender to retry, not "Refused: ..."; a refusal's details stay."""
+    from billing import webhooks
+    from core.errors import Unavailable, ValidationFailed
+
+    busy = webhooks._failed(source, Unavailable("Busy right now. Retry in 2 s."), event_id="e1")
+    bad = webhooks._failed(
+        source, ValidationFailed("tier must be one of free.", field="tier"), event_id="e2"
+    )
+
+    assert busy.status_code == 503
+    assert json.loads(busy.content) == {
+        "error": {"code": "unavailable", "message": "Busy right now. Retry in 2 s."}
+    }
+    assert bad.status_code == 400
+    assert json.loads(bad.content) == {
+        "error": {
+            "code": "validation_failed",
+            "message": "Refused: tier must be one of free.",
+            "details": {"field": "tier"},
+        }
+    }
+    assert WebhookRejection.objects.filter(source=source).count() == 2
