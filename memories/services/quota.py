@@ -39,8 +39,9 @@ def check_quota(
     limit = tiers.memory_limit(tier)
     if limit is None or not adding:
         return
-    if _used(user_id, pending) + adding > limit:
-        raise full(limit)
+    used = _used(user_id, pending)
+    if used + adding > limit:
+        raise full(limit, used=used, adding=adding, pending=pending)
 
 
 def room(user_id: uuid.UUID | str, tier: str) -> int | None:
@@ -52,9 +53,19 @@ def room(user_id: uuid.UUID | str, tier: str) -> int | None:
     return max(0, limit - _used(user_id, pending=False))
 
 
-def full(limit: int) -> QuotaExceeded:
+def full(
+    limit: int, *, used: int | None = None, adding: int = 1, pending: bool = False
+) -> QuotaExceeded:
+    """The refusal, saying (when known) what the call would have made: a conversation of 90
+    messages refused at 11 memories was told only the limit, which it seemed far from."""
+    would = (
+        f" You hold {used:,}{' (queued adds included)' if pending else ''},"
+        f" and this call would add {adding:,}."
+        if used is not None and adding > 1
+        else ""
+    )
     return QuotaExceeded(
-        f"The free tier holds at most {limit} memories. Forget some memories, "
+        f"The free tier holds at most {limit} memories.{would} Forget some memories, "
         "or upgrade to a paid tier for unlimited storage."
     )
 

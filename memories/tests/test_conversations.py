@@ -246,10 +246,15 @@ def test_a_conversation_that_would_pass_the_quota_stores_nothing(cast, settings)
     settings.FREE_TIER_MAX_MEMORIES = 10
     fill_memories(cast.alice.id, 6)
 
-    with pytest.raises(QuotaExceeded):
+    with pytest.raises(QuotaExceeded) as refused:
         remember(cast.alice.id, CONVERSATION, tier=Tier.FREE)
 
     assert count_rows() == 6
+    # Far from the limit by its own count: the message says what the call would make.
+    assert refused.value.message.startswith(
+        "The free tier holds at most 10 memories. You hold 6 (queued adds included), and"
+        f" this call would add {len(CONVERSATION)}."
+    )
 
 
 def test_a_queued_conversation_is_stored_by_a_worker(cast):
