@@ -554,19 +554,6 @@ def changes(request: AuthenticatedRequest) -> HttpResponse:
     )
 
 
-def _with_history(user_id: uuid.UUID, ids: set[str]) -> set[str]:
-    """Which of ``ids`` have a history page: a memory's history can be erased
-    (after it was deleted) while another memory's history still names it."""
-    shown = set()
-    for memory_id in ids:
-        try:
-            memory_services.memory_history(user_id=user_id, id=memory_id)
-        except NotFound:
-            continue
-        shown.add(memory_id)
-    return shown
-
-
 @login_required
 def memory_history(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpResponse:
     try:
@@ -599,7 +586,7 @@ def memory_history(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpR
             "versions": list(reversed(shown)),  # newest first on the page
             "deleted": deleted,
             "replaced": replaced,
-            "linkable": _with_history(user_id, named),
+            "linkable": memory_services.with_history(user_id=user_id, ids=sorted(named)),
             "back": f"{reverse('dashboard:memories')}?{urlencode(back)}",
             "retention_days": settings.HISTORY_RETENTION_DAYS,
         },

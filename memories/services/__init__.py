@@ -122,7 +122,7 @@ from memories.services.remembering import (
     remember,
     remembering,
 )
-from memories.services.replaced import replaced_by_each, still_replaced
+from memories.services.replaced import replaced_by_each, still_replaced, with_history
 from memories.services.shapes import (
     Answer,
     CacheStats,
@@ -266,5 +266,6 @@ __all__ = [
     "update_memory",
     "waiting",
     "wake",
+    "with_history",
     "worker_pool",
 ]

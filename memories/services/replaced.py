@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Sequence
 
 from core import tenancy
-from memories.models import Memory
+from memories.models import Memory, MemoryHistory
 
 
 def replaced_by_each(
@@ -37,4 +37,17 @@ def still_replaced(
         rows = Memory.objects.filter(
             user_id=user_id, id__in=wanted, superseded_by__isnull=False
         ).values_list("id", flat=True)
+        return {str(i) for i in rows}
+
+
+def with_history(*, user_id: uuid.UUID | str, ids: Sequence[str]) -> set[str]:
+    """Return which of ``ids`` have a history to show, in one query: a memory's history can
+    be erased (after it was deleted) while another memory's history still names it."""
+    wanted = [uuid.UUID(str(i)) for i in ids]
+    with tenancy.tenant(user_id):
+        rows = (
+            MemoryHistory.objects.filter(user_id=user_id, memory_id__in=wanted)
+            .values_list("memory_id", flat=True)
+            .distinct()
+        )
         return {str(i) for i in rows}
