@@ -7,12 +7,15 @@ from a new one. Used by the dashboard's key form and the admin's "Add API key".
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib.sessions.backends.db import SessionStore
 from django.db import connection, transaction
 from django.http import HttpRequest
 
 # How many sent key forms a session remembers: a reload is of a recent one.
 SPENT_FORMS = 20
+KEY = "spent_key_forms"
 
 
 def sent_before(request: HttpRequest, once: str) -> bool:
@@ -22,34 +25,32 @@ def sent_before(request: HttpRequest, once: str) -> bool:
     a request carries was read when it began, so two sends at once (a double
     click) each found the form unsent, and each made a key.
     """
-    if not once or request.session.session_key is None:
-        return False
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 3))",
-            [f"key-form/{request.session.session_key}"],
-        )
-        stored = SessionStore(session_key=request.session.session_key)
-        spent: list[str] = stored.get("spent_key_forms", [])
-        if once in spent:
-            return True
-        stored["spent_key_forms"] = [*spent, once][-SPENT_FORMS:]
-        stored.save()
-    request.session["spent_key_forms"] = stored["spent_key_forms"]
-    return False
+    before = _change(
+        request, once, lambda spent: spent if once in spent else [*spent, once][-SPENT_FORMS:]
+    )
+    return once in before
 
 
 def unspend(request: HttpRequest, once: str) -> None:
     """Forget that this key form was sent: the send made no key, and sending it again may."""
+    _change(request, once, lambda spent: [token for token in spent if token != once])
+
+
+def _change(request: HttpRequest, once: str, change: Callable[[list[str]], list[str]]) -> list[str]:
+    """Apply ``change`` to the session's spent tokens as stored, under the session's lock;
+    return them as they were."""
     if not once or request.session.session_key is None:
-        return
+        return []
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended(%s, 3))",
             [f"key-form/{request.session.session_key}"],
         )
         stored = SessionStore(session_key=request.session.session_key)
-        spent = [token for token in stored.get("spent_key_forms", []) if token != once]
-        stored["spent_key_forms"] = spent
-        stored.save()
-    request.session["spent_key_forms"] = spent
+        spent: list[str] = stored.get(KEY, [])
+        changed = change(spent)
+        if changed != spent:
+            stored[KEY] = changed
+            stored.save()
+    request.session[KEY] = changed
+    return spent
