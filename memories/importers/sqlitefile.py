@@ -53,7 +53,7 @@ class Database:
         self.label = source.label
         # With a write-ahead log beside it (read too, see _uri), the rows may all be
         # in the log until SQLite checkpoints: the file alone can be one page.
-        log = Path(str(source.path) + "-wal")
+        log = _log(source.path)
         self.size = os.path.getsize(source.path) + (log.stat().st_size if log.exists() else 0)
         self.until = until
         self.steps = max(STEPS_FLOOR, STEPS_PER_BYTE * self.size) // EVERY
@@ -146,8 +146,13 @@ class Database:
 
 
 def _uri(path: Path) -> str:
-    where = path.resolve()
     # A database in WAL mode keeps its latest writes in the log beside it:
     # an operator's own file may, and then the log is read too.
-    log = where.with_name(where.name + "-wal")
-    return f"{where.as_uri()}?mode=ro" + ("" if log.exists() else "&immutable=1")
+    immutable = "" if _log(path).exists() else "&immutable=1"
+    return f"{path.resolve().as_uri()}?mode=ro{immutable}"
+
+
+def _log(path: Path) -> Path:
+    """The write-ahead log SQLite keeps beside ``path`` in WAL mode."""
+    where = path.resolve()
+    return where.with_name(where.name + "-wal")
