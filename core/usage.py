@@ -11,13 +11,23 @@ config's ``ready()``), so code below billing hands events over through
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
 from core import storable
+
+# What an event calls a tool its endpoint does not have. The name a client
+# sent is its own to choose: recorded as it came, each made-up name would be
+# one more line in the user's usage legend and the admin's filter.
+UNKNOWN_TOOL = "unknown"
+
+
+def tool_label(name: object, known: Collection[str]) -> str:
+    """The name an event records for a call of ``name``: itself if one of ``known``."""
+    return name if isinstance(name, str) and name in known else UNKNOWN_TOOL
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,7 @@ from core import usage as core_usage  # noqa: E402
 from core.workers import is_worker  # noqa: E402
 from memories import embeddings, jobs  # noqa: E402
 from memories.mcp import build_agent_server, build_server, build_v1_server  # noqa: E402
+from memories.mcp.server import tool_names  # noqa: E402
 from oauth import resources, tokens  # noqa: E402
 from recall import bodylimit, jsonrpc  # noqa: E402
 from recall.db import embedded  # noqa: E402
@@ -120,6 +121,8 @@ class Endpoint:
     api_keys: bool
     # Answers stateless tools/call, tools/list and ping (recall/fastpath.py).
     fast: FastPath | None
+    # The names of the server's tools; a usage event calls any other "unknown".
+    tools: frozenset[str]
 
 
 def build_endpoint(path: str, server: Any, *, api_keys: bool) -> Endpoint:
@@ -135,7 +138,7 @@ def build_endpoint(path: str, server: Any, *, api_keys: bool) -> Endpoint:
     )
     sessions = server.session_manager
     fast = FastPath(sessions) if settings.MCP_FAST_PATH else None
-    return Endpoint(path, sessions, verifier, api_keys, fast)
+    return Endpoint(path, sessions, verifier, api_keys, fast, tool_names(server))
 
 
 class StaticFiles(ASGIStaticFilesHandler):
@@ -288,6 +291,7 @@ class Recall:
 
         tool, call_id = tool_called(message)
         if tool is not None:
+            tool = core_usage.tool_label(tool, endpoint.tools)
             admitted = await admission.aadmit(caller, tool=tool, request_id=rid)
             extra_headers.extend(
                 (k.lower().encode(), v.encode()) for k, v in admitted.headers.items()

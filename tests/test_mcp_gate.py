@@ -158,6 +158,27 @@ def test_every_tool_call_leaves_exactly_one_usage_event(live, cast):
         assert UsageEvent.objects.count() == 0
 
 
+def test_a_call_of_a_tool_its_endpoint_lacks_is_recorded_as_unknown(live, cast):
+    # Each made-up name was recorded as sent: one more line in the user's
+    # usage legend and the admin's tool filter for every name a client chose.
+    key = cast.alice_key.raw
+    calls(
+        live.mcp_url,
+        key,
+        [("no_such_tool", {}), ("x" * 500, {}), ("add_memory", {}), ("memory_stats", {})],
+    )
+    call(live.url + "/v1/mcp", key, "add_memory", {"content": "one"})
+
+    events = usage_events(5)
+    assert [(e.tool_name, e.error_code) for e in events] == [
+        ("unknown", "validation_failed"),
+        ("unknown", "validation_failed"),
+        ("unknown", "validation_failed"),  # seed 001's, not /mcp's
+        ("memory_stats", None),
+        ("add_memory", None),
+    ]
+
+
 def test_listing_tools_is_not_a_tool_call(live, cast):
     from tests.clients import list_tools
 

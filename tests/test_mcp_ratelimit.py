@@ -52,6 +52,18 @@ def test_the_free_tier_gets_ten_calls_a_minute_then_429(cast):
     assert all(e.tokens_consumed == 1 for e in events[:10])
 
 
+def test_a_refused_call_of_a_tool_the_endpoint_lacks_is_recorded_as_unknown(cast):
+    key = cast.alice_key.raw
+    with LiveServer() as server:
+        for n in range(10):
+            assert remember(server, key, n).status_code == 200
+        refused = raw_call(server.mcp_url, key, "made_up_" + "z" * 80, {}, call_id=10)
+
+    assert refused.status_code == 429
+    last = usage_events(11)[-1]
+    assert (last.tool_name, last.error_code) == ("unknown", "rate_limited")
+
+
 def test_limits_are_per_key_and_follow_the_tier(cast):
     from conftest import issue_key
 

@@ -97,13 +97,15 @@ def test_stdio_applies_the_tier_rate_limit(cast):
     results = run_session(
         stdio_server(cast.alice_key.raw, RATE_LIMIT_FREE="2/min"),
         "legacy",
-        [("list_memories", {}), ("list_memories", {}), ("list_memories", {})],
+        [("no_such_tool", {}), ("list_memories", {}), ("made_up", {})],
     )
 
-    assert [r.is_error for r in results] == [False, False, True]
+    assert [r.is_error for r in results] == [True, False, True]
     assert structured(results[2])["error"]["code"] == "rate_limited"
     events = usage_events(3)
     assert (events[2].error_code, events[2].tokens_consumed) == ("rate_limited", 0)
+    # A name the catalogue lacks is recorded as "unknown", refused or run.
+    assert [e.tool_name for e in events] == ["unknown", "list_memories", "unknown"]
 
 
 LATE = "Written after the key was revoked."

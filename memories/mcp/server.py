@@ -152,7 +152,7 @@ def _server(
 
             def finished(error_code: str | None) -> None:
                 elapsed_ms = int((time.perf_counter() - started) * 1000)
-                _record(name, error_code, elapsed_ms)
+                _record(core_usage.tool_label(name, registry), error_code, elapsed_ms)
                 fields.update(
                     elapsed_ms=elapsed_ms, success=error_code is None, error_code=error_code
                 )
@@ -201,6 +201,7 @@ def _server(
     )
     withdraw_unserved_capabilities(server)
     _observers[server] = observe_tool_calls
+    _catalogues[server] = frozenset(registry)
     return server
 
 
@@ -211,6 +212,14 @@ _observers: weakref.WeakKeyDictionary[MCPServer, Middleware] = weakref.WeakKeyDi
 def observer(server: MCPServer) -> Middleware:
     """Return the middleware that checks, logs and meters ``server``'s tool calls."""
     return _observers[server]
+
+
+_catalogues: weakref.WeakKeyDictionary[MCPServer, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def tool_names(server: MCPServer) -> frozenset[str]:
+    """The names of the tools ``server`` serves."""
+    return _catalogues[server]
 
 
 # MCPServer always registers handlers for these, and the SDK advertises a
@@ -410,11 +419,10 @@ def _raised_code(exc: Exception) -> str:
     return "validation_failed" if refused or isinstance(exc, ValidationError) else "internal_error"
 
 
-def _record(name: object, error_code: str | None, elapsed_ms: int) -> None:
+def _record(tool: str, error_code: str | None, elapsed_ms: int) -> None:
     caller = auth.current.get()
     if caller is None:
         return
-    tool = str(name) if name is not None else ""
     usage.record(
         core_usage.event_of(
             caller,

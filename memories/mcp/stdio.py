@@ -62,8 +62,7 @@ def install(server: MCPServer, failure: Shape, raw_key: str) -> None:
             rid_token = context.request_id.set(context.new_request_id())
         caller_token = auth.current.set(caller)
         try:
-            name = (ctx.params or {}).get("name")
-            tool = name if isinstance(name, str) else ""
+            tool = usage.tool_label((ctx.params or {}).get("name"), servers.tool_names(server))
             admitted = await admission.aadmit(
                 caller, tool=tool, request_id=context.request_id.get()
             )
