@@ -258,7 +258,8 @@ def memory_filters() -> Annotated[CallToolResult, FiltersOutput]:
 TOOLS: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
     (
         memory_add,
-        ToolAnnotations(title="Add to memory", read_only_hint=False, idempotent_hint=True),
+        # Turns without a thread_id start a new thread each call.
+        ToolAnnotations(title="Add to memory", read_only_hint=False, idempotent_hint=False),
     ),
     (memory_search, ToolAnnotations(title="Search memory", read_only_hint=True)),
     (memory_recall, ToolAnnotations(title="Recall from memory", read_only_hint=True)),

@@ -693,7 +693,8 @@ def health_check() -> Annotated[CallToolResult, HealthOutput]:
 
 
 TOOLS: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
-    (remember, ToolAnnotations(title="Remember", read_only_hint=False, idempotent_hint=True)),
+    # Not idempotent: messages without a thread_id start a new thread each call.
+    (remember, ToolAnnotations(title="Remember", read_only_hint=False, idempotent_hint=False)),
     (recall, ToolAnnotations(title="Recall", read_only_hint=True)),
     (list_memories, ToolAnnotations(title="List memories", read_only_hint=True)),
     (
