@@ -51,6 +51,9 @@ CANDIDATES = 5
 # Read a few more than that: the nearest may include other writers' memories
 # (user-wide, every agent's) or conversation turns, which are never replaced.
 NEAREST = 8
+# How many times a write looks for what it replaces, when another write
+# replaced all it found while it waited for their rows.
+LOOKS = 3
 # What a write that looks for candidates opens its transaction with, as a
 # search's does (search.transaction_settings): the nearest through the index,
 # never by reading and sorting the namespace, at a breadth enough for a
@@ -306,13 +309,20 @@ def detect(
     """
     if mode() == "off":
         return Detected([])
-    # The transaction opened with SETTINGS (store() does).
-    candidates = nearest(user_id, agent_id, namespace, vector, task_id, author)
-    if not candidates:
-        return Detected([])
-    decisions = decide(content, candidates)
-    confident = [d for d in decisions if d.verdict == "supersede"]
-    links = lock(user_id, [Link(uuid.UUID(d.id), _decision("offline", d)) for d in confident])
+    for _ in range(LOOKS):
+        # The transaction opened with SETTINGS (store() does).
+        candidates = nearest(user_id, agent_id, namespace, vector, task_id, author)
+        if not candidates:
+            return Detected([])
+        decisions = decide(content, candidates)
+        confident = [d for d in decisions if d.verdict == "supersede"]
+        links = lock(user_id, [Link(uuid.UUID(d.id), _decision("offline", d)) for d in confident])
+        if links or not confident:
+            break
+        # All it would replace was replaced (or forgotten) by a write that
+        # committed while this one waited for the rows: a later value of the
+        # same fact, stored a moment before. Look again, as a write that came
+        # after it would; this write holds no row yet, so the order stays.
     pending = None
     if mode() == "llm" and any(d.ambiguous and d.verdict == "keep" for d in decisions):
         pending = Pending(content, tuple(candidates), tuple(decisions))

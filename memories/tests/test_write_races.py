@@ -1092,3 +1092,37 @@ def test_turns_sent_to_one_thread_at_once_each_get_a_place_of_their_own(cast) ->
     read = services.list_memories(user_id=user, thread_id="t", limit=100)
     assert [m["position"] for m in read] == list(range(len(lines) + 1))
     assert sorted(m["content"] for m in read[1:]) == sorted(lines)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_whose_old_value_another_write_replaced_meanwhile_replaces_that_one(
+    cast, monkeypatch
+) -> None:
+    # Two new values of one fact stored at once: both found the old value,
+    # one linked it, and the other dropped its link and stayed current
+    # beside it (3 rounds in 10 on a server). Stored one after the other,
+    # the later replaces the earlier: a chain with one current end.
+    from memories.services import superseding
+
+    old = remember(cast.alice.id, OLD)["id"]
+    looked = superseding.nearest
+    other: list[dict[str, Any]] = []
+
+    def nearest_then_another_write_commits(*args: Any, **kwargs: Any) -> Any:
+        found = looked(*args, **kwargs)
+        if not other:  # the first look only; the other write's own looks go by
+            other.append({})
+            meanwhile = Background(lambda: remember(cast.alice.id, NEW))
+            meanwhile.start()
+            other[0] = meanwhile.outcome()
+        return found
+
+    monkeypatch.setattr(superseding, "nearest", nearest_then_another_write_commits)
+    later = remember(cast.alice.id, "Staging Postgres now runs on pg-staging-9.")
+
+    assert other[0]["replaces"] == [old]
+    assert later["replaces"] == [other[0]["id"]]
+    with tenancy.operator():
+        current = Memory.objects.filter(user_id=cast.alice.id, superseded_by__isnull=True)
+        assert list(current.values_list("id", flat=True)) == [uuid.UUID(later["id"])]
+    assert dangling_links(cast.alice.id) == []
