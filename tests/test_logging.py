@@ -68,6 +68,34 @@ def test_a_full_session_logs_no_content_query_or_key(cast):
     )
 
 
+def test_text_sent_in_the_wrong_argument_or_as_a_tool_name_stays_out_of_the_log(cast):
+    # The tool's name, namespace and mode were logged as sent (cut to 64
+    # characters), whatever they held: the client was refused, the log kept it.
+    key = cast.alice_key.raw
+    with LiveServer() as server:
+        results = calls(
+            server.mcp_url,
+            key,
+            [
+                ("forget", {"mode": "The patient Jane Roe has HIV"}),
+                ("recall", {"query": "x", "namespace": "card 4111 1111 1111 1111 exp 12/29"}),
+                ("remember my SSN 078-05-1120", {}),
+                ("recall", {"query": QUERY, "namespace": "work", "mode": "lexical", "limit": 3}),
+            ],
+        )
+    logs = server.logs()
+
+    assert [r.is_error for r in results] == [True, True, True, False]
+    for secret in ("Jane Roe", "4111", "078-05", QUERY):
+        assert secret not in logs
+    lines = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
+    started = [line for line in lines if line["event"] == "tool call started"]
+    assert [line["tool"] for line in started] == ["forget", "recall", "unknown", "recall"]
+    assert [line.get("mode") for line in started] == [None, None, None, "lexical"]
+    assert [line.get("namespace") for line in started] == [None, None, None, "work"]
+    assert started[-1]["limit"] == 3
+
+
 @pytest.mark.parametrize(
     "formatter", [JsonFormatter(), ConsoleFormatter()], ids=["json", "console"]
 )

@@ -48,6 +48,7 @@ from core import context, errors, process, wording
 from core import usage as core_usage
 from core.errors import RecallError, ValidationFailed
 from core.logging import describe_exception, fingerprint
+from memories import validation
 from memories.mcp import agent_tools, runtime, tools, v1_tools
 
 logger = logging.getLogger("recall.mcp")
@@ -67,6 +68,12 @@ _LOG_LEVELS = {"internal_error": logging.ERROR, "unavailable": logging.WARNING}
 
 # Argument names whose values are user content, logged only as fingerprints.
 _SENSITIVE = ("content", "query")
+# The modes any catalogue's tools take (recall, forget, memory_recall). Another
+# value in "mode" is a client's mistake, and may be anything it meant to send
+# elsewhere: it is left out of the log, as a namespace that is not one is.
+_MODES = frozenset(
+    {"hybrid", "semantic", "lexical", "by_id", "by_query", "all", "llm", "extractive"}
+)
 
 
 def build_server() -> MCPServer:
@@ -146,7 +153,7 @@ def _server(
             actor_token = context.actor.set(
                 context.Actor("stdio" if stdio else client, caller.api_key_id if caller else None)
             )
-            fields = _log_fields(name, arguments)
+            fields = _log_fields(core_usage.tool_label(name, registry), arguments)
             logger.info("tool call started", extra=fields)
             started = time.perf_counter()
 
@@ -439,11 +446,13 @@ def _record(tool: str, error_code: str | None, elapsed_ms: int) -> None:
         held.recorded = True
 
 
-def _log_fields(name: object, arguments: object) -> dict[str, Any]:
+def _log_fields(tool: str, arguments: object) -> dict[str, Any]:
+    """What a tool call's log lines say of it: never a value the client may have put
+    content or a secret in (a tool name it made up, text in the wrong argument)."""
     caller = auth.current.get()
     fields: dict[str, Any] = {
         "request_id": context.request_id.get(),
-        "tool": str(name)[:64],
+        "tool": tool,
         "user_id": str(caller.user_id) if caller else None,
         "api_key_id": str(caller.api_key_id) if caller and caller.api_key_id else None,
         "agent_id": str(caller.agent_id) if caller and caller.agent_id else None,
@@ -453,10 +462,13 @@ def _log_fields(name: object, arguments: object) -> dict[str, Any]:
             value = arguments.get(key)
             if isinstance(value, str):
                 fields[f"{key}_sha256"] = fingerprint(value)
-        for key in ("namespace", "mode", "limit"):
-            value = arguments.get(key)
-            if isinstance(value, str | int) and not isinstance(value, bool):
-                fields[key] = value if isinstance(value, int) else value[:64]
+        namespace, mode, limit = (arguments.get(k) for k in ("namespace", "mode", "limit"))
+        if isinstance(namespace, str) and validation.NAMESPACE_PATTERN.fullmatch(namespace):
+            fields["namespace"] = namespace
+        if isinstance(mode, str) and mode in _MODES:
+            fields["mode"] = mode
+        if isinstance(limit, int) and not isinstance(limit, bool):
+            fields["limit"] = limit
     return fields
 
 
