@@ -531,7 +531,8 @@ def _our_code(rpc_code: int, data: object, status: int | None = None) -> str:
     code = given.get("code") if isinstance(given, dict) else None
     if isinstance(code, str) and code in errors.CODES:
         return code
-    if status in _BY_HTTP_STATUS:
+    # A 2026-era method the server lacks is a 404 too: no memory or job is missing.
+    if status in _BY_HTTP_STATUS and rpc_code != METHOD_NOT_FOUND:
         return _BY_HTTP_STATUS[status]
     return "validation_failed" if rpc_code in _THE_CALLERS else "internal_error"
 

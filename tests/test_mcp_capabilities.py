@@ -11,6 +11,7 @@ import httpx2
 import pytest
 
 from tests.clients import session
+from tests.fuzz import GENERATIONS, envelope, headers
 
 pytestmark = pytest.mark.slow
 
@@ -65,3 +66,18 @@ def test_prompt_and_resource_methods_are_not_found_never_an_internal_error(
     error = response.json()["error"]
     assert error["code"] == METHOD_NOT_FOUND
     assert "request failed" not in live.logs()  # nothing logged as a server failure
+
+
+@pytest.mark.parametrize("method", ["foo/bar", "resources/list", "prompts/list"])
+def test_a_method_the_server_lacks_is_the_callers_mistake_in_either_generation(live, cast, method):
+    # In 2026-07-28 the SDK answers it with HTTP 404, which was read as a
+    # missing memory or job: "not_found".
+    for generation in GENERATIONS:
+        body = envelope(method, {}, generation)
+        response = httpx2.post(
+            live.mcp_url, headers=headers(cast.alice_key.raw, generation, body), json=body
+        )
+
+        error = response.json()["error"]
+        assert error["code"] == METHOD_NOT_FOUND, generation
+        assert error["data"]["error"]["code"] == "validation_failed", generation
