@@ -58,6 +58,12 @@ def normalize(text: str) -> str:
     return text.strip()
 
 
+def _invisible(text: str) -> bool:
+    """Whether ``text`` is all format characters (zero-width, joiners, BOM) and whitespace:
+    stored, it would be a memory that no one can read or search for."""
+    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+
+
 def content_hash(normalized: str) -> str:
     return hashlib.sha256(normalized.encode("utf-8")).hexdigest()
 
@@ -74,6 +80,11 @@ def text(value: Any, *, field: str, maximum: int) -> str:
     normalized = normalize(value)
     if not normalized:
         raise ValidationFailed(f"{field} must not be empty or only whitespace.")
+    if _invisible(normalized):
+        raise ValidationFailed(
+            f"{field} must show some text: it holds only invisible characters"
+            " (such as a zero-width space or a byte order mark) and whitespace."
+        )
     if len(normalized) > maximum:
         # Counted as stored: NFC can make one character sent two (or two one).
         counted = " once normalised (Unicode NFC)" if len(normalized) > len(value) else ""

@@ -151,6 +151,10 @@ def test_the_free_quota_is_per_tenant(cast):
     [
         ({"content": ""}, "content must not be empty"),
         ({"content": "   \n\t "}, "content must not be empty"),
+        # Stored, each was a memory no one could see or find.
+        ({"content": "\u200b"}, "only invisible characters"),
+        ({"content": "\ufeff"}, "only invisible characters"),
+        ({"content": " \u200d\u2060 \u200c"}, "only invisible characters"),
         ({"content": "x" * 50_001}, "content is 50,001 characters; the maximum is 50,000."),
         # U+0958 becomes two characters in NFC: the count is said to be the stored one.
         ({"content": "\u0958" * 30_000}, "60,000 characters once normalised (Unicode NFC)"),
@@ -185,6 +189,11 @@ def test_it_refuses_bad_input_and_writes_nothing(cast, kwargs, fragment):
     assert fragment in caught.value.message
     assert caught.value.code == "validation_failed"
     assert count_rows(cast.alice.id) == 0
+
+
+def test_text_beside_an_invisible_character_is_stored(cast):
+    stored = remember(cast, content="\u200bThe user's team is Platform.")
+    assert stored["deduped"] is False
 
 
 def test_metadata_nested_eight_deep_is_stored(cast):
