@@ -30,7 +30,10 @@ One thread also runs ``maintenance.clean_up()`` every ``MAINTENANCE_SECONDS``:
 expired memories, history past its retention, finished jobs and stale
 forget confirmations; then the clean-ups other apps register
 (``core/housekeeping.py``: OAuth's expired codes and tokens). A PostgreSQL
-advisory lock keeps each to one process at a time across the fleet.
+advisory lock keeps each to one process at a time across the fleet. Between
+those runs it asks every ``EXPIRY_SECONDS`` whether a memory that replaced
+another has expired, and purges at once if one has, so that the older value
+is current again within seconds, not a minute.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from memories.services.queue import CHANNEL
 logger = logging.getLogger(__name__)
 
 MAINTENANCE_SECONDS = 60.0
+EXPIRY_SECONDS = 2.0
 
 
 class Workers:
@@ -144,11 +148,27 @@ class Workers:
         _close_connection()
 
     def _maintain(self) -> None:
-        while not self._stopping.wait(MAINTENANCE_SECONDS):
+        due = time.monotonic() + MAINTENANCE_SECONDS
+        while not self._stopping.wait(min(EXPIRY_SECONDS, MAINTENANCE_SECONDS)):
+            if time.monotonic() < due:
+                self._free_expired_replacements()
+                continue
+            due = time.monotonic() + MAINTENANCE_SECONDS
             self._clean_memories()
             # Apart: a failure of one clean-up must not stop the other's.
             self._housekeep()
         _close_connection()
+
+    def _free_expired_replacements(self) -> None:
+        try:
+            close_old_connections()
+            freed = maintenance.free_expired_replacements()
+        except Exception as exc:
+            _trouble("maintenance", exc)
+            return
+        outage.recovered("maintenance")
+        if freed:
+            logger.info("maintenance", extra={"expired_memories": freed})
 
     def _clean_memories(self) -> None:
         try:

@@ -8,6 +8,7 @@ undo brings it back, and an agent never links across another agent.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -304,3 +305,23 @@ def test_the_new_arguments_take_only_their_own_types_on_every_endpoint(live, cas
     assert services.list_memories(user_id=cast.alice.id) == []
     # An integer is still a number.
     assert not call(url, key, "recall", {"query": QUESTION, "threshold": 0}).is_error
+
+
+def test_a_fact_whose_newer_value_expired_is_found_again_within_seconds(live, cast) -> None:
+    # The older value stayed replaced, by a memory no tool returns, until the
+    # minute's clean-up: recall found nothing for up to a minute.
+    url, key = f"{live.url}/mcp", cast.alice_key.raw
+    old = structured(call(url, key, "remember", {"content": OLD, "namespace": "brief"}))["id"]
+    newer = {"content": NEW, "namespace": "brief", "replaces": old, "ttl_seconds": 1}
+    assert structured(call(url, key, "remember", newer))["replaces"] == [old]
+
+    asked = {"query": QUESTION, "namespace": "brief", "threshold": 0}
+    deadline = time.monotonic() + 10  # expiry after 1 s; the purge asks every 2 s
+    while True:
+        found = structured(call(url, key, "recall", asked))["memories"]
+        if [m["id"] for m in found] == [old] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+
+    assert [m["id"] for m in found] == [old]
+    assert "superseded_by" not in found[0] or found[0]["superseded_by"] is None

@@ -155,6 +155,38 @@ def _purge_batch(cursor: Any, doomed: dict[Any, tuple[Any, str]]) -> int:
     return gone
 
 
+# Whether a memory that replaced another has expired: what it replaced is
+# hidden until the purge frees it, so the purge should not wait for the
+# minute's clean-up. Through the partial index on expires_at, then the one on
+# superseded_by: a few index probes when nothing has.
+_REPLACER_EXPIRED = (
+    "SELECT EXISTS (SELECT 1 FROM memories e WHERE e.expires_at <= %s"
+    " AND EXISTS (SELECT 1 FROM memories m WHERE m.superseded_by = e.id))"
+)
+
+
+def free_expired_replacements(*, now: datetime | None = None) -> int | None:
+    """Purge the expired memories at once if one of them replaced another (operator path).
+
+    ``clean_up`` runs every minute; a fact whose newer value expired would be
+    missing from every search until then (its older value still replaced, by a
+    memory no tool returns), so the workers ask this every few seconds.
+    Returns how many expired memories went (0 when none had replaced
+    anything), or None while another process is cleaning up.
+    """
+    moment = now or timezone.now()
+    with tenancy.operator(), connection.cursor() as cursor:
+        cursor.execute(_REPLACER_EXPIRED, [moment])
+        (due,) = cursor.fetchone()
+    if not due:
+        return 0
+    with pooling.advisory_lock(_MAINTENANCE_LOCK, wait=False) as locked:
+        if not locked:
+            return None
+        with context.acting_as("maintenance"):
+            return _purge_expired(moment)
+
+
 def clean_up(*, now: datetime | None = None) -> CleanUp | None:
     """Purge what has outlived its time, across users (operator path).
 

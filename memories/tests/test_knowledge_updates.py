@@ -331,6 +331,35 @@ def test_a_memory_current_again_because_its_replacement_went_says_so(cast, how) 
     )
 
 
+def test_the_quick_purge_frees_a_memory_whose_replacement_expired(cast) -> None:
+    # The older value stayed replaced, by a memory no tool returns, until the
+    # minute's clean-up ran: the fact was missing from every search meanwhile.
+    from memories.services import maintenance
+
+    old = remember(cast.alice.id, OLD)["id"]
+    new = remember(cast.alice.id, NEW, replaces=old, ttl_seconds=60)["id"]
+    later = timezone.now() + timedelta(minutes=2)
+
+    assert maintenance.free_expired_replacements(now=later) == 1
+    assert row(old).superseded_by is None
+    assert decided(history(old)[-1])["decided_by"] == "expiry"
+    with tenancy.operator():
+        assert not Memory.objects.filter(id=new).exists()
+
+
+def test_the_quick_purge_leaves_expired_memories_that_replaced_nothing_to_the_clean_up(
+    cast,
+) -> None:
+    from memories.services import maintenance
+
+    alone = remember(cast.alice.id, OLD, ttl_seconds=60)["id"]
+    later = timezone.now() + timedelta(minutes=2)
+
+    assert maintenance.free_expired_replacements(now=later) == 0
+    with tenancy.operator():
+        assert Memory.objects.filter(id=alone).exists()
+
+
 def test_an_expired_memory_is_not_restored(cast) -> None:
     old = remember(cast.alice.id, OLD, ttl_seconds=60)["id"]
     remember(cast.alice.id, NEW, replaces=old)
