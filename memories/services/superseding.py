@@ -99,6 +99,9 @@ def parse_replaces(value: object) -> uuid.UUID | None:
         raise ValidationFailed("replaces must be a memory id (a UUID string).") from None
 
 
+_SAME_WRITER = "replaces must name a memory of the same namespace, written by the same writer."
+
+
 def check_replaces(
     user_id: uuid.UUID | str,
     agent_id: uuid.UUID | str | None,
@@ -136,14 +139,16 @@ def check_replaces(
         .values("id", "namespace", "agent_id", "superseded_by", "source_kind", "task_id")
     )
     row = next((r for r in rows if r["id"] == old), None)
+    if row is None and task_id and _lent(user_id, old, task_id):
+        # Another agent's note lent through the write's task: seen, but not the
+        # writer's to change.
+        raise ValidationFailed(_SAME_WRITER)
     if row is None:
         raise NotFound(f"No memory with id {old} to replace.")
     writer = str(agent_id) if agent_id else None
     owner = str(row["agent_id"]) if row["agent_id"] else None
     if row["namespace"] != namespace or owner != writer:
-        raise ValidationFailed(
-            "replaces must name a memory of the same namespace, written by the same writer."
-        )
+        raise ValidationFailed(_SAME_WRITER)
     _replaceable(old, row, task_id)
     if row["superseded_by"] is not None and row["superseded_by"] == found:
         return True
@@ -156,6 +161,27 @@ def check_replaces(
             f"Memory {old} is already replaced by {row['superseded_by']}; replace that one."
         )
     return False
+
+
+def _lent(user_id: uuid.UUID | str, memory_id: uuid.UUID, task_id: str) -> bool:
+    """Whether ``memory_id`` is a live note the writer may read through ``task_id``: one
+    of another agent's, which the write's own (unlent) view does not hold."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('app.current_task_id', true),"
+            " set_config('app.current_task_id', %s, true)",
+            [task_id],
+        )
+        (before, _) = cursor.fetchone()
+        try:
+            cursor.execute(
+                "SELECT EXISTS (SELECT 1 FROM memories WHERE user_id = %s AND id = %s"
+                " AND (expires_at IS NULL OR expires_at > statement_timestamp()))",
+                [str(user_id), memory_id],
+            )
+            return bool(cursor.fetchone()[0])
+        finally:
+            cursor.execute("SELECT set_config('app.current_task_id', %s, true)", [before or ""])
 
 
 # An expired memory, and the latest live step of its chain after it, if any: the

@@ -1162,6 +1162,36 @@ def test_replaces_and_link_name_only_notes_of_the_same_task(cast, agents) -> Non
     assert within["replaces"] == [shared]
 
 
+def test_another_agents_note_lent_through_a_task_is_named_as_not_the_writers(cast, agents) -> None:
+    # It was "No memory with id … to replace": the agent had just found it.
+    shared = research_note(cast, agents, OLD, task_id="launch")["id"]
+    seen = services.search_sources(
+        user_id=cast.alice.id, agent_id=agents.writer.id, query=QUESTION, task_id="launch"
+    )
+    assert ids(seen) == [shared]
+
+    with pytest.raises(ValidationFailed, match="written by the same writer"):
+        services.add(
+            user_id=cast.alice.id,
+            agent_id=agents.writer.id,
+            tier=Tier.PRO,
+            content=NEW,
+            task_id="launch",
+            replaces=shared,
+        )
+    assert row(shared).superseded_by is None
+    # Another user's id, or none, is still not found.
+    with pytest.raises(NotFound):
+        services.add(
+            user_id=cast.alice.id,
+            agent_id=agents.writer.id,
+            tier=Tier.PRO,
+            content=NEW,
+            task_id="launch",
+            replaces=str(uuid.uuid4()),
+        )
+
+
 def test_a_tasks_note_is_found_among_many_closer_notes_of_another_task(cast) -> None:
     def add(content, task_id):
         return services.add(
