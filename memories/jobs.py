@@ -151,7 +151,7 @@ class Workers:
         due = time.monotonic() + MAINTENANCE_SECONDS
         while not self._stopping.wait(min(EXPIRY_SECONDS, MAINTENANCE_SECONDS)):
             if time.monotonic() < due:
-                self._free_expired_replacements()
+                self._clean_memories(quick=True)
                 continue
             due = time.monotonic() + MAINTENANCE_SECONDS
             self._clean_memories()
@@ -159,21 +159,15 @@ class Workers:
             self._housekeep()
         _close_connection()
 
-    def _free_expired_replacements(self) -> None:
+    def _clean_memories(self, *, quick: bool = False) -> None:
+        """The minute's clean-up; ``quick``, only the purge of an expired replacement."""
         try:
             close_old_connections()
-            freed = maintenance.free_expired_replacements()
-        except Exception as exc:
-            _trouble("maintenance", exc)
-            return
-        outage.recovered("maintenance")
-        if freed:
-            logger.info("maintenance", extra={"expired_memories": freed})
-
-    def _clean_memories(self) -> None:
-        try:
-            close_old_connections()
-            done = maintenance.clean_up()
+            if quick:
+                freed = maintenance.free_expired_replacements()
+                done = maintenance.CleanUp(expired_memories=freed) if freed else None
+            else:
+                done = maintenance.clean_up()
         except Exception as exc:
             _trouble("maintenance", exc)
             return

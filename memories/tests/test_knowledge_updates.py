@@ -1170,26 +1170,22 @@ def test_another_agents_note_lent_through_a_task_is_named_as_not_the_writers(cas
     )
     assert ids(seen) == [shared]
 
+    def writers_note(replaces: str) -> None:
+        services.add(
+            user_id=cast.alice.id,
+            agent_id=agents.writer.id,
+            tier=Tier.PRO,
+            content=NEW,
+            task_id="launch",
+            replaces=replaces,
+        )
+
     with pytest.raises(ValidationFailed, match="written by the same writer"):
-        services.add(
-            user_id=cast.alice.id,
-            agent_id=agents.writer.id,
-            tier=Tier.PRO,
-            content=NEW,
-            task_id="launch",
-            replaces=shared,
-        )
+        writers_note(shared)
     assert row(shared).superseded_by is None
-    # Another user's id, or none, is still not found.
+    # An id that names nothing it can see is still not found.
     with pytest.raises(NotFound):
-        services.add(
-            user_id=cast.alice.id,
-            agent_id=agents.writer.id,
-            tier=Tier.PRO,
-            content=NEW,
-            task_id="launch",
-            replaces=str(uuid.uuid4()),
-        )
+        writers_note(str(uuid.uuid4()))
 
 
 def test_a_tasks_note_is_found_among_many_closer_notes_of_another_task(cast) -> None:
