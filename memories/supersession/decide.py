@@ -555,13 +555,13 @@ def judge(new: str, candidate: Candidate) -> Decision:
             # "udon") or another attribute ("test keys" / "live keys") is
             # more than the rules can tell: a hint, or the chat model's call.
             value = score(evidence.features())
-            why = f"no value read but the subject ({_because(evidence)}; score {value:.2f})"
+            why = f"no value read but the subject ({_because(evidence, new)}; score {value:.2f})"
             return Decision(candidate.id, "keep", why, value, ambiguous=value >= AMBIGUOUS)
         # "Maya lives in Bristol now" and "Maya moved to Bristol": one value, said twice.
         return Decision(candidate.id, "duplicate", "the same values, said again", 0.0)
     if not evidence.changed and not flip and not evidence.change_words:
         return Decision(candidate.id, "keep", "no new value and no change word", 0.0)
-    why = _because(evidence)
+    why = _because(evidence, new)
     if not evidence.shared:  # _renamed: the slot in other words, with a change word
         return Decision(candidate.id, "supersede", f"the same slot in other words, {why}", 0.9)
     value = score(evidence.features())
@@ -576,8 +576,18 @@ def judge(new: str, candidate: Candidate) -> Decision:
     )
 
 
-def _because(evidence: Evidence) -> str:
-    parts = [f"shares {', '.join(sorted(evidence.shared)[:4])}"] if evidence.shared else []
+def _as_written(stems: frozenset[str], text: str) -> list[str]:
+    """``stems`` as ``text`` writes them, for the history's reader: "database", not
+    "databas". A stem the text does not show (a value's own form) is left as it is."""
+    written: dict[str, str] = {}
+    for word in words(text):
+        written.setdefault(stem(word), word.lower().strip("'\u2019"))
+    return sorted(written.get(s, s) for s in stems)
+
+
+def _because(evidence: Evidence, text: str) -> str:
+    shared = _as_written(evidence.shared, text)
+    parts = [f"shares {', '.join(shared[:4])}"] if shared else []
     for family, (gone, came) in sorted(evidence.changed.items()):
         parts.append(f"{family} {'/'.join(gone)} -> {'/'.join(came)}")
     if evidence.change_words:

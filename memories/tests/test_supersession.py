@@ -291,6 +291,16 @@ def test_it_says_which_values_changed_in_its_reason() -> None:
     assert "'migrated'" in decision.reason
 
 
+def test_its_reason_names_the_shared_words_as_written_not_their_stems() -> None:
+    # The history read "shares databas, server": the detector's stems.
+    decision = judge(
+        "The database servers moved to Dublin.",
+        Candidate("old", "Our database servers are in Frankfurt.", 0.8),
+    )
+
+    assert "shares database, servers;" in decision.reason
+
+
 def test_a_title_ends_no_sentence_and_names_the_person_after_it() -> None:
     # "Mr." once ended the sentence: "Patel" was a first word, not a name,
     # and a one-line fact counted as two sentences.
