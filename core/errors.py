@@ -134,12 +134,21 @@ _CONTENTION_SQLSTATES = frozenset({"40P01", "40001"})
 
 def is_contention(exc: BaseException) -> bool:
     """Return whether ``exc`` is a transaction PostgreSQL rolled back to settle a race."""
+    return _sqlstate(exc) in _CONTENTION_SQLSTATES
+
+
+# SQLSTATE 57014, query_canceled: a statement_timeout, or pg_cancel_backend by
+# an operator. The transaction is rolled back; the same call again may pass.
+_CANCELLED = "57014"
+
+
+def _sqlstate(exc: BaseException) -> str | None:
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, psycopg.Error):
-            return seen.sqlstate in _CONTENTION_SQLSTATES
+            return seen.sqlstate
         seen = seen.__cause__
-    return False
+    return None
 
 
 def from_exception(exc: BaseException) -> RecallError:
@@ -154,6 +163,11 @@ def from_exception(exc: BaseException) -> RecallError:
         )
     if is_outage(exc):
         return Unavailable("The database is unavailable right now. Retry in a few seconds.")
+    if _sqlstate(exc) == _CANCELLED:
+        return Unavailable(
+            "The database cancelled this call's statement (a timeout, or its operator),"
+            " and nothing of it was written. Retry in a few seconds."
+        )
     return InternalError("Something went wrong on our side. Try again shortly.")
 
 

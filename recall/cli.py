@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.write(f"recall {version()}\n")
         return
     command, rest = args[0], args[1:]
+    import psycopg
     from django.core.exceptions import ImproperlyConfigured
     from django.db import DatabaseError
 
@@ -91,7 +92,9 @@ def main(argv: list[str] | None = None) -> None:
         # not always the configuration's fault.
         sys.stderr.write(f"recall {command}: embedding model: {exc.message}\n")
         raise SystemExit(1) from None
-    except DatabaseError as exc:
+    except (DatabaseError, psycopg.Error) as exc:
+        # psycopg's own, unwrapped: the embedded server's start-up connects
+        # before Django has a connection of its own.
         from recall import unreachable
 
         said = unreachable.describe(exc)

@@ -218,3 +218,32 @@ def test_while_the_whole_database_is_frozen_calls_end_unavailable_before_it_thaw
     assert {o.kind for o in while_frozen} <= {"unavailable", "http 503"}
     check_writes(served, load)
     assert "database stopped answering" in served.logs()
+
+
+def test_a_command_run_while_the_database_is_frozen_says_so_in_one_line(served):
+    # Its start-up connected without a timeout: `recall doctor` and every other
+    # command hung, silent, for as long as the freeze lasted.
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(RECALL_DATA_DIR=str(served.data_dir))
+    frozen = served.database_processes()
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "recall", "list-keys"],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    assert result.returncode == 1, result.stderr[-2000:]
+    [line] = result.stderr.splitlines()
+    assert line.startswith("recall list-keys: cannot reach the embedded PostgreSQL"), line
+    watch_ready(served, until_ok_after=time.monotonic())

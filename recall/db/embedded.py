@@ -71,6 +71,11 @@ CGROUP_LIMITS = (
 )
 
 
+# How long a connection of the start-up's own may take (recall/settings.py
+# gives the app's connections 5 s; the first start's are made under load).
+CONNECT_TIMEOUT_SECONDS = 10
+
+
 @dataclass(frozen=True)
 class EmbeddedServer:
     host: str
@@ -79,8 +84,15 @@ class EmbeddedServer:
     data_dir: Path
 
     def superuser_conninfo(self, dbname: str = "postgres") -> str:
+        # Bounded: a server that accepts but never answers (stopped, or stuck
+        # writing to a full disk) hung every command at start, `recall doctor`
+        # among them, before it could say so.
         return psycopg.conninfo.make_conninfo(
-            host=self.host, port=self.port, user="postgres", dbname=dbname
+            host=self.host,
+            port=self.port,
+            user="postgres",
+            dbname=dbname,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
         )
 
 

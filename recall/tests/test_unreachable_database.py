@@ -84,3 +84,43 @@ def test_a_query_that_fails_is_not_called_unreachable():
         cursor.execute("SELECT * FROM no_such_table")
 
     assert unreachable.describe(failed.value) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_statement_is_unavailable_to_retry_not_an_internal_error():
+    # SQLSTATE 57014 (a statement_timeout, an operator's pg_cancel_backend) was
+    # "internal_error", logged as a fault of ours; the same call again passes.
+    from django.db import transaction
+
+    from core import errors
+
+    with (
+        pytest.raises(DatabaseError) as cancelled,
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute("SET LOCAL statement_timeout = '10ms'")
+        cursor.execute("SELECT pg_sleep(1)")
+
+    said = errors.from_exception(cancelled.value)
+    assert said.code == "unavailable"
+    assert "Retry" in said.message
+    assert unreachable.describe(cancelled.value) is None  # not the database gone
+
+
+def test_a_psycopg_error_from_the_start_up_is_one_line(monkeypatch, capsys):
+    # The embedded server's start-up connects with psycopg before Django does:
+    # its error escaped as a traceback.
+    from recall import cli
+
+    def start_up_fails(command, rest):
+        raise psycopg.OperationalError("connection timeout expired")
+
+    monkeypatch.setattr(cli, "_run", start_up_fails)
+    with pytest.raises(SystemExit) as ended:
+        cli.main(["list-keys"])
+
+    assert ended.value.code == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("recall list-keys: cannot reach the")
+    assert "(connection timeout expired)" in line
