@@ -233,7 +233,7 @@ def health(*, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None)
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         database["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
-        queue = queue_depth()
+        queue = queue_depth(user_id, agent_id)
     except Exception as exc:
         logger.warning("health: database unavailable", extra=describe_exception(exc))
         database = {"ok": False, "error": "the database did not answer"}

@@ -676,9 +676,19 @@ def _lost(job_id: uuid.UUID, attempts: int) -> None:
     )
 
 
-def queue_depth() -> QueueDepth:
-    """Return how many jobs wait and how long the oldest has waited (operator path)."""
-    with tenancy.operator():
+def queue_depth(
+    user_id: uuid.UUID | str | None = None, agent_id: uuid.UUID | str | None = None
+) -> QueueDepth:
+    """Return how many jobs wait and how long the oldest has waited: the caller's own
+    (its user's, or its agent's), or without ``user_id`` every tenant's (operator path).
+
+    A tenant's health check once read the whole queue: it showed every other
+    tenant when they wrote and how much.
+    """
+    scope = (
+        tenancy.tenant(user_id, agent_id=agent_id) if user_id is not None else tenancy.operator()
+    )
+    with scope:
         waiting = Job.objects.filter(status__in=PENDING)
         depth = waiting.count()
         oldest = waiting.order_by("created_at").values_list("created_at", flat=True).first()

@@ -119,3 +119,14 @@ def test_optimize_cache_reports_what_it_did(cast):
     assert done["bytes_freed"] > 0
     stats = services.cache_stats(user_id=cast.alice.id)
     assert (stats["hits"], stats["misses"], stats["size"]) == (1, 2, 1)
+
+
+def test_health_counts_the_callers_own_queue_only(cast):
+    # It counted every tenant's jobs: Charlie watched Alice's writes come and go.
+    services.remember(
+        user_id=cast.alice.id, tier=Tier.PRO, content="The user prefers tea.", background=True
+    )
+
+    assert services.health(user_id=cast.alice.id)["queue"]["depth"] == 1
+    assert services.health(user_id=cast.charlie.id)["queue"] == {"depth": 0, "oldest_seconds": 0.0}
+    assert services.queue_depth()["depth"] == 1  # the operator's view: every tenant's
