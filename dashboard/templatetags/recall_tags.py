@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -8,6 +10,8 @@ from django import template
 from django.conf import settings
 from django.contrib.messages.storage.base import Message
 from django.utils import timezone
+from django.utils.html import conditional_escape
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
 from accounts import tiers
@@ -79,3 +83,28 @@ def restorable(message: Message) -> str:
     tag, set by the Replaced button), or ""."""
     tag = str(message.extra_tags or "")
     return tag.removeprefix("restore:") if tag.startswith("restore:") else ""
+
+
+# Bidirectional embeddings, overrides and isolates (U+202A-U+202E,
+# U+2066-U+2069) reorder the text around them when shown: a stored memory
+# that carries one can read as another ("Trojan Source"). They are shown as
+# marks that name them instead.
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+@register.filter(needs_autoescape=True)
+def shown(value: Any, autoescape: bool = True) -> SafeString:
+    """Stored text for a page: escaped, with each bidirectional control made visible."""
+    text = str(conditional_escape(value) if autoescape else value)
+
+    def mark(found: re.Match[str]) -> str:
+        char = found.group()
+        return f'<span class="control" title="{unicodedata.name(char)}">U+{ord(char):04X}</span>'
+
+    return mark_safe(_BIDI_CONTROLS.sub(mark, text))  # noqa: S308 (escaped above)
+
+
+@register.filter
+def bare(value: Any) -> str:
+    """Stored text for an attribute (an aria-label): its bidirectional controls left out."""
+    return _BIDI_CONTROLS.sub("", str(value))

@@ -133,6 +133,19 @@ def test_content_is_escaped(cast, alice_client):
     assert "&lt;script&gt;" in text
 
 
+def test_a_bidirectional_control_in_content_is_shown_as_a_mark_not_obeyed(cast, alice_client):
+    # "Pay <RLO>0001$ ot<PDF> Bob" read "Pay to$ 1000 Bob"-style on the page: the
+    # override reordered what was shown.
+    store_memory(cast.alice, "Approve refunds up to \u202e0001$\u202c <b>only</b>.")
+
+    text = alice_client.get(URL).content.decode()
+
+    assert "\u202e" not in text and "\u202c" not in text
+    assert '<span class="control" title="RIGHT-TO-LEFT OVERRIDE">U+202E</span>' in text
+    assert '<span class="control" title="POP DIRECTIONAL FORMATTING">U+202C</span>' in text
+    assert "&lt;b&gt;only&lt;/b&gt;" in text  # escaped all the same
+
+
 def test_it_deletes_a_memory(cast, alice_client):
     memory = store_memory(cast.alice, "forget me")
 
