@@ -45,6 +45,7 @@ from dashboard.charts import stacked_bars
 from dashboard.forms import ImportForm, KeyForm, SignupForm
 from memories import services as memory_services
 from memories import transfer
+from memories.validation import OFFSET_MAX
 from oauth import resources
 from oauth import services as oauth_services
 
@@ -282,10 +283,7 @@ def _memories_page(
     # Only the user's own agents filter; anything else shows every memory.
     agent = request.GET.get("agent", "")
     agent = agent if agent in agents else ""
-    try:
-        offset = max(0, int(request.GET.get("offset", 0)))
-    except ValueError:
-        offset = 0
+    offset = _offset(request)
     # Memories a later one replaced are hidden unless asked for (issue 22).
     replaced = request.GET.get("replaced") == "1"
 
@@ -538,20 +536,35 @@ HISTORY_PAGE = 50
 
 @login_required
 def changes(request: AuthenticatedRequest) -> HttpResponse:
-    """The latest changes to any of the user's memories, deletions included."""
+    """The latest changes to any of the user's memories, deletions included, a page at a
+    time."""
+    offset = min(_offset(request), OFFSET_MAX)
     # One more than is shown, to say whether older changes were left out.
-    found = memory_services.recent_changes(user_id=request.user.id, limit=HISTORY_PAGE + 1)
+    found = memory_services.recent_changes(
+        user_id=request.user.id, limit=HISTORY_PAGE + 1, offset=offset
+    )
+    more = len(found) > HISTORY_PAGE
     return render(
         request,
         "dashboard/changes.html",
         {
             "section": "memories",
             "changes": found[:HISTORY_PAGE],
-            "more": len(found) > HISTORY_PAGE,
+            "offset": offset,
+            "newer": max(0, offset - HISTORY_PAGE) if offset else None,
+            "older": offset + HISTORY_PAGE if more and offset < OFFSET_MAX else None,
             "shown": HISTORY_PAGE,
             "retention_days": settings.HISTORY_RETENTION_DAYS,
         },
     )
+
+
+def _offset(request: HttpRequest) -> int:
+    """The page's ``offset`` query parameter: a count of rows to skip, else 0."""
+    try:
+        return max(0, int(request.GET.get("offset", 0)))
+    except ValueError:
+        return 0
 
 
 @login_required

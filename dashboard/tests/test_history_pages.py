@@ -158,7 +158,8 @@ def test_a_replacing_memory_whose_history_was_erased_is_named_not_linked(cast, a
     assert f'data-erased="{new}"' in text and "its history erased" in text
 
 
-def test_recent_changes_says_when_older_ones_are_left_out(cast, alice_client):
+def test_recent_changes_pages_back_through_older_ones(cast, alice_client):
+    # It showed the latest 50 and said older ones were "not listed here".
     from dashboard.views import HISTORY_PAGE
     from tests.support import store_memory
 
@@ -168,8 +169,16 @@ def test_recent_changes_says_when_older_ones_are_left_out(cast, alice_client):
     full = alice_client.get("/memories/changes/").content.decode()
     store_memory(cast.alice, "one change more")
     over = alice_client.get("/memories/changes/").content.decode()
+    older = alice_client.get(f"/memories/changes/?offset={HISTORY_PAGE}").content.decode()
+    past = alice_client.get("/memories/changes/?offset=5000").content.decode()
 
-    assert f"The latest {HISTORY_PAGE} changes" in full and "data-more" not in full
+    assert f"{HISTORY_PAGE} a page" in full and "data-more" not in full
     assert full.count("data-memory-id") == HISTORY_PAGE
     assert over.count("data-memory-id") == HISTORY_PAGE and "data-more" in over
-    assert "Older changes are not listed here" in over
+    assert f'href="?offset={HISTORY_PAGE}"' in over and "Newer" not in over
+    # The oldest change, the first stored, is alone on the second page.
+    assert older.count("data-memory-id") == 1 and "change 0" in older
+    assert 'href="?offset=0"' in older and "data-more" not in older
+    assert "No older changes" in past
+    assert alice_client.get("/memories/changes/?offset=x").status_code == 200
+    assert alice_client.get("/memories/changes/?offset=99999999").status_code == 200

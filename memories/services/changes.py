@@ -634,8 +634,10 @@ def erase_history(*, user_id: uuid.UUID | str, id: object) -> int:
     return erased
 
 
-def recent_changes(*, user_id: uuid.UUID | str, limit: int = 50) -> list[Change]:
-    """Return the user's latest changes to any memory, newest first (the dashboard's feed)."""
+def recent_changes(*, user_id: uuid.UUID | str, limit: int = 50, offset: int = 0) -> list[Change]:
+    """Return the user's latest changes to any memory, newest first, skipping the newest
+    ``offset`` (the dashboard's feed, a page at a time)."""
+    skip = validation.integer(offset, field="offset", low=0, high=validation.OFFSET_MAX, default=0)
     with tenancy.tenant(user_id):
         rows = list(
             MemoryHistory.objects.filter(user_id=user_id)
@@ -652,7 +654,7 @@ def recent_changes(*, user_id: uuid.UUID | str, limit: int = 50) -> list[Change]
                 "client",
                 "api_key_id",
                 "recorded_at",
-            )[:limit]
+            )[skip : skip + limit]
         )
     return [{"memory_id": str(row["memory_id"]), **_version(row)} for row in rows]
 
