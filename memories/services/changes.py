@@ -35,7 +35,7 @@ from memories.models import (
     Memory,
     MemoryHistory,
 )
-from memories.services import superseding
+from memories.services import naming, superseding
 from memories.services.announced import settle_namespace, waits_for_announced
 from memories.services.shapes import Change, Deleted, Forgotten, Match, Version
 from memories.services.storing import drop_expired_copy, holder
@@ -510,7 +510,7 @@ def delete_as_operator(memory_ids: list[uuid.UUID]) -> int:
                 cursor,
                 _DOOMED.format(BY_IDS),
                 [user_id, owners[user_id]],
-                superseding.FREED,
+                naming.FREED,
                 across_namespaces=True,
             )
         deleted += len(gone.ids)
@@ -534,9 +534,7 @@ def _delete(condition: str, params: list[Any], purge: bool) -> int:
     is not counted as deleted.
     """
     with connection.cursor() as cursor:
-        gone = superseding.delete_freeing(
-            cursor, _DOOMED.format(condition), params, superseding.FREED
-        )
+        gone = superseding.delete_freeing(cursor, _DOOMED.format(condition), params, naming.FREED)
     if purge and gone.ids:
         _purge_history(gone.ids)
     return gone.live

@@ -18,7 +18,7 @@ from memories import embeddings, indexes
 from memories.models import (
     Memory,
 )
-from memories.services import superseding
+from memories.services import naming, superseding
 from memories.services.changes import EXPIRED_KEPT
 
 logger = logging.getLogger("memories.services")
@@ -144,11 +144,11 @@ def _purge_batch(cursor: Any, doomed: dict[Any, tuple[Any, str]]) -> int:
         superseding.pass_on(
             cursor,
             [(start, step, u) for start, (step, u, n) in passing.items() if (u, n) == group],
-            superseding.FREED_BY_EXPIRY,
+            naming.FREED_BY_EXPIRY,
         )
         here = [memory for memory in going if doomed[memory] == group]
         if here:
-            superseding.freeing(cursor, superseding.FREED_BY_EXPIRY)
+            superseding.freeing(cursor, naming.FREED_BY_EXPIRY)
             cursor.execute(_DELETE_EXPIRED, [here, allowed])
             gone += int(cursor.rowcount)
             superseding.freeing(cursor, None)

@@ -52,7 +52,7 @@ from memories.models import (
     JobStatus,
     Taken,
 )
-from memories.services import superseding
+from memories.services import naming
 from memories.services.announced import PENDING
 from memories.services.quota import check_quota
 from memories.services.shapes import NotReplaced, Queued, QueueDepth, Stored
@@ -156,7 +156,7 @@ def enqueue_remember(
             # job checks again when it stores the memory. After the key's replay,
             # and with the content's memory: a retry of a call whose link stands
             # is no conflict.
-            superseding.check_replaces(
+            naming.check_replaces(
                 user_id,
                 agent_id,
                 call.namespace,
@@ -610,7 +610,7 @@ def _replaces_refused(job: Taken, call: Remembering) -> RecallError | None:
         return None
     try:
         with tenancy.tenant(job.user_id, agent_id=job.agent_id):
-            superseding.check_replaces(
+            naming.check_replaces(
                 job.user_id,
                 job.agent_id,
                 call.namespace,
@@ -690,6 +690,8 @@ def queue_depth(
     )
     with scope:
         waiting = Job.objects.filter(status__in=PENDING)
+        if user_id is not None:
+            waiting = waiting.filter(user_id=user_id)  # as every tenant statement names it
         depth = waiting.count()
         oldest = waiting.order_by("created_at").values_list("created_at", flat=True).first()
     age = (timezone.now() - oldest).total_seconds() if oldest else 0.0

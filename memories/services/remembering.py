@@ -10,7 +10,7 @@ from core.errors import (
     ValidationFailed,
 )
 from memories import validation
-from memories.services import superseding
+from memories.services import naming
 from memories.services.queue import enqueue_remember
 from memories.services.shapes import Remembered
 from memories.services.storing import Item, Remembering, fingerprint, store, turn_items
@@ -55,7 +55,7 @@ def remembering(**given: Unpack[RememberArguments]) -> Remembering:
     expiry = validation.expiry(expires_at, ttl_seconds)
     thread = validation.label(thread_id, field="thread_id")
     meta = validation.metadata(metadata)
-    replaces = superseding.parse_replaces(given.get("replaces"))
+    replaces = naming.parse_replaces(given.get("replaces"))
     if replaces is not None and content is None:
         raise ValidationFailed("replaces applies to one memory (content), not to messages.")
     if content is not None:

@@ -20,7 +20,7 @@ from memories.models import (
     Priority,
     SourceKind,
 )
-from memories.services import superseding
+from memories.services import naming
 from memories.services.shapes import Answer, Sourced, Stored
 from memories.services.storing import Item, Remembering, fingerprint, store, turn_items, written_by
 
@@ -231,7 +231,7 @@ def add_note(
         thread_id=_label(thread_id, "thread_id"),
         task_id=_label(task_id, "task_id"),
         conversation=False,
-        replaces=superseding.parse_replaces(replaces),
+        replaces=naming.parse_replaces(replaces),
     )
     return store(user_id=user_id, tier=tier, agent_id=agent_id, call=call)
 

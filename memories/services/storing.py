@@ -30,7 +30,7 @@ from memories.models import (
     Memory,
     SourceKind,
 )
-from memories.services import superseding, threads
+from memories.services import naming, superseding, threads
 from memories.services.quota import check_quota
 from memories.services.shapes import Hinted, Remembered, Stored
 
@@ -338,7 +338,7 @@ def _named_link(
     (the same call again: ``found`` replaces it), when there is none to write."""
     if call.replaces is None:
         return [], False
-    if superseding.check_replaces(
+    if naming.check_replaces(
         user_id, agent_id, call.namespace, call.replaces, call.task_id, found=found
     ):
         return [], True
@@ -765,7 +765,7 @@ def _delete_expired(user_id: uuid.UUID | str, expired: Any) -> None:
             cursor,
             "SELECT id FROM memories WHERE user_id = %s AND id = ANY(%s) AND expires_at <= now()",
             [str(user_id), doomed],
-            superseding.FREED_BY_EXPIRY,
+            naming.FREED_BY_EXPIRY,
             across_namespaces=True,
         )
 

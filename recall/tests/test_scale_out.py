@@ -276,8 +276,9 @@ V1_FLOWS: dict[str, list[tuple[str, Flow]]] = {
     "health_check": [("health", lambda cast: lambda: v1_tools.health_check())],
 }
 
-# Tools that read across tenants on purpose, on the operator path, and why.
-FAN_OUT = {"health_check": "the background-job queue's depth, server-wide"}
+# Tools that read across tenants on purpose, on the operator path, and why:
+# none now (health_check's queue depth is the caller's own).
+FAN_OUT: dict[str, str] = {}
 
 CATALOGUES = [
     ("mcp", tools.TOOLS, FLOWS, False),
