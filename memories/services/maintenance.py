@@ -71,9 +71,11 @@ _LOCK_EXPIRED = (
     "SELECT id, user_id, namespace FROM memories WHERE expires_at <= %s"
     " ORDER BY user_id, namespace LIMIT %s FOR UPDATE SKIP LOCKED"
 )
+# By user and replacing id, as memories_replaces_idx (user_id, superseded_by) is
+# keyed: by superseded_by alone the index is read whole.
 _LOCK_HELD = (
-    "SELECT id FROM memories WHERE superseded_by = ANY(%s) AND NOT id = ANY(%s)"
-    " FOR NO KEY UPDATE SKIP LOCKED"
+    "SELECT id FROM memories WHERE user_id = ANY(%s) AND superseded_by = ANY(%s)"
+    " AND NOT id = ANY(%s) FOR NO KEY UPDATE SKIP LOCKED"
 )
 # Each held memory's walk through the expired steps after it, and the step it
 # reaches that stays (``stays``): the memory it passes on to.
@@ -90,7 +92,8 @@ _LOCK_STEPS = "SELECT id FROM memories WHERE id = ANY(%s) FOR NO KEY UPDATE SKIP
 # An expired memory some memory not locked here still names stays for the next run.
 _DELETE_EXPIRED = (
     "DELETE FROM memories gone WHERE gone.id = ANY(%s) AND NOT EXISTS ("
-    " SELECT 1 FROM memories m WHERE m.superseded_by = gone.id AND NOT m.id = ANY(%s))"
+    " SELECT 1 FROM memories m WHERE m.user_id = gone.user_id AND m.superseded_by = gone.id"
+    " AND NOT m.id = ANY(%s))"
 )
 
 
@@ -115,7 +118,8 @@ def _purge_batch(cursor: Any, doomed: dict[Any, tuple[Any, str]]) -> int:
     """Delete what of ``doomed`` (locked; each id's user and namespace) can go now,
     passing chains on; how many went."""
     ids = list(doomed)
-    cursor.execute(_LOCK_HELD, [ids, ids])
+    users = sorted({str(user) for user, _ in doomed.values()})
+    cursor.execute(_LOCK_HELD, [users, ids, ids])
     held = [row[0] for row in cursor.fetchall()]
     steps: dict[Any, list[Any]] = {}
     stays: dict[Any, tuple[Any, Any, str]] = {}
@@ -157,11 +161,11 @@ def _purge_batch(cursor: Any, doomed: dict[Any, tuple[Any, str]]) -> int:
 
 # Whether a memory that replaced another has expired: what it replaced is
 # hidden until the purge frees it, so the purge should not wait for the
-# minute's clean-up. Through the partial index on expires_at, then the one on
-# superseded_by: a few index probes when nothing has.
+# minute's clean-up. Through the partial index on expires_at, then one probe of
+# (user_id, superseded_by) for each expired memory.
 _REPLACER_EXPIRED = (
-    "SELECT EXISTS (SELECT 1 FROM memories e WHERE e.expires_at <= %s"
-    " AND EXISTS (SELECT 1 FROM memories m WHERE m.superseded_by = e.id))"
+    "SELECT EXISTS (SELECT 1 FROM memories e WHERE e.expires_at <= %s AND EXISTS"
+    " (SELECT 1 FROM memories m WHERE m.user_id = e.user_id AND m.superseded_by = e.id))"
 )
 
 
