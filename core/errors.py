@@ -151,6 +151,15 @@ def _sqlstate(exc: BaseException) -> str | None:
     return None
 
 
+def database_away(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database cannot be reached: raised as ``unavailable`` by
+    us, or an outage (``is_outage``). A cancelled statement is answered ``unavailable``
+    too, but the database answered it: no outage to log once or to back off for."""
+    if isinstance(exc, RecallError):
+        return exc.code == Unavailable.code
+    return is_outage(exc)
+
+
 def from_exception(exc: BaseException) -> RecallError:
     """Return the error a client sees for ``exc``: itself, ``unavailable``, ``conflict``
     (a lost race) or ``internal_error``."""

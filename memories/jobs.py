@@ -237,7 +237,7 @@ class _Listener:
 
 def _trouble(place: str, exc: Exception) -> None:
     """Log a failure: once per outage when the database is down, else each time."""
-    if errors.from_exception(exc).code == errors.Unavailable.code:
+    if errors.database_away(exc):
         outage.note(place, exc)
     else:
         logger.error(

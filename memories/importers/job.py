@@ -98,7 +98,7 @@ def _run(
                 user_id=user_id, job_id=job_id, attempts=attempts, report=None, error=error
             )
         except Exception as exc:
-            if errors.from_exception(exc).code == errors.Unavailable.code:
+            if errors.database_away(exc):
                 raise  # the database is away: the lease runs out and the job is taken again
             _again_or_fail(
                 job_id, user_id, attempts, InternalError("The import failed on our side.")

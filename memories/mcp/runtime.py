@@ -127,9 +127,12 @@ def _run(name: str, call: Callable[[], CallToolResult], shape: Shape) -> CallToo
         return shape(error)
     except Exception as exc:
         shown = errors.from_exception(exc)
-        if shown.code == errors.Unavailable.code:
+        if errors.database_away(exc):
             # Not a bug in this call: logged once per outage, not per call.
             outage.note("tool calls", exc)
+        elif shown.code == errors.Unavailable.code:
+            # A statement the database cancelled (a timeout, its operator).
+            logger.warning("tool call cancelled", extra={"tool": name, **describe_exception(exc)})
         else:
             logger.error("tool failed", extra={"tool": name, **describe_exception(exc)})
         return shape(shown)

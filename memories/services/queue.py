@@ -305,7 +305,7 @@ def run_next_job() -> bool:
             with context.acting_as(taken.client or "worker", taken.api_key_id):
                 _run_job(taken)
     except Exception as exc:
-        if runner is None and errors.from_exception(exc).code == errors.Unavailable.code:
+        if runner is None and errors.database_away(exc):
             # The database went away mid-run, so nothing of the run was kept
             # (or it settled the job as it committed). Once it answers, the
             # add is retried with back-off, as after an embedder's failure,
@@ -335,7 +335,7 @@ def _hand_back_interrupted() -> None:
         try:
             _retry_or_fail(job_id, attempts, _OUTAGE)
         except Exception as exc:
-            if errors.from_exception(exc).code == errors.Unavailable.code:
+            if errors.database_away(exc):
                 with _in_hand_lock:  # still away: these wait for the next poll
                     _interrupted.update(runs[number:])
                 raise
@@ -548,7 +548,7 @@ def _run_job(job: Taken) -> None:
     except RecallError as error:
         _fail(job.id, job.attempts, error)
     except Exception as exc:
-        if errors.from_exception(exc).code == errors.Unavailable.code:
+        if errors.database_away(exc):
             # The database is away: the worker backs off, and the job is
             # queued again once it answers (run_next_job).
             raise

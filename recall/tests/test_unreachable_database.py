@@ -124,3 +124,27 @@ def test_a_psycopg_error_from_the_start_up_is_one_line(monkeypatch, capsys):
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("recall list-keys: cannot reach the")
     assert "(connection timeout expired)" in line
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tool_call_whose_statement_is_cancelled_is_no_outage_in_the_log(caplog):
+    # Answered unavailable, it was logged as the database going away
+    # ("database unavailable", once per outage) and not as this tool's.
+    import logging
+
+    from django.db import transaction
+
+    from memories.mcp import runtime
+
+    def cancelled_body():
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL statement_timeout = '10ms'")
+            cursor.execute("SELECT pg_sleep(1)")
+
+    with caplog.at_level(logging.INFO):
+        result = runtime._run("recall", cancelled_body, runtime.failure)
+
+    assert result.is_error and result.structured_content["error"]["code"] == "unavailable"
+    [line] = [r for r in caplog.records if r.getMessage() == "tool call cancelled"]
+    assert (line.levelname, line.tool) == ("WARNING", "recall")
+    assert "database unavailable" not in caplog.text
