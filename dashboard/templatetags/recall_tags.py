@@ -72,9 +72,10 @@ def last_used(value: datetime | None) -> str:
 
 
 @register.filter
-def as_json(value: Any) -> str:
-    """Show stored JSON (metadata) as JSON, not as Python's repr of it."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+def as_json(value: Any) -> SafeString:
+    """Show stored JSON (metadata) as JSON, not as Python's repr of it: escaped, with its
+    bidirectional controls made visible (``shown``)."""
+    return shown(json.dumps(value, ensure_ascii=False, sort_keys=True, default=str))
 
 
 @register.filter

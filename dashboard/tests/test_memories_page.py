@@ -146,6 +146,22 @@ def test_a_bidirectional_control_in_content_is_shown_as_a_mark_not_obeyed(cast, 
     assert "&lt;b&gt;only&lt;/b&gt;" in text  # escaped all the same
 
 
+def test_a_bidirectional_control_in_metadata_or_a_role_is_shown_as_a_mark(cast, alice_client):
+    services.remember(
+        user_id=cast.alice.id,
+        tier=Tier.PRO,
+        messages=[{"role": "user\u202e", "content": "Refunds need two approvals."}],
+        metadata={"note": "up to \u2067<i>5</i>\u2069"},
+    )
+
+    text = alice_client.get(URL).content.decode()
+
+    assert not {"\u202e", "\u2067", "\u2069"} & set(text)
+    assert '<span class="control" title="RIGHT-TO-LEFT OVERRIDE">U+202E</span>' in text
+    assert 'title="RIGHT-TO-LEFT ISOLATE">U+2067</span>' in text
+    assert "&lt;i&gt;5&lt;/i&gt;" in text
+
+
 def test_it_deletes_a_memory(cast, alice_client):
     memory = store_memory(cast.alice, "forget me")
 
