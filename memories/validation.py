@@ -58,10 +58,15 @@ def normalize(text: str) -> str:
     return text.strip()
 
 
+# Characters drawn as nothing that are not format characters (Cf): the Hangul
+# fillers, the braille blank, the combining grapheme joiner, variation selectors.
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800\u034f\ufe0e\ufe0f")
+
+
 def _invisible(text: str) -> bool:
-    """Whether ``text`` is all format characters (zero-width, joiners, BOM) and whitespace:
-    stored, it would be a memory that no one can read or search for."""
-    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+    """Whether ``text`` is all whitespace, format (zero-width, joiners, BOM), control and
+    blank characters: stored, it would be a memory that no one can read or search for."""
+    return all(c.isspace() or c in _BLANK or unicodedata.category(c) in ("Cf", "Cc") for c in text)
 
 
 def content_hash(normalized: str) -> str:
@@ -72,15 +77,16 @@ def _check_storable(value: str, field: str) -> None:
     storable.text(value, field=field)
 
 
-def text(value: Any, *, field: str, maximum: int) -> str:
-    """Return ``value`` normalised, or raise if it is not 1..maximum characters."""
+def text(value: Any, *, field: str, maximum: int, visible: bool = True) -> str:
+    """Return ``value`` normalised, or raise if it is not 1..maximum characters (with
+    ``visible``, not all of them invisible)."""
     if not isinstance(value, str):
         raise ValidationFailed(f"{field} must be a string.")
     _check_storable(value, field)
     normalized = normalize(value)
     if not normalized:
         raise ValidationFailed(f"{field} must not be empty or only whitespace.")
-    if _invisible(normalized):
+    if visible and _invisible(normalized):
         raise ValidationFailed(
             f"{field} must show some text: it holds only invisible characters"
             " (such as a zero-width space or a byte order mark) and whitespace."
@@ -96,6 +102,12 @@ def text(value: Any, *, field: str, maximum: int) -> str:
 
 def content(value: Any) -> str:
     return text(value, field="content", maximum=CONTENT_MAX)
+
+
+def stored_content(value: Any) -> str:
+    """``content`` as Recall's own export holds it: what an older release stored may be
+    invisible, and a backup restores whole."""
+    return text(value, field="content", maximum=CONTENT_MAX, visible=False)
 
 
 def query(value: Any) -> str:

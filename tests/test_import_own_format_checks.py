@@ -119,6 +119,22 @@ def test_a_history_entry_without_a_namespace_is_in_its_memorys(cast, tmp_path):
     assert (version.namespace, memory.namespace, memory.version) == ("travel", "travel", 1)
 
 
+def test_an_invisible_memory_an_older_release_stored_restores(cast, tmp_path):
+    # remember now refuses content of invisible characters alone; a backup made
+    # before that refused its whole record.
+    invisible = "\u200b"
+    path = write(
+        tmp_path / "blank.jsonl",
+        record(content=invisible, history_changes={"content": invisible}),
+    )
+
+    import_file("alice@example.com", path)
+
+    with tenancy.operator():
+        [memory] = Memory.objects.filter(user_id=cast.alice.id)
+    assert memory.content == invisible
+
+
 def test_a_link_between_notes_of_two_tasks_is_not_made(cast, tmp_path):
     old_id, new_id = "55555555-5555-4555-8555-555555555555", "66666666-6666-4666-8666-666666666666"
     old = record(

@@ -53,7 +53,7 @@ def read_record(record: Any, embedder: embeddings.Embedder) -> Incoming:
     """Return ``record`` validated, or raise ValidationFailed saying what is wrong with it."""
     if not isinstance(record, dict):
         raise ValidationFailed("each line must be a JSON object.")
-    text = validation.content(record.get("content"))
+    text = validation.stored_content(record.get("content"))
     namespace = validation.namespace(record.get("namespace"))
     created, updated = _times(record)
     history = _history(record, namespace)
@@ -190,7 +190,7 @@ def _incoming_version(entry: Any, namespace: str) -> dict[str, Any]:
             entry.get("version"), field="version", low=1, high=1_000_000, default=1
         ),
         "action": action,
-        "content": validation.content(entry.get("content")),
+        "content": validation.stored_content(entry.get("content")),
         "metadata": validation.metadata(entry.get("metadata")),
         "namespace": held,
         "priority": validation.priority(entry.get("priority")),

@@ -155,6 +155,7 @@ def test_the_free_quota_is_per_tenant(cast):
         ({"content": "\u200b"}, "only invisible characters"),
         ({"content": "\ufeff"}, "only invisible characters"),
         ({"content": " \u200d\u2060 \u200c"}, "only invisible characters"),
+        ({"content": "\u3164\u2800 \ufe0f"}, "only invisible characters"),
         ({"content": "x" * 50_001}, "content is 50,001 characters; the maximum is 50,000."),
         # U+0958 becomes two characters in NFC: the count is said to be the stored one.
         ({"content": "\u0958" * 30_000}, "60,000 characters once normalised (Unicode NFC)"),
