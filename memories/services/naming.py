@@ -107,15 +107,16 @@ def _lent(user_id: uuid.UUID | str, memory_id: uuid.UUID, task_id: str) -> bool:
             [task_id],
         )
         (before, _) = cursor.fetchone()
-        try:
-            cursor.execute(
-                "SELECT EXISTS (SELECT 1 FROM memories WHERE user_id = %s AND id = %s"
-                " AND (expires_at IS NULL OR expires_at > statement_timestamp()))",
-                [str(user_id), memory_id],
-            )
-            return bool(cursor.fetchone()[0])
-        finally:
-            cursor.execute("SELECT set_config('app.current_task_id', %s, true)", [before or ""])
+        # Not restored on a failure: the transaction is lost then, the setting with it,
+        # and a statement in it would hide the failure behind "transaction aborted".
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM memories WHERE user_id = %s AND id = %s"
+            " AND (expires_at IS NULL OR expires_at > statement_timestamp()))",
+            [str(user_id), memory_id],
+        )
+        (lent,) = cursor.fetchone()
+        cursor.execute("SELECT set_config('app.current_task_id', %s, true)", [before or ""])
+    return bool(lent)
 
 
 # An expired memory, and the latest live step of its chain after it, if any: the

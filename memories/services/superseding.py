@@ -181,6 +181,10 @@ def detect(
         decisions = decide(content, candidates)
         confident = [d for d in decisions if d.verdict == "supersede"]
         links = lock(user_id, [Link(uuid.UUID(d.id), _decision("offline", d)) for d in confident])
+        # Only when no link is left: with some rows held, locking a newer memory
+        # now would take rows out of id order. Then the write keeps the links it
+        # holds, and a newer value that replaced one of the others stays current
+        # beside it: two current values, as the same race left them before.
         if links or not confident:
             break
         # All it would replace was replaced (or forgotten) by a write that
