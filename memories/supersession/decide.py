@@ -581,7 +581,9 @@ def _as_written(stems: frozenset[str], text: str) -> list[str]:
     "databas". A stem the text does not show (a value's own form) is left as it is."""
     written: dict[str, str] = {}
     for word in words(text):
-        written.setdefault(stem(word), word.lower().strip("'\u2019"))
+        bare = word.replace("\u2019", "'").strip("'")
+        bare = bare[:-2] if bare.lower().endswith("'s") else bare  # "Maya's": Maya
+        written.setdefault(stem(word), bare)
     return sorted(written.get(s, s) for s in stems)
 
 
