@@ -129,9 +129,12 @@ def settle_namespace(user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None,
     its memories were not stored yet, so they outlived it (seed 001's
     ``add_memory`` queues by default: add, then ``delete_all_memories``, kept
     everything). Wait up to ``ANNOUNCED_WAIT_SECONDS`` for those jobs; one
-    still queued then is withdrawn (failed, ``conflict``), so its memories
-    are never stored. Return how many were withdrawn. A job already running
-    is left to end: it may be storing now.
+    still queued or running then is withdrawn (failed, ``conflict``), so its
+    memories are never stored: a run settles its job in the transaction that
+    stores, only while the job is still its own (``queue._run_job``), so a
+    run that is storing now rolls back. A run that settled first committed
+    before this returns, and the delete takes what it stored. Return how many
+    were withdrawn.
     """
     user = str(user_id)
     agent = None if agent_id is None else str(agent_id)
@@ -149,12 +152,12 @@ def settle_namespace(user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None,
     if _poll(settled):
         return 0
     message = (
-        f"Withdrawn before it ran: delete_all_memories emptied namespace {ns} "
+        f"Withdrawn: delete_all_memories emptied namespace {ns} "
         "after this add was queued, so its memories were not stored."
     )
     with tenancy.tenant(user, agent_id=agent):
         # The tenant's own path, naming the user as every tool's statement does.
-        return pending.filter(status=JobStatus.QUEUED).update(
+        return pending.update(
             status=JobStatus.FAILED,
             payload=None,
             error_code=errors.Conflict.code,

@@ -466,3 +466,26 @@ def test_an_import_run_that_lost_its_job_stores_saves_and_settles_nothing(cast, 
     assert (row.status, row.attempts) == ("done", 2)
     assert (row.result["imported"], row.result["refused"]) == (3, 2)
     assert len(contents(cast.alice)) == 3
+
+
+def test_deleting_a_namespace_withdraws_an_add_already_running_into_it(cast, gate, monkeypatch):
+    # Seed 001's delete_all_memories withdrew the adds still queued, but one
+    # already running stored its memories after the delete had answered.
+    from memories.services import announced
+
+    monkeypatch.setattr(announced, "ANNOUNCED_WAIT_SECONDS", 0.3)
+    slow = gate("running-add")
+    queued = queue_conversation(cast)
+    running = run_in_thread("running-add")
+    slow.wait_for("running-add")
+
+    done = services.forget_namespace(user_id=cast.alice.id, namespace="default")
+    slow.let_go("running-add")
+    running.join(30)
+
+    assert not running.is_alive()
+    assert done["deleted_count"] == 0
+    assert contents(cast.alice) == set()
+    withdrawn = job_row(queued["job_id"])
+    assert (withdrawn.status, withdrawn.error_code) == ("failed", "conflict")
+    assert "so its memories were not stored" in withdrawn.error_message

@@ -711,7 +711,6 @@ def test_deleting_a_namespace_in_one_call_takes_the_adds_queued_before_it(cast, 
     outcomes = sorted(job_row(q["job_id"]).status for q in queued)
     assert outcomes == ["done", "failed", "failed"]
     [withdrawn, *_] = [job_row(q["job_id"]) for q in queued if job_row(q["job_id"]).error_code]
-    assert (
-        withdrawn.error_code == "conflict" and "Withdrawn before it ran" in withdrawn.error_message
-    )
+    assert withdrawn.error_code == "conflict"
+    assert "Withdrawn: delete_all_memories emptied" in withdrawn.error_message
     assert job_row(elsewhere["job_id"]).status == "done"
