@@ -70,6 +70,7 @@ class Workers:
         # that a job finished during stop() keeps its lease to the end.
         self._quiet = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._quick_failure_said = float("-inf")
 
     def start(self) -> Workers:
         if self.threads < 1 and not self.maintenance:
@@ -170,8 +171,11 @@ class Workers:
                 done = maintenance.clean_up()
         except Exception as exc:
             if quick and not errors.database_away(exc):
-                # Every 2 s: the minute's clean-up runs the same purge and logs it.
-                logger.debug("maintenance: quick purge failed", extra=describe_exception(exc))
+                # Asked every 2 s: a failure that lasts is said once a minute.
+                now = time.monotonic()
+                if now >= self._quick_failure_said + MAINTENANCE_SECONDS:
+                    self._quick_failure_said = now
+                    logger.warning("maintenance: quick purge failed", extra=describe_exception(exc))
                 return
             _trouble("maintenance", exc)
             return

@@ -59,14 +59,19 @@ def normalize(text: str) -> str:
 
 
 # Characters drawn as nothing that are not format characters (Cf): the Hangul
-# fillers, the braille blank, the combining grapheme joiner, variation selectors.
-_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800\u034f\ufe0e\ufe0f")
+# fillers, the braille blank, the combining grapheme joiner, and the variation
+# selectors (U+FE00-FE0F, U+E0100-E01EF).
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800\u034f")
+
+
+def _blank(c: str) -> bool:
+    return c in _BLANK or "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef"
 
 
 def _invisible(text: str) -> bool:
     """Whether ``text`` is all whitespace, format (zero-width, joiners, BOM), control and
     blank characters: stored, it would be a memory that no one can read or search for."""
-    return all(c.isspace() or c in _BLANK or unicodedata.category(c) in ("Cf", "Cc") for c in text)
+    return all(c.isspace() or _blank(c) or unicodedata.category(c) in ("Cf", "Cc") for c in text)
 
 
 def content_hash(normalized: str) -> str:

@@ -132,7 +132,10 @@ def _run(name: str, call: Callable[[], CallToolResult], shape: Shape) -> CallToo
             outage.note("tool calls", exc)
         elif shown.code == errors.Unavailable.code:
             # A statement the database cancelled (a timeout, its operator).
-            logger.warning("tool call cancelled", extra={"tool": name, **describe_exception(exc)})
+            logger.warning(
+                "statement cancelled by the database",
+                extra={"tool": name, **describe_exception(exc)},
+            )
         else:
             logger.error("tool failed", extra={"tool": name, **describe_exception(exc)})
         return shape(shown)

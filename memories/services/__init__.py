@@ -14,6 +14,7 @@ One module per concept, layered so that none imports one above it:
 * ``changes``: update, forget (and its confirmations), history;
 * ``sources``: seed 003's add, search, filters and recall;
 * ``superseding``: knowledge updates: which memory a write replaces, and undo;
+* ``naming``: a write's ``replaces``: the id read and checked;
 * ``transfer``: export and import;
 * ``importing``: imports from other memory servers (memories/importers);
 * ``maintenance``: the periodic clean-up and re-embedding (operator path);

@@ -267,9 +267,9 @@ def _store(
         # the first this transaction locks (superseding.restate).
         first = held.get(places[0])
         _not_itself(first[0] if first else None, call.replaces)
-        naming = [call.replaces] if call.replaces is not None else []
+        named_ids = [call.replaces] if call.replaces is not None else []
         again = (
-            superseding.restate(user_id, first[0], naming)
+            superseding.restate(user_id, first[0], named_ids)
             if call.note and first and first[1]
             else []
         )

@@ -576,13 +576,20 @@ def judge(new: str, candidate: Candidate) -> Decision:
     )
 
 
+# Words ending in 's that are no possessive.
+_CONTRACTIONS = frozenset(
+    {"it's", "that's", "there's", "here's", "what's", "who's", "he's", "she's", "let's"}
+)
+
+
 def _as_written(stems: frozenset[str], text: str) -> list[str]:
     """``stems`` as ``text`` writes them, for the history's reader: "database", not
     "databas". A stem the text does not show (a value's own form) is left as it is."""
     written: dict[str, str] = {}
     for word in words(text):
         bare = word.replace("\u2019", "'").strip("'")
-        bare = bare[:-2] if bare.lower().endswith("'s") else bare  # "Maya's": Maya
+        if bare.lower().endswith("'s") and bare.lower() not in _CONTRACTIONS:
+            bare = bare[:-2]  # "Maya's": Maya
         written.setdefault(stem(word), bare)
     return sorted(written.get(s, s) for s in stems)
 

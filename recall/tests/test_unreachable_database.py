@@ -145,6 +145,6 @@ def test_a_tool_call_whose_statement_is_cancelled_is_no_outage_in_the_log(caplog
         result = runtime._run("recall", cancelled_body, runtime.failure)
 
     assert result.is_error and result.structured_content["error"]["code"] == "unavailable"
-    [line] = [r for r in caplog.records if r.getMessage() == "tool call cancelled"]
+    [line] = [r for r in caplog.records if r.getMessage() == "statement cancelled by the database"]
     assert (line.levelname, line.tool) == ("WARNING", "recall")
     assert "database unavailable" not in caplog.text
