@@ -68,12 +68,6 @@ _LOG_LEVELS = {"internal_error": logging.ERROR, "unavailable": logging.WARNING}
 
 # Argument names whose values are user content, logged only as fingerprints.
 _SENSITIVE = ("content", "query")
-# The modes any catalogue's tools take (recall, forget, memory_recall). Another
-# value in "mode" is a client's mistake, and may be anything it meant to send
-# elsewhere: it is left out of the log, as a namespace that is not one is.
-_MODES = frozenset(
-    {"hybrid", "semantic", "lexical", "by_id", "by_query", "all", "llm", "extractive"}
-)
 
 
 def build_server() -> MCPServer:
@@ -132,6 +126,7 @@ def _server(
         # and the published schema says so.
         tool.parameters["additionalProperties"] = False
     registry = {tool.name: tool for tool in built}
+    modes = _modes(built)
 
     async def observe_tool_calls(
         ctx: ServerRequestContext[Any, Any], call_next: CallNext
@@ -153,13 +148,14 @@ def _server(
             actor_token = context.actor.set(
                 context.Actor("stdio" if stdio else client, caller.api_key_id if caller else None)
             )
-            fields = _log_fields(core_usage.tool_label(name, registry), arguments)
+            label = core_usage.tool_label(name, registry)
+            fields = _log_fields(label, arguments, modes)
             logger.info("tool call started", extra=fields)
             started = time.perf_counter()
 
             def finished(error_code: str | None) -> None:
                 elapsed_ms = int((time.perf_counter() - started) * 1000)
-                _record(core_usage.tool_label(name, registry), error_code, elapsed_ms)
+                _record(label, error_code, elapsed_ms)
                 fields.update(
                     elapsed_ms=elapsed_ms, success=error_code is None, error_code=error_code
                 )
@@ -446,9 +442,17 @@ def _record(tool: str, error_code: str | None, elapsed_ms: int) -> None:
         held.recorded = True
 
 
-def _log_fields(tool: str, arguments: object) -> dict[str, Any]:
+def _modes(built: list[Tool]) -> frozenset[str]:
+    """The values the catalogue's ``mode`` arguments take, as their schemas publish them."""
+    schemas = [tool.parameters.get("properties", {}).get("mode", {}) for tool in built]
+    branches = [branch for schema in schemas for branch in [schema, *schema.get("anyOf", [])]]
+    return frozenset(value for branch in branches for value in branch.get("enum", []))
+
+
+def _log_fields(tool: str, arguments: object, modes: frozenset[str]) -> dict[str, Any]:
     """What a tool call's log lines say of it: never a value the client may have put
-    content or a secret in (a tool name it made up, text in the wrong argument)."""
+    content or a secret in (a tool name it made up, text in the wrong argument, a
+    ``mode`` that is none of the catalogue's, a namespace that is not one)."""
     caller = auth.current.get()
     fields: dict[str, Any] = {
         "request_id": context.request_id.get(),
@@ -465,7 +469,7 @@ def _log_fields(tool: str, arguments: object) -> dict[str, Any]:
         namespace, mode, limit = (arguments.get(k) for k in ("namespace", "mode", "limit"))
         if isinstance(namespace, str) and validation.NAMESPACE_PATTERN.fullmatch(namespace):
             fields["namespace"] = namespace
-        if isinstance(mode, str) and mode in _MODES:
+        if isinstance(mode, str) and mode in modes:
             fields["mode"] = mode
         if isinstance(limit, int) and not isinstance(limit, bool):
             fields["limit"] = limit

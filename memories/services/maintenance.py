@@ -71,11 +71,10 @@ _LOCK_EXPIRED = (
     "SELECT id, user_id, namespace FROM memories WHERE expires_at <= %s"
     " ORDER BY user_id, namespace LIMIT %s FOR UPDATE SKIP LOCKED"
 )
-# By user and replacing id, as memories_replaces_idx (user_id, superseded_by) is
-# keyed: by superseded_by alone the index is read whole.
+# Through memories_replaced_by_idx (superseded_by), migration 0029.
 _LOCK_HELD = (
-    "SELECT id FROM memories WHERE user_id = ANY(%s) AND superseded_by = ANY(%s)"
-    " AND NOT id = ANY(%s) FOR NO KEY UPDATE SKIP LOCKED"
+    "SELECT id FROM memories WHERE superseded_by = ANY(%s) AND NOT id = ANY(%s)"
+    " FOR NO KEY UPDATE SKIP LOCKED"
 )
 # Each held memory's walk through the expired steps after it, and the step it
 # reaches that stays (``stays``): the memory it passes on to.
@@ -118,8 +117,7 @@ def _purge_batch(cursor: Any, doomed: dict[Any, tuple[Any, str]]) -> int:
     """Delete what of ``doomed`` (locked; each id's user and namespace) can go now,
     passing chains on; how many went."""
     ids = list(doomed)
-    users = sorted({str(user) for user, _ in doomed.values()})
-    cursor.execute(_LOCK_HELD, [users, ids, ids])
+    cursor.execute(_LOCK_HELD, [ids, ids])
     held = [row[0] for row in cursor.fetchall()]
     steps: dict[Any, list[Any]] = {}
     stays: dict[Any, tuple[Any, Any, str]] = {}

@@ -559,13 +559,10 @@ def _run_job(job: Taken) -> None:
             return
         # A run that lost its job may trip over the other run's memories (the
         # same ids): that is no failure of the job's, and is logged as lost.
-        shown = errors.from_exception(exc)  # a cancelled statement says so
-        failed = shown if shown.code == errors.Unavailable.code else None
-        if _retry_or_fail(
-            job.id,
-            job.attempts,
-            failed or InternalError("Storing this memory failed on our side."),
-        ):
+        shown = errors.from_exception(exc)
+        if shown.code != errors.Unavailable.code:  # a cancelled statement keeps its words
+            shown = InternalError("Storing this memory failed on our side.")
+        if _retry_or_fail(job.id, job.attempts, shown):
             logger.error("job failed", extra={"job_id": str(job.id), **describe_exception(exc)})
 
 
