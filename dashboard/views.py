@@ -40,12 +40,11 @@ from accounts.models import User
 from billing import checkout
 from billing import services as billing_services
 from core import context, csp, once
-from core.errors import Conflict, NotFound, RecallError
+from core.errors import Conflict, NotFound, RecallError, ValidationFailed
 from dashboard.charts import stacked_bars
 from dashboard.forms import ImportForm, KeyForm, SignupForm
 from memories import services as memory_services
 from memories import transfer
-from memories.validation import OFFSET_MAX
 from oauth import resources
 from oauth import services as oauth_services
 
@@ -537,22 +536,25 @@ HISTORY_PAGE = 50
 @login_required
 def changes(request: AuthenticatedRequest) -> HttpResponse:
     """The latest changes to any of the user's memories, deletions included, a page at a
-    time."""
-    offset = min(_offset(request), OFFSET_MAX)
-    # One more than is shown, to say whether older changes were left out.
-    found = memory_services.recent_changes(
-        user_id=request.user.id, limit=HISTORY_PAGE + 1, offset=offset
-    )
-    more = len(found) > HISTORY_PAGE
+    time: ``?before=`` a change pages back from it, ``?after=`` forward."""
+    before, after = request.GET.get("before"), request.GET.get("after")
+    try:
+        page = memory_services.recent_changes(
+            user_id=request.user.id, limit=HISTORY_PAGE, before=before, after=after
+        )
+    except ValidationFailed:
+        # A cursor mangled in the address bar: the latest page, as for none.
+        before = after = None
+        page = memory_services.recent_changes(user_id=request.user.id, limit=HISTORY_PAGE)
     return render(
         request,
         "dashboard/changes.html",
         {
             "section": "memories",
-            "changes": found[:HISTORY_PAGE],
-            "offset": offset,
-            "newer": max(0, offset - HISTORY_PAGE) if offset else None,
-            "older": offset + HISTORY_PAGE if more and offset < OFFSET_MAX else None,
+            "changes": page["changes"],
+            "paged": bool(before or after),
+            "newer": page["newer"],
+            "older": page["older"],
             "shown": HISTORY_PAGE,
             "retention_days": settings.HISTORY_RETENTION_DAYS,
         },

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 
 from accounts.tiers import Tier
 from core import context
@@ -169,16 +171,70 @@ def test_recent_changes_pages_back_through_older_ones(cast, alice_client):
     full = alice_client.get("/memories/changes/").content.decode()
     store_memory(cast.alice, "one change more")
     over = alice_client.get("/memories/changes/").content.decode()
-    older = alice_client.get(f"/memories/changes/?offset={HISTORY_PAGE}").content.decode()
-    past = alice_client.get("/memories/changes/?offset=5000").content.decode()
+    older = alice_client.get("/memories/changes/?" + _link(over, "Older")).content.decode()
 
     assert f"{HISTORY_PAGE} a page" in full and "data-more" not in full
     assert full.count("data-memory-id") == HISTORY_PAGE
     assert over.count("data-memory-id") == HISTORY_PAGE and "data-more" in over
-    assert f'href="?offset={HISTORY_PAGE}"' in over and "Newer" not in over
+    assert "Newer" not in over
     # The oldest change, the first stored, is alone on the second page.
     assert older.count("data-memory-id") == 1 and "change 0" in older
-    assert 'href="?offset=0"' in older and "data-more" not in older
-    assert "No older changes" in past
-    assert alice_client.get("/memories/changes/?offset=x").status_code == 200
-    assert alice_client.get("/memories/changes/?offset=99999999").status_code == 200
+    assert "data-more" not in older
+    newest = alice_client.get("/memories/changes/?" + _link(older, "Newer")).content.decode()
+    assert _shown(newest) == _shown(over)
+    for mangled in ("x", "1.2.3", "-1", "", "1." + "9" * 19, "9" * 18 + ".1"):
+        page = alice_client.get(f"/memories/changes/?before={mangled}")
+        assert page.status_code == 200 and _shown(page.content.decode()) == _shown(over)
+    # A page newer than every change is the latest page.
+    ahead = alice_client.get("/memories/changes/?after=" + "9" * 17 + ".1").content.decode()
+    assert _shown(ahead) == _shown(over) and "No older changes" not in ahead
+
+
+def test_changes_recorded_meanwhile_shift_no_page_and_ties_are_kept_apart(cast, alice_client):
+    # Paged by offset, a change recorded between two pages showed the last row
+    # of one page again at the top of the next; many changes of one statement
+    # share their recorded_at, which the pages must still tell apart.
+    from core import tenancy
+    from dashboard.views import HISTORY_PAGE
+    from memories.models import Memory
+    from tests.support import store_memory
+
+    total = 2 * HISTORY_PAGE + 20
+    with tenancy.tenant(cast.alice.id):
+        Memory.objects.bulk_create(
+            Memory(
+                user=cast.alice,
+                namespace="default",
+                content=f"batch {n}",
+                content_hash=f"{n:064x}",
+                embedding=[1.0, 0.0],
+                embedding_model="t",
+            )
+            for n in range(total)
+        )
+
+    seen: list[str] = []
+    page = alice_client.get("/memories/changes/").content.decode()
+    seen += _shown(page)
+    while "data-more" in page:
+        store_memory(cast.alice, f"recorded meanwhile {len(seen)}")
+        page = alice_client.get("/memories/changes/?" + _link(page, "Older")).content.decode()
+        seen += _shown(page)
+
+    assert len(seen) == total and len(set(seen)) == total
+    assert "No older changes" not in page and "recorded meanwhile" not in " ".join(seen)
+    # Back from the oldest page: the page before it, not the newest changes.
+    back = alice_client.get("/memories/changes/?" + _link(page, "Newer")).content.decode()
+    assert _shown(back) == seen[HISTORY_PAGE : 2 * HISTORY_PAGE]
+
+
+def _link(page: str, label: str) -> str:
+    """The query string of the page's pager link named ``label``."""
+    found = re.search(r'href="\?([^"]+)"[^>]*>[^<]*' + label, page)
+    assert found is not None, label
+    return html.unescape(found[1])
+
+
+def _shown(page: str) -> list[str]:
+    """The contents the page lists, in order."""
+    return re.findall(r'<div class="content">([^<]*)</div>', page)

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import secrets
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Unpack
 
 from django.conf import settings
 from django.db import IntegrityError, connection
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from core import tenancy
@@ -37,7 +39,7 @@ from memories.models import (
 )
 from memories.services import naming, superseding
 from memories.services.announced import settle_namespace, waits_for_announced
-from memories.services.shapes import Change, Deleted, Forgotten, Match, Version
+from memories.services.shapes import Change, ChangesPage, Deleted, Forgotten, Match, Version
 from memories.services.storing import drop_expired_copy, holder
 
 logger = logging.getLogger("memories.services")
@@ -632,29 +634,95 @@ def erase_history(*, user_id: uuid.UUID | str, id: object) -> int:
     return erased
 
 
-def recent_changes(*, user_id: uuid.UUID | str, limit: int = 50, offset: int = 0) -> list[Change]:
-    """Return the user's latest changes to any memory, newest first, skipping the newest
-    ``offset`` (the dashboard's feed, a page at a time)."""
-    skip = validation.integer(offset, field="offset", low=0, high=validation.OFFSET_MAX, default=0)
+def recent_changes(
+    *,
+    user_id: uuid.UUID | str,
+    limit: int = 50,
+    before: str | None = None,
+    after: str | None = None,
+) -> ChangesPage:
+    """Return a page of the user's changes to any memory, newest first (the dashboard's feed).
+
+    Paged by position, not by count: ``before`` (the page's ``older``) gives
+    the changes just older than one change, ``after`` (``newer``) those just
+    newer, so a change recorded meanwhile shifts no page, and a page far back
+    costs what the first one does. Neither: the latest changes. A cursor
+    that is not one of ours is refused (``ValidationFailed``).
+    """
+    older_than = _position(before) if before else None
+    newer_than = _position(after) if after else None
     with tenancy.tenant(user_id):
-        rows = list(
-            MemoryHistory.objects.filter(user_id=user_id)
-            .order_by("-recorded_at", "-id")
-            .values(
-                "memory_id",
-                "version",
-                "action",
-                "namespace",
-                "content",
-                "metadata",
-                "priority",
-                "expires_at",
-                "client",
-                "api_key_id",
-                "recorded_at",
-            )[skip : skip + limit]
-        )
-    return [{"memory_id": str(row["memory_id"]), **_version(row)} for row in rows]
+        mine = MemoryHistory.objects.filter(user_id=user_id).values("id", *_FEED)
+        if newer_than is not None:
+            rows = list(_newer(mine, newer_than).order_by("recorded_at", "id")[: limit + 1])
+            if not rows:  # nothing newer than the cursor: the latest changes
+                return recent_changes(user_id=user_id, limit=limit)
+            newer = _cursor(rows[limit - 1]) if len(rows) > limit else None
+            rows = rows[:limit][::-1]
+            older = _cursor(rows[-1]) if _older(mine, _key(rows[-1])).exists() else None
+        else:
+            query = mine if older_than is None else _older(mine, older_than)
+            rows = list(query.order_by("-recorded_at", "-id")[: limit + 1])
+            older = _cursor(rows[limit - 1]) if len(rows) > limit else None
+            rows = rows[:limit]
+            first = _key(rows[0]) if rows else older_than
+            newer = _cursor(rows[0]) if first and _newer(mine, first).exists() else None
+    return {"changes": [_change(row) for row in rows], "newer": newer, "older": older}
+
+
+def _change(row: Mapping[str, Any]) -> Change:
+    return {"memory_id": str(row["memory_id"]), **_version(row)}
+
+
+Feed = QuerySet[MemoryHistory, dict[str, Any]]
+# A cursor names one change by its place in the feed: when it was recorded
+# (microseconds since the epoch) and its id, the tie-break (a bigint: at
+# most 18 digits here, so none overflows the column).
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CURSOR = re.compile(r"(-?\d{1,18})\.(\d{1,18})")
+# What the feed shows of each change.
+_FEED = (
+    "memory_id",
+    "version",
+    "action",
+    "namespace",
+    "content",
+    "metadata",
+    "priority",
+    "expires_at",
+    "client",
+    "api_key_id",
+    "recorded_at",
+)
+
+
+def _key(row: Mapping[str, Any]) -> tuple[datetime, int]:
+    return row["recorded_at"], row["id"]
+
+
+def _cursor(row: Mapping[str, Any]) -> str:
+    return f"{(row['recorded_at'] - _EPOCH) // timedelta(microseconds=1)}.{row['id']}"
+
+
+def _position(cursor: str) -> tuple[datetime, int]:
+    match = _CURSOR.fullmatch(cursor)
+    if match is None:
+        raise ValidationFailed("This is not a page of your changes.")
+    try:
+        moment = _EPOCH + timedelta(microseconds=int(match[1]))
+    except OverflowError:
+        raise ValidationFailed("This is not a page of your changes.") from None
+    return moment, int(match[2])
+
+
+def _older(rows: Feed, key: tuple[datetime, int]) -> Feed:
+    moment, row_id = key
+    return rows.filter(Q(recorded_at__lt=moment) | Q(recorded_at=moment, id__lt=row_id))
+
+
+def _newer(rows: Feed, key: tuple[datetime, int]) -> Feed:
+    moment, row_id = key
+    return rows.filter(Q(recorded_at__gt=moment) | Q(recorded_at=moment, id__gt=row_id))
 
 
 def _match(hit: search.Found) -> Match:

@@ -126,6 +126,14 @@ class Change(Version):
     memory_id: str
 
 
+class ChangesPage(TypedDict):
+    changes: list[Change]
+    # Cursors of the pages beside this one (``recent_changes``' before and
+    # after); None where there is none.
+    newer: str | None
+    older: str | None
+
+
 class Sourced(TypedDict):
     id: str
     content: str
