@@ -29,7 +29,7 @@ import time
 import weakref
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
@@ -203,26 +203,29 @@ def _server(
         subscriptions=False,
     )
     withdraw_unserved_capabilities(server)
-    _observers[server] = observe_tool_calls
-    _catalogues[server] = frozenset(registry)
+    _built[server] = Built(observe_tool_calls, frozenset(registry))
     return server
 
 
-# Each server's observe_tool_calls, for middleware that must run just outside it.
-_observers: weakref.WeakKeyDictionary[MCPServer, Middleware] = weakref.WeakKeyDictionary()
+class Built(NamedTuple):
+    """What ``_server`` keeps of each server it made, for the transports around it."""
+
+    # Its observe_tool_calls, for middleware that must run just outside it.
+    observer: Middleware
+    tool_names: frozenset[str]
+
+
+_built: weakref.WeakKeyDictionary[MCPServer, Built] = weakref.WeakKeyDictionary()
 
 
 def observer(server: MCPServer) -> Middleware:
     """Return the middleware that checks, logs and meters ``server``'s tool calls."""
-    return _observers[server]
-
-
-_catalogues: weakref.WeakKeyDictionary[MCPServer, frozenset[str]] = weakref.WeakKeyDictionary()
+    return _built[server].observer
 
 
 def tool_names(server: MCPServer) -> frozenset[str]:
     """The names of the tools ``server`` serves."""
-    return _catalogues[server]
+    return _built[server].tool_names
 
 
 # MCPServer always registers handlers for these, and the SDK advertises a
