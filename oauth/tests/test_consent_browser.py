@@ -251,3 +251,24 @@ def test_a_returning_client_goes_from_sign_in_straight_to_its_callback(cast, ser
     before, after = tokens.look_up(first), tokens.look_up(token_for(returned["code"]))
     assert before is not None and after is not None
     assert after.agent_id == before.agent_id
+
+
+def test_enter_in_the_new_agents_name_box_allows_the_connection(cast, server, callback):
+    # Cancel came first in the form, so Enter in the name box (a form's
+    # implicit submission takes its first submit button) refused the client.
+    client_id = sign_up_and_register(cast, server, callback)
+    with chromium() as browser:
+        page = new_page(browser, DESKTOP)
+        page.goto(authorize_url(server, client_id, callback.url))
+        sign_in(page, "alice@example.com", PASSWORD)
+        # Shown as before: Cancel, then Allow at the right.
+        allow, cancel = box(page, "button[name=allow]"), box(page, ".consent-actions .btn >> nth=1")
+        page.fill("#id_new_agent", "Typed then Enter")
+        page.press("#id_new_agent", "Enter")
+        answered = callback.wait()
+        page.context.close()
+
+    assert cancel["x"] + cancel["width"] <= allow["x"]
+    assert "code" in answered and "error" not in answered, answered
+    with tenancy.operator():
+        assert Agent.objects.filter(user=cast.alice, name="Typed then Enter").exists()
