@@ -89,7 +89,9 @@ def restorable(message: Message) -> str:
 # Bidirectional embeddings, overrides and isolates (U+202A-U+202E,
 # U+2066-U+2069) reorder the text around them when shown: a stored memory
 # that carries one can read as another ("Trojan Source"). They are shown as
-# marks that name them instead.
+# marks that name them instead. The direction marks (U+200E, U+200F,
+# U+061C) are left as they are: Hebrew and Arabic text uses them, and each
+# acts as one invisible letter of its direction, overriding nothing.
 _BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
 
 
