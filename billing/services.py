@@ -515,9 +515,13 @@ class UsageSummary:
     p95_ms: float | None
 
     @property
+    def served(self) -> int:
+        """The calls that ran: every call but those the rate limit refused."""
+        return self.total - self.rate_limited
+
+    @property
     def error_rate(self) -> float | None:
-        served = self.total - self.rate_limited
-        return self.failed / served if served else None
+        return self.failed / self.served if self.served else None
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,10 @@ def test_it_shows_error_rate_latency_rate_limiting_and_quota(cast, alice_client,
 
     assert stat(response, "calls") == "13"
     assert stat(response, "error-rate") == "9.1%"  # 1 of the 11 that ran
+    # Each figure says what it counts: the refused calls are among the calls,
+    # not among those the error rate is of.
+    assert stat(response, "failed") == "1 failed of 11 run"
+    assert "refused ones included" in response.content.decode()
     assert stat(response, "rate-limited") == "2"
     assert stat(response, "p50") == "50 ms"  # of 5, 10 ... 100; rate-limited left out
     assert stat(response, "p95") == "95 ms"  # halfway between 90 and 100
