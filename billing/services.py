@@ -207,6 +207,13 @@ def link_stripe_customer(
     for who in sorted([*left, user.id], key=str):
         _lock(f"billing-user:{who}")
     previous.update(stripe_customer_id=None)
+    if _linked_elsewhere(user, customer_id):
+        # Its subscriptions stay the user's (``_former_user``), but "Manage
+        # billing" opens the new customer's portal only.
+        logger.warning(
+            "stripe: a user linked to one customer checked out as another; the new one is linked",
+            extra={"stripe_customer": customer_id, "user_id": str(user.id)},
+        )
     BillingAccount.objects.update_or_create(user=user, defaults={"stripe_customer_id": customer_id})
     Subscription.objects.filter(customer_id=customer_id).update(user=user)
     for who in sorted([*left, user.id], key=str):  # locks in one order
@@ -264,8 +271,11 @@ def _subscription_changed(sub: dict[str, Any], event_id: str, created: datetime)
             BillingAccount.objects.get_or_create(
                 user=user, defaults={"stripe_customer_id": customer_id}
             )
-    if user is None and current is not None:
-        user = current.user
+    if user is None:
+        # The customer's other subscriptions name its user where its link no
+        # longer does: the user checked out again as another customer, and a
+        # subscription begun on the first one still pays for them.
+        user = (current.user if current is not None else None) or _former_user(customer_id)
     Subscription.objects.update_or_create(
         id=sub_id,
         defaults={
@@ -388,6 +398,17 @@ def customer_holder(*, customer_id: str) -> uuid.UUID | None:
         .values_list("user_id", flat=True)
         .first()
     )
+
+
+def _former_user(customer_id: str) -> User | None:
+    """The user of the customer's latest subscription that has one, if no account links it."""
+    found = (
+        Subscription.objects.filter(customer_id=customer_id, user__isnull=False)
+        .select_related("user")
+        .order_by("-event_created")
+        .first()
+    )
+    return found.user if found else None
 
 
 def _user_for_customer(customer_id: str) -> User | None:

@@ -141,6 +141,31 @@ def test_a_customer_checked_out_again_for_another_user_takes_its_tier_along(link
     assert (tier_of(linked.alice), tier_of(linked.charlie)) == ("free", "free")
 
 
+def test_a_new_subscription_on_a_users_former_customer_still_sets_their_tier(
+    linked, client, caplog
+):
+    # Checked out again as another customer, the user's link moved to it, and a
+    # subscription begun later on the first customer was stored for no one
+    # ("unlinked", a 200: Stripe never sends it again).
+    now = int(time.time())
+    deliver(client, subscription(id="sub_old", price="price_starter", created=now - 30))
+    with caplog.at_level(logging.WARNING, logger="billing"):
+        deliver(
+            client,
+            checkout_completed(
+                customer="cus_alice_2", client_reference_id=str(linked.alice.id), subscription=""
+            ),
+        )
+    assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id == "cus_alice_2"
+    assert "checked out as another" in caplog.text
+
+    answer = deliver(client, subscription(id="sub_new", price="price_pro", created=now - 10))
+
+    assert answer.json()["outcome"] == "applied"
+    assert Subscription.objects.get(id="sub_new").user_id == linked.alice.id
+    assert tier_of(linked.alice) == "pro"
+
+
 def test_checkout_for_an_unknown_user_is_refused_and_applies_once_the_user_exists(
     cast, client, caplog
 ):
