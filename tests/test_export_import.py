@@ -15,6 +15,7 @@ import sys
 import uuid
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -370,10 +371,13 @@ def test_an_import_stopped_by_a_bad_line_links_what_it_stored(cast, tmp_path):
     file = tmp_path / "cut.jsonl"
     file.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"content": "cut\n')
 
+    err = io.StringIO()
     with pytest.raises(CommandError) as stopped:
-        import_file("alice@example.com", file)
+        call_command("import_memories", "alice@example.com", str(file), stderr=err)
 
     assert str(stopped.value).startswith("line 153 is not valid JSON. The 100 memories before it")
+    # The progress line is ended, so the error is not printed at its end.
+    assert "imported 100" in err.getvalue() and err.getvalue().endswith("\n")
     assert "(1 replacements linked among them)" in str(stopped.value)
     with tenancy.operator():
         assert Memory.objects.get(id=old).superseded_by == new
@@ -383,6 +387,32 @@ def test_an_import_stopped_by_a_bad_line_links_what_it_stored(cast, tmp_path):
     with tenancy.operator():
         assert Memory.objects.get(id=old).version == 1
         assert not MemoryHistory.objects.filter(memory_id=old, action="superseded").exists()
+
+
+def test_ctrl_c_during_an_import_says_what_stayed_and_exits_130(cast, tmp_path, monkeypatch):
+    # It printed a traceback, after the progress line, with no count.
+    from memories.management.commands import import_memories
+
+    shown = import_memories.Command._progress
+
+    def interrupted(self: Any, report: Any) -> None:
+        shown(self, report)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(import_memories.Command, "_progress", interrupted)
+    at = "2026-01-02T00:00:00Z"
+    file = tmp_path / "long.jsonl"
+    file.write_text(
+        "".join(json.dumps({"content": f"Fact {n}.", "created_at": at}) + "\n" for n in range(150))
+    )
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as stopped:
+        call_command("import_memories", "alice@example.com", str(file), stderr=err)
+
+    assert stopped.value.code == 130
+    assert "\nInterrupted: 100 memories stored by then stay." in err.getvalue()
+    with tenancy.tenant(cast.alice.id):
+        assert Memory.objects.filter(user=cast.alice).count() == 100
 
 
 def test_a_bad_line_stops_the_import_naming_it(cast, tmp_path):

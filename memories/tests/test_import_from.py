@@ -210,6 +210,38 @@ def test_an_interrupted_import_resumes_when_run_again(cast, monkeypatch):
     assert len(rows(cast.alice)) == 3
 
 
+def test_ctrl_c_during_the_command_says_what_stayed_and_exits_130(cast, monkeypatch):
+    # It printed a KeyboardInterrupt traceback from inside the model, and no count.
+    from memories.management.commands import import_from
+
+    monkeypatch.setattr(run, "BATCH", 1)
+    shown = import_from.Command._progress
+
+    def interrupted(self: Any, report: run.Report) -> None:
+        shown(self, report)
+        if report.imported:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(import_from.Command, "_progress", interrupted)
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as stopped:
+        call_command(
+            "import_from",
+            "--from",
+            "mem0",
+            "alice@example.com",
+            str(FIXTURES / "mem0.json"),
+            stdout=io.StringIO(),
+            stderr=err,
+        )
+
+    stored = len(rows(cast.alice))
+    assert stopped.value.code == 130
+    assert f"Interrupted: {stored} memories stored by then stay" in err.getvalue()
+    assert "Run the same command again" in err.getvalue()
+    assert "Traceback" not in err.getvalue()
+
+
 def test_charlie_never_sees_alices_imports(cast):
     imported("alice@example.com", "mem0", FIXTURES / "mem0.json")
 

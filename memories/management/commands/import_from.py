@@ -71,6 +71,7 @@ class Command(BaseCommand):
         self.total = estimate_total(source, chosen.format)
         self.started = time.monotonic()
         self.tty = sys.stderr.isatty()
+        self.latest: Report | None = None
         try:
             with context.acting_as("import"):
                 report = run_import(
@@ -83,6 +84,11 @@ class Command(BaseCommand):
         except RecallError as error:
             self.stderr.write("")
             raise CommandError(error.message) from None
+        except KeyboardInterrupt:
+            # Ctrl-C: the batch being stored rolled back, or committed whole.
+            self.stderr.write("")
+            self.stderr.write(self._interrupted(chosen.dry_run))
+            raise SystemExit(130) from None
         self.stderr.write("")
         self.stdout.write(
             report.summary().replace(" records from ", f" records into {user.email} from ", 1)
@@ -90,7 +96,17 @@ class Command(BaseCommand):
         for line in report.details():
             self.stdout.write(line)
 
+    def _interrupted(self, dry_run: bool) -> str:
+        if dry_run:
+            return "Interrupted: a dry run, so nothing was stored."
+        stored = self.latest.imported if self.latest else 0
+        return (
+            f"Interrupted: {stored:,} memories stored by then stay, whole batches only."
+            " Run the same command again to go on: what is already there is skipped."
+        )
+
     def _progress(self, report: Report) -> None:
+        self.latest = report
         rate = report.read / max(time.monotonic() - self.started, 1e-6)
         counts = (
             f"imported {report.imported:,}, duplicates {report.duplicates:,},"

@@ -35,6 +35,7 @@ class Command(BaseCommand):
         name = options["file"]
         total = None if name == "-" else _count_lines(Path(name))
         self.total = total
+        self.latest: services.Imported | None = None
         try:
             with contextlib.ExitStack() as stack:
                 stream = (
@@ -50,10 +51,20 @@ class Command(BaseCommand):
                         progress=self._progress,
                     )
         except OSError as error:
+            self._end_line()
             raise CommandError(f"Cannot read {name}: {error.strerror}.") from None
         except RecallError as error:
+            self._end_line()
             raise CommandError(error.message) from None
-        self.stderr.write("")
+        except KeyboardInterrupt:
+            self._end_line()
+            stored = self.latest.imported if self.latest else 0
+            self.stderr.write(
+                f"Interrupted: {stored:,} memories stored by then stay."
+                " Run the same command again to go on: what is already there is skipped."
+            )
+            raise SystemExit(130) from None
+        self._end_line()
         self.stdout.write(
             f"Imported {report.imported:,} of {report.read:,} memories into {user.email}: "
             f"{report.deduplicated:,} already there, {report.expired:,} expired, "
@@ -64,7 +75,13 @@ class Command(BaseCommand):
             f"{report.embedded:,} embedded again."
         )
 
+    def _end_line(self) -> None:
+        """End the progress line, if one was drawn, so what follows starts a line of its own."""
+        if self.latest is not None:
+            self.stderr.write("")
+
     def _progress(self, report: services.Imported) -> None:
+        self.latest = report
         if self.total:
             share = min(report.read / self.total, 1.0)
             bar = "#" * int(30 * share) + "-" * (30 - int(30 * share))
