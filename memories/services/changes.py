@@ -194,14 +194,20 @@ def forget(
         if id is not None:
             stray.append("id")
         _refuse_stray("all", "namespace, and optionally purge and confirmation_token", stray)
+    elif id is not None:
+        _refuse_stray("by_query", "a query to preview, or a confirmation_token", ["id"])
     if confirmation_token is not None:
+        if mode != "all":
+            # A confirmation deletes what its preview listed: a search argument
+            # beside it could narrow nothing, and was dropped without a word.
+            _refuse_confirming(_searching(arguments))
         return forget_confirm(
             user_id=user_id,
             agent_id=agent_id,
             confirmation_token=confirmation_token,
             purge=purge,
             mode=mode,
-            namespace=arguments.get("namespace") if mode == "all" else None,
+            namespace=arguments.get("namespace"),
         )
     if mode == "all":
         return forget_all_preview(
@@ -222,6 +228,16 @@ def _searching(arguments: search.QueryArguments) -> list[str]:
     if arguments.get("include_superseded"):
         stray.append("include_superseded")
     return stray
+
+
+def _refuse_confirming(stray: list[str]) -> None:
+    if stray:
+        verb = "belongs" if len(stray) == 1 else "belong"
+        raise ValidationFailed(
+            "A confirmation deletes exactly what its preview listed, and takes only the"
+            f" confirmation_token, purge and the preview's namespace; {' and '.join(stray)}"
+            f" {verb} to the preview."
+        )
 
 
 def _refuse_stray(mode: str, takes: str, stray: list[str]) -> None:
@@ -441,6 +457,8 @@ def forget_confirm(
                 + ". Run the forget preview again to get a new one."
             )
         memory_ids, previewed, cutoff, preview_purge, expired = claimed
+        if namespace is not None and previewed is None:
+            _check_previewed_namespace(user_id, memory_ids, namespace)
         if namespace is not None and previewed is not None and namespace != previewed:
             # Raised in the transaction that claimed the token: the claim rolls back.
             raise ValidationFailed(
@@ -460,6 +478,25 @@ def forget_confirm(
     if wipe or preview_purge:
         done["purged"] = True
     return done
+
+
+def _check_previewed_namespace(
+    user_id: uuid.UUID | str, memory_ids: list[uuid.UUID], namespace: str
+) -> None:
+    """Refuse a by_query confirmation that names another namespace than its preview searched.
+
+    Raised in the transaction that claimed the token: the claim rolls back.
+    """
+    elsewhere = (
+        Memory.objects.filter(user_id=user_id, id__in=memory_ids)
+        .exclude(namespace=namespace)
+        .values_list("namespace", flat=True)
+        .first()
+    )
+    if elsewhere is not None:
+        raise ValidationFailed(
+            f"This confirmation token deletes memories of namespace {elsewhere}, not {namespace}."
+        )
 
 
 def forget_namespace(

@@ -174,6 +174,46 @@ def test_confirm_deletes_exactly_the_previewed_ids_without_re_running_the_query(
     assert ids_of(cast.alice.id) == others | {late}
 
 
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"query": "coffee"}, "query belongs to the preview"),
+        ({"threshold": 0.99, "limit": 1}, "threshold and limit belong to the preview"),
+        ({"metadata_filter": {"team": "a"}}, "metadata_filter belongs"),
+        ({"id": "x"}, 'mode "by_query" takes a query to preview, or a confirmation_token'),
+        ({"namespace": "work"}, "deletes memories of namespace default, not work"),
+    ],
+)
+def test_a_by_query_confirmation_refuses_what_could_narrow_nothing_and_keeps_its_token(
+    cast, given, named
+):
+    # They were dropped: limit 1 beside the token deleted every previewed memory.
+    coffee = {remember(cast.alice.id, c) for c in COFFEE}
+    preview = services.forget(
+        user_id=cast.alice.id, mode="by_query", query="coffee", threshold=0.15
+    )
+    token = preview["confirmation_token"]
+
+    with pytest.raises(ValidationFailed) as caught:
+        services.forget(user_id=cast.alice.id, mode="by_query", confirmation_token=token, **given)
+
+    assert named in caught.value.message
+    assert ids_of(cast.alice.id) == coffee
+    done = services.forget(
+        user_id=cast.alice.id, mode="by_query", confirmation_token=token, namespace="default"
+    )
+    assert done["deleted_count"] == 2
+
+
+def test_a_by_query_preview_refuses_an_id(cast):
+    memory_id = remember(cast.alice.id, COFFEE[0])
+
+    with pytest.raises(ValidationFailed, match="id belongs to the other modes"):
+        services.forget(user_id=cast.alice.id, mode="by_query", query="coffee", id=memory_id)
+
+    assert ids_of(cast.alice.id) == {memory_id}
+
+
 def test_the_token_works_once(cast):
     remember(cast.alice.id, COFFEE[0])
     token = services.forget_preview(user_id=cast.alice.id, query="espresso", threshold=0.3)[
