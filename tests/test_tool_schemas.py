@@ -49,3 +49,19 @@ def test_each_endpoint_publishes_exactly_its_pinned_tools(live, cast, agents, en
     # The parsed comparison first, for a readable difference; then the bytes.
     assert json.loads(body) == json.loads(pinned)
     assert body == pinned
+
+
+@pytest.mark.parametrize("snapshot", sorted(SNAPSHOTS.glob("*.json")), ids=lambda p: p.stem)
+def test_every_tool_says_what_it_touches_and_reads_as_plain_text(snapshot):
+    # Writes left destructiveHint unset, which MCP reads as true (remember
+    # looked destructive), and openWorldHint, read as true, was never said;
+    # descriptions kept their docstrings' indentation.
+    tools = json.loads(snapshot.read_bytes())["result"]["tools"]
+    for tool in tools:
+        hints = tool["annotations"]
+        assert hints["openWorldHint"] is False, tool["name"]
+        if not hints["readOnlyHint"]:
+            assert isinstance(hints.get("destructiveHint"), bool), tool["name"]
+        assert not any(line.startswith(" ") for line in tool["description"].splitlines())
+    additive = {"remember", "memory_add", "add_memory"}
+    assert all(t["annotations"]["destructiveHint"] is False for t in tools if t["name"] in additive)

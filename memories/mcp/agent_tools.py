@@ -259,7 +259,12 @@ TOOLS: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
     (
         memory_add,
         # Turns without a thread_id start a new thread each call.
-        ToolAnnotations(title="Add to memory", read_only_hint=False, idempotent_hint=False),
+        ToolAnnotations(
+            title="Add to memory",
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=False,
+        ),
     ),
     (memory_search, ToolAnnotations(title="Search memory", read_only_hint=True)),
     (memory_recall, ToolAnnotations(title="Recall from memory", read_only_hint=True)),

@@ -318,7 +318,14 @@ def _tool(fn: Callable[..., Any], annotations: ToolAnnotations) -> Tool:
     accepted. The SDK calls the function with the alias as the keyword, so
     the call is renamed back.
     """
-    tool = Tool.from_function(fn, annotations=annotations)
+    if not annotations.read_only_hint and annotations.destructive_hint is None:
+        # Left unset, MCP reads it as true: every additive tool would ask
+        # for a destructive action's confirmation.
+        raise ValueError(f"{fn.__name__} writes: say whether it is destructive")
+    # Every tool acts on Recall's own database only: a closed world.
+    hints = annotations.model_copy(update={"open_world_hint": False})
+    description = inspect.cleandoc(fn.__doc__ or "")
+    tool = Tool.from_function(fn, description=description, annotations=hints)
     meta = tool.fn_metadata
     tool.fn_metadata = CheckedOnce(
         arg_model=meta.arg_model,

@@ -695,18 +695,30 @@ def health_check() -> Annotated[CallToolResult, HealthOutput]:
 
 TOOLS: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
     # Not idempotent: messages without a thread_id start a new thread each call.
-    (remember, ToolAnnotations(title="Remember", read_only_hint=False, idempotent_hint=False)),
+    (
+        remember,
+        ToolAnnotations(
+            title="Remember", read_only_hint=False, destructive_hint=False, idempotent_hint=False
+        ),
+    ),
     (recall, ToolAnnotations(title="Recall", read_only_hint=True)),
     (list_memories, ToolAnnotations(title="List memories", read_only_hint=True)),
     (
         update_memory,
-        ToolAnnotations(title="Update memory", read_only_hint=False, idempotent_hint=True),
+        ToolAnnotations(
+            title="Update memory", read_only_hint=False, destructive_hint=True, idempotent_hint=True
+        ),
     ),
     (forget, ToolAnnotations(title="Forget", read_only_hint=False, destructive_hint=True)),
     (memory_history, ToolAnnotations(title="Memory history", read_only_hint=True)),
     (
         restore_memory,
-        ToolAnnotations(title="Restore memory", read_only_hint=False, idempotent_hint=False),
+        ToolAnnotations(
+            title="Restore memory",
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=False,
+        ),
     ),
     (job_status, ToolAnnotations(title="Job status", read_only_hint=True)),
     (memory_stats, ToolAnnotations(title="Memory stats", read_only_hint=True)),

@@ -632,12 +632,17 @@ def _duration(seconds: float) -> str:
 
 
 TOOLS: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
-    (add_memory, ToolAnnotations(title="Add memory", read_only_hint=False)),
+    (
+        add_memory,
+        ToolAnnotations(title="Add memory", read_only_hint=False, destructive_hint=False),
+    ),
     (search_memory, ToolAnnotations(title="Search memory", read_only_hint=True)),
     (get_all_memories, ToolAnnotations(title="Get all memories", read_only_hint=True)),
     (
         update_memory,
-        ToolAnnotations(title="Update memory", read_only_hint=False, idempotent_hint=True),
+        ToolAnnotations(
+            title="Update memory", read_only_hint=False, destructive_hint=True, idempotent_hint=True
+        ),
     ),
     (
         delete_memory,
@@ -649,6 +654,9 @@ TOOLS: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
     ),
     (get_memory_history, ToolAnnotations(title="Memory history", read_only_hint=True)),
     (cache_stats, ToolAnnotations(title="Cache stats", read_only_hint=True)),
-    (optimize_cache, ToolAnnotations(title="Optimize cache", read_only_hint=False)),
+    (
+        optimize_cache,
+        ToolAnnotations(title="Optimize cache", read_only_hint=False, destructive_hint=False),
+    ),
     (health_check, ToolAnnotations(title="Health check", read_only_hint=True)),
 ]
