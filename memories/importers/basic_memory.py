@@ -163,6 +163,9 @@ def split(text: str) -> tuple[dict[str, Any], str]:
         front = yaml.load("\n".join(lines[1:end]), Loader=_NoAliases)  # noqa: S506 (safe)
     except RecursionError:
         raise ValueError("the frontmatter nests too deeply") from None
+    except (ValueError, OverflowError) as error:
+        # A value YAML reads as a date or time, and Python cannot hold: 2024-13-45.
+        raise ValueError(f"the frontmatter holds a date that does not exist ({error})") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""

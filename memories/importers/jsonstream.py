@@ -182,4 +182,6 @@ def _said(msg: str) -> str:
     """Return a decode error's message whole: some end in "at", before the place json adds."""
     if msg.startswith("Invalid control character"):
         return "a control character, such as NUL or a tab, not escaped in a string"
+    if msg.startswith("Unterminated string"):
+        return "a string with no closing quote"
     return msg.removesuffix(" at")

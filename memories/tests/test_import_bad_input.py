@@ -264,6 +264,30 @@ def test_a_field_past_128_kb_refuses_only_its_record(cast, tmp_path, fmt, name, 
     assert set(by_content(cast.alice)) == {"first", "last"}
 
 
+def test_a_json_file_cut_inside_a_string_is_reported_in_a_whole_sentence(cast, tmp_path):
+    # It said "not valid JSON (Unterminated string starting).", cut short.
+    path = tmp_path / "cut.json"
+    path.write_text('[{"id": "1", "memory": "cut off')
+
+    with pytest.raises(CommandError) as raised:
+        imported("alice@example.com", "mem0", path)
+
+    assert str(raised.value) == "cut.json, line 1: not valid JSON (a string with no closing quote)."
+
+
+def test_a_note_whose_frontmatter_holds_a_date_that_does_not_exist_says_so(cast, tmp_path):
+    # It said only "month must be in 1..12": Python's words, no frontmatter named.
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "date.md").write_text("---\ncreated: 2024-13-45\n---\nThe note's text.\n")
+    (folder / "fine.md").write_text("---\ncreated: 2024-02-01\n---\nAnother note.\n")
+
+    out = imported("alice@example.com", "basic-memory", folder)
+
+    assert "date.md: the frontmatter holds a date that does not exist (month must be in" in out
+    assert set(by_content(cast.alice)) == {"Another note."}
+
+
 def test_a_raw_nul_in_json_is_reported_in_a_whole_sentence(cast, tmp_path):
     # It said "not valid JSON (Invalid control character at).", cut short.
     path = tmp_path / "nul.json"
