@@ -599,6 +599,21 @@ def _token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+# The columns of a history row that ``_version`` shows.
+_VERSION = (
+    "version",
+    "action",
+    "namespace",
+    "content",
+    "metadata",
+    "priority",
+    "expires_at",
+    "client",
+    "api_key_id",
+    "recorded_at",
+)
+
+
 @waits_for_announced
 def memory_history(
     *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None = None, id: object
@@ -615,21 +630,7 @@ def memory_history(
         rows = list(
             MemoryHistory.objects.filter(user_id=user_id, memory_id=memory_id)
             .order_by("version")
-            .values(
-                "version",
-                "action",
-                "namespace",
-                "content",
-                "metadata",
-                "priority",
-                "expires_at",
-                "client",
-                "api_key_id",
-                "recorded_at",
-                "superseded_by",
-                "replaces",
-                "decision",
-            )
+            .values(*_VERSION, "superseded_by", "replaces", "decision")
         )
     if not rows:
         raise NotFound(f"No memory with id {memory_id}, and no history of one.")
@@ -718,19 +719,7 @@ Feed = QuerySet[MemoryHistory, dict[str, Any]]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CURSOR = re.compile(r"(-?\d{1,18})\.(\d{1,18})")
 # What the feed shows of each change.
-_FEED = (
-    "memory_id",
-    "version",
-    "action",
-    "namespace",
-    "content",
-    "metadata",
-    "priority",
-    "expires_at",
-    "client",
-    "api_key_id",
-    "recorded_at",
-)
+_FEED = ("memory_id", *_VERSION)
 
 
 def _key(row: Mapping[str, Any]) -> tuple[datetime, int]:
