@@ -552,7 +552,8 @@ def changes(request: AuthenticatedRequest) -> HttpResponse:
         {
             "section": "memories",
             "changes": page["changes"],
-            "paged": bool(before or after),
+            # Empty, an older page says there is nothing older; the latest, nothing yet.
+            "paged": bool(before),
             "newer": page["newer"],
             "older": page["older"],
             "shown": HISTORY_PAGE,

@@ -185,6 +185,11 @@ def test_recent_changes_pages_back_through_older_ones(cast, alice_client):
     for mangled in ("x", "1.2.3", "-1", "", "1." + "9" * 19, "9" * 18 + ".1"):
         page = alice_client.get(f"/memories/changes/?before={mangled}")
         assert page.status_code == 200 and _shown(page.content.decode()) == _shown(over)
+    # Older than every change (a link kept past the retention purge): said so,
+    # with the way back to the latest.
+    past = alice_client.get("/memories/changes/?before=0.1")
+    assert past.status_code == 200 and "No older changes" in past.content.decode()
+    assert 'href="?"' in past.content.decode() and "Newer" not in past.content.decode()
     # A page newer than every change is the latest page.
     ahead = alice_client.get("/memories/changes/?after=" + "9" * 17 + ".1").content.decode()
     assert _shown(ahead) == _shown(over) and "No older changes" not in ahead

@@ -684,7 +684,8 @@ def recent_changes(
     Paged by position, not by count: ``before`` (the page's ``older``) gives
     the changes just older than one change, ``after`` (``newer``) those just
     newer, so a change recorded meanwhile shifts no page, and a page far back
-    costs what the first one does. Neither: the latest changes. A cursor
+    reads the index from the cursor on, not every newer change. Neither, or
+    fewer than a page newer than ``after``: the latest changes. A cursor
     that is not one of ours is refused (``ValidationFailed``).
     """
     older_than = _position(before) if before else None
@@ -693,7 +694,7 @@ def recent_changes(
         mine = MemoryHistory.objects.filter(user_id=user_id).values("id", *_FEED)
         if newer_than is not None:
             rows = list(_newer(mine, newer_than).order_by("recorded_at", "id")[: limit + 1])
-            if not rows:  # nothing newer than the cursor: the latest changes
+            if len(rows) < limit:  # no page's worth newer than the cursor: the latest page
                 return recent_changes(user_id=user_id, limit=limit)
             newer = _cursor(rows[limit - 1]) if len(rows) > limit else None
             rows = rows[:limit][::-1]
@@ -703,8 +704,9 @@ def recent_changes(
             rows = list(query.order_by("-recorded_at", "-id")[: limit + 1])
             older = _cursor(rows[limit - 1]) if len(rows) > limit else None
             rows = rows[:limit]
-            first = _key(rows[0]) if rows else older_than
-            newer = _cursor(rows[0]) if first and _newer(mine, first).exists() else None
+            # None past the oldest change (a link older than the retention
+            # kept): the page says so and leads back to the latest.
+            newer = _cursor(rows[0]) if rows and _newer(mine, _key(rows[0])).exists() else None
     return {"changes": [_change(row) for row in rows], "newer": newer, "older": older}
 
 
@@ -743,12 +745,18 @@ def _position(cursor: str) -> tuple[datetime, int]:
 
 def _older(rows: Feed, key: tuple[datetime, int]) -> Feed:
     moment, row_id = key
-    return rows.filter(Q(recorded_at__lt=moment) | Q(recorded_at=moment, id__lt=row_id))
+    # The plain bound lets the index on (user, recorded_at) start at the
+    # cursor; the OR alone, it read every newer row and dropped it.
+    return rows.filter(recorded_at__lte=moment).filter(
+        Q(recorded_at__lt=moment) | Q(recorded_at=moment, id__lt=row_id)
+    )
 
 
 def _newer(rows: Feed, key: tuple[datetime, int]) -> Feed:
     moment, row_id = key
-    return rows.filter(Q(recorded_at__gt=moment) | Q(recorded_at=moment, id__gt=row_id))
+    return rows.filter(recorded_at__gte=moment).filter(
+        Q(recorded_at__gt=moment) | Q(recorded_at=moment, id__gt=row_id)
+    )
 
 
 def _match(hit: search.Found) -> Match:
