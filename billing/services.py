@@ -201,23 +201,37 @@ def link_stripe_customer(
     # A customer belongs to one user; a re-used customer moves to the new one,
     # and the tier its subscriptions gave the user it leaves goes with it.
     previous = BillingAccount.objects.filter(stripe_customer_id=customer_id).exclude(user=user)
-    left = list(previous.values_list("user_id", flat=True))
+    # The users this customer's subscriptions paid for: the one it was linked
+    # to, or one who checked out as another customer since (``_former_user``).
+    paid = set(
+        Subscription.objects.filter(customer_id=customer_id, user__isnull=False)
+        .exclude(user=user)
+        .values_list("user_id", flat=True)
+    )
+    left = set(previous.values_list("user_id", flat=True)) | paid
     # Each user's billing lock before their account's row, as MCPize's
     # deliveries take them: the other order deadlocked with one.
     for who in sorted([*left, user.id], key=str):
         _lock(f"billing-user:{who}")
     previous.update(stripe_customer_id=None)
-    if _linked_elsewhere(user, customer_id):
+    linked = BillingAccount.objects.filter(user=user)
+    former = linked.values_list("stripe_customer_id", flat=True).first()
+    if former and former != customer_id:
         # Its subscriptions stay the user's (``_former_user``), but "Manage
         # billing" opens the new customer's portal only.
         logger.warning(
             "stripe: a user linked to one customer checked out as another; the new one is linked",
-            extra={"stripe_customer": customer_id, "user_id": str(user.id)},
+            extra={
+                "stripe_customer": customer_id,
+                "former_stripe_customer": former,
+                "user_id": str(user.id),
+            },
         )
     BillingAccount.objects.update_or_create(user=user, defaults={"stripe_customer_id": customer_id})
     Subscription.objects.filter(customer_id=customer_id).update(user=user)
     for who in sorted([*left, user.id], key=str):  # locks in one order
-        sync_tier(user_id=who, lost_customer=who in left)
+        # A tier the customer never paid for (an operator's) stays.
+        sync_tier(user_id=who, lost_customer=who in paid)
     return user
 
 

@@ -110,6 +110,17 @@ def test_linking_a_customer_by_hand_moves_one_from_another_user_only_when_told(l
     assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id is None
 
 
+def test_moving_a_customer_that_paid_for_nothing_leaves_a_tier_set_by_hand(linked):
+    # The user it left fell to free, though the customer had no subscription.
+    call_command("set_tier", "alice@example.com", "pro", stdout=io.StringIO())
+
+    call_command(
+        "link_customer", "charlie@example.com", "cus_alice", "--move", stdout=io.StringIO()
+    )
+
+    assert (tier_of(linked.alice), tier_of(linked.charlie)) == ("pro", "free")
+
+
 @pytest.mark.parametrize(
     ("email", "customer", "message"),
     [
@@ -164,6 +175,12 @@ def test_a_new_subscription_on_a_users_former_customer_still_sets_their_tier(
     assert answer.json()["outcome"] == "applied"
     assert Subscription.objects.get(id="sub_new").user_id == linked.alice.id
     assert tier_of(linked.alice) == "pro"
+    # The customer the link left is named, for the operator to follow up.
+    assert any(getattr(r, "former_stripe_customer", "") == "cus_alice" for r in caplog.records)
+    # Checked out later for Charlie, the first customer takes its subscriptions
+    # and the tier they gave to him: Alice kept pro with none left.
+    deliver(client, checkout_completed(client_reference_id=str(linked.charlie.id)))
+    assert (tier_of(linked.alice), tier_of(linked.charlie)) == ("free", "pro")
 
 
 def test_checkout_for_an_unknown_user_is_refused_and_applies_once_the_user_exists(
