@@ -400,11 +400,20 @@ def test_ctrl_c_during_an_import_says_what_stayed_and_exits_130(cast, tmp_path, 
         raise KeyboardInterrupt
 
     monkeypatch.setattr(import_memories.Command, "_progress", interrupted)
+    old, new = uuid.uuid4(), uuid.uuid4()
     at = "2026-01-02T00:00:00Z"
+    records = [
+        {
+            "id": str(old),
+            "content": "Staging runs on pg-1.",
+            "created_at": "2026-01-01T00:00:00Z",
+            "superseded_by": str(new),
+            "superseded_at": at,
+        },
+        {"id": str(new), "content": "Staging moved to pg-2.", "created_at": at},
+    ] + [{"content": f"Fact {n}.", "created_at": at} for n in range(148)]
     file = tmp_path / "long.jsonl"
-    file.write_text(
-        "".join(json.dumps({"content": f"Fact {n}.", "created_at": at}) + "\n" for n in range(150))
-    )
+    file.write_text("".join(json.dumps(r) + "\n" for r in records))
     err = io.StringIO()
     with pytest.raises(SystemExit) as stopped:
         call_command("import_memories", "alice@example.com", str(file), stderr=err)
@@ -413,6 +422,8 @@ def test_ctrl_c_during_an_import_says_what_stayed_and_exits_130(cast, tmp_path, 
     assert "\nInterrupted: 100 memories stored by then stay." in err.getvalue()
     with tenancy.tenant(cast.alice.id):
         assert Memory.objects.filter(user=cast.alice).count() == 100
+        # What the file marks replaced is not left current beside what replaced it.
+        assert Memory.objects.get(id=old).superseded_by == new
 
 
 def test_a_bad_line_stops_the_import_naming_it(cast, tmp_path):

@@ -164,8 +164,8 @@ def split(text: str) -> tuple[dict[str, Any], str]:
     except RecursionError:
         raise ValueError("the frontmatter nests too deeply") from None
     except (ValueError, OverflowError) as error:
-        # A value YAML reads as a date or time, and Python cannot hold: 2024-13-45.
-        raise ValueError(f"the frontmatter holds a date that does not exist ({error})") from None
+        # A value YAML cannot make what it says it is: a date of 2024-13-45, !!int abc.
+        raise ValueError(f"the frontmatter holds a value that cannot be read ({error})") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""

@@ -589,8 +589,8 @@ def forget(
     {"preview": true, "matches": [{id, content, similarity, score}],
     "total_matches": n, "confirmation_token": "...", "expires_at": "..."}.
     Check the matches with the user if in doubt, then call forget again with
-    mode "by_query" and the confirmation_token alone (the search arguments
-    are refused beside it) to delete exactly those memories:
+    mode "by_query" and the confirmation_token (with purge if wanted; the
+    search arguments are refused beside it) to delete exactly those memories:
     {"success": true, "deleted_count": n}.
 
     mode "all" with a namespace previews emptying it: {"preview": true,

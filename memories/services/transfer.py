@@ -223,16 +223,7 @@ def import_memories(
     try:
         for record in records:
             report.read += 1
-            try:
-                incoming = read_record(record, embedder)
-                if incoming.id in named:
-                    raise ValidationFailed(f"id {incoming.id} is named by an earlier record too.")
-                named.add(incoming.id)
-            except ValidationFailed as error:
-                # A file's line when the record came from one (blank lines are skipped).
-                line = getattr(record, "line", None)
-                where = f"line {line}" if line is not None else f"record {report.read}"
-                raise ValidationFailed(f"{where}: {error.message}") from None
+            incoming = _read_once(record, embedder, named, report.read)
             if incoming.expires_at is not None and incoming.expires_at <= timezone.now():
                 report.expired += 1
                 continue
@@ -247,6 +238,11 @@ def import_memories(
                     progress(report)
         if batch:
             _import_batch(user_id, batch, embedder, report, agents, stored, inserted)
+    except KeyboardInterrupt:
+        # Ctrl-C at the command: what is in keeps its links, as below.
+        if stored:
+            _restore_links(user_id, links, stored, inserted, report, naming=naming)
+        raise
     except ValidationFailed as error:
         if not stored:
             raise
@@ -263,6 +259,23 @@ def import_memories(
     if progress is not None:
         progress(report)
     return report
+
+
+def _read_once(
+    record: dict[str, object], embedder: embeddings.Embedder, named: set[uuid.UUID], place: int
+) -> Incoming:
+    """Read the ``place``-th record, refusing one whose id an earlier record named."""
+    try:
+        incoming = read_record(record, embedder)
+        if incoming.id in named:
+            raise ValidationFailed(f"id {incoming.id} is named by an earlier record too.")
+        named.add(incoming.id)
+    except ValidationFailed as error:
+        # A file's line when the record came from one (blank lines are skipped).
+        line = getattr(record, "line", None)
+        where = f"line {line}" if line is not None else f"record {place}"
+        raise ValidationFailed(f"{where}: {error.message}") from None
+    return incoming
 
 
 def _restore_links(

@@ -275,7 +275,9 @@ def test_a_json_file_cut_inside_a_string_is_reported_in_a_whole_sentence(cast, t
     assert str(raised.value) == "cut.json, line 1: not valid JSON (a string with no closing quote)."
 
 
-def test_a_note_whose_frontmatter_holds_a_date_that_does_not_exist_says_so(cast, tmp_path):
+def test_a_note_whose_frontmatter_holds_a_date_that_does_not_exist_is_refused_in_a_sentence(
+    cast, tmp_path
+):
     # It said only "month must be in 1..12": Python's words, no frontmatter named.
     folder = tmp_path / "notes"
     folder.mkdir()
@@ -284,7 +286,7 @@ def test_a_note_whose_frontmatter_holds_a_date_that_does_not_exist_says_so(cast,
 
     out = imported("alice@example.com", "basic-memory", folder)
 
-    assert "date.md: the frontmatter holds a date that does not exist (month must be in" in out
+    assert "date.md: the frontmatter holds a value that cannot be read (month must be in" in out
     assert set(by_content(cast.alice)) == {"Another note."}
 
 

@@ -53,6 +53,18 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        self.latest: Report | None = None
+        try:
+            self._import(options)
+        except KeyboardInterrupt:
+            # Ctrl-C: the writers stored the batches handed to them, whole, and
+            # nothing after.
+            if self.latest is not None:
+                self.stderr.write("")  # ends the progress line
+            self.stderr.write(self._interrupted(options["dry_run"]))
+            raise SystemExit(130) from None
+
+    def _import(self, options: dict[str, Any]) -> None:
         user = accounts_services.find_user(email=options["email"])
         if user is None:
             raise CommandError(f"No user with email {options['email']}.")
@@ -71,7 +83,6 @@ class Command(BaseCommand):
         self.total = estimate_total(source, chosen.format)
         self.started = time.monotonic()
         self.tty = sys.stderr.isatty()
-        self.latest: Report | None = None
         try:
             with context.acting_as("import"):
                 report = run_import(
@@ -84,11 +95,6 @@ class Command(BaseCommand):
         except RecallError as error:
             self.stderr.write("")
             raise CommandError(error.message) from None
-        except KeyboardInterrupt:
-            # Ctrl-C: the batch being stored rolled back, or committed whole.
-            self.stderr.write("")
-            self.stderr.write(self._interrupted(chosen.dry_run))
-            raise SystemExit(130) from None
         self.stderr.write("")
         self.stdout.write(
             report.summary().replace(" records from ", f" records into {user.email} from ", 1)

@@ -29,13 +29,26 @@ class Command(BaseCommand):
         parser.add_argument("file", help="The .jsonl file, or - for standard input.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        self.latest: services.Imported | None = None
+        try:
+            self._import(options)
+        except KeyboardInterrupt:
+            # Ctrl-C: the batches stored stay, with the links among them.
+            self._end_line()
+            stored = self.latest.imported if self.latest else 0
+            self.stderr.write(
+                f"Interrupted: {stored:,} memories stored by then stay."
+                " Run the same command again to go on: what is already there is skipped."
+            )
+            raise SystemExit(130) from None
+
+    def _import(self, options: dict[str, Any]) -> None:
         user = accounts_services.find_user(email=options["email"])
         if user is None:
             raise CommandError(f"No user with email {options['email']}.")
         name = options["file"]
         total = None if name == "-" else _count_lines(Path(name))
         self.total = total
-        self.latest: services.Imported | None = None
         try:
             with contextlib.ExitStack() as stack:
                 stream = (
@@ -56,14 +69,6 @@ class Command(BaseCommand):
         except RecallError as error:
             self._end_line()
             raise CommandError(error.message) from None
-        except KeyboardInterrupt:
-            self._end_line()
-            stored = self.latest.imported if self.latest else 0
-            self.stderr.write(
-                f"Interrupted: {stored:,} memories stored by then stay."
-                " Run the same command again to go on: what is already there is skipped."
-            )
-            raise SystemExit(130) from None
         self._end_line()
         self.stdout.write(
             f"Imported {report.imported:,} of {report.read:,} memories into {user.email}: "
