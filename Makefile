@@ -13,7 +13,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || { \
-	  echo "Recall needs Python 3.11, and $(PYTHON) is $$($(PYTHON) -V 2>&1 || echo missing)." \
+	  echo "Recall needs Python 3.11, and $(PYTHON) is $$($(PYTHON) -V 2>/dev/null || echo missing)." \
 	    "Install it, or name it: make $(MAKECMDGOALS) PYTHON=/path/to/python3.11" >&2; exit 1; }
 	@# A virtualenv made by another Python (an earlier try with 3.12) would keep it.
 	@if [ -x $(BIN)/python ] && ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
