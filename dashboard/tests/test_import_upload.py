@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import uuid
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -217,3 +219,63 @@ def test_an_import_on_its_way_stays_listed_behind_newer_ones(cast, alice_client)
 
     assert [job["id"] for job in listed if job["status"] == "queued"] == [first.id]
     assert len(listed) == 6  # the one on its way and the five latest that ended
+
+
+def mem0_export(people: list[tuple[str, int]]) -> bytes:
+    """A mem0 export holding each (user_id, count)'s facts in turn: one namespace each."""
+    said: dict[str, int] = {}
+    records = []
+    for who, count in people:
+        for _ in range(count):
+            n = said[who] = said.get(who, -1) + 1
+            records.append(
+                {
+                    "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{who}/{n}")),
+                    "memory": f"{who} fact {n}",
+                    "user_id": who,
+                    "created_at": "2024-06-01T09:00:00+00:00",
+                }
+            )
+    return json.dumps({"results": records}).encode()
+
+
+def test_an_upload_queued_before_delete_all_memories_stores_nothing_in_its_namespace(
+    cast, alice_client
+):
+    # seed 001's delete_all_memories took the adds queued before it, not an
+    # upload's: it stored its memories into the emptied namespace afterwards.
+    upload(alice_client, "two.json", mem0_export([("dana", 3), ("eli", 2)]))
+
+    services.forget_namespace(user_id=cast.alice.id, namespace="dana")
+    assert services.run_next_job()
+
+    job = the_job(cast.alice)
+    assert job.status == "done", job.error_message
+    assert (job.result["imported"], job.result["withdrawn"]) == (2, 3)
+    assert contents(cast.alice) == {"eli fact 0", "eli fact 1"}
+    page = alice_client.get("/memories/").content.decode()
+    assert "3 not stored: their namespace was emptied after the upload" in page
+
+
+def test_delete_all_memories_during_an_upload_takes_what_it_stored_and_withdraws_the_rest(
+    cast, alice_client, monkeypatch
+):
+    monkeypatch.setattr(run, "BATCH", 1)
+    real = services.store_imports
+    stored: list[int] = []
+
+    def storing(**kwargs):
+        stored.append(real(**kwargs))
+        if len(stored) == 2:  # dana's first two are in
+            services.forget_namespace(user_id=cast.alice.id, namespace="dana")
+        return stored[-1]
+
+    monkeypatch.setattr(services, "store_imports", storing)
+    upload(alice_client, "mixed.json", mem0_export([("dana", 2), ("eli", 1), ("dana", 2)]))
+
+    assert services.run_next_job()
+
+    job = the_job(cast.alice)
+    assert job.status == "done", job.error_message
+    assert contents(cast.alice) == {"eli fact 0"}
+    assert (job.result["imported"], job.result["withdrawn"]) == (3, 2)

@@ -88,6 +88,7 @@ def _run(
                     checkpoint=lambda r: services.save_import_progress(
                         job_id=job_id, attempts=attempts, report=r.as_dict()
                     ),
+                    cleared=lambda: services.cleared_namespaces(job_id=job_id, attempts=attempts),
                 )
         except services.JobLost:
             raise

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -104,6 +104,8 @@ class Report:
     reused: int = 0
     # Records past the tier's memory quota: not stored (a dry run: would not be).
     over_quota: int = 0
+    # Records for a namespace delete_all_memories emptied after the upload.
+    withdrawn: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
     vectors: list[str] = field(default_factory=list)  # each decision about stored vectors
@@ -129,6 +131,11 @@ class Report:
         if self.over_quota:
             would = "would be" if self.dry_run else "were"
             quota = f" {self.over_quota:,} {would} past the free tier's memory quota;"
+        if self.withdrawn:
+            quota += (
+                f" {self.withdrawn:,} not stored: their namespace was emptied"
+                " (delete_all_memories) after the upload;"
+            )
         return (
             f"{verb} {self.imported:,} of {self.read:,} records from {self.source} ({self.format}):"
             f" {self.duplicates:,} skipped as duplicates, {self.refused:,} refused;{quota}"
@@ -154,6 +161,7 @@ def run_import(
     checkpoint: Callable[[Report], None] | None = None,
     writers: int = 1,
     until: float | None = None,
+    cleared: Callable[[], Collection[str]] | None = None,
 ) -> Report:
     """Import ``source`` for the user; return the report.
 
@@ -163,6 +171,8 @@ def run_import(
     runs inside each batch's transaction with the report as it will be once
     the batch commits. ``until`` (a ``time.monotonic()``) is when a reader
     that could otherwise work without end (an SQLite file's) stops.
+    ``cleared`` runs at the start of each batch's transaction and names the
+    namespaces whose memories it leaves out (``services.store_imports``).
 
     This thread reads, validates, looks up duplicates and embeds; writer
     threads store, a batch behind, so that the model and the database work
@@ -180,6 +190,7 @@ def run_import(
     spent = report.seconds
     skip = report.read
     importer = _Importer(user_id, options, report, tier, checkpoint, writers)
+    importer.cleared = cleared
     stream = READERS[options.format](source, until=until, **options.reader_options())
     read = 0
     try:
@@ -247,6 +258,7 @@ class _Importer:
         self.report = report
         self.tier = tier
         self.checkpoint = checkpoint
+        self.cleared: Callable[[], Collection[str]] | None = None
         self.embedder = embeddings.get_embedder()
         self.batch: list[tuple[services.ImportItem, base.Record, str | None]] = []
         self.refusals: list[tuple[str, str]] = []
@@ -367,16 +379,19 @@ class _Importer:
             vectors=work.vectors,
             model_id=self.embedder.model_id,
             tier=self.tier,
-            finish=lambda inserted, cut: self._settle(work, inserted, cut),
+            finish=lambda inserted, cut, withdrawn: self._settle(work, inserted, cut, withdrawn),
+            cleared=self.cleared,
         )
 
-    def _settle(self, work: _Batch, inserted: int, cut: int) -> None:
+    def _settle(self, work: _Batch, inserted: int, cut: int, withdrawn: int) -> None:
         with self.lock:
-            self._apply(work, inserted, cut)
+            self._apply(work, inserted, cut, withdrawn)
         if self.checkpoint is not None:
             self.checkpoint(self.report)
 
-    def _apply(self, work: _Batch, inserted: int | None = None, cut: int = 0) -> None:
+    def _apply(
+        self, work: _Batch, inserted: int | None = None, cut: int = 0, withdrawn: int = 0
+    ) -> None:
         report = self.report
         new = len(work.fresh) if inserted is None else inserted
         report.read = max(report.read, work.read)
@@ -384,7 +399,8 @@ class _Importer:
             report.refuse(where, reason)
         report.imported += new
         report.over_quota += cut
-        report.duplicates += work.items - new - cut
+        report.withdrawn += withdrawn
+        report.duplicates += work.items - new - cut - withdrawn
         if inserted is not None:
             report.reused += work.reused
             report.embedded += len(work.fresh) - work.reused

@@ -39,6 +39,7 @@ from memories.models import (
 )
 from memories.services import naming, superseding
 from memories.services.announced import settle_namespace, waits_for_announced
+from memories.services.importing import clear_imports
 from memories.services.shapes import Change, ChangesPage, Deleted, Forgotten, Match, Version
 from memories.services.storing import drop_expired_copy, holder
 
@@ -515,6 +516,8 @@ def forget_namespace(
     wipe = validation.flag(purge, field="purge")
     settle_namespace(user_id, agent_id, ns)  # adds queued before this call go with it
     with tenancy.tenant(user_id, agent_id=agent_id):
+        # And uploaded imports: first, so that a batch storing now is waited for.
+        clear_imports(user_id=user_id, namespace=ns)
         deleted = _delete_namespace(user_id, ns, None, wipe)
     return {"deleted_count": deleted, "namespace": ns, "purged": wipe}
 

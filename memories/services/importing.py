@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, cast
@@ -90,7 +90,8 @@ def store_imports(
     vectors: list[np.ndarray],
     model_id: str,
     tier: str | None = None,
-    finish: Callable[[int, int], None] | None = None,
+    finish: Callable[[int, int, int], None] | None = None,
+    cleared: Callable[[], Collection[str]] | None = None,
 ) -> int:
     """Store a batch of imported memories in one transaction; return how many were new.
 
@@ -102,16 +103,26 @@ def store_imports(
     ``QuotaExceeded`` stops the import (a batch over the quota used to store
     none of them). ``finish`` runs inside the transaction with the count
     stored and the count left out for the quota, so that a job's progress
-    is saved atomically with what it stored.
+    is saved atomically with what it stored, and the count withdrawn:
+    ``cleared`` runs first in the transaction and names namespaces emptied
+    since the import was queued (``cleared_namespaces``), whose memories are
+    left out.
     """
+    withdrawn = 0
     with tenancy.tenant(user_id):
+        if cleared is not None and items:
+            emptied = cleared()
+            kept = [n for n, item in enumerate(items) if item.namespace not in emptied]
+            withdrawn = len(items) - len(kept)
+            if withdrawn:
+                items, vectors = [items[n] for n in kept], [vectors[n] for n in kept]
         left = quota.room(user_id, tier) if tier is not None and items else None
         cut = 0 if left is None else max(0, len(items) - left)
         if cut:
             items, vectors = items[: len(items) - cut], vectors[: len(items) - cut]
         inserted = _insert_imports(user_id, items, vectors, model_id) if items else 0
         if finish is not None:
-            finish(inserted, cut)
+            finish(inserted, cut, withdrawn)
     if cut:
         raise quota.full(tiers.memory_limit(tier or "") or 0)
     return inserted
@@ -269,6 +280,40 @@ def import_file(*, user_id: uuid.UUID | str, job_id: uuid.UUID) -> Iterator[byte
             return
         yield bytes(piece)
         seq += 1
+
+
+def cleared_namespaces(*, job_id: uuid.UUID, attempts: int) -> frozenset[str]:
+    """The namespaces ``delete_all_memories`` emptied since this import was queued.
+
+    In the caller's tenant transaction, locking the job's row, which the
+    delete updates before it deletes: a batch that reads this waits for a
+    delete under way and then leaves its namespace out, and a delete that
+    comes later waits for the batch and takes what it stored. Raise
+    ``JobLost`` when the run is no longer the job's.
+    """
+    row = Job.objects.held(job_id, attempts).select_for_update().values_list("payload").first()
+    if row is None:
+        raise JobLost
+    payload = row[0] or {}
+    return frozenset(payload.get("cleared") or ())
+
+
+def clear_imports(*, user_id: uuid.UUID | str, namespace: str) -> int:
+    """Tell the user's queued and running imports that ``namespace`` was emptied now.
+
+    In the caller's tenant transaction, before its delete: each import then
+    leaves that namespace out of every batch it stores after (``cleared_namespaces``).
+    Return how many imports were told.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memory_jobs SET payload = jsonb_set(payload, '{cleared}',"
+            " coalesce(payload->'cleared', '[]'::jsonb) || to_jsonb(%s::text))"
+            " WHERE user_id = %s AND kind = 'import' AND status = ANY(%s)"
+            " AND payload IS NOT NULL AND NOT coalesce(payload->'cleared', '[]'::jsonb) ? %s",
+            [namespace, str(user_id), [JobStatus.QUEUED, JobStatus.RUNNING], namespace],
+        )
+        return cursor.rowcount
 
 
 def save_import_progress(*, job_id: uuid.UUID, attempts: int, report: Mapping[str, object]) -> None:

@@ -141,5 +141,5 @@ def test_the_scratch_table_keeps_no_rows_between_batches(cast):
     assert stored == sorted(texts)
 
 
-def failing(inserted: int, cut: int) -> None:
+def failing(inserted: int, cut: int, withdrawn: int) -> None:
     raise RuntimeError("the checkpoint could not be saved")
