@@ -201,10 +201,13 @@ def link_stripe_customer(
     # A customer belongs to one user; a re-used customer moves to the new one,
     # and the tier its subscriptions gave the user it leaves goes with it.
     previous = BillingAccount.objects.filter(stripe_customer_id=customer_id).exclude(user=user)
-    # The users this customer's subscriptions paid for: the one it was linked
-    # to, or one who checked out as another customer since (``_former_user``).
+    # The users this customer's live subscriptions pay for: the one it was
+    # linked to, or one who checked out as another customer since
+    # (``_former_user``). An ended one paid for nothing a user holds now.
     paid = set(
-        Subscription.objects.filter(customer_id=customer_id, user__isnull=False)
+        Subscription.objects.filter(
+            customer_id=customer_id, user__isnull=False, status__in=GRANTING
+        )
         .exclude(user=user)
         .values_list("user_id", flat=True)
     )

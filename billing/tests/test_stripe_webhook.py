@@ -110,8 +110,16 @@ def test_linking_a_customer_by_hand_moves_one_from_another_user_only_when_told(l
     assert BillingAccount.objects.get(user=linked.alice).stripe_customer_id is None
 
 
-def test_moving_a_customer_that_paid_for_nothing_leaves_a_tier_set_by_hand(linked):
-    # The user it left fell to free, though the customer had no subscription.
+@pytest.mark.parametrize("history", ["none", "ended"])
+def test_moving_a_customer_that_paid_for_nothing_leaves_a_tier_set_by_hand(linked, client, history):
+    # The user it left fell to free, though the customer paid for nothing now.
+    if history == "ended":
+        now = int(time.time())
+        deliver(client, subscription(price="price_pro", created=now - 10))
+        deliver(
+            client, subscription("customer.subscription.deleted", status="canceled", created=now)
+        )
+        assert tier_of(linked.alice) == "free"
     call_command("set_tier", "alice@example.com", "pro", stdout=io.StringIO())
 
     call_command(
