@@ -221,21 +221,23 @@ def test_an_import_on_its_way_stays_listed_behind_newer_ones(cast, alice_client)
     assert len(listed) == 6  # the one on its way and the five latest that ended
 
 
-def mem0_export(people: list[tuple[str, int]]) -> bytes:
-    """A mem0 export holding each (user_id, count)'s facts in turn: one namespace each."""
+def mem0_export(people: list[tuple[str, int]], agent: str | None = None) -> bytes:
+    """A mem0 export holding each (user_id, count)'s facts in turn: one namespace each,
+    written by ``agent`` if one is named."""
     said: dict[str, int] = {}
     records = []
     for who, count in people:
         for _ in range(count):
             n = said[who] = said.get(who, -1) + 1
-            records.append(
-                {
-                    "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{who}/{n}")),
-                    "memory": f"{who} fact {n}",
-                    "user_id": who,
-                    "created_at": "2024-06-01T09:00:00+00:00",
-                }
-            )
+            record = {
+                "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{who}/{agent}/{n}")),
+                "memory": f"{who} fact {n}" + (f" by {agent}" if agent else ""),
+                "user_id": who,
+                "created_at": "2024-06-01T09:00:00+00:00",
+            }
+            if agent:
+                record["agent_id"] = agent
+            records.append(record)
     return json.dumps({"results": records}).encode()
 
 
@@ -279,3 +281,24 @@ def test_delete_all_memories_during_an_upload_takes_what_it_stored_and_withdraws
     assert job.status == "done", job.error_message
     assert contents(cast.alice) == {"eli fact 0"}
     assert (job.result["imported"], job.result["withdrawn"]) == (3, 2)
+
+
+def test_an_agents_delete_all_memories_withdraws_that_agents_part_of_an_upload_only(
+    cast, alice_client
+):
+    # The agent's delete could not see the user's import job, so the upload
+    # stored the agent's memories into the namespace it had just emptied.
+    from accounts import services as accounts_services
+
+    research = accounts_services.create_agent(user_id=cast.alice.id, name="research")
+    mixed = json.loads(mem0_export([("dana", 2)], agent="research"))["results"]
+    mixed += json.loads(mem0_export([("dana", 1)]))["results"]
+    upload(alice_client, "agents.json", json.dumps({"results": mixed}).encode())
+
+    services.forget_namespace(user_id=cast.alice.id, agent_id=research.id, namespace="dana")
+    assert services.run_next_job()
+
+    job = the_job(cast.alice)
+    assert job.status == "done", job.error_message
+    assert contents(cast.alice) == {"dana fact 0"}
+    assert (job.result["imported"], job.result["withdrawn"]) == (1, 2)

@@ -88,7 +88,9 @@ def _run(
                     checkpoint=lambda r: services.save_import_progress(
                         job_id=job_id, attempts=attempts, report=r.as_dict()
                     ),
-                    cleared=lambda: services.cleared_namespaces(job_id=job_id, attempts=attempts),
+                    cleared=lambda: services.cleared_namespaces(
+                        user_id=user_id, job_id=job_id, attempts=attempts
+                    ),
                 )
         except services.JobLost:
             raise

@@ -161,7 +161,7 @@ def run_import(
     checkpoint: Callable[[Report], None] | None = None,
     writers: int = 1,
     until: float | None = None,
-    cleared: Callable[[], Collection[str]] | None = None,
+    cleared: Callable[[], Collection[services.Cleared]] | None = None,
 ) -> Report:
     """Import ``source`` for the user; return the report.
 
@@ -189,8 +189,7 @@ def run_import(
     report.dry_run = options.dry_run
     spent = report.seconds
     skip = report.read
-    importer = _Importer(user_id, options, report, tier, checkpoint, writers)
-    importer.cleared = cleared
+    importer = _Importer(user_id, options, report, tier, checkpoint, writers, cleared)
     stream = READERS[options.format](source, until=until, **options.reader_options())
     read = 0
     try:
@@ -252,13 +251,14 @@ class _Importer:
         tier: str | None,
         checkpoint: Callable[[Report], None] | None,
         writers: int = 1,
+        cleared: Callable[[], Collection[services.Cleared]] | None = None,
     ) -> None:
         self.user_id = user_id
         self.options = options
         self.report = report
         self.tier = tier
         self.checkpoint = checkpoint
-        self.cleared: Callable[[], Collection[str]] | None = None
+        self.cleared = cleared
         self.embedder = embeddings.get_embedder()
         self.batch: list[tuple[services.ImportItem, base.Record, str | None]] = []
         self.refusals: list[tuple[str, str]] = []

@@ -69,6 +69,7 @@ from memories.services.health import (
 )
 from memories.services.importing import (
     IMPORT_CHUNK_BYTES,
+    Cleared,
     ImportItem,
     ImportJob,
     clear_imports,
@@ -185,6 +186,7 @@ __all__ = [
     "Answer",
     "CacheStats",
     "CleanUp",
+    "Cleared",
     "Forgotten",
     "Health",
     "ImportItem",

@@ -515,9 +515,11 @@ def forget_namespace(
     ns = validation.namespace(namespace)
     wipe = validation.flag(purge, field="purge")
     settle_namespace(user_id, agent_id, ns)  # adds queued before this call go with it
+    with tenancy.tenant(user_id):
+        # And uploaded imports, which are the user's, not an agent's: first,
+        # so that a batch storing now is waited for and then deleted.
+        clear_imports(user_id=user_id, agent_id=agent_id, namespace=ns)
     with tenancy.tenant(user_id, agent_id=agent_id):
-        # And uploaded imports: first, so that a batch storing now is waited for.
-        clear_imports(user_id=user_id, namespace=ns)
         deleted = _delete_namespace(user_id, ns, None, wipe)
     return {"deleted_count": deleted, "namespace": ns, "purged": wipe}
 

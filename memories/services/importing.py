@@ -13,6 +13,7 @@ own (``queue.JobLost`` otherwise).
 
 from __future__ import annotations
 
+import json
 import uuid
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
@@ -91,7 +92,7 @@ def store_imports(
     model_id: str,
     tier: str | None = None,
     finish: Callable[[int, int, int], None] | None = None,
-    cleared: Callable[[], Collection[str]] | None = None,
+    cleared: Callable[[], Collection[Cleared]] | None = None,
 ) -> int:
     """Store a batch of imported memories in one transaction; return how many were new.
 
@@ -103,16 +104,16 @@ def store_imports(
     ``QuotaExceeded`` stops the import (a batch over the quota used to store
     none of them). ``finish`` runs inside the transaction with the count
     stored and the count left out for the quota, so that a job's progress
-    is saved atomically with what it stored, and the count withdrawn:
-    ``cleared`` runs first in the transaction and names namespaces emptied
-    since the import was queued (``cleared_namespaces``), whose memories are
-    left out.
+    is saved atomically with what it stored and the count it withdrew:
+    ``cleared`` runs first in the transaction and names where a namespace
+    was emptied since the import was queued (``cleared_namespaces``), and
+    the memories that go there are left out.
     """
     withdrawn = 0
     with tenancy.tenant(user_id):
         if cleared is not None and items:
             emptied = cleared()
-            kept = [n for n, item in enumerate(items) if item.namespace not in emptied]
+            kept = [n for n, item in enumerate(items) if not is_withdrawn(item, emptied)]
             withdrawn = len(items) - len(kept)
             if withdrawn:
                 items, vectors = [items[n] for n in kept], [vectors[n] for n in kept]
@@ -282,38 +283,67 @@ def import_file(*, user_id: uuid.UUID | str, job_id: uuid.UUID) -> Iterator[byte
         seq += 1
 
 
-def cleared_namespaces(*, job_id: uuid.UUID, attempts: int) -> frozenset[str]:
-    """The namespaces ``delete_all_memories`` emptied since this import was queued.
+# A place an import must store nothing more in: (namespace, agent id), the
+# agent None when every writer's memories there were deleted.
+Cleared = tuple[str, str | None]
+
+
+def cleared_namespaces(
+    *, user_id: uuid.UUID | str, job_id: uuid.UUID, attempts: int
+) -> frozenset[Cleared]:
+    """Where ``delete_all_memories`` emptied a namespace since this import was queued.
 
     In the caller's tenant transaction, locking the job's row, which the
     delete updates before it deletes: a batch that reads this waits for a
-    delete under way and then leaves its namespace out, and a delete that
+    delete under way and then leaves that namespace out, and a delete that
     comes later waits for the batch and takes what it stored. Raise
     ``JobLost`` when the run is no longer the job's.
     """
-    row = Job.objects.held(job_id, attempts).select_for_update().values_list("payload").first()
+    row = (
+        Job.objects.held(job_id, attempts)
+        .filter(user_id=user_id)
+        .select_for_update()
+        .values_list("payload")
+        .first()
+    )
     if row is None:
         raise JobLost
     payload = row[0] or {}
-    return frozenset(payload.get("cleared") or ())
+    return frozenset(
+        (entry["namespace"], entry.get("agent")) for entry in payload.get("cleared") or ()
+    )
 
 
-def clear_imports(*, user_id: uuid.UUID | str, namespace: str) -> int:
-    """Tell the user's queued and running imports that ``namespace`` was emptied now.
+def is_withdrawn(item: ImportItem, cleared: Collection[Cleared]) -> bool:
+    """Whether ``item`` goes where a delete emptied since its import was queued."""
+    return (item.namespace, None) in cleared or (
+        item.agent_id is not None and (item.namespace, str(item.agent_id)) in cleared
+    )
 
-    In the caller's tenant transaction, before its delete: each import then
-    leaves that namespace out of every batch it stores after (``cleared_namespaces``).
-    Return how many imports were told.
+
+def clear_imports(
+    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, namespace: str
+) -> None:
+    """Tell the user's queued and running imports that ``namespace`` is being emptied.
+
+    Of every writer's memories, or with ``agent_id`` of that agent's only, as
+    the delete that calls this (in a user-wide tenant transaction of its own,
+    just before: an agent's path does not see the user's import jobs). A
+    batch storing meanwhile is waited for, and the delete takes what it
+    stored; every batch after leaves the namespace out (``cleared_namespaces``).
     """
+    entry = json.dumps(
+        {"namespace": namespace, "agent": None if agent_id is None else str(agent_id)}
+    )
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE memory_jobs SET payload = jsonb_set(payload, '{cleared}',"
-            " coalesce(payload->'cleared', '[]'::jsonb) || to_jsonb(%s::text))"
+            " coalesce(payload->'cleared', '[]'::jsonb) || jsonb_build_array(%s::jsonb))"
             " WHERE user_id = %s AND kind = 'import' AND status = ANY(%s)"
-            " AND payload IS NOT NULL AND NOT coalesce(payload->'cleared', '[]'::jsonb) ? %s",
-            [namespace, str(user_id), [JobStatus.QUEUED, JobStatus.RUNNING], namespace],
+            " AND payload IS NOT NULL"
+            " AND NOT coalesce(payload->'cleared', '[]'::jsonb) @> jsonb_build_array(%s::jsonb)",
+            [entry, str(user_id), [JobStatus.QUEUED, JobStatus.RUNNING], entry],
         )
-        return cursor.rowcount
 
 
 def save_import_progress(*, job_id: uuid.UUID, attempts: int, report: Mapping[str, object]) -> None:
