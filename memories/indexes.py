@@ -102,10 +102,19 @@ def create_sql(model_id: str, dimensions: int) -> str:
 
 
 def ensure_vector_index(model_id: str, dimensions: int, using_connection=None) -> None:
-    """Create the index for ``model_id`` unless it exists. Cheap when it does."""
+    """Create the index for ``model_id`` unless it exists. Cheap when it does.
+
+    The catalog is asked first, without a lock: ``CREATE INDEX IF NOT EXISTS``
+    takes a share lock on ``memories`` before it looks, so every process that
+    started (``stdio``, ``worker``) queued behind a write in progress, and
+    every write after it queued behind that start.
+    """
     conn = using_connection or connection
     with conn.cursor() as cursor:
-        cursor.execute(create_sql(model_id, dimensions))
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [index_name(model_id)])
+        (exists,) = cursor.fetchone()
+        if not exists:
+            cursor.execute(create_sql(model_id, dimensions))
 
 
 def drop_vector_index(model_id: str, using_connection=None) -> None:

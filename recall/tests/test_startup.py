@@ -103,6 +103,27 @@ def test_two_processes_starting_at_once_create_the_vector_index_once(cast):
         indexes.ensure_vector_index(model_id, dimensions)
 
 
+def test_a_start_does_not_wait_for_a_write_in_progress_when_the_index_exists(cast):
+    # CREATE INDEX IF NOT EXISTS took a share lock on memories before looking:
+    # a `recall stdio` or `recall worker` starting then waited for any open
+    # write, and every write after it waited for that start.
+    model_id, dimensions = embeddings.model_spec()
+    indexes.ensure_vector_index(model_id, dimensions)
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    writer = psycopg.connect(**params)
+    try:
+        writer.execute("LOCK TABLE memories IN ROW EXCLUSIVE MODE")  # what an insert holds
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")
+            try:
+                indexes.ensure_vector_index(model_id, dimensions)
+            finally:
+                cursor.execute("RESET lock_timeout")
+    finally:
+        writer.close()
+
+
 def desktop_env(banner: str) -> dict[str, str]:
     start = banner.index("{", banner.index("Claude Desktop"))
     config, _ = json.JSONDecoder().raw_decode(banner, start)
