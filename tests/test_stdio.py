@@ -386,3 +386,61 @@ def test_serve_interrupted_while_starting_exits_quietly_too(signum, code):
     assert process.returncode == code, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     assert "recall serve: interrupted while starting; stopped." in err.splitlines()
+
+
+# Attaches to the embedded server, says so, and waits for a line (or a kill).
+ATTACH_AND_WAIT = (
+    "import sys; from pathlib import Path; from recall.db import embedded; "
+    "embedded.start(Path(sys.argv[1])); print('attached', flush=True); sys.stdin.readline()"
+)
+
+
+def test_the_last_process_to_exit_stops_the_embedded_database_after_one_was_killed(tmp_path):
+    # The killed process still counted as a user of the server, so the last
+    # one to exit left it running, holding its shared memory.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
+    }
+    pgdata = tmp_path.resolve() / "pgdata"
+    made = subprocess.run(
+        [sys.executable, "-c", INIT_CLUSTER, str(tmp_path)],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+
+    def attach() -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, "-c", ATTACH_AND_WAIT, str(tmp_path)],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None and process.stdout.readline() == "attached\n"
+        return process
+
+    killed, last = attach(), attach()
+    try:
+        killed.kill()
+        killed.communicate(timeout=30)
+        _, err = last.communicate("\n", timeout=120)
+        assert last.returncode == 0, err[-3000:]
+        left = postmasters(pgdata)
+    finally:
+        for process in (killed, last):
+            if process.poll() is None:
+                process.kill()
+        stray = postmasters(pgdata)
+        for postmaster in stray:
+            postmaster.send_signal(signal.SIGINT)
+        psutil.wait_procs(stray, timeout=60)
+
+    assert not left, "the embedded PostgreSQL was left running"

