@@ -391,3 +391,27 @@ def resident_bytes(pid: int) -> int:
         if row.startswith("VmRSS:"):
             return int(row.split()[1]) * 1024
     raise AssertionError("no VmRSS in /proc status")
+
+
+def test_calls_in_flight_when_sigterm_arrives_each_leave_one_usage_event(stdio):
+    # The calls the stop cancelled were logged as started, never finished, and
+    # left no usage event: every tool call made leaves exactly one.
+    process = stdio()
+    process.send(
+        b"".join(
+            call(n, "remember", {"content": f"Fact number {n} to keep."}) for n in range(1, 31)
+        )
+    )
+    process.read(1, timeout=120)  # the calls are running (the free tier refuses the 11th on)
+
+    process.process.send_signal(signal.SIGTERM)
+
+    assert process.process.wait(timeout=60) == 0
+    process.drain.join(timeout=10)
+    logged = [json.loads(row) for row in b"".join(process.stderr).decode().splitlines()]
+    said = [row["event"] for row in logged]
+    started, limited = said.count("tool call started"), said.count("rate limited")
+    assert said.count("tool call finished") == started >= 1
+    events = usage_events(started + limited)
+    ran = [event for event in events if event.error_code != "rate_limited"]
+    assert len(ran) == started and len(events) == started + limited

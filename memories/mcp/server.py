@@ -177,6 +177,11 @@ def _server(
                     # itself, such as _meta), or failed: still one event.
                     finished(_raised_code(exc))
                     raise
+                except BaseException:
+                    # Cancelled: the server is stopping (stdio's SIGTERM) or
+                    # the client went away. The call made is still one event.
+                    finished(CANCELLED)
+                    raise
                 finally:
                     _checked.reset(token)
             finished(_error_code(result))
@@ -424,6 +429,11 @@ def _error_code(result: HandlerResult) -> str | None:
     if isinstance(details, dict) and isinstance(details.get("recall_code"), str):
         return details["recall_code"]
     return "internal_error"
+
+
+# The usage event's error code of a call cancelled before it was answered;
+# never sent to a client, which is gone or was told the server stopped.
+CANCELLED = "cancelled"
 
 
 def _raised_code(exc: Exception) -> str:
