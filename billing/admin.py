@@ -30,7 +30,7 @@ from billing.models import (
     WebhookEvent,
     WebhookRejection,
 )
-from core import errors, tenancy
+from core import errors, tenancy, usage
 from core.admin_tools import EstimatedCountPaginator, csv_line
 
 TOOLS = ("remember", "recall", "list_memories", "update_memory", "forget")
@@ -66,7 +66,7 @@ class ErrorCodeFilter(admin.SimpleListFilter):
     parameter_name = "error"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        codes = sorted({*errors.CODES, errors.RateLimited.code})
+        codes = sorted({*errors.CODES, errors.RateLimited.code, usage.CANCELLED})
         return [(code, code) for code in codes]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:

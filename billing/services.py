@@ -54,6 +54,7 @@ from billing.models import (
     WebhookRejection,
 )
 from core import storable, tenancy
+from core import usage as core_usage
 from core.errors import Conflict, NotFound, ValidationFailed
 from core.usage import Event
 
@@ -583,6 +584,8 @@ def usage_summary(
     since = datetime(first.year, first.month, first.day, tzinfo=UTC)
     window = list(first + timedelta(days=n) for n in range(days))
     limited = Q(error_code="rate_limited")
+    # A cancelled call is no failure of ours, and its time is cut short.
+    cancelled = Q(error_code=core_usage.CANCELLED)
     with tenancy.tenant(user_id):
         events = UsageEvent.objects.filter(user_id=user_id, occurred_at__gte=since)
         per_day = (
@@ -598,16 +601,18 @@ def usage_summary(
                 series[index] += row["n"]
         totals = events.aggregate(
             total=Count("id"),
-            failed=Count("id", filter=Q(success=False) & ~limited),
+            failed=Count("id", filter=Q(success=False) & ~limited & ~cancelled),
             rate_limited=Count("id", filter=limited),
         )
         with connection.cursor() as cursor:
-            # Rate-limited calls never ran, so their zero latency is left out.
+            # Rate-limited calls never ran, so their zero latency is left out,
+            # and so is a cancelled call's, cut short.
             cursor.execute(
                 "SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY latency_ms)"
                 " FROM usage_events WHERE user_id = %s AND occurred_at >= %s"
-                " AND error_code IS DISTINCT FROM 'rate_limited'",
-                [str(user_id), since],
+                " AND error_code IS DISTINCT FROM 'rate_limited'"
+                " AND error_code IS DISTINCT FROM %s",
+                [str(user_id), since, core_usage.CANCELLED],
             )
             percentiles = cursor.fetchone()[0] or [None, None]
     return UsageSummary(
@@ -632,6 +637,8 @@ def usage_by_agent(
     """
     since = _window_start(days, today)
     limited = Q(error_code="rate_limited")
+    # A cancelled call is no failure of ours, and its time is cut short.
+    cancelled = Q(error_code=core_usage.CANCELLED)
     with tenancy.tenant(user_id):
         counted = {
             row["agent_id"]: row
@@ -639,7 +646,7 @@ def usage_by_agent(
             .values("agent_id")
             .annotate(
                 total=Count("id"),
-                failed=Count("id", filter=Q(success=False) & ~limited),
+                failed=Count("id", filter=Q(success=False) & ~limited & ~cancelled),
                 rate_limited=Count("id", filter=limited),
             )
         }
@@ -647,8 +654,9 @@ def usage_by_agent(
             cursor.execute(
                 "SELECT agent_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms)"
                 " FROM usage_events WHERE user_id = %s AND occurred_at >= %s"
-                " AND error_code IS DISTINCT FROM 'rate_limited' GROUP BY agent_id",
-                [str(user_id), since],
+                " AND error_code IS DISTINCT FROM 'rate_limited'"
+                " AND error_code IS DISTINCT FROM %s GROUP BY agent_id",
+                [str(user_id), since, core_usage.CANCELLED],
             )
             medians = dict(cursor.fetchall())
     rows: list[tuple[uuid.UUID | None, str]] = [

@@ -24,6 +24,10 @@ from core import storable
 # one more line in the user's usage legend and the admin's filter.
 UNKNOWN_TOOL = "unknown"
 
+# The error code of a call cancelled while it ran (the client went away, or
+# ``recall stdio`` stopped): no failure of ours, and never sent to a client.
+CANCELLED = "cancelled"
+
 
 def tool_label(name: object, known: Collection[str]) -> str:
     """The name an event records for a call of ``name``: itself if one of ``known``."""

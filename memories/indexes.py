@@ -111,7 +111,11 @@ def ensure_vector_index(model_id: str, dimensions: int, using_connection=None) -
     """
     conn = using_connection or connection
     with conn.cursor() as cursor:
-        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [index_name(model_id)])
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            " WHERE i.indrelid = 'memories'::regclass AND c.relname = %s)",
+            [index_name(model_id)],
+        )
         (exists,) = cursor.fetchone()
         if not exists:
             cursor.execute(create_sql(model_id, dimensions))

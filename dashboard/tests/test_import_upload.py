@@ -302,3 +302,26 @@ def test_an_agents_delete_all_memories_withdraws_that_agents_part_of_an_upload_o
     assert job.status == "done", job.error_message
     assert contents(cast.alice) == {"dana fact 0"}
     assert (job.result["imported"], job.result["withdrawn"]) == (1, 2)
+
+
+def test_a_delete_all_memories_that_fails_leaves_an_upload_storing_as_before(
+    cast, alice_client, monkeypatch
+):
+    # The imports were told first, in a transaction of their own: a delete that
+    # then failed (a timeout, a lost connection) still had the upload leave
+    # the namespace out, though nothing in it was deleted.
+    from memories.services import changes
+
+    upload(alice_client, "two.json", mem0_export([("dana", 3), ("eli", 2)]))
+
+    def failing(*args, **kwargs):
+        raise InternalError("the delete failed")
+
+    monkeypatch.setattr(changes, "_delete_namespace", failing)
+    with pytest.raises(InternalError):
+        services.forget_namespace(user_id=cast.alice.id, namespace="dana")
+    assert services.run_next_job()
+
+    job = the_job(cast.alice)
+    assert (job.result["imported"], job.result["withdrawn"]) == (5, 0)
+    assert job.payload.get("cleared") == []

@@ -50,16 +50,18 @@ def test_it_shows_error_rate_latency_rate_limiting_and_quota(cast, alice_client,
     record(cast.alice, "remember", error_code="validation_failed", latency_ms=5)
     record(cast.alice, "remember", error_code="rate_limited", latency_ms=0)
     record(cast.alice, "remember", error_code="rate_limited", latency_ms=0)
+    # Cancelled while it ran: no failure of ours, and its time was cut short.
+    record(cast.alice, "remember", error_code="cancelled", latency_ms=100_000)
     for n in range(4):
         store_memory(cast.alice, f"memory {n}")
 
     response = alice_client.get(URL)
 
-    assert stat(response, "calls") == "13"
-    assert stat(response, "error-rate") == "9.1%"  # 1 of the 11 that ran
+    assert stat(response, "calls") == "14"
+    assert stat(response, "error-rate") == "8.3%"  # 1 of the 12 that ran
     # Each figure says what it counts: the refused calls are among the calls,
     # not among those the error rate is of.
-    assert stat(response, "failed") == "1 failed of 11 run"
+    assert stat(response, "failed") == "1 failed of 12 run"
     assert "refused ones included" in response.content.decode()
     assert stat(response, "rate-limited") == "2"
     assert stat(response, "p50") == "50 ms"  # of 5, 10 ... 100; rate-limited left out

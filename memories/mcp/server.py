@@ -180,7 +180,7 @@ def _server(
                 except BaseException:
                     # Cancelled: the server is stopping (stdio's SIGTERM) or
                     # the client went away. The call made is still one event.
-                    finished(CANCELLED)
+                    finished(core_usage.CANCELLED)
                     raise
                 finally:
                     _checked.reset(token)
@@ -429,11 +429,6 @@ def _error_code(result: HandlerResult) -> str | None:
     if isinstance(details, dict) and isinstance(details.get("recall_code"), str):
         return details["recall_code"]
     return "internal_error"
-
-
-# The usage event's error code of a call cancelled before it was answered;
-# never sent to a client, which is gone or was told the server stopped.
-CANCELLED = "cancelled"
 
 
 def _raised_code(exc: Exception) -> str:

@@ -519,8 +519,15 @@ def forget_namespace(
         # And uploaded imports, which are the user's, not an agent's: first,
         # so that a batch storing now is waited for and then deleted.
         clear_imports(user_id=user_id, agent_id=agent_id, namespace=ns)
-    with tenancy.tenant(user_id, agent_id=agent_id):
-        deleted = _delete_namespace(user_id, ns, None, wipe)
+    try:
+        with tenancy.tenant(user_id, agent_id=agent_id):
+            deleted = _delete_namespace(user_id, ns, None, wipe)
+    except Exception:
+        # Nothing was deleted: the imports go on storing there, as before
+        # the call (a batch that read the mark meanwhile left its part out).
+        with tenancy.tenant(user_id):
+            clear_imports(user_id=user_id, agent_id=agent_id, namespace=ns, undo=True)
+        raise
     return {"deleted_count": deleted, "namespace": ns, "purged": wipe}
 
 

@@ -294,10 +294,10 @@ def cleared_namespaces(
     """Where ``delete_all_memories`` emptied a namespace since this import was queued.
 
     In the caller's tenant transaction, locking the job's row, which the
-    delete updates before it deletes: a batch that reads this waits for a
-    delete under way and then leaves that namespace out, and a delete that
-    comes later waits for the batch and takes what it stored. Raise
-    ``JobLost`` when the run is no longer the job's.
+    delete marks (``clear_imports``) before it deletes: a batch that reads
+    this waits for a mark being made and then leaves that namespace out, and
+    a mark that comes later waits for the batch, whose memories the delete
+    then takes. Raise ``JobLost`` when the run is no longer the job's.
     """
     row = (
         Job.objects.held(job_id, attempts)
@@ -310,7 +310,8 @@ def cleared_namespaces(
         raise JobLost
     payload = row[0] or {}
     return frozenset(
-        (entry["namespace"], entry.get("agent")) for entry in payload.get("cleared") or ()
+        (entry, None) if isinstance(entry, str) else (entry["namespace"], entry.get("agent"))
+        for entry in payload.get("cleared") or ()
     )
 
 
@@ -322,7 +323,11 @@ def is_withdrawn(item: ImportItem, cleared: Collection[Cleared]) -> bool:
 
 
 def clear_imports(
-    *, user_id: uuid.UUID | str, agent_id: uuid.UUID | str | None, namespace: str
+    *,
+    user_id: uuid.UUID | str,
+    agent_id: uuid.UUID | str | None,
+    namespace: str,
+    undo: bool = False,
 ) -> None:
     """Tell the user's queued and running imports that ``namespace`` is being emptied.
 
@@ -331,11 +336,22 @@ def clear_imports(
     just before: an agent's path does not see the user's import jobs). A
     batch storing meanwhile is waited for, and the delete takes what it
     stored; every batch after leaves the namespace out (``cleared_namespaces``).
+    With ``undo``, take the mark away again: the delete failed.
     """
-    entry = json.dumps(
-        {"namespace": namespace, "agent": None if agent_id is None else str(agent_id)}
-    )
+    agent = None if agent_id is None else str(uuid.UUID(str(agent_id)))
+    entry = json.dumps({"namespace": namespace, "agent": agent})
     with connection.cursor() as cursor:
+        if undo:
+            cursor.execute(
+                "UPDATE memory_jobs SET payload = jsonb_set(payload, '{cleared}',"
+                " (payload->'cleared') - (SELECT (i - 1)::int FROM"
+                " jsonb_array_elements(payload->'cleared') WITH ORDINALITY AS e(v, i)"
+                " WHERE v = %s::jsonb LIMIT 1))"
+                " WHERE user_id = %s AND kind = 'import'"
+                " AND payload->'cleared' @> jsonb_build_array(%s::jsonb)",
+                [entry, str(user_id), entry],
+            )
+            return
         cursor.execute(
             "UPDATE memory_jobs SET payload = jsonb_set(payload, '{cleared}',"
             " coalesce(payload->'cleared', '[]'::jsonb) || jsonb_build_array(%s::jsonb))"
