@@ -353,12 +353,11 @@ def test_a_file_that_is_not_utf8_is_refused_and_a_byte_order_mark_is_not_content
     assert "Imported 1 of 1 memories" in out.getvalue()
 
 
-def test_an_import_stopped_by_a_bad_line_links_what_it_stored(cast, tmp_path):
-    # The batches before the bad line were kept, but not their links: a fact
-    # the file marked replaced was current beside what replaced it.
+def linked_then_filler(filler: int) -> tuple[uuid.UUID, uuid.UUID, list[dict[str, Any]]]:
+    """Records of an export: a fact, the one that replaced it, then ``filler`` more."""
     old, new = uuid.uuid4(), uuid.uuid4()
     at = "2026-01-02T00:00:00Z"
-    records = [
+    records: list[dict[str, Any]] = [
         {
             "id": str(old),
             "content": "Staging runs on pg-1.",
@@ -367,7 +366,15 @@ def test_an_import_stopped_by_a_bad_line_links_what_it_stored(cast, tmp_path):
             "superseded_at": at,
         },
         {"id": str(new), "content": "Staging moved to pg-2.", "created_at": at},
-    ] + [{"content": f"Filler fact number {n}.", "created_at": at} for n in range(150)]
+    ]
+    records += [{"content": f"Filler fact number {n}.", "created_at": at} for n in range(filler)]
+    return old, new, records
+
+
+def test_an_import_stopped_by_a_bad_line_links_what_it_stored(cast, tmp_path):
+    # The batches before the bad line were kept, but not their links: a fact
+    # the file marked replaced was current beside what replaced it.
+    old, new, records = linked_then_filler(150)
     file = tmp_path / "cut.jsonl"
     file.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"content": "cut\n')
 
@@ -400,18 +407,7 @@ def test_ctrl_c_during_an_import_says_what_stayed_and_exits_130(cast, tmp_path, 
         raise KeyboardInterrupt
 
     monkeypatch.setattr(import_memories.Command, "_progress", interrupted)
-    old, new = uuid.uuid4(), uuid.uuid4()
-    at = "2026-01-02T00:00:00Z"
-    records = [
-        {
-            "id": str(old),
-            "content": "Staging runs on pg-1.",
-            "created_at": "2026-01-01T00:00:00Z",
-            "superseded_by": str(new),
-            "superseded_at": at,
-        },
-        {"id": str(new), "content": "Staging moved to pg-2.", "created_at": at},
-    ] + [{"content": f"Fact {n}.", "created_at": at} for n in range(148)]
+    old, new, records = linked_then_filler(148)
     file = tmp_path / "long.jsonl"
     file.write_text("".join(json.dumps(r) + "\n" for r in records))
     err = io.StringIO()

@@ -315,24 +315,11 @@ def test_an_interrupt_while_starting_exits_quietly_with_a_shells_status(cast, si
 
 @pytest.mark.parametrize(("signum", "code"), INTERRUPTS, ids=["SIGINT", "SIGTERM"])
 def test_an_interrupt_while_starting_stops_the_embedded_database(tmp_path, signum, code):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
-    }
-    env.update(RECALL_DATA_DIR=str(tmp_path), RECALL_API_KEY=BOGUS_KEY)
+    env = {**embedded_env(), "RECALL_DATA_DIR": str(tmp_path), "RECALL_API_KEY": BOGUS_KEY}
     pgdata = tmp_path.resolve() / "pgdata"
     # A data directory with a database cluster, not yet migrated: `recall
     # stdio` refuses one that holds no database at all.
-    made = subprocess.run(
-        [sys.executable, "-c", INIT_CLUSTER, str(tmp_path)],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert made.returncode == 0, made.stderr[-3000:]
+    make_cluster(tmp_path, env)
     assert not postmasters(pgdata)
     process = start(env)
     try:
@@ -352,6 +339,25 @@ def test_an_interrupt_while_starting_stops_the_embedded_database(tmp_path, signu
     assert not left, "the embedded PostgreSQL was left running"
     assert not (pgdata / "postmaster.pid").exists()
     assert_stopped_quietly(process, out, err, code)
+
+
+def embedded_env() -> dict[str, str]:
+    """This environment without the test database's settings: a command uses its own."""
+    dropped = {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
+    return {k: v for k, v in os.environ.items() if k not in dropped}
+
+
+def make_cluster(data_dir: Path, env: dict[str, str]) -> None:
+    """Make the embedded database cluster in ``data_dir``, and stop its server again."""
+    made = subprocess.run(
+        [sys.executable, "-c", INIT_CLUSTER, str(data_dir)],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
 
 
 # Starts the embedded server on a data directory (initdb the first time), and
@@ -398,21 +404,9 @@ ATTACH_AND_WAIT = (
 def test_the_last_process_to_exit_stops_the_embedded_database_after_one_was_killed(tmp_path):
     # The killed process still counted as a user of the server, so the last
     # one to exit left it running, holding its shared memory.
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "SECRET_KEY", "API_KEY_SECRET"}
-    }
+    env = embedded_env()
     pgdata = tmp_path.resolve() / "pgdata"
-    made = subprocess.run(
-        [sys.executable, "-c", INIT_CLUSTER, str(tmp_path)],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert made.returncode == 0, made.stderr[-3000:]
+    make_cluster(tmp_path, env)
 
     def attach() -> subprocess.Popen[str]:
         process = subprocess.Popen(
