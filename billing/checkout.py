@@ -2,7 +2,7 @@
 
 Both are offered only when ``STRIPE_SECRET_KEY`` and ``STRIPE_PRICE_TO_TIER``
 are set. Nothing here changes a tier: Stripe reports the outcome to the
-webhook, which does (see billing/services.py).
+webhook, which does (see billing/services/).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Both answer 404 while their secret is unset, so an unconfigured server does
 not look like it has billing. Both are thin: verify, parse, then call
-billing/services.py, which applies each delivery once.
+billing/services/, which applies each delivery once.
 
 MCPize signature scheme
     ``X-MCPize-Signature`` is the hex HMAC-SHA256, under

@@ -39,6 +39,7 @@ from accounts import tiers
 from accounts.models import User
 from billing import checkout
 from billing import services as billing_services
+from billing.services import figures
 from core import context, csp, once
 from core.errors import Conflict, NotFound, RecallError, ValidationFailed
 from dashboard.charts import stacked_bars
@@ -98,8 +99,8 @@ def usage(request: AuthenticatedRequest) -> HttpResponse:
     if days not in USAGE_WINDOWS:
         days = 30
     user = request.user
-    summary = billing_services.usage_summary(user_id=user.id, days=days)
-    by_agent = billing_services.usage_by_agent(user_id=user.id, days=days)
+    summary = figures.usage_summary(user_id=user.id, days=days)
+    by_agent = figures.usage_by_agent(user_id=user.id, days=days)
     quota = memory_services.memory_quota(user_id=user.id, tier=user.tier)
     chart = stacked_bars(summary.days, summary.calls, label=f"Calls per day, last {days} days")
     return render(

@@ -48,7 +48,7 @@ def memory_stats(
     process's), and the caller's own p50/p95 over its latest 1,000 calls
     (from usage events, which land a moment after each call).
     """
-    from billing import services as billing_services
+    from billing.services import figures
 
     with tenancy.tenant(user_id, agent_id=agent_id):
         namespaces = list(
@@ -70,9 +70,7 @@ def memory_stats(
             .annotate(n=Count("id"))
             .values_list("status", "n")
         )
-    latency = billing_services.recent_latency(
-        user_id=user_id, agent_id=agent_id, api_key_id=api_key_id
-    )
+    latency = figures.recent_latency(user_id=user_id, agent_id=agent_id, api_key_id=api_key_id)
     return {
         "memories": sum(row["count"] for row in namespaces),
         # Replaced by a later memory (issue 22): kept, counted in memories too.
