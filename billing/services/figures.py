@@ -60,13 +60,9 @@ def usage_summary(
     *, user_id: uuid.UUID | str, days: int = 30, today: date | None = None
 ) -> UsageSummary:
     """Summarise the user's calls over the last ``days`` days, today included (UTC)."""
-    today = today or timezone.now().astimezone(UTC).date()
-    first = today - timedelta(days=days - 1)
-    since = datetime(first.year, first.month, first.day, tzinfo=UTC)
+    since = _window_start(days, today)
+    first = since.date()
     window = list(first + timedelta(days=n) for n in range(days))
-    limited = Q(error_code="rate_limited")
-    # A cancelled call is no failure of ours, and its time is cut short.
-    cancelled = Q(error_code=core_usage.CANCELLED)
     with tenancy.tenant(user_id):
         events = UsageEvent.objects.filter(user_id=user_id, occurred_at__gte=since)
         per_day = (
@@ -80,19 +76,11 @@ def usage_summary(
             index = (row["day"] - first).days
             if 0 <= index < days:
                 series[index] += row["n"]
-        totals = events.aggregate(
-            total=Count("id"),
-            failed=Count("id", filter=Q(success=False) & ~limited & ~cancelled),
-            rate_limited=Count("id", filter=limited),
-        )
+        totals = events.aggregate(**_counts())
         with connection.cursor() as cursor:
-            # Rate-limited calls never ran, so their zero latency is left out,
-            # and so is a cancelled call's, cut short.
             cursor.execute(
-                "SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY latency_ms)"
-                " FROM usage_events WHERE user_id = %s AND occurred_at >= %s"
-                " AND error_code IS DISTINCT FROM 'rate_limited'"
-                " AND error_code IS DISTINCT FROM %s",
+                "SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY latency_ms)"  # noqa: S608
+                f" FROM usage_events WHERE {_TIMED}",
                 [str(user_id), since, core_usage.CANCELLED],
             )
             percentiles = cursor.fetchone()[0] or [None, None]
@@ -117,26 +105,17 @@ def usage_by_agent(
     keep no agent) come last, when there are any.
     """
     since = _window_start(days, today)
-    limited = Q(error_code="rate_limited")
-    # A cancelled call is no failure of ours, and its time is cut short.
-    cancelled = Q(error_code=core_usage.CANCELLED)
     with tenancy.tenant(user_id):
         counted = {
             row["agent_id"]: row
             for row in UsageEvent.objects.filter(user_id=user_id, occurred_at__gte=since)
             .values("agent_id")
-            .annotate(
-                total=Count("id"),
-                failed=Count("id", filter=Q(success=False) & ~limited & ~cancelled),
-                rate_limited=Count("id", filter=limited),
-            )
+            .annotate(**_counts())
         }
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT agent_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms)"
-                " FROM usage_events WHERE user_id = %s AND occurred_at >= %s"
-                " AND error_code IS DISTINCT FROM 'rate_limited'"
-                " AND error_code IS DISTINCT FROM %s GROUP BY agent_id",
+                "SELECT agent_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms)"  # noqa: S608
+                f" FROM usage_events WHERE {_TIMED} GROUP BY agent_id",
                 [str(user_id), since, core_usage.CANCELLED],
             )
             medians = dict(cursor.fetchall())
@@ -158,6 +137,32 @@ def usage_by_agent(
         )
 
     return [row(agent_id, name) for agent_id, name in rows]
+
+
+_LIMITED = "rate_limited"
+
+# A user's events since a moment whose latency means something: a call the
+# rate limit refused never ran, and a cancelled one was cut short.
+# Parameters: the user's id, the window's start, ``core_usage.CANCELLED``.
+_TIMED = (
+    "user_id = %s AND occurred_at >= %s"
+    f" AND error_code IS DISTINCT FROM '{_LIMITED}' AND error_code IS DISTINCT FROM %s"
+)
+
+
+def _counts() -> dict[str, Count]:
+    """Return the aggregates both breakdowns count: calls, failures and refusals.
+
+    A refused call and a cancelled one are no failures of ours.
+    """
+    limited = Q(error_code=_LIMITED)
+    return {
+        "total": Count("id"),
+        "failed": Count(
+            "id", filter=Q(success=False) & ~limited & ~Q(error_code=core_usage.CANCELLED)
+        ),
+        "rate_limited": Count("id", filter=limited),
+    }
 
 
 def _window_start(days: int, today: date | None) -> datetime:
