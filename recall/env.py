@@ -165,8 +165,19 @@ def redis_url(name: str) -> str | None:
     raw = env.str(name, default="").strip()
     if not raw:
         return None
+    expected = "a URL like redis://:password@host:6379/0"
     if not raw.startswith(("redis://", "rediss://", "unix://")):
-        raise _bad(name, "a URL like redis://:password@host:6379/0", None, True)
+        raise _bad(name, expected, None, True)
+    import redis
+
+    try:
+        # What every Redis client Recall builds would do with it, short of
+        # connecting: a port that is no number or an option redis-py does
+        # not take would otherwise fail each rate-limited call, not the start.
+        redis.Redis.from_url(raw).connection_pool.make_connection()
+    except (ValueError, TypeError) as exc:
+        # The reason names a port or an option, never the password.
+        raise ImproperlyConfigured(f"{name} must be {expected}; redis-py says: {exc}") from None
     return raw
 
 

@@ -27,6 +27,10 @@ from tests.support import load_settings
         ({"RECALL_DATA_DIR": "/srv/recall;data"}, "RECALL_DATA_DIR"),
         ({"HSTS_SECONDS": "a year"}, "HSTS_SECONDS"),
         ({"HSTS_SECONDS": "-1"}, "HSTS_SECONDS"),
+        # Each failed every rate-limited call with a 500, not the start (review136).
+        ({"REDIS_URL": "redis://127.0.0.1:notaport/0"}, "REDIS_URL"),
+        ({"REDIS_URL": "redis://127.0.0.1:6379/0?socket_timeout=abc"}, "REDIS_URL"),
+        ({"REDIS_URL": "redis://127.0.0.1:6379/0?no_such_option=1"}, "REDIS_URL"),
     ],
 )
 def test_a_bad_value_fails_at_start_up_naming_the_variable(environment, named):
@@ -50,6 +54,12 @@ def test_production_refuses_openai_without_a_key():
 
 def test_a_database_password_is_never_echoed():
     result = load_settings(DATABASE_URL="postgres://user:hunter2-secret@/db?sslmode=bogus%")
+    assert "hunter2-secret" not in result.stderr
+
+
+def test_a_redis_password_is_never_echoed():
+    result = load_settings(REDIS_URL="redis://:hunter2-secret@127.0.0.1:bad/0")
+    assert "REDIS_URL" in result.stderr
     assert "hunter2-secret" not in result.stderr
 
 
