@@ -132,9 +132,18 @@ def is_outage(exc: BaseException) -> bool:
 _CONTENTION_SQLSTATES = frozenset({"40P01", "40001"})
 
 
+class LostRace(Exception):
+    """A write that found, part-way through, that a concurrent one changed what it relied on.
+
+    Raised where PostgreSQL has refused a statement for it (a trigger's
+    check): the transaction is rolled back whole, and the call may run
+    again, as after a deadlock.
+    """
+
+
 def is_contention(exc: BaseException) -> bool:
-    """Return whether ``exc`` is a transaction PostgreSQL rolled back to settle a race."""
-    return _sqlstate(exc) in _CONTENTION_SQLSTATES
+    """Return whether ``exc`` is a transaction rolled back to settle a race."""
+    return isinstance(exc, LostRace) or _sqlstate(exc) in _CONTENTION_SQLSTATES
 
 
 # SQLSTATE 57014, query_canceled: a statement_timeout, or pg_cancel_backend by

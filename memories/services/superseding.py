@@ -34,10 +34,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from django.conf import settings
-from django.db import connection
+from django.db import IntegrityError, connection
 
 from core import tenancy
-from core.errors import Conflict, NotFound, ValidationFailed
+from core.errors import Conflict, LostRace, NotFound, ValidationFailed
 from core.timestamps import iso
 from memories import embeddings, search, validation
 from memories.models import Memory, SourceKind
@@ -390,6 +390,15 @@ def announce(links: Sequence[Link]) -> None:
         )
 
 
+# The supersession trigger's refusals (migration 0016) of a link whose
+# replacing memory is replaced itself, or not there.
+_REPLACER_GONE = ("the replacing memory is replaced itself", "the replacing memory is not visible")
+
+
+def _replacer_gone(exc: IntegrityError) -> bool:
+    return any(text in str(exc.__cause__ or exc) for text in _REPLACER_GONE)
+
+
 def apply(
     user_id: uuid.UUID | str, new: uuid.UUID, links: Sequence[Link], *, stored_before: bool = True
 ) -> list[str]:
@@ -407,12 +416,19 @@ def apply(
             cursor.execute(
                 "SELECT set_config('app.supersession', %s, true)", [json.dumps(link.decision)]
             )
-            cursor.execute(
-                "UPDATE memories SET superseded_by = %s, superseded_at = statement_timestamp()"
-                " WHERE id = %s AND user_id = %s AND superseded_by IS NULL AND id <> %s"
-                " RETURNING id",
-                [new, link.old, str(user_id), new],
-            )
+            try:
+                cursor.execute(
+                    "UPDATE memories SET superseded_by = %s, superseded_at = statement_timestamp()"
+                    " WHERE id = %s AND user_id = %s AND superseded_by IS NULL AND id <> %s"
+                    " RETURNING id",
+                    [new, link.old, str(user_id), new],
+                )
+            except IntegrityError as exc:
+                if _replacer_gone(exc):
+                    # ``new`` stood before this write (a fact stated again), and a
+                    # concurrent one replaced or deleted it since: run the call again.
+                    raise LostRace("the replacing memory changed meanwhile") from exc
+                raise
             if cursor.fetchone():
                 done.append(str(link.old))
         if done and stored_before:

@@ -1126,3 +1126,50 @@ def test_a_write_whose_old_value_another_write_replaced_meanwhile_replaces_that_
         current = Memory.objects.filter(user_id=cast.alice.id, superseded_by__isnull=True)
         assert list(current.values_list("id", flat=True)) == [uuid.UUID(later["id"])]
     assert dangling_links(cast.alice.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_facts_each_stated_again_over_the_other_at_once_lose_a_race_not_an_error(
+    cast, monkeypatch
+) -> None:
+    """review133: A's text stated again replacing B, while B's text is stated again
+    replacing A. The second waited on the first's locks, then linked A to B, which the
+    first had just replaced: the trigger refused it, and the call answered internal_error.
+    """
+    from core import errors
+    from memories.services import naming
+
+    kim_text, teal_text = "Zeta service owner is Kim.", "The Omega widget colour is teal."
+    kim = remember(cast.alice.id, kim_text)["id"]
+    teal = remember(cast.alice.id, teal_text)["id"]
+    original = naming.check_replaces
+    first: list[dict[str, Any]] = []
+    main = threading.current_thread()
+
+    def other_call_first(*args: Any, **kwargs: Any) -> bool:
+        if not first and threading.current_thread() is main:
+            # The other call runs whole between this one's checks and its locks.
+            other = Background(lambda: remember(cast.alice.id, kim_text, replaces=teal))
+            other.start()
+            first.append(other.outcome())
+        return bool(original(*args, **kwargs))
+
+    monkeypatch.setattr(naming, "check_replaces", other_call_first)
+    with pytest.raises(errors.LostRace) as lost:
+        remember(cast.alice.id, teal_text, replaces=kim)
+
+    # The tools run such a call again, once; a call that loses again answers conflict.
+    assert errors.is_contention(lost.value)
+    assert errors.from_exception(lost.value).code == "conflict"
+    assert first[0]["replaces"] == [teal]
+    with tenancy.operator():
+        assert Memory.objects.get(id=kim).superseded_by is None
+        assert Memory.objects.get(id=teal).superseded_by == uuid.UUID(kim)
+    assert dangling_links(cast.alice.id) == []
+    # Run again, it states teal again over kim: one chain, the newest statement current.
+    again = remember(cast.alice.id, teal_text, replaces=kim)
+    assert again["id"] == teal
+    with tenancy.operator():
+        assert Memory.objects.get(id=teal).superseded_by is None
+        assert Memory.objects.get(id=kim).superseded_by == uuid.UUID(teal)
+    assert dangling_links(cast.alice.id) == []
