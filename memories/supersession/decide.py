@@ -34,6 +34,7 @@ held-out part; BENCHMARKS.md ("Knowledge updates") has the figures.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -458,11 +459,48 @@ def _apart(old: str, new: str, evidence: Evidence) -> str | None:
         or _several_values(old, old_reading, new_reading, evidence)
         or _numbered(old, new, evidence)
         or numbered_things(old, new)
-        or (None if evidence.change_words else _one_names_which(old, new))
+        or (
+            None
+            if evidence.change_words
+            else _one_names_which(old, new) or _instances(old, new, evidence)
+        )
     )
     if reason is None and max(old_reading.length, new_reading.length) <= 2:
         reason = "too short to state a fact"  # "memory 2", "alice 1": labels, not facts
     return reason
+
+
+# Verbs after which "a" names a thing that is, not one that is had: "My car
+# is a Civic" states the car's value; "I have a meeting" one meeting of many.
+_BE = frozenset({"is", "was", "are", "were", "be", "been", "being", "'s", "becomes", "became"})
+
+
+def _had(text: str) -> set[str]:
+    """The stems of the (at most two) words after an indefinite article not after a
+    form of "be": "I have a dentist appointment" gives dentist and appointment."""
+    said = [word.lower() for word in words(text)]
+    found: set[str] = set()
+    for at, word in enumerate(said):
+        if word in ("a", "an") and (at == 0 or said[at - 1] not in _BE):
+            found |= {stem(after) for after in said[at + 1 : at + 3]}
+    return found
+
+
+def _instances(old: str, new: str, evidence: Evidence) -> str | None:
+    """Two of a kind, each at its own time: "I have a meeting on Monday" / "I have a
+    meeting on Tuesday", "We have a release on March 3" / "... on April 7".
+
+    Only when the times are all that changed and the newer says no change
+    (the caller asks only then): "a" names one of several, so another time
+    is another meeting, where "The launch date is March 3" / "... March 10"
+    is one slot's new value.
+    """
+    if not evidence.changed or set(evidence.changed) - _WHEN_CHANGED:
+        return None
+    kind = _had(old) & _had(new) & evidence.shared
+    if kind:
+        return f"two of a kind at their own times ({', '.join(sorted(kind))})"
+    return None
 
 
 def _one_names_which(old: str, new: str) -> str | None:
@@ -510,6 +548,24 @@ def _names_only_the_subject(old: Reading, new: Reading, evidence: Evidence) -> b
     )
 
 
+def _left_behind(old: Reading, older: str, new: str, evidence: Evidence) -> bool:
+    """Whether the newer, saying a change, names one of the older's values as what it
+    left and the older does not: "The team lead is Anna" / "Ben took over from Anna as
+    team lead", "Maya lives in Leeds" / "Maya moved from Leeds". The newer's own value
+    ("Ben", opening the sentence) may be none the rules read, so the two read alike."""
+
+    if not evidence.change_words:
+        return False
+    newer_left, older_left = _after_from(new), _after_from(older)
+    return any(v.text in newer_left and v.text not in older_left for v in old.values)
+
+
+def _after_from(text: str) -> set[str]:
+    """The words right after "from", as a value is read (stemmed, lower case)."""
+    said = list(words(text))
+    return {stem(after) for before, after in itertools.pairwise(said) if before.lower() == "from"}
+
+
 def _long(*texts: str) -> bool:
     """Whether a text is too long to be one fact, judged by its length alone.
 
@@ -549,6 +605,7 @@ def judge(new: str, candidate: Candidate) -> Decision:
         old_reading.values
         and old_reading.values == new_reading.values
         and old_reading.negated == new_reading.negated
+        and not _left_behind(old_reading, candidate.content, new, evidence)
     ):
         if _names_only_the_subject(old_reading, new_reading, evidence):
             # Whether the words that differ are a new value ("ramen" /

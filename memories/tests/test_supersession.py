@@ -941,3 +941,83 @@ def test_a_newer_subject_narrowed_by_a_word_is_another_thing(older: str, newer: 
 )
 def test_a_one_sided_word_that_names_nothing_else_leaves_the_update(old: str, new: str) -> None:
     assert apart(old, new) is None
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "similarity", "why"),
+    [
+        (
+            "I have a dentist appointment at 9:00",
+            "I have a haircut appointment at 14:00",
+            0.67,
+            "two of a kind at their own times (appointment)",
+        ),
+        (
+            "I have a meeting on Monday at 10:00",
+            "I have a meeting on Tuesday at 15:00",
+            0.92,
+            "two of a kind at their own times (meet)",
+        ),
+        (
+            "We have a release on March 3",
+            "We have a release on April 7",
+            0.8,
+            "two of a kind at their own times (releas)",
+        ),
+    ],
+)
+def test_one_of_several_at_another_time_is_another_event(
+    old: str, new: str, similarity: float, why: str
+) -> None:
+    """review133: each was linked, the earlier event hidden while still true."""
+    decision = judge(new, Candidate("old", old, similarity))
+
+    assert decision.verdict == "keep"
+    assert decision.reason == why
+
+
+def test_a_slot_or_a_said_change_at_another_time_is_still_an_update() -> None:
+    # "The": one launch date; "a" after "is": the value, not one of several.
+    assert verdict("The launch date is March 3", "The launch date is March 10", 0.89) == (
+        "supersede"
+    )
+    assert verdict("Standup is a short call at 9:30", "Standup is a short call at 10:00", 0.95) == (
+        "supersede"
+    )
+    assert verdict(
+        "I have a meeting with Kim on Monday", "I have a meeting with Kim moved to Tuesday", 0.9
+    ) == ("supersede")
+
+
+def test_a_date_written_year_first_is_a_day_not_a_phone_number() -> None:
+    """review133: "2026-03-01" was read as the phone number 20260301."""
+    assert {(v.kind, v.text) for v in read("Meeting with Anna on 2026-03-01").values} == {
+        ("name", "anna"),
+        ("day", "1 mar"),
+        ("date", "2026"),
+    }
+    assert {(v.kind, v.text) for v in read("Call +44 20 7946 0958").values} == {
+        ("phone", "442079460958")
+    }
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "similarity"),
+    [
+        ("The team lead is Anna", "Ben took over from Anna as team lead", 0.64),
+        ("The on-call engineer is Priya", "Sam took over on-call from Priya", 0.58),
+        ("Maya lives in Leeds", "Maya moved from Leeds last year", 0.87),
+    ],
+)
+def test_a_change_that_names_the_old_value_as_what_it_left_is_an_update(
+    old: str, new: str, similarity: float
+) -> None:
+    """review133: the newer's own value opens its sentence, unread, so the two held the
+    same values and were called one fact said again: no link, no hint."""
+    assert verdict(old, new, similarity) == "supersede"
+
+
+def test_leaving_from_the_same_place_twice_is_one_fact() -> None:
+    assert verdict(
+        "Maya moved from Leeds last year", "Maya moved from Leeds last year, she says", 0.94
+    ) == ("duplicate")
