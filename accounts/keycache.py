@@ -99,6 +99,7 @@ class _PeerSync:
         self._seen: bytes | None = None
         self._checked = 0.0
         self._failing = False
+        self._polling = False
         self._lock = threading.Lock()
 
     def client(self, url: str) -> Any:
@@ -110,7 +111,35 @@ class _PeerSync:
             )
         return self._client
 
+    def poll_soon(self, cache: AuthCache) -> None:
+        """Poll on a thread of its own when a poll is due, and return at once.
+
+        Called on the request path, inside the event loop: a Redis that hangs
+        or answers slowly must not hold every request of the process for its
+        timeout (review136). The request that starts a poll is answered from
+        the cache as it stands; a clear reaches the next one.
+        """
+        if not settings.REDIS_URL:
+            return
+        now = time.monotonic()
+        if self._polling or now - self._checked < settings.AUTH_CACHE_SYNC_SECONDS:
+            return
+        with self._lock:
+            if self._polling:
+                return
+            self._polling = True
+        threading.Thread(
+            target=self._poll_once, args=(cache,), name="auth-cache-sync", daemon=True
+        ).start()
+
+    def _poll_once(self, cache: AuthCache) -> None:
+        try:
+            self.poll(cache)
+        finally:
+            self._polling = False
+
     def poll(self, cache: AuthCache) -> None:
+        """Ask Redis for the shared version when a poll is due; clear ``cache`` if it moved."""
         url = settings.REDIS_URL
         if not url:
             return
@@ -184,7 +213,7 @@ def synced() -> AuthCache:
     """Return this process's cache, cleared first if another process invalidated keys."""
     cache = get_cache()
     _workers.poll(cache)
-    _sync.poll(cache)
+    _sync.poll_soon(cache)
     return cache
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import pytest
 
@@ -53,3 +55,54 @@ def test_the_sync_logs_its_outage_and_its_end(
     assert said[0].startswith(first_said)
     assert said[1].startswith("auth cache sync is back")
     assert "6390" not in caplog.text
+
+
+class HungRedis:
+    """Answers a GET only when the test lets it: a Redis that hangs, then comes back."""
+
+    def __init__(self) -> None:
+        self.answer = threading.Event()
+        self.asked = threading.Event()
+        self.version = b"1"
+
+    def get(self, key: str) -> bytes:
+        self.asked.set()
+        assert self.answer.wait(5), "the test never let Redis answer"
+        return self.version
+
+
+def test_a_hung_redis_never_holds_the_request_that_polls_it(settings, monkeypatch):
+    """review136: the poll ran on the request path, in the event loop: a hung Redis
+    held every request of the process for its timeout, every two seconds."""
+    settings.REDIS_URL = "redis://127.0.0.1:6390/0"
+    settings.AUTH_CACHE_SYNC_SECONDS = 0
+    sync = keycache._PeerSync()
+    redis = HungRedis()
+    monkeypatch.setattr(sync, "client", lambda url: redis)
+    monkeypatch.setattr(keycache, "_sync", sync)
+    cache = keycache.get_cache()
+    cache.clear()
+
+    keycache.synced()  # starts a poll, which hangs
+    assert redis.asked.wait(10)
+    started = time.monotonic()
+    for _ in range(5):
+        keycache.synced()  # a poll is under way: none more, and no wait
+    assert time.monotonic() - started < 1.0  # each call waited on nothing
+
+    redis.answer.set()  # Redis answers: the version it had is seen
+    for _ in range(200):
+        if not sync._polling:
+            break
+        time.sleep(0.01)
+    assert sync._seen == b"1"
+    # Another process bumps the version: the next poll clears this cache.
+    redis.version = b"2"
+    cache.put("digest", object(), since=cache.generation)
+    keycache.synced()
+    for _ in range(200):
+        if sync._seen == b"2" and not sync._polling:
+            break
+        time.sleep(0.01)
+    assert sync._seen == b"2"
+    assert cache.get("digest") is None
