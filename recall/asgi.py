@@ -438,10 +438,13 @@ async def receive_message(
         message = jsonrpc.UNSUPPORTED_ENCODING
         await send_json(respond, 415, refusal("validation_failed", message))
         return None
-    body = await read_body(receive)
+    # A body announced too long is refused before a byte is read, as Django's
+    # side does (bodylimit.py): reading would wait for the request deadline.
+    too_long = declared_too_long(header(scope, b"content-length"))
+    body = b"" if too_long else await read_body(receive)
     if body is None:  # the client went away
         return None
-    if len(body) > MAX_BODY_BYTES:
+    if too_long or len(body) > MAX_BODY_BYTES:
         await send_json(respond, 413, refusal("validation_failed", "Request body too large."))
         return None
     try:
@@ -468,6 +471,30 @@ def _endpoint(path: str, server: Any) -> Any:
     return server.session_manager
 
 
+def declared_too_long(value: str | None) -> bool:
+    """Whether a Content-Length header announces more than ``MAX_BODY_BYTES``."""
+    return value is not None and value.strip().isdigit() and int(value) > MAX_BODY_BYTES
+
+
+# Headers a request may carry once: a second copy that disagrees with the
+# first would be read one way here and perhaps the other way by a proxy.
+SINGLE_HEADERS = (
+    b"authorization",
+    b"origin",
+    b"content-type",
+    b"mcp-protocol-version",
+    b"mcp-method",
+    b"mcp-name",
+)
+
+
+def repeated_header(scope: Scope) -> str | None:
+    """Return the name of a header ``SINGLE_HEADERS`` lists that the request repeats."""
+    names = [key for key, _ in scope.get("headers", []) if key in SINGLE_HEADERS]
+    twice = next((name for name in SINGLE_HEADERS if names.count(name) > 1), None)
+    return twice.decode("latin-1") if twice else None
+
+
 def header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", []):
         if key == name:
@@ -488,6 +515,10 @@ def screen(scope: Scope) -> Refusal | None:
     domain, _ = split_domain_port(header(scope, b"host") or "")
     if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
         return 421, refusal("validation_failed", "Invalid Host header."), []
+    twice = repeated_header(scope)
+    if twice:
+        message = f"The {twice.title()} header may be sent once."
+        return 400, refusal("validation_failed", message), []
     origin = header(scope, b"origin")
     if origin and not origin_allowed(origin, scope):
         return 403, refusal("validation_failed", "Origin not allowed."), []

@@ -248,3 +248,58 @@ def test_an_oversized_body_is_refused(live, cast):
     response = raw_call(live.mcp_url, cast.alice_key.raw, "remember", {"content": "x" * 1_100_000})
     assert response.status_code == 413
     assert response.json()["error"]["data"]["error"]["code"] == "validation_failed"
+
+
+def test_a_declared_length_over_the_cap_is_refused_before_a_byte_is_read(live, cast):
+    """review135: /mcp read on, waiting for bytes that never came, and answered 408 at
+    the request deadline (30 s); Django's pages refused such a request at once."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(live.mcp_url)
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(
+            f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\n"
+            f"Authorization: Bearer {cast.alice_key.raw}\r\n"
+            "Content-Type: application/json\r\nAccept: application/json\r\n"
+            "Content-Length: 2000000\r\n\r\n"
+            '{"jsonrpc":"2.0","id":1,"method":"ping"}'.encode()
+        )
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            part = sock.recv(65536)  # times out (10 s) rather than waiting for 30
+            if not part:
+                break
+            answer += part
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:80]
+
+
+@pytest.mark.parametrize(
+    ("name", "first", "second"),
+    [
+        ("Authorization", None, "Bearer recall_live_" + "A" * 32),
+        ("Origin", "http://127.0.0.1", "http://evil.example"),
+        ("MCP-Protocol-Version", "2025-11-25", "2025-06-18"),
+    ],
+)
+def test_a_header_that_may_come_once_and_comes_twice_is_refused(live, cast, name, first, second):
+    """review135: the first copy was read and the second ignored; a proxy that reads
+    the last would decide otherwise."""
+    first = first or f"Bearer {cast.alice_key.raw}"
+    headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json"),
+        ("Authorization", f"Bearer {cast.alice_key.raw}"),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ]
+    headers = [(k, v) for k, v in headers if k != name] + [(name, first), (name, second)]
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+    body["params"] = {"name": "list_memories", "arguments": {}}
+    response = httpx2.post(live.mcp_url, headers=headers, json=body)
+
+    assert response.status_code == 400
+    error = response.json()["error"]["data"]["error"]
+    assert error == {
+        "code": "validation_failed",
+        "message": f"The {name.title()} header may be sent once.",
+    }
