@@ -31,7 +31,7 @@ from django.http import HttpRequest
 from starlette.types import Message, Receive, Scope, Send
 
 from core import errors
-from recall.error_responses import in_words
+from recall.error_responses import OAUTH_PROGRAM_PATHS, in_words
 
 # Room for a form's other fields and the multipart framing around a file.
 MARGIN = 64 * 1024
@@ -136,11 +136,6 @@ def _accepts_html(scope: Scope) -> bool:
     if accept:
         request.META["HTTP_ACCEPT"] = b",".join(accept).decode("latin-1")
     return request.accepts("text/html")
-
-
-# OAuth endpoints a client program calls: their errors are OAuth's own JSON
-# (RFC 6749 section 5.2, RFC 7591 section 3.2.2), whatever the client accepts.
-OAUTH_PROGRAM_PATHS = ("/oauth/token/", "/oauth/register/", "/oauth/revoke/")
 
 
 async def _refuse(scope: Scope, send: Send) -> None:

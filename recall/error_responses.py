@@ -92,7 +92,16 @@ def in_words(path: str, accepts_html: bool) -> bool:
     return accepts_html and not path.startswith(API_PREFIXES)
 
 
+# OAuth endpoints a client program calls: their errors are OAuth's own JSON
+# (RFC 6749 section 5.2, RFC 7591 section 3.2.2, RFC 7009 section 2.2.1),
+# whatever the client accepts.
+OAUTH_PROGRAM_PATHS = ("/oauth/token/", "/oauth/register/", "/oauth/revoke/")
+
+
 def _error(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
+    if request.path.startswith(OAUTH_PROGRAM_PATHS) and status in (400, 413):
+        oauth = {"error": "invalid_request", "error_description": message}
+        return JsonResponse(oauth, status=status)
     if in_words(request.path, request.accepts("text/html")):
         return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
     return JsonResponse(errors.body(code, message), status=status)

@@ -47,3 +47,18 @@ def test_a_form_without_nul_is_served_as_before(db, client):
 
     assert response.status_code in (400, 401)
     assert "NUL" not in response.content.decode()
+
+
+@pytest.mark.parametrize("path", ["/oauth/token/", "/oauth/revoke/"])
+def test_an_oauth_program_endpoint_says_it_in_oauths_own_json(db, client, path):
+    """review135: curl's Accept */* got the dashboard's plain text on these paths."""
+    form = "grant_type=authorization_code&code=%00&token=%00"
+    kind = "application/x-www-form-urlencoded"
+    response = client.post(path, form, content_type=kind, HTTP_ACCEPT="*/*")
+
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {
+        "error": "invalid_request",
+        "error_description": "Request parameters must not contain NUL characters.",
+    }
