@@ -185,6 +185,10 @@ def test_a_chain_over_v1_add_memory(live, cast) -> None:
 
     refused = call(url, key, "add_memory", {"content": NEW, "replaces": "not-an-id"})
     assert refused.is_error and structured(refused)["code"] == "INVALID_PARAMETERS"
+    # Another user_id's memory: the seed's word for a namespace is in the message.
+    elsewhere = {"content": "Something else.", "async": False, "user_id": "sarah"}
+    other = call(url, key, "add_memory", {**elsewhere, "replaces": old["memory_id"]})
+    assert other.is_error and "user_id" in structured(other)["error"]
 
     found = structured(call(url, key, "search_memory", {"query": QUESTION}))["results"]
     assert [r["id"] for r in found] == [queued["memory_id"]]

@@ -33,7 +33,11 @@ def parse_replaces(value: object) -> uuid.UUID | None:
         raise ValidationFailed("replaces must be a memory id (a UUID string).") from None
 
 
-_SAME_WRITER = "replaces must name a memory of the same namespace, written by the same writer."
+# /v1/mcp's seed calls the namespace user_id: the message names both.
+_SAME_WRITER = (
+    "replaces must name a memory of the same namespace (user_id on /v1/mcp),"
+    " written by the same writer."
+)
 
 
 def check_replaces(
