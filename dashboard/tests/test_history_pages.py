@@ -243,3 +243,31 @@ def _link(page: str, label: str) -> str:
 def _shown(page: str) -> list[str]:
     """The contents the page lists, in order."""
     return re.findall(r'<div class="content">([^<]*)</div>', page)
+
+
+def test_a_cursor_does_not_show_the_count_every_users_changes_share(cast, alice_client):
+    """review134: the cursor carried the history row's id, a sequence all users share:
+    two of Alice's cursors told how many changes others made between them."""
+    from core import tenancy
+    from dashboard.views import HISTORY_PAGE
+    from memories.models import MemoryHistory
+    from tests.support import store_memory
+
+    for n in range(HISTORY_PAGE + 1):
+        store_memory(cast.alice, f"change {n}")
+    page = alice_client.get("/memories/changes/").content.decode()
+    cursor = _link(page, "Older").removeprefix("before=")
+    with tenancy.operator():
+        ids = list(
+            MemoryHistory.objects.filter(user=cast.alice)
+            .order_by("-recorded_at", "-id")
+            .values_list("id", flat=True)
+        )
+
+    micros, hidden = cursor.split(".")
+    assert int(hidden) not in ids
+    # The same row, the same cursor: it still pages (the earlier tests).
+    again = alice_client.get("/memories/changes/").content.decode()
+    assert _link(again, "Older") == f"before={micros}.{hidden}"
+    older = alice_client.get(f"/memories/changes/?before={cursor}").content.decode()
+    assert _shown(older) == ["change 0"]

@@ -8,6 +8,7 @@ confirmation that deletes exactly what the preview listed.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import re
 import secrets
@@ -700,25 +701,27 @@ def recent_changes(
     fewer than a page newer than ``after``: the latest changes. A cursor
     that is not one of ours is refused (``ValidationFailed``).
     """
-    older_than = _position(before) if before else None
-    newer_than = _position(after) if after else None
+    older_than = _position(user_id, before) if before else None
+    newer_than = _position(user_id, after) if after else None
     with tenancy.tenant(user_id):
         mine = MemoryHistory.objects.filter(user_id=user_id).values("id", *_FEED)
         if newer_than is not None:
             rows = list(_newer(mine, newer_than).order_by("recorded_at", "id")[: limit + 1])
             if len(rows) < limit:  # no page's worth newer than the cursor: the latest page
                 return recent_changes(user_id=user_id, limit=limit)
-            newer = _cursor(rows[limit - 1]) if len(rows) > limit else None
+            newer = _cursor(user_id, rows[limit - 1]) if len(rows) > limit else None
             rows = rows[:limit][::-1]
-            older = _cursor(rows[-1]) if _older(mine, _key(rows[-1])).exists() else None
+            older = _cursor(user_id, rows[-1]) if _older(mine, _key(rows[-1])).exists() else None
         else:
             query = mine if older_than is None else _older(mine, older_than)
             rows = list(query.order_by("-recorded_at", "-id")[: limit + 1])
-            older = _cursor(rows[limit - 1]) if len(rows) > limit else None
+            older = _cursor(user_id, rows[limit - 1]) if len(rows) > limit else None
             rows = rows[:limit]
             # None past the oldest change (a link older than the retention
             # kept): the page says so and leads back to the latest.
-            newer = _cursor(rows[0]) if rows and _newer(mine, _key(rows[0])).exists() else None
+            newer = (
+                _cursor(user_id, rows[0]) if rows and _newer(mine, _key(rows[0])).exists() else None
+            )
     return {"changes": [_change(row) for row in rows], "newer": newer, "older": older}
 
 
@@ -740,19 +743,33 @@ def _key(row: Mapping[str, Any]) -> tuple[datetime, int]:
     return row["recorded_at"], row["id"]
 
 
-def _cursor(row: Mapping[str, Any]) -> str:
-    return f"{(row['recorded_at'] - _EPOCH) // timedelta(microseconds=1)}.{row['id']}"
+def _cursor(user_id: uuid.UUID | str, row: Mapping[str, Any]) -> str:
+    micros = (row["recorded_at"] - _EPOCH) // timedelta(microseconds=1)
+    return f"{micros}.{row['id'] ^ _mask(user_id, micros)}"
 
 
-def _position(cursor: str) -> tuple[datetime, int]:
+def _position(user_id: uuid.UUID | str, cursor: str) -> tuple[datetime, int]:
     match = _CURSOR.fullmatch(cursor)
     if match is None:
         raise ValidationFailed("This is not a page of your changes.")
+    micros = int(match[1])
     try:
-        moment = _EPOCH + timedelta(microseconds=int(match[1]))
+        moment = _EPOCH + timedelta(microseconds=micros)
     except OverflowError:
         raise ValidationFailed("This is not a page of your changes.") from None
-    return moment, int(match[2])
+    return moment, int(match[2]) ^ _mask(user_id, micros)
+
+
+def _mask(user_id: uuid.UUID | str, micros: int) -> int:
+    """What a cursor's history id is hidden with: one number per user and moment.
+
+    The ids count every user's changes, so two of one's cursors would
+    otherwise tell how many others made between them (review134). 56 bits:
+    an id so masked stays a positive bigint of at most 17 digits.
+    """
+    said = f"changes-cursor:{user_id}:{micros}".encode()
+    digest = hmac.new(settings.SECRET_KEY.encode(), said, hashlib.sha256).digest()
+    return int.from_bytes(digest[:7], "big")
 
 
 def _older(rows: Feed, key: tuple[datetime, int]) -> Feed:
