@@ -377,6 +377,20 @@ def pass_on(cursor: Any, passing: Sequence[tuple[Any, Any, Any]], why: dict[str,
         [(step, start, user) for start, step, user in passing],
     )
     cursor.execute("SELECT set_config('app.passing_on', '', true)")
+    # The step's history names what it replaces now, as a link made after a
+    # write does (``apply``): its own rows named only the memory deleted.
+    replaced: dict[tuple[Any, Any], list[str]] = {}
+    for start, step, user in passing:
+        replaced.setdefault((step, user), []).append(str(start))
+    for (step, user), starts in replaced.items():
+        cursor.execute(
+            "SELECT set_config('app.replaces', %s, true)", ["{" + ",".join(starts) + "}"]
+        )
+        cursor.execute(
+            "UPDATE memories SET version = version + 1 WHERE id = %s AND user_id = %s",
+            [step, user],
+        )
+    cursor.execute("SELECT set_config('app.replaces', '', true)")
 
 
 def announce(links: Sequence[Link]) -> None:

@@ -982,6 +982,12 @@ def test_a_chain_whose_middle_goes_passes_the_older_memory_on(cast, how) -> None
             else "the memory between them was deleted; the chain goes on"
         ),
     }
+    # The next step's own history names what it replaces now (review133: it named
+    # only the memory deleted, and nothing said it replaced the first).
+    named = history(last["id"])[-1]
+    assert (named.action, named.replaces) == ("updated", [uuid.UUID(first)])
+    assert decided(named) == decided(passed)
+    assert named.content == "The primary database moved to pg-main-3."
     # The end of a chain forgotten still frees what it replaced.
     services.forget(user_id=cast.alice.id, mode="by_id", id=last["id"])
     assert row(first).superseded_by is None
