@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -645,6 +645,37 @@ def restate(
     ]
 
 
+def _held_with_its_replacement(user_id: uuid.UUID | str, memory_id: uuid.UUID) -> Mapping[str, Any]:
+    """Lock a replaced memory and the one that replaced it, in one statement in id order,
+    as every writer of two memories takes them; return the replaced one's link.
+
+    A concurrent forget, restore or link of either waits, and then finds what
+    this one did. A link another write moved between the read and the lock
+    sends the read round again.
+    """
+    for _ in range(3):
+        row = (
+            Memory.objects.live()  # an expired memory is gone to every tool
+            .filter(user_id=user_id, id=memory_id)
+            .values("superseded_by", "superseded_at")
+            .first()
+        )
+        if row is None:
+            raise NotFound(f"No memory with id {memory_id}.")
+        if row["superseded_by"] is None:
+            raise Conflict(f"Memory {memory_id} is not replaced; there is nothing to undo.")
+        held = {
+            found["id"]: found["superseded_by"]
+            for found in Memory.objects.select_for_update(no_key=True)
+            .filter(user_id=user_id, id__in=[memory_id, row["superseded_by"]])
+            .order_by("id")
+            .values("id", "superseded_by")
+        }
+        if held.get(memory_id, row["superseded_by"]) == row["superseded_by"] and len(held) == 2:
+            return row
+    raise LostRace("the memory's link kept changing while it was undone")
+
+
 def restore(
     *,
     user_id: uuid.UUID | str,
@@ -657,20 +688,9 @@ def restore(
     """
     memory_id = validation.memory_id(id)
     with tenancy.tenant(user_id, agent_id=agent_id):
-        # Locked: a concurrent forget, restore or link of it waits, and then
-        # finds what this one did.
-        row = (
-            Memory.objects.select_for_update(no_key=True)
-            .live()  # an expired memory is gone to every tool, as to update_memory
-            .filter(user_id=user_id, id=memory_id)
-            .values("superseded_by", "superseded_at")
-            .first()
-        )
-        if row is None:
-            raise NotFound(f"No memory with id {memory_id}.")
-        if row["superseded_by"] is None:
-            raise Conflict(f"Memory {memory_id} is not replaced; there is nothing to undo.")
-        undo = {"decided_by": "undo", "reason": f"undid the replacement by {row['superseded_by']}"}
+        row = _held_with_its_replacement(user_id, memory_id)
+        replacer = row["superseded_by"]
+        undo = {"decided_by": "undo", "reason": f"undid the replacement by {replacer}"}
         with connection.cursor() as cursor:
             cursor.execute("SELECT set_config('app.supersession', %s, true)", [json.dumps(undo)])
             cursor.execute(
@@ -679,7 +699,22 @@ def restore(
                 [memory_id, str(user_id)],
             )
             (version,) = cursor.fetchone()
-            cursor.execute("SELECT set_config('app.supersession', '', true)")
+            # The replacing memory's history says it too, as it said the link
+            # (an updated row, its content unchanged, naming nothing replaced).
+            released = {"decided_by": "undo", "reason": f"no longer replaces {memory_id}"}
+            cursor.execute(
+                "SELECT set_config('app.replaces', '{}', true),"
+                " set_config('app.supersession', %s, true)",
+                [json.dumps(released)],
+            )
+            cursor.execute(
+                "UPDATE memories SET version = version + 1 WHERE id = %s AND user_id = %s",
+                [replacer, str(user_id)],
+            )
+            cursor.execute(
+                "SELECT set_config('app.replaces', '', true),"
+                " set_config('app.supersession', '', true)"
+            )
     return {
         "id": str(memory_id),
         "restored": True,

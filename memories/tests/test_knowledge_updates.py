@@ -300,6 +300,10 @@ def test_an_undo_restores_the_older_memory(cast) -> None:
         "undo",
         None,
     )
+    # The replacing memory's history says so too (review133: it said "replaces" still).
+    released = history(new)[-1]
+    assert (released.action, released.replaces, released.content) == ("updated", [], NEW)
+    assert decided(released) == {"decided_by": "undo", "reason": f"no longer replaces {old}"}
     with pytest.raises(Conflict):
         services.restore(user_id=cast.alice.id, id=old)
     with pytest.raises(NotFound):
