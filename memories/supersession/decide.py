@@ -45,6 +45,7 @@ from memories.supersession.subjects import numbered_things, qualifiers, two_thin
 from memories.supersession.text import (
     CACHED_CHARS,
     QUOTE,
+    STOP,
     Reading,
     Value,
     contrast_conflict,
@@ -470,19 +471,26 @@ def _apart(old: str, new: str, evidence: Evidence) -> str | None:
     return reason
 
 
-# Verbs after which "a" names a thing that is, not one that is had: "My car
-# is a Civic" states the car's value; "I have a meeting" one meeting of many.
-_BE = frozenset({"is", "was", "are", "were", "be", "been", "being", "'s", "becomes", "became"})
+# Who has an event: "I have a meeting", "Anna has a flight". "The project has
+# a deadline of ..." is an attribute of one thing: its subject is no person.
+_PERSONS = frozenset({"i", "we", "you", "he", "she", "they"})
+_HAVE = frozenset({"have", "has", "had", "'ve", "got"})
 
 
 def _had(text: str) -> set[str]:
-    """The stems of the (at most two) words after an indefinite article not after a
-    form of "be": "I have a dentist appointment" gives dentist and appointment."""
-    said = [word.lower() for word in words(text)]
+    """The stems of the (at most two) words after "a" or "an" when a person has it
+    ("I have a dentist appointment at 9": dentist, appointment), not when "of" follows
+    (an attribute: "a start time of 9:00")."""
+    said = list(words(text))
+    lowered = [word.lower() for word in said]
     found: set[str] = set()
-    for at, word in enumerate(said):
-        if word in ("a", "an") and (at == 0 or said[at - 1] not in _BE):
-            found |= {stem(after) for after in said[at + 1 : at + 3]}
+    for at in range(2, len(said) - 1):
+        who = said[at - 2]
+        person = lowered[at - 2] in _PERSONS or (who[:1].isupper() and who.lower() not in STOP)
+        if lowered[at] in ("a", "an") and lowered[at - 1] in _HAVE and person:
+            after = lowered[at + 1 : at + 4]
+            if "of" not in after:
+                found |= {stem(word) for word in after[:2]}
     return found
 
 
@@ -554,8 +562,8 @@ def _left_behind(old: Reading, older: str, new: str, evidence: Evidence) -> bool
     team lead", "Maya lives in Leeds" / "Maya moved from Leeds". The newer's own value
     ("Ben", opening the sentence) may be none the rules read, so the two read alike."""
 
-    if not evidence.change_words:
-        return False
+    if not set(evidence.change_words) - ONLY_NOW:
+        return False  # "Backups are now taken from pg-main-2": no hand-over said
     newer_left, older_left = _after_from(new), _after_from(older)
     return any(v.text in newer_left and v.text not in older_left for v in old.values)
 

@@ -196,7 +196,7 @@ _TOKEN = re.compile(
 )
 _PHONE = re.compile(r"(?<![\w.])(?:\+?\d[\d ()-]{5,}\d)(?!\w|\.\d)")
 # A date written year first, "2026-03-01": no phone number, whatever its digits.
-_ISO_DATE = re.compile(r"(?:19|20)\d\d-\d\d?-\d\d?")
+_ISO_DATE = re.compile(r"(?<![\w.-])(?:19|20)\d\d-\d\d?-\d\d?(?![\w-])")
 _MONTH = (
     r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
     r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
@@ -450,15 +450,13 @@ def clear_readings() -> None:
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
-def _unless_a_date(found: re.Match[str]) -> str:
-    """A phone number's place in the text, blanked; a date written year first said in
-    words ("1 Mar 2026"), read then as a day of a month and a year."""
-    if not _ISO_DATE.fullmatch(found.group(0)):
-        return " "
+def _in_words(found: re.Match[str]) -> str:
+    """A date written year first, said in words ("1 Mar 2026,"): read as a day of a
+    month and a year, never as a phone number with the time after it."""
     year, month, day = (int(part) for part in found.group(0).split("-"))
     if not (1 <= month <= 12 and 1 <= day <= 31):
-        return " "
-    return f"{day} {_MONTHS[month - 1]} {year}"
+        return found.group(0)
+    return f"{day} {_MONTHS[month - 1]} {year},"
 
 
 def _read(text: str) -> Reading:
@@ -470,10 +468,10 @@ def _read(text: str) -> Reading:
         # no subject the two memories share.
         label = found.group(1).lower()
         text = text[found.end() :]
-    numbers = [m for m in _PHONE.finditer(text) if not _ISO_DATE.fullmatch(m.group(0))]
-    phones = {re.sub(r"\D", "", m.group(0)) for m in numbers}
+    text = _ISO_DATE.sub(_in_words, text)
+    phones = {re.sub(r"\D", "", m.group(0)) for m in _PHONE.finditer(text)}
     phones = {p for p in phones if len(p) >= 7}
-    body = _TENS_AND_UNITS.sub(r"\1-\2", _PHONE.sub(_unless_a_date, text))
+    body = _TENS_AND_UNITS.sub(r"\1-\2", _PHONE.sub(" ", text))
     body, days = _days(body)
     matches = list(_TOKEN.finditer(body))
     raw = [m.group(0) for m in matches]

@@ -1021,3 +1021,41 @@ def test_leaving_from_the_same_place_twice_is_one_fact() -> None:
     assert verdict(
         "Maya moved from Leeds last year", "Maya moved from Leeds last year, she says", 0.94
     ) == ("duplicate")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # review137: what a thing has is one slot, not one of several events.
+        ("The project has a deadline of March 3", "The project has a deadline of March 10"),
+        ("The store has a closing time of 9pm", "The store has a closing time of 10pm"),
+        ("Our team has a daily standup at 9:30", "Our team has a daily standup at 10:00"),
+        (
+            "The nightly backup runs at a fixed time, 02:00",
+            "The nightly backup runs at a fixed time, 03:00",
+        ),
+    ],
+)
+def test_a_things_own_time_said_with_a_is_still_one_slot(old: str, new: str) -> None:
+    assert verdict(old, new, 0.95) == "supersede"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # review137: "now" says no hand-over; the older value is still true.
+        ("The primary database is pg-main-2", "Backups are now taken from pg-main-2"),
+        ("The team lead is Anna", "The team lead now gets weekly reports from Anna"),
+        ("The deploy key is stored in Vault", "The deploy key is now fetched from Vault at boot"),
+    ],
+)
+def test_from_the_same_value_with_only_now_is_no_hand_over(old: str, new: str) -> None:
+    assert verdict(old, new, 0.75) == "duplicate"
+
+
+def test_a_year_first_date_with_a_time_after_it_is_a_day_and_a_time() -> None:
+    assert {(v.kind, v.text) for v in read("The release is on 2026-03-01 10:00").values} == {
+        ("day", "1 mar"),
+        ("date", "2026"),
+        ("time", "10:00"),
+    }
