@@ -132,13 +132,23 @@ def is_outage(exc: BaseException) -> bool:
 _CONTENTION_SQLSTATES = frozenset({"40P01", "40001"})
 
 
-class LostRace(Exception):
+LOST_RACE = (
+    "Another change to the same memories ran at the same moment, and nothing of"
+    " this call was written. Make the call again."
+)
+
+
+class LostRace(Conflict):
     """A write that found, part-way through, that a concurrent one changed what it relied on.
 
     Raised where PostgreSQL has refused a statement for it (a trigger's
     check): the transaction is rolled back whole, and the call may run
-    again, as after a deadlock.
+    again, as after a deadlock (the tools do, once). Shown, it is a
+    ``conflict``.
     """
+
+    def __init__(self, message: str = LOST_RACE, **details: Any) -> None:
+        super().__init__(message, **details)
 
 
 def is_contention(exc: BaseException) -> bool:
@@ -175,10 +185,7 @@ def from_exception(exc: BaseException) -> RecallError:
     if isinstance(exc, RecallError):
         return exc
     if is_contention(exc):
-        return Conflict(
-            "Another change to the same memories ran at the same moment, and nothing of"
-            " this call was written. Make the call again."
-        )
+        return Conflict(LOST_RACE)
     if is_outage(exc):
         return Unavailable("The database is unavailable right now. Retry in a few seconds.")
     if _sqlstate(exc) == _CANCELLED:

@@ -404,13 +404,11 @@ def announce(links: Sequence[Link]) -> None:
         )
 
 
-# The supersession trigger's refusals (migration 0016) of a link whose
-# replacing memory is replaced itself, or not there.
-_REPLACER_GONE = ("the replacing memory is replaced itself", "the replacing memory is not visible")
-
-
 def _replacer_gone(exc: IntegrityError) -> bool:
-    return any(text in str(exc.__cause__ or exc) for text in _REPLACER_GONE)
+    """Whether the link was refused because the replacing memory is replaced itself (the
+    supersession trigger, migration 0016) or gone (the foreign key: deleted meanwhile)."""
+    state = getattr(exc.__cause__, "sqlstate", None)
+    return state == "23503" or (state == "23514" and "is replaced itself" in str(exc.__cause__))
 
 
 def apply(
@@ -441,7 +439,7 @@ def apply(
                 if _replacer_gone(exc):
                     # ``new`` stood before this write (a fact stated again), and a
                     # concurrent one replaced or deleted it since: run the call again.
-                    raise LostRace("the replacing memory changed meanwhile") from exc
+                    raise LostRace() from exc
                 raise
             if cursor.fetchone():
                 done.append(str(link.old))
@@ -673,7 +671,7 @@ def _held_with_its_replacement(user_id: uuid.UUID | str, memory_id: uuid.UUID) -
         }
         if held.get(memory_id, row["superseded_by"]) == row["superseded_by"] and len(held) == 2:
             return row
-    raise LostRace("the memory's link kept changing while it was undone")
+    raise LostRace()  # the link kept changing while it was undone
 
 
 def restore(
