@@ -6,6 +6,7 @@ See ``accounts/auth.py`` for how fast a change takes effect where.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -99,7 +100,8 @@ class _PeerSync:
         self._seen: bytes | None = None
         self._checked = 0.0
         self._failing = False
-        self._polling = False
+        self._watcher = 0  # the process whose thread polls
+        self._stop = threading.Event()
         self._lock = threading.Lock()
 
     def client(self, url: str) -> Any:
@@ -111,32 +113,35 @@ class _PeerSync:
             )
         return self._client
 
-    def poll_soon(self, cache: AuthCache) -> None:
-        """Poll on a thread of its own when a poll is due, and return at once.
+    def watch(self, cache: AuthCache) -> None:
+        """Make sure this process polls Redis on a thread of its own, every
+        ``AUTH_CACHE_SYNC_SECONDS``, whether or not requests come.
 
-        Called on the request path, inside the event loop: a Redis that hangs
-        or answers slowly must not hold every request of the process for its
-        timeout (review136). The request that starts a poll is answered from
-        the cache as it stands; a clear reaches the next one.
+        Called on the request path, inside the event loop, where a Redis that
+        hangs or answers slowly must hold nothing (review136); and a key
+        revoked elsewhere is dropped here within the period even after an
+        idle spell, before the next request reads the cache. One thread a
+        process: a forked worker starts its own.
         """
-        if not settings.REDIS_URL:
-            return
-        now = time.monotonic()
-        if self._polling or now - self._checked < settings.AUTH_CACHE_SYNC_SECONDS:
+        if not settings.REDIS_URL or self._watcher == os.getpid():
             return
         with self._lock:
-            if self._polling:
+            if self._watcher == os.getpid():
                 return
-            self._polling = True
+            self._watcher = os.getpid()
         threading.Thread(
-            target=self._poll_once, args=(cache,), name="auth-cache-sync", daemon=True
+            target=self._watch, args=(cache,), name="auth-cache-sync", daemon=True
         ).start()
 
-    def _poll_once(self, cache: AuthCache) -> None:
-        try:
+    def _watch(self, cache: AuthCache) -> None:
+        while True:
             self.poll(cache)
-        finally:
-            self._polling = False
+            if self._stop.wait(max(settings.AUTH_CACHE_SYNC_SECONDS, 0.05)):
+                return
+
+    def stop(self) -> None:
+        """End the watching thread (tests)."""
+        self._stop.set()
 
     def poll(self, cache: AuthCache) -> None:
         """Ask Redis for the shared version when a poll is due; clear ``cache`` if it moved."""
@@ -213,7 +218,7 @@ def synced() -> AuthCache:
     """Return this process's cache, cleared first if another process invalidated keys."""
     cache = get_cache()
     _workers.poll(cache)
-    _sync.poll_soon(cache)
+    _sync.watch(cache)
     return cache
 
 
