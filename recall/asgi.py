@@ -473,7 +473,8 @@ def _endpoint(path: str, server: Any) -> Any:
 
 def declared_too_long(value: str | None) -> bool:
     """Whether a Content-Length header announces more than ``MAX_BODY_BYTES``."""
-    return value is not None and value.strip().isdigit() and int(value) > MAX_BODY_BYTES
+    digits = (value or "").strip()
+    return digits.isascii() and digits.isdigit() and int(digits) > MAX_BODY_BYTES
 
 
 # Headers a request may carry once: a second copy that disagrees with the

@@ -175,9 +175,15 @@ def redis_url(name: str) -> str | None:
         # connecting: a port that is no number or an option redis-py does
         # not take would otherwise fail each rate-limited call, not the start.
         redis.Redis.from_url(raw).connection_pool.make_connection()
-    except (ValueError, TypeError) as exc:
-        # The reason names a port or an option, never the password.
-        raise ImproperlyConfigured(f"{name} must be {expected}; redis-py says: {exc}") from None
+    except (ValueError, TypeError, redis.RedisError) as exc:
+        # A password with an unescaped / ? or # is cut there and read as the
+        # port, which redis-py's message then quotes: with credentials in the
+        # URL, its words are not shown.
+        why = "(hidden: the URL holds credentials)" if "@" in raw else str(exc)
+        raise ImproperlyConfigured(
+            f"{name} must be {expected}, with / ? # in a password percent-encoded;"
+            f" redis-py cannot read it: {why}"
+        ) from None
     return raw
 
 
