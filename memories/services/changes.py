@@ -8,13 +8,11 @@ confirmation that deletes exactly what the preview listed.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import logging
-import re
 import secrets
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Unpack
 
 from django.conf import settings
@@ -40,6 +38,8 @@ from memories.models import (
 )
 from memories.services import naming, superseding
 from memories.services.announced import settle_namespace, waits_for_announced
+from memories.services.cursors import cursor as _cursor
+from memories.services.cursors import position as _position
 from memories.services.importing import clear_imports
 from memories.services.shapes import Change, ChangesPage, Deleted, Forgotten, Match, Version
 from memories.services.storing import drop_expired_copy, holder
@@ -730,46 +730,12 @@ def _change(row: Mapping[str, Any]) -> Change:
 
 
 Feed = QuerySet[MemoryHistory, dict[str, Any]]
-# A cursor names one change by its place in the feed: when it was recorded
-# (microseconds since the epoch) and its id, the tie-break (a bigint: at
-# most 18 digits here, so none overflows the column).
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_CURSOR = re.compile(r"(-?\d{1,18})\.(\d{1,18})")
 # What the feed shows of each change.
 _FEED = ("memory_id", *_VERSION)
 
 
 def _key(row: Mapping[str, Any]) -> tuple[datetime, int]:
     return row["recorded_at"], row["id"]
-
-
-def _cursor(user_id: uuid.UUID | str, row: Mapping[str, Any]) -> str:
-    micros = (row["recorded_at"] - _EPOCH) // timedelta(microseconds=1)
-    return f"{micros}.{row['id'] ^ _mask(user_id, micros)}"
-
-
-def _position(user_id: uuid.UUID | str, cursor: str) -> tuple[datetime, int]:
-    match = _CURSOR.fullmatch(cursor)
-    if match is None:
-        raise ValidationFailed("This is not a page of your changes.")
-    micros = int(match[1])
-    try:
-        moment = _EPOCH + timedelta(microseconds=micros)
-    except OverflowError:
-        raise ValidationFailed("This is not a page of your changes.") from None
-    return moment, int(match[2]) ^ _mask(user_id, micros)
-
-
-def _mask(user_id: uuid.UUID | str, micros: int) -> int:
-    """What a cursor's history id is hidden with: one number per user and moment.
-
-    The ids count every user's changes, so two of one's cursors would
-    otherwise tell how many others made between them (review134). 56 bits:
-    an id so masked stays a positive bigint of at most 17 digits.
-    """
-    said = f"changes-cursor:{user_id}:{micros}".encode()
-    digest = hmac.new(settings.SECRET_KEY.encode(), said, hashlib.sha256).digest()
-    return int.from_bytes(digest[:7], "big")
 
 
 def _older(rows: Feed, key: tuple[datetime, int]) -> Feed:
