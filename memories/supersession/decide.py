@@ -45,7 +45,6 @@ from memories.supersession.subjects import numbered_things, qualifiers, two_thin
 from memories.supersession.text import (
     CACHED_CHARS,
     QUOTE,
-    STOP,
     Reading,
     Value,
     contrast_conflict,
@@ -471,26 +470,31 @@ def _apart(old: str, new: str, evidence: Evidence) -> str | None:
     return reason
 
 
-# Who has an event: "I have a meeting", "Anna has a flight". "The project has
-# a deadline of ..." is an attribute of one thing: its subject is no person.
-_PERSONS = frozenset({"i", "we", "you", "he", "she", "they"})
-_HAVE = frozenset({"have", "has", "had", "'ve", "got"})
+# Events: many of a kind, each at its own time. "a" before one names one of
+# several ("I have a meeting on Monday"); a deadline, a build, a window or a
+# standup that something has is one slot ("The project has a deadline of ...").
+_EVENTS = frozenset(
+    stem(word)
+    for word in word_set(
+        """
+        appointment meeting call flight trip visit interview party dinner lunch breakfast
+        concert gig show game match lesson class session demo workshop conference webinar
+        reservation booking checkup surgery operation exam release wedding funeral
+        """
+    )
+)
+# Verbs after which "a" is the value, not one of several: "My car is a Civic".
+_BE = frozenset({"is", "was", "are", "were", "be", "been", "being", "'s", "becomes", "became"})
 
 
 def _had(text: str) -> set[str]:
-    """The stems of the (at most two) words after "a" or "an" when a person has it
-    ("I have a dentist appointment at 9": dentist, appointment), not when "of" follows
-    (an attribute: "a start time of 9:00")."""
-    said = list(words(text))
-    lowered = [word.lower() for word in said]
+    """The events a text names with "a" or "an" (within the two words after it), not
+    after a form of "be": "The user has a dentist appointment at 9" gives appointment."""
+    said = [word.lower() for word in words(text)]
     found: set[str] = set()
-    for at in range(2, len(said) - 1):
-        who = said[at - 2]
-        person = lowered[at - 2] in _PERSONS or (who[:1].isupper() and who.lower() not in STOP)
-        if lowered[at] in ("a", "an") and lowered[at - 1] in _HAVE and person:
-            after = lowered[at + 1 : at + 4]
-            if "of" not in after:
-                found |= {stem(word) for word in after[:2]}
+    for at, word in enumerate(said):
+        if word in ("a", "an") and (at == 0 or said[at - 1] not in _BE):
+            found |= {stem(after) for after in said[at + 1 : at + 3]} & _EVENTS
     return found
 
 

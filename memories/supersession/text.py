@@ -66,6 +66,8 @@ CHANGE_PHRASES = (
     ("given", "up"),
     ("took", "over"),
     ("taken", "over"),
+    ("taking", "over"),
+    ("takes", "over"),
     ("handed", "over"),
     ("passed", "to"),
 )

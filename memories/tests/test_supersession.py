@@ -1030,6 +1030,14 @@ def test_leaving_from_the_same_place_twice_is_one_fact() -> None:
         ("The project has a deadline of March 3", "The project has a deadline of March 10"),
         ("The store has a closing time of 9pm", "The store has a closing time of 10pm"),
         ("Our team has a daily standup at 9:30", "Our team has a daily standup at 10:00"),
+        # review138: a name or "We" is no sign of an event; what is had is.
+        ("Jenkins has a nightly build at 2am", "Jenkins has a nightly build at 3am"),
+        ("Acme has a deadline on March 3", "Acme has a deadline on March 10"),
+        ("We have a daily standup at 9:30", "We have a daily standup at 10:00"),
+        (
+            "The contract has an end date of 2026-03-01",
+            "The contract has an end date of 2026-06-01",
+        ),
         (
             "The nightly backup runs at a fixed time, 02:00",
             "The nightly backup runs at a fixed time, 03:00",
@@ -1059,3 +1067,30 @@ def test_a_year_first_date_with_a_time_after_it_is_a_day_and_a_time() -> None:
         ("date", "2026"),
         ("time", "10:00"),
     }
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # review138: whoever has it, an event at another time is another event.
+        (
+            "The user has a dentist appointment on Monday",
+            "The user has a dentist appointment on Friday",
+        ),
+        (
+            "My wife has a dentist appointment on Monday",
+            "My wife has a dentist appointment on Tuesday",
+        ),
+        ("I'm having a party on Saturday", "I'm having a party on Sunday"),
+        ("I have a meeting of the board on Monday", "I have a meeting of the board on Tuesday"),
+    ],
+)
+def test_an_event_anyone_has_at_another_time_is_another_event(old: str, new: str) -> None:
+    assert verdict(old, new, 0.95) == "keep"
+
+
+def test_taking_over_from_the_old_value_is_a_hand_over() -> None:
+    # review138: "taking over" was no change phrase, and "now" alone is none.
+    assert verdict(
+        "The team lead is Anna", "Ben is now team lead, taking over from Anna", 0.65
+    ) == ("supersede")
