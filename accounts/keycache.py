@@ -261,5 +261,6 @@ def reset() -> None:
     """Drop the cache and the Redis client (tests, settings changes)."""
     global _cache, _sync, _workers
     _cache = None
+    _sync.stop()  # its thread, if any, polls no more
     _sync = _PeerSync()
     _workers = _WorkerSync()

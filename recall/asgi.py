@@ -474,7 +474,10 @@ def _endpoint(path: str, server: Any) -> Any:
 def declared_too_long(value: str | None) -> bool:
     """Whether a Content-Length header announces more than ``MAX_BODY_BYTES``."""
     digits = (value or "").strip()
-    return digits.isascii() and digits.isdigit() and int(digits) > MAX_BODY_BYTES
+    if not (digits.isascii() and digits.isdigit()):
+        return False
+    significant = digits.lstrip("0")  # int() refuses thousands of digits
+    return len(significant) > 20 or int(significant or "0") > MAX_BODY_BYTES
 
 
 # Headers a request may carry once: a second copy that disagrees with the

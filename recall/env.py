@@ -179,11 +179,11 @@ def redis_url(name: str) -> str | None:
         # A password with an unescaped / ? or # is cut there and read as the
         # port, which redis-py's message then quotes: with credentials in the
         # URL, its words are not shown.
-        why = "(hidden: the URL holds credentials)" if "@" in raw else str(exc)
-        raise ImproperlyConfigured(
-            f"{name} must be {expected}, with / ? # in a password percent-encoded;"
-            f" redis-py cannot read it: {why}"
-        ) from None
+        why = str(exc)
+        if "@" in raw:
+            why = "(not shown: the URL holds credentials; in a password, / ? # must be %-encoded)"
+        message = f"{name} must be {expected}; redis-py cannot read it: {why}"
+        raise ImproperlyConfigured(message) from None
     return raw
 
 

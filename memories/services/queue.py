@@ -39,6 +39,7 @@ from core.errors import (
     Conflict,
     EmbeddingUnavailable,
     InternalError,
+    LostRace,
     NotFound,
     RecallError,
     Unavailable,
@@ -543,7 +544,7 @@ def _run_job(job: Taken) -> None:
         _store_job(job, Remembering.from_payload(job.payload), _ids_to_store(job), settle)
     except JobLost:
         _lost(job.id, job.attempts)
-    except (EmbeddingUnavailable, InternalError, PlacesChanged) as error:
+    except (EmbeddingUnavailable, InternalError, PlacesChanged, LostRace) as error:
         _retry_or_fail(job.id, job.attempts, error)
     except RecallError as error:
         _fail(job.id, job.attempts, error)
@@ -590,6 +591,8 @@ def _store_job(
     try:
         run(call, settle)
         return
+    except LostRace:
+        raise  # nothing stored: the job runs again
     except (NotFound, Conflict):
         refused = _replaces_refused(job, call)
         if refused is None:

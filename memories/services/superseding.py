@@ -405,10 +405,14 @@ def announce(links: Sequence[Link]) -> None:
 
 
 def _replacer_gone(exc: IntegrityError) -> bool:
-    """Whether the link was refused because the replacing memory is replaced itself (the
-    supersession trigger, migration 0016) or gone (the foreign key: deleted meanwhile)."""
-    state = getattr(exc.__cause__, "sqlstate", None)
-    return state == "23503" or (state == "23514" and "is replaced itself" in str(exc.__cause__))
+    """Whether the link was refused because the replacing memory was replaced meanwhile (the
+    supersession trigger, migration 0016) or deleted meanwhile (its foreign key)."""
+    cause = exc.__cause__
+    state = getattr(cause, "sqlstate", None)
+    constraint = getattr(getattr(cause, "diag", None), "constraint_name", None)
+    return (state == "23503" and constraint == "memories_superseded_by_fk") or (
+        state == "23514" and "is replaced itself" in str(cause)
+    )
 
 
 def apply(
@@ -436,7 +440,7 @@ def apply(
                     [new, link.old, str(user_id), new],
                 )
             except IntegrityError as exc:
-                if _replacer_gone(exc):
+                if stored_before and _replacer_gone(exc):
                     # ``new`` stood before this write (a fact stated again), and a
                     # concurrent one replaced or deleted it since: run the call again.
                     raise LostRace() from exc

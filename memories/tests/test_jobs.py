@@ -714,3 +714,24 @@ def test_deleting_a_namespace_in_one_call_takes_the_adds_queued_before_it(cast, 
     assert withdrawn.error_code == "conflict"
     assert "Withdrawn: delete_all_memories emptied" in withdrawn.error_message
     assert job_row(elsewhere["job_id"]).status == "done"
+
+
+def test_a_queued_add_that_loses_a_race_is_run_again_not_failed(cast, monkeypatch):
+    """review138: a lost race (a Conflict) failed the job for good, its accepted add lost."""
+    from core.errors import LostRace
+    from memories.services import queue
+
+    queued = enqueue(cast.alice.id, content="The user prefers green tea.")
+    original, lost = queue.store, []
+
+    def loses_once(**kwargs: Any) -> Any:
+        if not lost:
+            lost.append(True)
+            raise LostRace()
+        return original(**kwargs)
+
+    monkeypatch.setattr(queue, "store", loses_once)
+    assert services.run_next_job() is True
+
+    row = job_row(queued["job_id"])
+    assert (row.status, row.attempts) == ("queued", 1)  # run again later, not failed
