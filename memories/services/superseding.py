@@ -410,9 +410,9 @@ def _replacer_gone(exc: IntegrityError) -> bool:
     cause = exc.__cause__
     state = getattr(cause, "sqlstate", None)
     constraint = getattr(getattr(cause, "diag", None), "constraint_name", None)
-    return (state == "23503" and constraint == "memories_superseded_by_fk") or (
-        state == "23514" and "is replaced itself" in str(cause)
-    )
+    if state == "23503":  # the key itself, or the trigger's look finding no memory
+        return constraint == "memories_superseded_by_fk" or "not visible here" in str(cause)
+    return state == "23514" and "is replaced itself" in str(cause)
 
 
 def apply(

@@ -45,6 +45,7 @@ from memories.supersession.subjects import numbered_things, qualifiers, two_thin
 from memories.supersession.text import (
     CACHED_CHARS,
     QUOTE,
+    STOP,
     Reading,
     Value,
     contrast_conflict,
@@ -483,18 +484,34 @@ _EVENTS = frozenset(
         """
     )
 )
-# Verbs after which "a" is the value, not one of several: "My car is a Civic".
-_BE = frozenset({"is", "was", "are", "were", "be", "been", "being", "'s", "becomes", "became"})
+# Verbs after which "a" is the value, not one of several: "My car is a Civic"
+# (but "There is a meeting": ``_had``).
+_BE = frozenset({"is", "was", "are", "were", "be", "been", "being", "becomes", "became"})
+# What may follow an event's noun: a preposition, a time, the end. Another
+# noun makes it a modifier: "a release date", "a call time" are one slot.
+_AFTER_EVENT = (
+    STOP - word_set("time times day days week weeks month months year years thing things way")
+) | word_set("today tomorrow tonight monday tuesday wednesday thursday friday saturday sunday")
+# Values that may differ between two events of a kind: when, and with whom.
+_EVENT_CHANGES = _WHEN_CHANGED | {"name"}
+_DAYS = frozenset({"day", "weekday"})
 
 
 def _had(text: str) -> set[str]:
-    """The events a text names with "a" or "an" (within the two words after it), not
-    after a form of "be": "The user has a dentist appointment at 9" gives appointment."""
+    """The events a text names with "a" or "an" (its noun within the three words after
+    it, ending the phrase), not after a form of "be" but "there is": "The user has a
+    dentist appointment at 9" gives appointment; "a release date of" gives nothing."""
     said = [word.lower() for word in words(text)]
     found: set[str] = set()
     for at, word in enumerate(said):
-        if word in ("a", "an") and (at == 0 or said[at - 1] not in _BE):
-            found |= {stem(after) for after in said[at + 1 : at + 3]} & _EVENTS
+        copula = at > 0 and said[at - 1] in _BE and (at < 2 or said[at - 2] != "there")
+        if word not in ("a", "an") or copula:
+            continue
+        for noun in range(at + 1, min(at + 4, len(said))):
+            ends = noun + 1 == len(said) or said[noun + 1] in _AFTER_EVENT
+            if stem(said[noun]) in _EVENTS and ends:
+                found.add(stem(said[noun]))
+                break
     return found
 
 
@@ -502,15 +519,17 @@ def _instances(old: str, new: str, evidence: Evidence) -> str | None:
     """Two of a kind, each at its own time: "I have a meeting on Monday" / "I have a
     meeting on Tuesday", "We have a release on March 3" / "... on April 7".
 
-    Only when the times are all that changed and the newer says no change
-    (the caller asks only then): "a" names one of several, so another time
-    is another meeting, where "The launch date is March 3" / "... March 10"
-    is one slot's new value.
+    Only when the times (and whom it is with) are all that changed and the newer
+    says no change (the caller asks only then): "a" names one of several, so
+    another time is another meeting, where "The launch date is March 3" / "...
+    March 10" is one slot's new value. Not when both name the same day: "at 9:00
+    on March 3" / "at 10:00 on March 3" is one appointment moved.
     """
-    if not evidence.changed or set(evidence.changed) - _WHEN_CHANGED:
+    if not evidence.changed or set(evidence.changed) - _EVENT_CHANGES:
         return None
+    same_day = {v for v in read(old).values & read(new).values if v.kind in _DAYS}
     kind = _had(old) & _had(new) & evidence.shared
-    if kind:
+    if kind and not same_day:
         return f"two of a kind at their own times ({', '.join(sorted(kind))})"
     return None
 
@@ -566,10 +585,16 @@ def _left_behind(old: Reading, older: str, new: str, evidence: Evidence) -> bool
     team lead", "Maya lives in Leeds" / "Maya moved from Leeds". The newer's own value
     ("Ben", opening the sentence) may be none the rules read, so the two read alike."""
 
-    if not set(evidence.change_words) - ONLY_NOW:
+    handed = _HANDED.search(new) is not None  # "taking over from Anna"
+    if not (set(evidence.change_words) - ONLY_NOW or handed):
         return False  # "Backups are now taken from pg-main-2": no hand-over said
     newer_left, older_left = _after_from(new), _after_from(older)
     return any(v.text in newer_left and v.text not in older_left for v in old.values)
+
+
+# A hand-over said as it happens; not a change word on its own ("Kim is taking
+# over the kitchen tonight" replaces nothing), only before what it left.
+_HANDED = re.compile(r"\btak(?:ing|es) over\b[^.;]*\bfrom\b", re.IGNORECASE)
 
 
 def _after_from(text: str) -> set[str]:

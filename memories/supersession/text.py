@@ -66,8 +66,6 @@ CHANGE_PHRASES = (
     ("given", "up"),
     ("took", "over"),
     ("taken", "over"),
-    ("taking", "over"),
-    ("takes", "over"),
     ("handed", "over"),
     ("passed", "to"),
 )

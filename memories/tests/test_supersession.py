@@ -1038,6 +1038,27 @@ def test_leaving_from_the_same_place_twice_is_one_fact() -> None:
             "The contract has an end date of 2026-03-01",
             "The contract has an end date of 2026-06-01",
         ),
+        # review139: an event's noun naming another noun is one slot; one day, one event.
+        (
+            "The project has a release date of March 3.",
+            "The project has a release date of March 10.",
+        ),
+        (
+            "Alice has a call time of 9:00 with the vendor.",
+            "Alice has a call time of 10:00 with the vendor.",
+        ),
+        (
+            "Deploys happen in a release window on Tuesdays at 14:00.",
+            "Deploys happen in a release window on Tuesdays at 16:00.",
+        ),
+        (
+            "The user has a dentist appointment at 9:00 on March 3.",
+            "The user has a dentist appointment at 10:00 on March 3.",
+        ),
+        (
+            "My wife has a yoga class on Wednesdays at 18:00.",
+            "My wife has a yoga class on Wednesdays at 19:00.",
+        ),
         (
             "The nightly backup runs at a fixed time, 02:00",
             "The nightly backup runs at a fixed time, 03:00",
@@ -1083,6 +1104,9 @@ def test_a_year_first_date_with_a_time_after_it_is_a_day_and_a_time() -> None:
         ),
         ("I'm having a party on Saturday", "I'm having a party on Sunday"),
         ("I have a meeting of the board on Monday", "I have a meeting of the board on Tuesday"),
+        # review139: with someone else, or "there is" one.
+        ("I have a meeting with Bob on Monday.", "I have a meeting with Ann on Tuesday."),
+        ("There is a meeting on Monday at 10:00.", "There is a meeting on Tuesday at 10:00."),
     ],
 )
 def test_an_event_anyone_has_at_another_time_is_another_event(old: str, new: str) -> None:
@@ -1094,3 +1118,16 @@ def test_taking_over_from_the_old_value_is_a_hand_over() -> None:
     assert verdict(
         "The team lead is Anna", "Ben is now team lead, taking over from Anna", 0.65
     ) == ("supersede")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # review139: "taking over" alone is often for a while, or a part, or a figure.
+        ("Kim's kitchen shift is Friday.", "Kim is taking over the kitchen tonight."),
+        ("Maria does the school run.", "Tom is taking over the school run while Maria is away."),
+        ("Anna walks the dog.", "Ben takes over walking the dog when Anna is travelling."),
+    ],
+)
+def test_taking_over_without_from_what_replaces_nothing(old: str, new: str) -> None:
+    assert verdict(old, new, 0.75) == "keep"
