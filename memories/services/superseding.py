@@ -370,7 +370,8 @@ def pass_on(cursor: Any, passing: Sequence[tuple[Any, Any, Any]], why: dict[str,
         if why is FREED_BY_EXPIRY
         else "the memory between them was deleted"
     )
-    freeing(cursor, {"decided_by": why["decided_by"], "reason": f"{reason}; the chain goes on"})
+    decision = {"decided_by": why["decided_by"], "reason": f"{reason}; the chain goes on"}
+    freeing(cursor, decision)
     cursor.execute("SELECT set_config('app.passing_on', 'on', true)")
     cursor.executemany(
         "UPDATE memories SET superseded_by = %s WHERE id = %s AND user_id = %s",
@@ -383,14 +384,26 @@ def pass_on(cursor: Any, passing: Sequence[tuple[Any, Any, Any]], why: dict[str,
     for start, step, user in passing:
         replaced.setdefault((step, user), []).append(str(start))
     for (step, user), starts in replaced.items():
-        cursor.execute(
-            "SELECT set_config('app.replaces', %s, true)", ["{" + ",".join(starts) + "}"]
-        )
-        cursor.execute(
-            "UPDATE memories SET version = version + 1 WHERE id = %s AND user_id = %s",
-            [step, user],
-        )
-    cursor.execute("SELECT set_config('app.replaces', '', true)")
+        _say_it_replaces(cursor, step, user, starts, decision)
+
+
+def _say_it_replaces(
+    cursor: Any, memory: Any, user_id: Any, replaced: Sequence[Any], decision: Mapping[str, Any]
+) -> None:
+    """Give ``memory`` an ``updated`` history row, its content unchanged, naming what it
+    replaces now (``replaced``; none: no longer what it did) and who decided: a link made
+    or undone after the memory was stored (migration 0019's ``app.replaces``)."""
+    cursor.execute(
+        "SELECT set_config('app.replaces', %s, true), set_config('app.supersession', %s, true)",
+        ["{" + ",".join(str(old) for old in replaced) + "}", json.dumps(decision)],
+    )
+    cursor.execute(
+        "UPDATE memories SET version = version + 1 WHERE id = %s AND user_id = %s",
+        [memory, str(user_id)],
+    )
+    cursor.execute(
+        "SELECT set_config('app.replaces', '', true), set_config('app.supersession', '', true)"
+    )
 
 
 def announce(links: Sequence[Link]) -> None:
@@ -449,15 +462,7 @@ def apply(
                 done.append(str(link.old))
         if done and stored_before:
             first = next(link for link in links if str(link.old) == done[0])
-            cursor.execute(
-                "SELECT set_config('app.replaces', %s, true),"
-                " set_config('app.supersession', %s, true)",
-                ["{" + ",".join(done) + "}", json.dumps(first.decision)],
-            )
-            cursor.execute(
-                "UPDATE memories SET version = version + 1 WHERE id = %s AND user_id = %s",
-                [new, str(user_id)],
-            )
+            _say_it_replaces(cursor, new, user_id, done, first.decision)
         cursor.execute(
             "SELECT set_config('app.replaces', '', true), set_config('app.supersession', '', true)"
         )
@@ -704,19 +709,7 @@ def restore(
             # The replacing memory's history says it too, as it said the link
             # (an updated row, its content unchanged, naming nothing replaced).
             released = {"decided_by": "undo", "reason": f"no longer replaces {memory_id}"}
-            cursor.execute(
-                "SELECT set_config('app.replaces', '{}', true),"
-                " set_config('app.supersession', %s, true)",
-                [json.dumps(released)],
-            )
-            cursor.execute(
-                "UPDATE memories SET version = version + 1 WHERE id = %s AND user_id = %s",
-                [replacer, str(user_id)],
-            )
-            cursor.execute(
-                "SELECT set_config('app.replaces', '', true),"
-                " set_config('app.supersession', '', true)"
-            )
+            _say_it_replaces(cursor, replacer, user_id, [], released)
     return {
         "id": str(memory_id),
         "restored": True,
