@@ -90,7 +90,7 @@ from memories import embeddings, jobs  # noqa: E402
 from memories.mcp import build_agent_server, build_server, build_v1_server  # noqa: E402
 from memories.mcp.server import tool_names  # noqa: E402
 from oauth import resources, tokens  # noqa: E402
-from recall import bodylimit, jsonrpc  # noqa: E402
+from recall import bodylimit, jsonrpc, protocol  # noqa: E402
 from recall.db import embedded  # noqa: E402
 from recall.fastpath import FastPath  # noqa: E402
 from recall.jsonrpc import (  # noqa: E402
@@ -179,6 +179,11 @@ class Recall:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self.lifespan(receive, send)
+            return
+        try:
+            scope = protocol.origin_form(scope)
+        except protocol.BadTarget as bad:
+            await send_json(send, 400, refusal("validation_failed", str(bad)))
             return
         path = scope.get("path", "")
         if scope["type"] == "http":

@@ -22,6 +22,12 @@ connection took about 45 ms more than the same call on a new one
 
 `recall serve` and the tests' servers run uvicorn with ``--http
 recall.protocol:TimedH11Protocol``.
+
+A request may name its target in absolute form (``POST http://host/mcp
+HTTP/1.1``), as a client talking through a forward proxy does; HTTP/1.1
+servers must accept it (RFC 9112, 3.2.2). uvicorn passes the whole URI on as
+the path, and every route missed it: ``origin_form`` gives the app the path
+alone and the target's authority as the Host, as that section says.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import asyncio
 import json
 import socket
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -147,3 +154,31 @@ def no_delay(transport: asyncio.BaseTransport) -> None:
         and sock.type == socket.SOCK_STREAM
     ):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class BadTarget(ValueError):
+    """An absolute-form request target this server cannot take."""
+
+
+def origin_form(scope: dict[str, Any]) -> dict[str, Any]:
+    """Return ``scope`` with an absolute-form target (``http://host/path``) as its path alone.
+
+    The target's authority replaces the Host header (RFC 9112, 3.2.2), so the
+    Host checks apply to the name the client asked for. A target with user
+    information, or with no host, raises ``BadTarget``.
+    """
+    raw = scope.get("raw_path") or scope.get("path", "").encode("latin-1")
+    if not raw[:8].lower().startswith((b"http://", b"https://")):
+        return scope
+    target = urlsplit(raw.decode("latin-1"))
+    if not target.netloc or "@" in target.netloc:
+        raise BadTarget("The request target names no host, or holds credentials.")
+    path = target.path or "/"
+    headers = [(name, value) for name, value in scope["headers"] if name != b"host"]
+    headers.append((b"host", target.netloc.encode("latin-1")))
+    return {
+        **scope,
+        "path": unquote(path),
+        "raw_path": path.encode("latin-1"),
+        "headers": headers,
+    }

@@ -303,3 +303,43 @@ def test_a_header_that_may_come_once_and_comes_twice_is_refused(live, cast, name
         "code": "validation_failed",
         "message": f"The {name.title()} header may be sent once.",
     }
+
+
+def _raw_request(live, target: str, host: str, body: bytes = b"", key: str = "") -> bytes:
+    """Send one request with ``target`` as written on the request line; return the answer."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(live.url)
+    head = f"POST {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+    if body:
+        head += f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+        head += f"Accept: application/json\r\nContent-Length: {len(body)}\r\n"
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(head.encode() + b"\r\n" + body)
+        answer = b""
+        while part := sock.recv(65536):
+            answer += part
+    return answer
+
+
+def test_a_target_in_absolute_form_reaches_its_route(live, cast):
+    """review135: ``POST http://host/mcp HTTP/1.1`` (a client behind a forward proxy)
+    reached Django as the path ``http://host/mcp`` and got a 404; HTTP/1.1 servers
+    must accept the absolute form (RFC 9112, 3.2.2)."""
+    netloc = live.url.split("//", 1)[1]
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call",'
+    body += b'"params":{"name":"list_memories","arguments":{}}}'
+    answer = _raw_request(live, f"http://{netloc}/mcp", "ignored.example", body, cast.alice_key.raw)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert b'"memories"' in answer
+
+    # The target's authority is the host the checks read, not the Host header.
+    foreign = _raw_request(live, "http://evil.example.net/mcp", netloc, body, cast.alice_key.raw)
+    assert foreign.startswith(b"HTTP/1.1 421"), foreign[:200]
+
+    # Credentials in the target are refused in our words.
+    with_user = _raw_request(live, f"http://user:pw@{netloc}/mcp", netloc, body, "k")
+    assert with_user.startswith(b"HTTP/1.1 400"), with_user[:200]
+    assert b'"validation_failed"' in with_user
+    assert b"pw" not in with_user.split(b"\r\n\r\n", 1)[1]
