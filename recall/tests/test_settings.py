@@ -31,6 +31,9 @@ from tests.support import load_settings
         ({"REDIS_URL": "redis://127.0.0.1:notaport/0"}, "REDIS_URL"),
         ({"REDIS_URL": "redis://127.0.0.1:6379/0?socket_timeout=abc"}, "REDIS_URL"),
         ({"REDIS_URL": "redis://127.0.0.1:6379/0?no_such_option=1"}, "REDIS_URL"),
+        # redis-py read these as database 0 and 1 without a word (review138).
+        ({"REDIS_URL": "redis://127.0.0.1:6379/x"}, "REDIS_URL"),
+        ({"REDIS_URL": "redis://127.0.0.1:6379/0/1"}, "REDIS_URL"),
     ],
 )
 def test_a_bad_value_fails_at_start_up_naming_the_variable(environment, named):
@@ -70,6 +73,23 @@ def test_a_redis_password_is_never_echoed(url):
     result = load_settings(REDIS_URL=url)
     assert "REDIS_URL" in result.stderr.splitlines()[-1]
     assert "hunter2" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6379",
+        "redis://127.0.0.1:6379/",
+        "redis://:pw@127.0.0.1:6379/3",
+        "rediss://127.0.0.1:6380/0?ssl_cert_reqs=none",
+        "unix:///run/redis/redis.sock?db=2",
+    ],
+)
+def test_a_redis_url_redis_py_reads_as_written_loads(url):
+    code = "import recall.settings as s; print(s.REDIS_URL)"
+    result = load_settings(code, REDIS_URL=url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == url
 
 
 def test_good_values_load(tmp_path):
