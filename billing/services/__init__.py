@@ -147,9 +147,13 @@ def _checkout_completed(session: dict[str, Any], event_id: str, created: datetim
     if not customer_id:
         return "no_customer"
     email = (session.get("customer_details") or {}).get("email") or session.get("customer_email")
-    link_stripe_customer(
+    user = link_stripe_customer(
         customer_id=customer_id, user_id=session.get("client_reference_id"), email=email
     )
+    # Subscriptions that came before the link set the tier now: one with a
+    # price missing from the map leaves this delivery to be sent again.
+    if _held_by_unknown_prices(user.id, event_id, subject=customer_id):
+        return "unknown_price"
     return "linked"
 
 
@@ -302,21 +306,36 @@ def _subscription_changed(sub: dict[str, Any], event_id: str, created: datetime)
         },
     )
     if user is None:
-        # Checkout's own event links the customer; the tier follows then.
+        # Checkout's own event links the customer; the tier follows then (and
+        # that event is the one held back if this price is missing from the map).
+        if status in GRANTING and tier_for_price(price_id) is None:
+            logger.warning(
+                "a stripe price is not in STRIPE_PRICE_TO_TIER; its customer is not linked yet",
+                extra={"prices": [price_id], "subscription": sub_id},
+            )
         return "unlinked"
     sync_tier(user_id=user.id)
-    unmapped = _stripe_tier(user.id)[1]
-    if unmapped:
-        # The tier this event leaves may be wrong, whichever subscription's price
-        # is unknown: it is not handled yet, so once the operator adds the price
-        # to the map, Stripe's "Resend" on it sets the tier.
-        WebhookEvent.objects.filter(source="stripe", event_id=event_id[:255]).delete()
-        logger.warning(
-            "a live stripe price is not in STRIPE_PRICE_TO_TIER; the tier may rise, not fall",
-            extra={"prices": unmapped, "subscription": sub_id, "user_id": str(user.id)},
-        )
+    if _held_by_unknown_prices(user.id, event_id, subject=sub_id):
         return "unknown_price"
     return "applied"
+
+
+def _held_by_unknown_prices(user_id: uuid.UUID, event_id: str, *, subject: str) -> bool:
+    """Whether a live subscription of the user has a price missing from the map.
+
+    The tier the delivery leaves may then be wrong, whichever subscription's
+    price is unknown: it is not handled yet (its claim is given back), so once
+    the operator adds the price to the map, Stripe's "Resend" on it sets the tier.
+    """
+    unmapped = _stripe_tier(user_id)[1]
+    if not unmapped:
+        return False
+    WebhookEvent.objects.filter(source="stripe", event_id=event_id[:255]).delete()
+    logger.warning(
+        "a live stripe price is not in STRIPE_PRICE_TO_TIER; the tier may rise, not fall",
+        extra={"prices": unmapped, "subject": subject, "user_id": str(user_id)},
+    )
+    return True
 
 
 _STRIPE_HANDLERS: dict[str, Callable[[dict[str, Any], str, datetime], str]] = {

@@ -402,6 +402,32 @@ def test_a_subscription_that_arrives_before_checkout_applies_once_checkout_links
     assert tier_of(cast.alice) == "pro"
 
 
+def test_a_checkout_that_links_a_subscription_of_an_unknown_price_applies_when_resent(
+    cast, client, settings, caplog
+):
+    """review141: a subscription made outside our checkout (a Payment Link) came first
+    with a price missing from the map; both events were recorded as handled, no
+    warning named the price, and after the fix "Resend" answered duplicate twice."""
+    with caplog.at_level(logging.WARNING, logger="billing"):
+        first = deliver(client, subscription(price="price_mystery"))
+    assert first.json()["outcome"] == "unlinked"
+    assert "price_mystery" in str([getattr(r, "prices", "") for r in caplog.records])
+    checkout = checkout_completed(client_reference_id=str(cast.alice.id))
+
+    held = deliver(client, checkout)
+
+    assert held.json()["outcome"] == "unknown_price"
+    assert tier_of(cast.alice) == "free"
+    assert BillingAccount.objects.get(user=cast.alice).stripe_customer_id == "cus_alice"
+
+    settings.STRIPE_PRICE_TO_TIER = {**PRICES, "price_mystery": "team"}
+    resent = deliver(client, checkout)
+
+    assert resent.json()["outcome"] == "linked"
+    assert tier_of(cast.alice) == "team"
+    assert deliver(client, checkout).json()["outcome"] == "duplicate"
+
+
 def test_a_subscription_tagged_by_our_checkout_finds_its_user_without_the_link(cast, client):
     deliver(
         client,
