@@ -303,7 +303,7 @@ class Transport:
         try:
             parsed = message(line)
         except jsonrpc.Invalid as invalid:
-            await out.send(_not_utf8(line, invalid).body())
+            await out.send(_under_its_id(line, invalid).body())
             return
         metadata = None
         if isinstance(parsed, types.JSONRPCRequest):
@@ -384,24 +384,34 @@ NOT_OPENED = (
 )
 
 
-def _not_utf8(line: bytes, invalid: jsonrpc.Invalid) -> jsonrpc.Invalid:
-    """A line that is not UTF-8 refused under its request's id, when either end shows it.
+def _under_its_id(line: bytes, invalid: jsonrpc.Invalid) -> jsonrpc.Invalid:
+    """A line refused as unparsable answered under its request's id, when either end shows it.
 
-    It was a parse error with id null, which a client cannot match to its request: it
-    waited for an answer (a TypeScript client for ever), as for a line too long.
+    It was a parse error with id null, which a client cannot match to its
+    request: it waited for an answer (a TypeScript client for ever), as for a
+    line too long. So it went for a line that is not UTF-8, and for one nested
+    too deeply or holding a number too long for ``safejson`` (review142). A
+    few stray bytes before the opening brace (a byte-order mark) are passed
+    over to find it.
     """
     if invalid.call_id is not None or invalid.rpc_code != jsonrpc.PARSE_ERROR:
         return invalid
+    opening = line.find(b"{", 0, 8)
+    head = line[opening:] if opening > 0 else line
+    found = Overlong(head[:HEAD_BYTES], line[-HEAD_BYTES:]).call_id()
     try:
         line.decode("utf-8")
     except UnicodeDecodeError as bad:
-        found = Overlong(line[:HEAD_BYTES], line[-HEAD_BYTES:]).call_id()
         return jsonrpc.Invalid(
             f"Parse error: the line is not UTF-8 text (byte {bad.start + 1} of it).",
             rpc_code=jsonrpc.PARSE_ERROR,
             call_id=found,
         )
-    return invalid
+    if found is None:
+        return invalid
+    return jsonrpc.Invalid(
+        invalid.message, rpc_code=jsonrpc.PARSE_ERROR, call_id=found, data=invalid.data
+    )
 
 
 def _generic(error: types.ErrorData) -> bool:

@@ -134,6 +134,8 @@ def stdio(cast):
         process.stop()
 
 
+DEEP = b'{"a": ' * 120 + b"1" + b"}" * 120
+LONG = b"9" * 5000
 SURROGATE = call(12, "remember", {"content": "x"}).replace(b'"x"', b'"a\\ud800b"')
 MALFORMED = [
     # (what the client sends, the error code, the id the answer echoes)
@@ -142,6 +144,20 @@ MALFORMED = [
     # Not UTF-8, with a readable id: answered under it (it was id null, and waited on).
     (call(13, "remember", {"content": "x"}).replace(b'"x"', b'"caf\xe9"'), -32700, 13),
     (b"[" * 100_000 + b"]" * 100_000 + b"\n", -32700, None),
+    # Too deep, or a number too long, for safejson: answered under the id (review142).
+    (call(14, "remember", {"content": "x", "metadata": "D"}).replace(b'"D"', DEEP), -32700, 14),
+    (
+        call(15, "remember", {"content": "x", "metadata": {"n": "N"}}).replace(b'"N"', LONG),
+        -32700,
+        15,
+    ),
+    (
+        b"\xef\xbb\xbf"
+        + call(16, "remember", {"content": "x", "metadata": "D"}).replace(b'"D"', DEEP),
+        -32700,
+        16,
+    ),
+    (b"\xff\xfe" + ping(17), -32700, 17),
     (SURROGATE, -32602, 12),
     (b"[" + ping(5).strip() + b"," + ping(6).strip() + b"]\n", -32600, None),
     (b"42\n", -32600, None),
