@@ -9,7 +9,9 @@ another. Nothing else is needed: no broker, no new service.
 ``Workers`` runs in ``recall serve`` (in process, started by the ASGI
 lifespan) and alone in ``recall worker``. Each worker thread:
 
-* takes the next due job and runs it, until none is due;
+* takes the next due job and runs it, until none is due: adds before
+  imports, one import of a user at a time, and with two or more workers the
+  first takes no import, so a user's uploads never hold every worker;
 * then sleeps until woken: by an enqueue in this process at once, by any
   other process through PostgreSQL's ``NOTIFY recall_jobs`` (one listening
   connection per process), or after ``JOB_POLL_SECONDS`` whatever happens,
@@ -38,6 +40,7 @@ is current again within seconds, not a minute.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -85,7 +88,10 @@ class Workers:
             self._heartbeat = threading.Thread(target=self._beat, name="job-heartbeat", daemon=True)
             self._heartbeat.start()
         for n in range(self.threads):
-            self._spawn(self._work, f"job-worker-{n + 1}")
+            # With two or more, the first never takes an import: uploads
+            # (minutes each) cannot hold every worker while adds wait.
+            imports = n > 0 or self.threads == 1
+            self._spawn(functools.partial(self._work, imports), f"job-worker-{n + 1}")
         if self.maintenance:
             self._spawn(self._maintain, "maintenance")
         logger.info("workers started", extra={"threads": self.threads})
@@ -116,12 +122,12 @@ class Workers:
 
     # threads -------------------------------------------------------------------
 
-    def _work(self) -> None:
+    def _work(self, imports: bool = True) -> None:
         while not self._stopping.is_set():
             ran = False
             try:
                 close_old_connections()
-                ran = queue.run_next_job()
+                ran = queue.run_next_job(imports=imports)
             except Exception as exc:
                 # The job itself is settled by run_next_job; this is the queue
                 # (the database) failing. Back off and try again.

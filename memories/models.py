@@ -338,9 +338,11 @@ class Taken:
     result: dict[str, Any] | None = None
 
 
-# The oldest job due, or a running one whose lease ran out. A conversation's
-# job waits while an earlier one of its thread is unfinished: its turns go
-# after that job's, so two workers must not take them together.
+# The oldest job due of one sort (an import, or any other), or a running one
+# whose lease ran out. A conversation's job waits while an earlier one of its
+# thread is unfinished: its turns go after that job's, so two workers must
+# not take them together. An import waits while another import of its user
+# runs: one user's uploads run one after another, not on every worker.
 _TAKE_NEXT = (
     "UPDATE memory_jobs SET status = 'running', attempts = attempts + 1,"
     " lost_runs = lost_runs + (status = 'running')::int,"
@@ -350,6 +352,10 @@ _TAKE_NEXT = (
     "   WHERE ((status = 'queued' AND run_after <= statement_timestamp())"
     "      OR (status = 'running' AND lease_until < statement_timestamp()"
     "          AND lost_runs + 1 < %s))"
+    "   AND (j.kind = 'import') = %s"
+    "   AND NOT (j.kind = 'import' AND EXISTS (SELECT FROM memory_jobs r"
+    "     WHERE r.user_id = j.user_id AND r.kind = 'import' AND r.id <> j.id"
+    "     AND r.status = 'running' AND r.lease_until >= statement_timestamp()))"
     "   AND NOT EXISTS (SELECT FROM memory_jobs e WHERE e.user_id = j.user_id"
     "     AND coalesce(e.agent_id::text, '') = coalesce(j.agent_id::text, '')"
     "     AND e.status IN ('queued', 'running') AND e.kind = 'remember'"
@@ -374,20 +380,24 @@ class JobQuerySet(models.QuerySet["Job"]):
     name it (``attempts``) and change nothing once the job is no longer its own.
     """
 
-    def take_next(self, lease_seconds: float, lost_runs: int) -> Taken | None:
+    def take_next(self, lease_seconds: float, lost_runs: int, *, imports: bool) -> Taken | None:
         """Take the oldest due job, or a running one whose lease ran out; None when none is.
 
-        A job whose lease ran out is taken over only while fewer than
-        ``lost_runs`` of its runs have been lost so, this one included
-        (``give_up_lost`` fails the others). Locked with SKIP LOCKED, so
-        concurrent workers each take another.
+        Adds and other short jobs come before imports, whatever their age: an
+        import holds its worker for minutes, and an add queued behind a
+        user's uploads waited for all of them (review140). ``imports=False``
+        takes no import at all. A job whose lease ran out is taken over only
+        while fewer than ``lost_runs`` of its runs have been lost so, this one
+        included (``give_up_lost`` fails the others). Locked with SKIP
+        LOCKED, so concurrent workers each take another.
         """
+        taken = None
         with connection.cursor() as cursor:
-            cursor.execute(
-                _TAKE_NEXT,
-                [lease_seconds, lost_runs],
-            )
-            taken = cursor.fetchone()
+            for importing in (False, True) if imports else (False,):
+                cursor.execute(_TAKE_NEXT, [lease_seconds, lost_runs, importing])
+                taken = cursor.fetchone()
+                if taken is not None:
+                    break
         if taken is None:
             return None
         job_id, user_id, agent_id, payload, attempts, client, api_key_id, kind, result = taken

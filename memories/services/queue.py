@@ -269,8 +269,10 @@ def job_status(
     return report
 
 
-def run_next_job() -> bool:
+def run_next_job(*, imports: bool = True) -> bool:
     """Take the next due job, run it, and settle it. Return False when none is due.
+
+    ``imports=False``: a worker kept for adds, which takes no import.
 
     Taking a job is one statement on the operator path (workers serve every
     tenant): the oldest due job, or a running one whose worker's lease ran
@@ -287,7 +289,7 @@ def run_next_job() -> bool:
         _hand_back_interrupted()
     with context.acting_as("worker"), tenancy.operator():
         given_up = Job.objects.give_up_lost(LOST_RUNS, InternalError.code, _LOST_EVERY_RUN)
-        taken = Job.objects.take_next(settings.JOB_LEASE_SECONDS, LOST_RUNS)
+        taken = Job.objects.take_next(settings.JOB_LEASE_SECONDS, LOST_RUNS, imports=imports)
     if given_up:
         logger.warning(
             "gave up jobs whose runs kept losing their worker",

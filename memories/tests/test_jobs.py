@@ -735,3 +735,75 @@ def test_a_queued_add_that_loses_a_race_is_run_again_not_failed(cast, monkeypatc
 
     row = job_row(queued["job_id"])
     assert (row.status, row.attempts) == ("queued", 1)  # run again later, not failed
+
+
+def _queued_import(user_id, minutes_ago: int) -> Job:
+    with tenancy.operator():
+        return Job.objects.create(
+            user_id=user_id,
+            kind="import",
+            request_hash="0" * 64,
+            payload={"filename": "big.jsonl"},
+            run_after=timezone.now() - timedelta(minutes=minutes_ago),
+        )
+
+
+def _take(imports: bool = True):
+    with tenancy.operator():
+        return Job.objects.take_next(60, 3, imports=imports)
+
+
+def test_adds_are_taken_before_imports_and_a_users_imports_one_at_a_time(cast):
+    """review140: five uploads by one user took both workers, and another user's
+    add queued after them waited over four minutes: the queue was first in,
+    first out, whatever the job."""
+    first = _queued_import(cast.alice.id, minutes_ago=10)
+    second = _queued_import(cast.alice.id, minutes_ago=9)
+    charlies = _queued_import(cast.charlie.id, minutes_ago=8)
+    add = enqueue(cast.alice.id, content="Alice's add, queued last.")
+
+    assert _take().id == uuid.UUID(add["job_id"])  # the add, though the newest
+    assert _take().id == first.id
+    # Alice's second upload waits for her first; Charlie's runs beside it.
+    assert _take().id == charlies.id
+    assert _take() is None
+    with tenancy.operator():
+        Job.objects.filter(id=first.id).update(status="done", lease_until=None)
+    assert _take().id == second.id
+
+
+def test_a_worker_kept_for_adds_takes_no_import(cast):
+    _queued_import(cast.alice.id, minutes_ago=10)
+    assert _take(imports=False) is None
+    add = enqueue(cast.charlie.id, content="Charlie's add.")
+    assert _take(imports=False).id == uuid.UUID(add["job_id"])
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(JOB_POLL_SECONDS=0.2)
+def test_with_two_workers_an_add_runs_while_an_import_holds_the_other(cast, monkeypatch):
+    from memories.services import queue
+
+    started, release = threading.Event(), threading.Event()
+
+    def slow_import(taken) -> None:
+        started.set()
+        release.wait(30)
+        with tenancy.operator():
+            Job.objects.filter(id=taken.id).update(status="done", lease_until=None)
+
+    monkeypatch.setitem(queue.RUNNERS, "import", slow_import)
+    for minutes in (10, 9):
+        _queued_import(cast.alice.id, minutes_ago=minutes)
+    _queued_import(cast.charlie.id, minutes_ago=8)
+    running = jobs.Workers(threads=2, maintenance=False).start()
+    try:
+        assert started.wait(30)
+        add = enqueue(cast.alice.id, content="An add, behind three uploads.")
+        deadline = time.monotonic() + 30
+        while services.job_status(user_id=cast.alice.id, job_id=add["job_id"])["status"] != "done":
+            assert time.monotonic() < deadline, "the add waited behind the uploads"
+            time.sleep(0.1)
+    finally:
+        release.set()
+        running.stop()
