@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from django.db import connection
 
+from accounts import tiers
 from core import context, tenancy
 from core.errors import EmbeddingUnavailable, RecallError, ValidationFailed
 from memories import embeddings, services, validation
@@ -237,6 +238,7 @@ class _Batch:
     refusals: list[tuple[str, str]]
     items: int
     fresh: list[services.ImportItem]
+    # For the first of ``fresh`` only when the quota had no room for the rest.
     vectors: list[np.ndarray]
     reused: int
     decisions: list[str]
@@ -335,11 +337,11 @@ class _Importer:
         if self.options.dry_run:
             self._apply(_Batch(read, refusals, len(items), [items[i] for i in fresh], [], 0, []))
             return
-        vectors, reused = self._vectors([batch[i][1] for i in fresh], [items[i] for i in fresh])
+        new = [items[i] for i in fresh]
+        room = self._room(len(new))
+        vectors, reused = self._vectors([batch[i][1] for i in fresh[:room]], new[:room])
         decisions, self.decided = self.decided, []
-        work = _Batch(
-            read, refusals, len(items), [items[i] for i in fresh], vectors, reused, decisions
-        )
+        work = _Batch(read, refusals, len(items), new, vectors, reused, decisions)
         while len(self.pending) >= self.writers:
             self._wait()
         # Not the whole context: Django's connection lives in it (asgiref's
@@ -347,6 +349,21 @@ class _Importer:
         # for the history rows, is all it takes along.
         who = context.actor.get()
         self.pending.append(self.writer.submit(lambda: self._write(work, who)))
+
+    def _room(self, wanted: int) -> int:
+        """How many of a batch's ``wanted`` new memories the tier's quota still has room for.
+
+        Looked up before the batch is embedded, once the batches ahead of it
+        have committed: an upload with room for 98 embedded 152 and stored
+        98, and its report counted all 152 as embedded. ``store_imports``
+        checks again as it stores, under the quota's lock.
+        """
+        if self.tier is None or tiers.memory_limit(self.tier) is None or not wanted:
+            return wanted
+        self.finish()  # what they store counts; a batch that met the quota stops the import here
+        with tenancy.tenant(self.user_id):
+            left = quota.room(self.user_id, self.tier)
+        return wanted if left is None else min(wanted, left)
 
     def _first(self, item: services.ImportItem) -> bool:
         """Return whether no earlier batch of this run took ``item``'s place, and take it."""
@@ -403,7 +420,7 @@ class _Importer:
         report.duplicates += work.items - new - cut - withdrawn
         if inserted is not None:
             report.reused += work.reused
-            report.embedded += len(work.fresh) - work.reused
+            report.embedded += len(work.vectors) - work.reused
         report.vectors += work.decisions
 
     def _with_agents(

@@ -102,7 +102,9 @@ def store_imports(
     metadata (``imported_from`` included). ``tier`` applies the free tier's
     quota: the batch's first memories up to it are stored, and then
     ``QuotaExceeded`` stops the import (a batch over the quota used to store
-    none of them). ``finish`` runs inside the transaction with the count
+    none of them). ``vectors`` may be fewer than ``items``: the runner found
+    no room for the rest before embedding them, and they are left out as
+    past the quota too. ``finish`` runs inside the transaction with the count
     stored and the count left out for the quota, so that a job's progress
     is saved atomically with what it stored and the count it withdrew:
     ``cleared`` runs first in the transaction and names where a namespace
@@ -116,11 +118,14 @@ def store_imports(
             kept = [n for n, item in enumerate(items) if not is_withdrawn(item, emptied)]
             withdrawn = len(items) - len(kept)
             if withdrawn:
-                items, vectors = [items[n] for n in kept], [vectors[n] for n in kept]
+                # Those with vectors are still the first of those kept.
+                vectors = [vectors[n] for n in kept if n < len(vectors)]
+                items = [items[n] for n in kept]
         left = quota.room(user_id, tier) if tier is not None and items else None
-        cut = 0 if left is None else max(0, len(items) - left)
+        fits = len(vectors) if left is None else min(left, len(vectors))
+        cut = len(items) - fits
         if cut:
-            items, vectors = items[: len(items) - cut], vectors[: len(items) - cut]
+            items, vectors = items[:fits], vectors[:fits]
         inserted = _insert_imports(user_id, items, vectors, model_id) if items else 0
         if finish is not None:
             finish(inserted, cut, withdrawn)
