@@ -15,6 +15,8 @@ file's modification time; basic-memory itself keeps no other.
 
 from __future__ import annotations
 
+import os
+import stat
 import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -35,49 +37,89 @@ SUFFIXES = (".md", ".markdown")
 NOTE_MAX_BYTES = 8 * 1024 * 1024
 
 
+# A note as found: its path in the folder, when it was last changed, its bytes.
+Found = tuple[str, datetime, bytes]
+OUTSIDE = "a link to outside the folder; not read"
+
+
 def read(source: Source, **_: Any) -> Stream:
-    for relative, mtime, data in _notes(source):
-        yield from note(relative, mtime, data)
+    for found in _notes(source):
+        if isinstance(found, Refused):
+            yield found
+        else:
+            yield from note(*found)
 
 
-def _notes(source: Source) -> Iterator[tuple[str, datetime, bytes]]:
+def _notes(source: Source) -> Iterator[Found | Refused]:
     path = source.path
     if path.is_dir():
-        files = sorted(
-            p
-            for p in path.rglob("*")
-            if p.is_file()
-            and p.suffix.lower() in SUFFIXES
-            and not any(part.startswith(".") for part in p.relative_to(path).parts)
-        )
-        for file in files:
-            stat = file.stat()
-            data = file.read_bytes() if stat.st_size <= NOTE_MAX_BYTES else b""
-            yield file.relative_to(path).as_posix(), _stamp(stat.st_mtime), data
+        yield from _folder(path)
     elif source.suffix == ".zip" or zipfile.is_zipfile(path):
-        try:
-            archive = zipfile.ZipFile(path)
-        except (zipfile.BadZipFile, OSError):
-            raise ValidationFailed(f"{source.label}: not a zip archive.") from None
-        budget = unpacking.Budget(path, source.label)
-        with archive:
-            infos = sorted(
-                (i for i in archive.infolist() if not i.is_dir() and _is_note(i.filename)),
-                key=lambda i: i.filename,
-            )
-            for info in infos:
-                data = b""
-                if info.file_size <= NOTE_MAX_BYTES:
-                    with unpacking.member(archive, info, budget) as stream:
-                        data = stream.read()
-                stamp = datetime(*info.date_time, tzinfo=UTC)
-                yield info.filename, stamp, data
+        yield from _zipped(source)
     elif source.suffix in SUFFIXES:
         yield source.label, _stamp(path.stat().st_mtime), path.read_bytes()
     else:
         raise ValidationFailed(
             f"{source.label}: give basic-memory's folder, a .zip of it, or one .md note."
         )
+
+
+def _folder(root: Path) -> Iterator[Found | Refused]:
+    """Yield the folder's notes in the order of their paths, hidden folders left out.
+
+    A link (to a note or a folder) that leads outside the folder is refused
+    by its path in the folder, and nothing of it is read: a received folder's
+    ``notes/x.md -> ~/.ssh/id_rsa`` stored the key as a memory. A note linked
+    from inside is read under the link's path too; a folder linked from
+    inside is not walked, its notes being read where they are.
+    """
+    home = root.resolve()
+    found: list[tuple[str, Path]] = []
+    for folder, dirs, files in os.walk(root):  # links to folders are listed, not walked
+        here = Path(folder)
+        dirs[:] = [name for name in dirs if not name.startswith(".")]
+        found += [(name, here / name) for name in dirs if (here / name).is_symlink()]
+        found += [
+            (name, here / name)
+            for name in files
+            if not name.startswith(".") and Path(name).suffix.lower() in SUFFIXES
+        ]
+    for relative, file in sorted((p.relative_to(root).as_posix(), p) for _, p in found):
+        try:
+            real = file.resolve()
+        except (OSError, RuntimeError):  # a loop of links
+            yield Refused(relative, "a link that leads nowhere; not read")
+            continue
+        if not real.is_relative_to(home):
+            yield Refused(relative, OUTSIDE)
+        elif real.is_file() and Path(relative).suffix.lower() in SUFFIXES:
+            facts = real.stat()
+            data = real.read_bytes() if facts.st_size <= NOTE_MAX_BYTES else b""
+            yield relative, _stamp(facts.st_mtime), data
+
+
+def _zipped(source: Source) -> Iterator[Found | Refused]:
+    """Yield a zipped folder's notes; a member that is a symbolic link is refused, not followed."""
+    try:
+        archive = zipfile.ZipFile(source.path)
+    except (zipfile.BadZipFile, OSError):
+        raise ValidationFailed(f"{source.label}: not a zip archive.") from None
+    budget = unpacking.Budget(source.path, source.label)
+    with archive:
+        infos = sorted(
+            (i for i in archive.infolist() if not i.is_dir() and _is_note(i.filename)),
+            key=lambda i: i.filename,
+        )
+        for info in infos:
+            if stat.S_ISLNK(info.external_attr >> 16):
+                # Its data is the path it points to: neither a note nor to be read.
+                yield Refused(info.filename, "a symbolic link; not read")
+                continue
+            data = b""
+            if info.file_size <= NOTE_MAX_BYTES:
+                with unpacking.member(archive, info, budget) as stream:
+                    data = stream.read()
+            yield info.filename, datetime(*info.date_time, tzinfo=UTC), data
 
 
 def _is_note(name: str) -> bool:
