@@ -80,6 +80,12 @@ Stream = Iterator[Item]
 def moment(value: Any, field_name: str) -> datetime | None:
     """Return a source's timestamp as an aware datetime: ISO 8601, or Unix seconds or ms.
 
+    A number of fewer than 9 digits is no Unix time (it would be before
+    March 1973, when no memory server wrote): 8 digits that make a date are
+    that date at midnight UTC (20240101, ISO 8601's basic form), and any
+    other is refused as ambiguous. Read as seconds, 20240101 was dated
+    1970-08-23 and "2024" 1970-01-01T00:33:44Z, silently. Zero stays the epoch.
+
     None and "" stay None. Raises ValueError (a reason to refuse the record)
     for anything else, and for a time outside what an imported memory may
     have (``validation.imported_time``: 1970 to a day from now): a negative
@@ -104,20 +110,11 @@ def _moment(value: Any, field_name: str) -> datetime | None:
     if isinstance(value, bool):
         raise ValueError(f"{field_name} {value!r} is not a date")
     if isinstance(value, int | float):
-        seconds = float(value)
-        if not math.isfinite(seconds):
-            raise ValueError(f"{field_name} {value!r} is not a date")
-        # Past the year 5138 in seconds means milliseconds.
-        if abs(seconds) > 1e11:
-            seconds /= 1000.0
-        try:
-            return datetime.fromtimestamp(seconds, tz=UTC)
-        except (OverflowError, OSError, ValueError):
-            raise ValueError(f"{field_name} {value!r} is not a date") from None
+        return _number(float(value), field_name, value)
     if isinstance(value, str):
         text = value.strip()
         if re.fullmatch(r"-?\d+(\.\d+)?", text):
-            return _moment(float(text), field_name)
+            return _number(float(text), field_name, value)
         try:
             parsed = datetime.fromisoformat(text)
         except ValueError:
@@ -126,16 +123,60 @@ def _moment(value: Any, field_name: str) -> datetime | None:
     raise ValueError(f"{field_name} is a {type(value).__name__}, not a date")
 
 
+# The first Unix time of 9 digits (1973-03-03): a smaller number is read as a date.
+UNIX_SHORTEST = 100_000_000
+
+
+def _number(seconds: float, field_name: str, given: Any) -> datetime:
+    """A Unix time in seconds or milliseconds, or a date of 8 digits (see ``moment``)."""
+    if not math.isfinite(seconds):
+        raise ValueError(f"{field_name} {given!r} is not a date")
+    if 0 < seconds < UNIX_SHORTEST:
+        return _compact(seconds, field_name, given)
+    # Past the year 5138 in seconds means milliseconds.
+    if abs(seconds) > 1e11:
+        seconds /= 1000.0
+    try:
+        return datetime.fromtimestamp(seconds, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        raise ValueError(f"{field_name} {given!r} is not a date") from None
+
+
+def _compact(number: float, field_name: str, given: Any) -> datetime:
+    """YYYYMMDD at midnight UTC; any other short number is refused, not guessed at."""
+    digits = f"{int(number)}" if number.is_integer() else ""
+    if len(digits) == 8:
+        try:
+            return datetime(int(digits[:4]), int(digits[4:6]), int(digits[6:]), tzinfo=UTC)
+        except ValueError:
+            pass  # 20241301: no such day
+    shown = _short(given) if isinstance(given, str) else given
+    raise ValueError(
+        f"{field_name} {shown!r} is an ambiguous date: a number of fewer than 9 digits is read"
+        " only as YYYYMMDD; write it in ISO 8601 (2024-01-31) or as Unix seconds"
+    )
+
+
 def tags(value: Any) -> list[str]:
-    """Return tags given as a list or a comma-separated string, trimmed, empties dropped."""
+    """Return tags given as a list or a comma-separated string, trimmed, empties dropped.
+
+    A number is a tag's text, as it is an identity's. Raises ValueError (a
+    reason to refuse the record) for an object, or a list holding one: its
+    Python text ("{'x': 1}") was kept as a tag.
+    """
     if value is None:
         return []
     if isinstance(value, str):
         items: list[Any] = value.split(",")
     elif isinstance(value, list):
         items = value
+    elif is_text(value):
+        items = [value]
     else:
-        return [str(value)]
+        raise ValueError(f"tags must be a list or text, not {kind_of(value)}")
+    for item in items:
+        if not is_text(item):
+            raise ValueError(f"tags must be text, not {kind_of(item)}")
     return [str(item).strip() for item in items if str(item).strip()]
 
 
@@ -295,8 +336,8 @@ def namespace_for(value: Any) -> str:
     is ``Alice-Smith``), so an import run again after an upgrade still finds
     what the first run stored rather than storing it all again.
     """
-    if not _identity(value):
-        raise ValueError(f"a namespace must be made of text, not {_kind(value)}")
+    if not is_text(value):
+        raise ValueError(f"a namespace must be made of text, not {kind_of(value)}")
     text = str(value).strip()
     kept = re.sub(f"[^{validation.NAMESPACE_CHARS}]", "-", text)
     if len(kept) <= validation.NAMESPACE_MAX:
@@ -304,11 +345,12 @@ def namespace_for(value: Any) -> str:
     return f"{kept[: validation.NAMESPACE_MAX - 17]}-{_digest(text)}"
 
 
-def _identity(value: Any) -> bool:
+def is_text(value: Any) -> bool:
+    """Whether ``value`` may be an identity or a tag: text, or a number taken as its text."""
     return isinstance(value, str | int | float) and not isinstance(value, bool)
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
     names = {dict: "an object", list: "a list", bool: "true or false"}
     return names.get(type(value), f"a {type(value).__name__}")
 
@@ -343,8 +385,8 @@ def place(record: Record, values: dict[str, Any], mapping: dict[str, str]) -> No
         value = values.get(key)
         if value is None or value == "":
             continue
-        if not _identity(value):
-            raise ValueError(f"{key} must be text, not {_kind(value)}")
+        if not is_text(value):
+            raise ValueError(f"{key} must be text, not {kind_of(value)}")
         text = str(value)
         record.extra[key] = text
         if target == "namespace":

@@ -17,11 +17,21 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from core.errors import ValidationFailed
 from memories.importers import jsonstream
-from memories.importers.base import Record, Refused, Stream, namespace_for, parse_mapping, tags
+from memories.importers.base import (
+    Record,
+    Refused,
+    Stream,
+    is_text,
+    kind_of,
+    namespace_for,
+    parse_mapping,
+    tags,
+)
 from memories.importers.sources import Source, lines_of
 from memories.transfer import not_utf8_near
 
@@ -54,10 +64,20 @@ def mapping(spec: str | None) -> dict[str, str]:
 
 
 def read_jsonl(source: Source, *, columns: str | None = None, **_: Any) -> Stream:
+    """Read JSON Lines; a file in which no record has content stops, naming where it looked.
+
+    Every record refused "no content" was the report of a file whose content
+    field has another name: nothing was stored, and saying so is the fix.
+    """
     chosen = mapping(columns)
+    seen = read = False
     with source.text() as stream:
         for line, value in lines_of(stream, source.label):
+            seen = seen or _field(value, chosen, "content", nested=True) is not None
             yield _record(value, f"line {line}", chosen, nested=True)
+            read = True
+    if not seen and read:
+        raise ValidationFailed(no_content(source.label, chosen))
 
 
 def read_csv(source: Source, *, columns: str | None = None, **_: Any) -> Stream:
@@ -80,6 +100,8 @@ def read_csv(source: Source, *, columns: str | None = None, **_: Any) -> Stream:
                 raise ValidationFailed(
                     f"{source.label}: --map names columns the header lacks: {', '.join(missing)}."
                 )
+            if "content" not in chosen and not set(FALLBACKS["content"]) & set(header):
+                raise ValidationFailed(no_content(source.label, chosen, header))
             for row in reader:
                 where = f"line {reader.line_num}"
                 if None in row:
@@ -95,6 +117,27 @@ def read_csv(source: Source, *, columns: str | None = None, **_: Any) -> Stream:
             raise ValidationFailed(
                 f"{source.label}: {not_utf8_near(reader.line_num + 1)}."
             ) from None
+
+
+def no_content(label: str, chosen: dict[str, str], header: Sequence[str] | None = None) -> str:
+    """Say that a file (a CSV's ``header``, else JSON Lines) has no content, and how to name it.
+
+    The header's own names are not repeated: given a JSON Lines file, the
+    "columns" are pieces of its first memory.
+    """
+    if "content" in chosen:
+        return f"{label}: no record has content in {chosen['content']!r}, the field --map names."
+    names = FALLBACKS["content"]
+    looked = f"looked for {', '.join(names[:-1])} or {names[-1]}"
+    if header is None:
+        name = "name yours with --map content=FIELD"
+        return f"{label}: no record has content ({looked}); {name}."
+    hint = ""
+    if header[0].lstrip().startswith(("{", "[")):
+        hint = " It looks like JSON Lines: import it with --from jsonl."
+    elif len(header) == 1 and ";" in header[0]:
+        hint = " Its header has no commas: is it separated by ';'? Only ',' separates columns."
+    return f"{label}: no content column ({looked}); name yours with --map content=COLUMN.{hint}"
 
 
 def _get(row: dict[str, Any], name: str, nested: bool) -> Any:
@@ -126,42 +169,24 @@ def _record(
         if target not in chosen
         for name in FALLBACKS.get(target, (target,))
     }
-    metadata = _field(row, chosen, "metadata", nested)
-    if isinstance(metadata, str):
-        if metadata.strip():
-            try:
-                metadata = json.loads(metadata)
-            except (ValueError, RecursionError):
-                return Refused(where, "metadata is not valid JSON")
-        else:
-            metadata = None
-    if metadata is not None and not isinstance(metadata, dict):
-        return Refused(where, "metadata is not a JSON object")
-    metadata = dict(metadata or {})
-    for target, name in chosen.items():
-        if target.startswith("metadata."):
-            value = _get(row, name, nested)
-            if value is not None and value != "":
-                metadata[target[9:]] = value
     ident = _field(row, chosen, "id", nested)
     namespace = _field(row, chosen, "namespace", nested)
     try:
-        placed = namespace_for(namespace) if namespace not in (None, "") else None
+        record = Record(
+            content=_field(row, chosen, "content", nested),
+            where=where,
+            source_id=str(ident) if ident not in (None, "") else None,
+            created_at=_field(row, chosen, "created_at", nested),
+            updated_at=_field(row, chosen, "updated_at", nested),
+            metadata=_metadata(row, chosen, nested),
+            namespace=namespace_for(namespace) if namespace not in (None, "") else None,
+            agent=_text(_field(row, chosen, "agent", nested), "agent"),
+            thread_id=_text(_field(row, chosen, "thread", nested), "thread"),
+            priority=_text(_field(row, chosen, "priority", nested), "priority"),
+        )
+        found = tags(_field(row, chosen, "tags", nested))
     except ValueError as error:
         return Refused(where, str(error))
-    record = Record(
-        content=_field(row, chosen, "content", nested),
-        where=where,
-        source_id=str(ident) if ident not in (None, "") else None,
-        created_at=_field(row, chosen, "created_at", nested),
-        updated_at=_field(row, chosen, "updated_at", nested),
-        metadata=metadata,
-        namespace=placed,
-        agent=_text(_field(row, chosen, "agent", nested)),
-        thread_id=_text(_field(row, chosen, "thread", nested)),
-        priority=_text(_field(row, chosen, "priority", nested)),
-    )
-    found = tags(_field(row, chosen, "tags", nested))
     if found:
         record.extra["tags"] = found
     rest = {
@@ -174,5 +199,39 @@ def _record(
     return record
 
 
-def _text(value: Any) -> str | None:
-    return None if value is None or value == "" else str(value)
+def _metadata(row: dict[str, Any], chosen: dict[str, str], nested: bool) -> dict[str, Any]:
+    """The record's metadata: its object (or JSON text) and each ``metadata.KEY`` field.
+
+    Raises ValueError, a reason to refuse the record, when it is not an object.
+    """
+    metadata = _field(row, chosen, "metadata", nested)
+    if isinstance(metadata, str):
+        if metadata.strip():
+            try:
+                metadata = json.loads(metadata)
+            except (ValueError, RecursionError):
+                raise ValueError("metadata is not valid JSON") from None
+        else:
+            metadata = None
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ValueError("metadata is not a JSON object")
+    metadata = dict(metadata or {})
+    for target, name in chosen.items():
+        if target.startswith("metadata."):
+            value = _get(row, name, nested)
+            if value is not None and value != "":
+                metadata[target[9:]] = value
+    return metadata
+
+
+def _text(value: Any, name: str) -> str | None:
+    """A field that must be text; a number is its text, as mem0's identities are.
+
+    An object or a list refuses the record (ValueError): its Python text
+    became an agent called "{'x': 1}".
+    """
+    if value is None or value == "":
+        return None
+    if not is_text(value):
+        raise ValueError(f"{name} must be text, not {kind_of(value)}")
+    return str(value)

@@ -139,7 +139,8 @@ def _memory(
         except (ValueError, RecursionError):
             record.extra["metadata_text"] = str(raw)[:2000]
     if fields.get("tags"):
-        record.extra["tags"] = tags(fields["tags"])
+        # A column holds text or a number, never a list: as text, it is the comma-separated form.
+        record.extra["tags"] = tags(str(fields["tags"]))
     if fields.get("memory_type"):
         record.extra["memory_type"] = fields["memory_type"]
     if vectors is not None and chunk_id is not None:

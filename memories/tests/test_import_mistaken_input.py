@@ -9,13 +9,135 @@ is, or refused in words naming it, never read silently as something else.
 
 from __future__ import annotations
 
+import json
 import zipfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
+from django.core.management.base import CommandError
 
-from memories.tests.test_import_from import imported, rows
+from accounts import services as accounts_services
+from memories.tests.test_import_from import by_content, imported, rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+# dates --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stamp", ["20240101", 20240101, "20240229"])
+def test_a_date_written_without_dashes_is_that_date_not_unix_seconds(cast, tmp_path, stamp):
+    source = jsonl(tmp_path / "basic.jsonl", [{"content": "x", "created_at": stamp}])
+
+    out = imported("alice@example.com", "jsonl", source)
+
+    assert "Imported 1 of 1 records" in out
+    day = 29 if stamp == "20240229" else 1
+    month = 2 if stamp == "20240229" else 1
+    assert by_content(cast.alice)["x"]["created_at"] == datetime(2024, month, day, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("stamp", "shown"),
+    [("2024", "'2024'"), (2024, "2024"), ("202401", "'202401'"), ("20241301", "'20241301'")],
+)
+def test_a_short_number_is_refused_as_an_ambiguous_date(cast, tmp_path, stamp, shown):
+    source = jsonl(
+        tmp_path / "short.jsonl",
+        [{"content": "short", "created_at": stamp}, {"content": "unix", "created_at": 1700000000}],
+    )
+
+    out = imported("alice@example.com", "jsonl", source)
+
+    assert "Imported 1 of 2 records" in out
+    assert f"line 1: created_at {shown} is an ambiguous date" in out
+    assert by_content(cast.alice)["unix"]["created_at"] == datetime(
+        2023, 11, 14, 22, 13, 20, tzinfo=UTC
+    )
+
+
+# identities and tags ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("agent", {"x": 1}, "agent must be text, not an object"),
+        ("thread", [1, 2], "thread must be text, not a list"),
+        ("tags", {"x": 1}, "tags must be a list or text, not an object"),
+        ("tags", ["fine", {"x": 1}], "tags must be text, not an object"),
+    ],
+)
+def test_an_identity_or_tag_that_is_not_text_refuses_its_record(
+    cast, tmp_path, field, value, reason
+):
+    source = jsonl(
+        tmp_path / "odd.jsonl",
+        [{"content": "odd", field: value}, {"content": "numbered", "agent": 7, "thread": 8}],
+    )
+
+    out = imported("alice@example.com", "jsonl", source)
+
+    assert "Imported 1 of 2 records" in out
+    assert f"line 1: {reason}" in out
+    # Numbers are text, as mem0's reader takes them.
+    numbered = by_content(cast.alice)["numbered"]
+    assert (numbered["agent__name"], numbered["thread_id"]) == ("7", "8")
+    names = {agent.name for agent in accounts_services.list_agents(user_id=cast.alice.id)}
+    assert "{'x': 1}" not in names
+
+
+# a CSV without a content column --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "hint"),
+    [
+        ("notes.csv", "note,when\nhello,2024-01-01\n", ""),
+        ("semi.csv", "content;when\nhello;2024-01-01\n", "separated by ';'"),
+        ("lines.csv", '{"content": "hello", "agent": "x"}\n', "--from jsonl"),
+    ],
+)
+def test_a_csv_without_a_content_column_stops_at_its_header(cast, tmp_path, name, text, hint):
+    path = tmp_path / name
+    path.write_text(text)
+
+    with pytest.raises(CommandError) as caught:
+        imported("alice@example.com", "csv", path)
+
+    message = str(caught.value)
+    assert f"{name}: no content column" in message
+    assert "content, text or memory" in message and "--map content=COLUMN" in message
+    assert hint in message
+    assert rows(cast.alice) == []
+
+
+def test_a_mapped_content_column_is_not_asked_for_again(cast, tmp_path):
+    path = tmp_path / "notes.csv"
+    path.write_text("note,when\nhello,2024-01-01\n")
+
+    out = imported("alice@example.com", "csv", path, "--map", "content=note")
+
+    assert "Imported 1 of 1 records" in out
+
+
+def test_json_lines_where_no_record_has_content_stop_naming_the_fields_looked_for(cast, tmp_path):
+    source = jsonl(tmp_path / "body.jsonl", [{"body": "one"}, {"body": "two"}])
+
+    with pytest.raises(CommandError) as caught:
+        imported("alice@example.com", "jsonl", source)
+
+    message = str(caught.value)
+    assert "body.jsonl: no record has content" in message
+    assert "content, text or memory" in message and "--map content=FIELD" in message
+    assert rows(cast.alice) == []
 
 
 # links out of a notes folder ----------------------------------------------------
