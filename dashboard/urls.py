@@ -29,6 +29,7 @@ urlpatterns = [
     path("memories/changes/", views.changes, name="changes"),
     path("memories/download/", views.download_memories, name="download-memories"),
     path("memories/import/", views.upload_import, name="upload-import"),
+    path("memories/imports/", views.import_jobs, name="import-jobs"),
     path("plan/", views.plan, name="plan"),
     path("plan/checkout/", views.start_checkout, name="checkout"),
     path("plan/portal/", views.billing_portal, name="portal"),

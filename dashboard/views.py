@@ -32,7 +32,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import cache_control
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from accounts import services as accounts_services
 from accounts import tiers
@@ -57,6 +57,9 @@ class AuthenticatedRequest(HttpRequest):
 
 
 PAGE_SIZE = 20
+# A longer memory is shown in the list as its first this many characters, the
+# whole of it one click away (its history page shows it in full too).
+PREVIEW_CHARS = 600
 USAGE_WINDOWS = (7, 30, 90)
 
 
@@ -266,13 +269,7 @@ def memories(request: AuthenticatedRequest) -> HttpResponse:
     return _memories_page(request)
 
 
-def _memories_page(
-    request: AuthenticatedRequest,
-    import_form: ImportForm | None = None,
-    *,
-    import_error: str | None = None,
-    status: int = 200,
-) -> HttpResponse:
+def _memories_page(request: AuthenticatedRequest) -> HttpResponse:
     user = request.user
     namespaces = memory_services.list_namespaces(user_id=user.id)
     names = [row["namespace"] for row in namespaces]
@@ -357,28 +354,87 @@ def _memories_page(
             "limited": bool(query) and len(results) >= PAGE_SIZE,
             "error": error,
             "offset": offset,
-            "newer": max(0, offset - PAGE_SIZE) if offset else None,
+            # A search is one page of the best matches: it has no pager (``offset`` is
+            # for the list only).
+            "newer": max(0, offset - PAGE_SIZE) if offset and not query else None,
             "older": offset + PAGE_SIZE if more else None,
             "retention_days": settings.HISTORY_RETENTION_DAYS,
-            **_imports(request, import_form),
-            "import_error": import_error,
+            "preview_chars": PREVIEW_CHARS,
+            **_imports(request),
+            **_refused_import(request),
             **_connect(request),
         },
-        status=status,
     )
 
 
 # Imports from other memory servers (memories/importers) ---------------------------
 
+# The session key under which a refused upload's options and reason wait for the page
+# it is sent back to.
+REFUSED_IMPORT = "dashboard.refused_import"
 
-def _imports(request: AuthenticatedRequest, form: ImportForm | None = None) -> dict[str, Any]:
+
+def _imports(request: AuthenticatedRequest) -> dict[str, Any]:
     jobs = memory_services.import_jobs(user_id=request.user.id)
     return {
-        "import_form": form or ImportForm(),
         "import_jobs": jobs,
         "imports_running": any(job["status"] in ("queued", "running") for job in jobs),
         "import_max_mb": settings.IMPORT_UPLOAD_MAX_MB,
     }
+
+
+def _refused_import(request: AuthenticatedRequest) -> dict[str, Any]:
+    """The import form, filled in as it was sent if that upload was just refused, and why."""
+    refused = request.session.pop(REFUSED_IMPORT, None)
+    if not isinstance(refused, dict):
+        return {"import_form": ImportForm(), "import_error": None}
+    return {
+        "import_form": ImportForm(initial=refused.get("data") or {}),
+        "import_error": refused.get("error"),
+    }
+
+
+@login_required
+@require_GET
+def import_jobs(request: AuthenticatedRequest) -> HttpResponse:
+    """The imports table alone: what the memories page fetches while an import is on its way."""
+    response = render(request, "dashboard/_import_jobs.html", _imports(request))
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _memories_url(request: AuthenticatedRequest) -> str:
+    """The memories page the import form was on: its query (namespace, filters) is the
+    form's action's, so that a refusal or a queued upload leads back to it."""
+    query = request.GET.urlencode()
+    return reverse("dashboard:memories") + (f"?{query}" if query else "") + "#imports"
+
+
+def _refuse_import(
+    request: AuthenticatedRequest, reason: str, form: ImportForm | None = None
+) -> HttpResponse:
+    """Send the browser back to the memories page with the reason (Post/Redirect/Get: a
+    reload there shows the page again and never sends the file again)."""
+    data: dict[str, Any] = {}
+    if form is not None:
+        data = {
+            name: form.data.get(name, "")
+            for name in ("format", "namespace", "columns", "ids")
+            if isinstance(form.data.get(name, ""), str)
+        }
+        data["dry_run"] = form.data.get("dry_run") in ("on", "true", "1")
+    request.session[REFUSED_IMPORT] = {"data": data, "error": f"Not imported. {reason}"}
+    return HttpResponseRedirect(_memories_url(request))
+
+
+def _form_errors(form: ImportForm) -> str:
+    """A refused form's errors as one sentence or more, each field's named by its label."""
+    said: list[str] = []
+    for name, errors in form.errors.items():
+        label = (form.fields[name].label or name.capitalize()) if name in form.fields else ""
+        text = " ".join(str(error) for error in errors)
+        said.append(f"{label}: {text}" if label else text)
+    return " ".join(said)
 
 
 @login_required
@@ -394,14 +450,13 @@ def upload_import(request: AuthenticatedRequest) -> HttpResponse:
     )
     # Refused by its declared size before the form parses a byte of it.
     if int(request.META.get("CONTENT_LENGTH") or 0) > limit + 64 * 1024:
-        return _memories_page(request, import_error=too_large, status=413)
+        return _refuse_import(request, too_large)
     form = ImportForm(request.POST, request.FILES)
     if not form.is_valid():
-        return _memories_page(request, form, status=400)
+        return _refuse_import(request, _form_errors(form), form)
     data = form.cleaned_data
     if data["file"].size > limit:
-        form.add_error("file", too_large)
-        return _memories_page(request, form, status=413)
+        return _refuse_import(request, too_large, form)
     filename = Path(data["file"].name).name
     options = {
         "format": data["format"],
@@ -421,10 +476,9 @@ def upload_import(request: AuthenticatedRequest) -> HttpResponse:
                 chunks=data["file"].chunks(memory_services.IMPORT_CHUNK_BYTES),
             )
     except RecallError as exc:
-        form.add_error(None, exc.message)
-        return _memories_page(request, form, status=400)
+        return _refuse_import(request, exc.message, form)
     messages.success(request, f"Importing {filename} in the background: its progress is below.")
-    return redirect(reverse("dashboard:memories") + "#imports")
+    return HttpResponseRedirect(_memories_url(request))
 
 
 def _back_to_memories(request: AuthenticatedRequest) -> HttpResponse:
@@ -618,9 +672,15 @@ def erase_history(request: AuthenticatedRequest, memory_id: uuid.UUID) -> HttpRe
             memory_services.erase_history(user_id=request.user.id, id=str(memory_id))
     except NotFound:
         raise Http404("No such history.") from None
-    except Conflict as error:
-        messages.error(request, error.message)
-        return redirect("dashboard:memory-history", memory_id=memory_id)
+    except Conflict:
+        # The service's words name the MCP tools' purge; here the button is on this page.
+        messages.error(
+            request,
+            "This memory still exists, so its history cannot be erased on its own."
+            ' "Delete and erase history" below deletes the memory and erases its history'
+            " together.",
+        )
+        return redirect(reverse("dashboard:memory-history", args=[memory_id]) + "#erase")
     messages.success(request, "History erased.")
     return redirect("dashboard:changes")
 

@@ -271,3 +271,29 @@ def test_a_cursor_does_not_show_the_count_every_users_changes_share(cast, alice_
     assert _link(again, "Older") == f"before={micros}.{hidden}"
     older = alice_client.get(f"/memories/changes/?before={cursor}").content.decode()
     assert _shown(older) == ["change 0"]
+
+
+def test_erasing_a_live_memorys_history_says_what_the_page_offers_instead(cast, alice_client):
+    # review140: the refusal said "forget it with purge", which no dashboard button did.
+    memory_id = remember(cast.alice, "still here", namespace="work")
+
+    response = alice_client.post(f"/memories/{memory_id}/history/erase/", follow=True)
+
+    page = response.content.decode()
+    assert "forget it with purge" not in page
+    assert "cannot be erased on its own" in page and "Delete and erase history" in page
+    form = re.search(
+        rf'<form method="post" action="/memories/{memory_id}/delete/"[^>]*>(.*?)</form>',
+        page,
+        re.S,
+    )
+    assert form is not None
+    assert '<input type="hidden" name="purge" value="1">' in form.group(1)
+    assert '<input type="hidden" name="next" value="/memories/?namespace=work">' in form.group(1)
+
+    done = alice_client.post(
+        f"/memories/{memory_id}/delete/", {"purge": "1", "next": "/memories/?namespace=work"}
+    )
+
+    assert done["Location"] == "/memories/?namespace=work"
+    assert alice_client.get(f"/memories/{memory_id}/history/").status_code == 404

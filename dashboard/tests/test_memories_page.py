@@ -517,3 +517,48 @@ def test_a_search_says_when_it_stopped_at_a_page_of_results(cast, alice_client, 
     assert "data-limited" in full and "there may be more" in full
     assert "data-limited" not in browsed  # a list has its pager instead
     assert few.count("data-memory-id") == 1 and "data-limited" not in few
+
+
+def test_a_long_memory_is_listed_as_a_preview_with_the_whole_one_click_away(cast, alice_client):
+    # review140: a 50,000-character memory was listed in full (a page 25,577 px tall).
+    long = "".join(f"word{n} " for n in range(8000))[:50_000]
+    store_memory(cast.alice, long)
+    store_memory(cast.alice, "A short note.")
+
+    page = alice_client.get(URL).content.decode()
+
+    [preview] = re.findall(r'<div class="content preview" data-preview>([^<]*)</div>', page)
+    assert len(html.unescape(preview)) == 600 and preview.endswith("…")  # views.PREVIEW_CHARS
+    assert long.startswith(html.unescape(preview)[:-1])
+    whole = re.search(
+        r'<details class="whole"><summary>Show all 50000 characters</summary>'
+        r'<div class="content">([^<]*)</div></details>',
+        page,
+    )
+    assert whole is not None and html.unescape(whole.group(1)) == long
+    assert '<div class="content">A short note.</div>' in page  # a short one as it is
+    # The history page shows it whole, as it always did.
+    memory_id = listed(alice_client.get(URL))[-1]
+    history = alice_client.get(f"/memories/{memory_id}/history/").content.decode()
+    assert "data-preview" not in history and html.escape(long) in history
+
+
+def test_a_search_has_no_pager_and_ignores_an_offset(cast, alice_client, settings):
+    # review140: a search showed "← Newer" at ?offset=20, to a link without its query;
+    # a search is one page of the best matches.
+    from dashboard.views import PAGE_SIZE
+
+    settings.RECALL_SUPERSESSION = "off"
+    for n in range(PAGE_SIZE + 5):
+        services.remember(
+            user_id=cast.alice.id, tier=Tier.PRO, content=f"Crate {n} holds {n} apples."
+        )
+
+    first = alice_client.get(URL, {"q": "apples"})
+    later = alice_client.get(URL, {"q": "apples", "offset": PAGE_SIZE})
+
+    for response in (first, later):
+        text = response.content.decode()
+        assert 'class="pager"' not in text and "Newer" not in text and "Older" not in text
+        assert "data-limited" in text
+    assert listed(later) == listed(first)

@@ -4,7 +4,11 @@
      <form data-confirm="Question?">    submits only if the user agrees;
      <select data-autosubmit>           submits its form when picked (by keyboard: on Enter);
      <input data-checks="radio-id">     ticks that radio button when focused;
-     <section data-refreshing="3">      reloads the page after that many seconds. */
+     <div id="x" data-refreshing="3" data-refresh-url="/url/">
+                                        fetches that URL after that many seconds and puts
+                                        its element of the same id in place of this one,
+                                        again while the new one says data-refreshing: the
+                                        rest of the page (what is typed, the focus) stays. */
 "use strict";
 
 document.addEventListener("submit", function (event) {
@@ -54,7 +58,43 @@ document.addEventListener("focusin", function (event) {
   }
 });
 
-document.querySelectorAll("[data-refreshing]").forEach(function (element) {
+function refreshLater(element) {
   var seconds = Number(element.getAttribute("data-refreshing"));
-  window.setTimeout(function () { window.location.reload(); }, seconds * 1000);
-});
+  var url = element.getAttribute("data-refresh-url");
+  if (!url || !element.id) {
+    return;
+  }
+  window.setTimeout(function () {
+    fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+      .then(function (response) {
+        if (!response.ok) {
+          throw new Error("HTTP " + response.status);
+        }
+        return response.text();
+      })
+      .then(function (text) {
+        var parsed = new DOMParser().parseFromString(text, "text/html");
+        var fresh = parsed.getElementById(element.id);
+        if (!fresh) {
+          return; // signed out meanwhile (the sign-in page came back): a reload says so
+        }
+        fresh = document.importNode(fresh, true);
+        // What the user opened stays open (a report's "which" list).
+        element.querySelectorAll("details[open][data-keep]").forEach(function (open) {
+          var twin = fresh.querySelector('details[data-keep="' + open.dataset.keep + '"]');
+          if (twin) {
+            twin.open = true;
+          }
+        });
+        element.replaceWith(fresh);
+        if (fresh.hasAttribute("data-refreshing")) {
+          refreshLater(fresh);
+        }
+      })
+      .catch(function () {
+        refreshLater(element); // the server did not answer this time: ask again later
+      });
+  }, seconds * 1000);
+}
+
+document.querySelectorAll("[data-refreshing]").forEach(refreshLater);
