@@ -380,7 +380,9 @@ class JobQuerySet(models.QuerySet["Job"]):
     name it (``attempts``) and change nothing once the job is no longer its own.
     """
 
-    def take_next(self, lease_seconds: float, lost_runs: int, *, imports: bool) -> Taken | None:
+    def take_next(
+        self, lease_seconds: float, lost_runs: int, *, imports: bool = True
+    ) -> Taken | None:
         """Take the oldest due job, or a running one whose lease ran out; None when none is.
 
         Adds and other short jobs come before imports, whatever their age: an
