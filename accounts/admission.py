@@ -182,6 +182,21 @@ def password_reset(address: str | None, account: str) -> int:
     )
 
 
+def new_client_document(address: str | None) -> int:
+    """Take one first fetch of a client's metadata document for ``address``: 0 if it may
+    go ahead, else the seconds until it may.
+
+    An authorization (or token) request naming an https ``client_id`` not seen
+    before makes the server fetch that URL and store a client, before anyone
+    signs in: registration by another road, held to registration's allowance
+    per address (``OAUTH_REGISTRATIONS_PER_HOUR``). Every first fetch counts,
+    whether the document is good or not.
+    """
+    count = settings.OAUTH_REGISTRATIONS_PER_HOUR
+    where = address or "unknown"
+    return _paced("client metadata document", where, 3600.0, ((f"cimd:{where}", count),))
+
+
 def _account(account: str) -> str:
     # As Django finds the account: its reset form compares NFKC and casefold, so
     # "\u017fales@" (long s) reached "sales@" in a bucket of its own.

@@ -34,9 +34,32 @@ from django.conf import settings
 from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher
 from oauth2_provider.settings import oauth2_settings
 
+from accounts import admission
+from core import addresses
 from oauth import registration
 
 logger = logging.getLogger(__name__)
+
+
+class FirstSightLimit:
+    """The toolkit's ``CIMD_REGISTRATION_PERMISSION_CLASSES``: a first fetch, paced per address.
+
+    The toolkit asks it before fetching a ``client_id`` no stored client has.
+    Without it one address could make the server fetch, and store as a client,
+    any number of URLs of its choosing, each a log line when refused: open
+    registration without its limits (review146).
+    """
+
+    def has_permission(self, request: Any, client_id: str) -> bool:
+        meta = getattr(request, "headers", None) or {}
+        address = addresses.address_from_meta(meta)
+        wait = admission.new_client_document(address)
+        if wait:
+            logger.warning(
+                "oauth: too many new client metadata documents from one address",
+                extra={"address": address, "retry_after": wait},
+            )
+        return not wait
 
 
 class MetadataFetcher(SafeMetadataFetcher):

@@ -46,10 +46,15 @@ class ApplicationManager(models.Manager["Application"]):
         return self.get(client_id=client_id)
 
     def expired_registrations(self, now: datetime | None = None) -> models.QuerySet[Application]:
-        """Dynamic registrations no user approved within a day of registering."""
+        """Dynamic registrations, and clients stored from a metadata document, that no
+        user approved within a day of first being seen. A document's client is
+        fetched again when next named (review146: they were kept for ever)."""
         cutoff = (now or timezone.now()) - UNAPPROVED_REGISTRATION_LIFETIME
         return self.filter(
-            registration_source=Application.RegistrationSource.DCR,
+            registration_source__in=(
+                Application.RegistrationSource.DCR,
+                Application.RegistrationSource.CIMD,
+            ),
             approved_at__isnull=True,
             created__lt=cutoff,
         )

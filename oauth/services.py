@@ -42,9 +42,12 @@ def clear_expired(*, now: datetime | None = None) -> dict[str, int]:
       revoked alone (RFC 7009) goes at once: the toolkit refuses it.
     * Access tokens past their expiry that no refresh token holds (a refresh
       token whose access token is gone is refused, so those stay with it).
+
+    And, first, the clients registered or fetched that nobody approved in a day.
     """
     moment = now or timezone.now()
     lifetime = timedelta(seconds=settings.OAUTH_REFRESH_TOKEN_TTL_SECONDS)
+    delete_expired_registrations(now=moment)
     return {
         "codes": _in_batches(Grant.objects.filter(expires__lt=moment)),
         "refresh_tokens": _in_batches(

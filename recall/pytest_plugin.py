@@ -37,6 +37,9 @@ for name in (
 # Every test signs in from 127.0.0.1, and the servers a run starts live for
 # the whole run: the sign-in pace's own tests set their limit.
 os.environ["SIGN_IN_RATE_LIMIT"] = "1000000/hour"
+# Likewise the first fetches of client metadata documents, paced per address
+# by the registration allowance: the limit's own tests set it.
+os.environ["OAUTH_REGISTRATIONS_PER_HOUR"] = "10000"
 
 if os.environ.get("RECALL_TEST_DATABASE_URL"):
     os.environ["DATABASE_URL"] = os.environ["RECALL_TEST_DATABASE_URL"]

@@ -459,6 +459,7 @@ OAUTH2_PROVIDER = {
     "OIDC_ISS_ENDPOINT": RECALL_PUBLIC_URL,
     "CIMD_ENABLED": True,
     "CIMD_METADATA_FETCHER": "oauth.cimd.MetadataFetcher",
+    "CIMD_REGISTRATION_PERMISSION_CLASSES": ("oauth.cimd.FirstSightLimit",),
     "DCR_ENABLED": OAUTH_DYNAMIC_REGISTRATION,
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
 }

@@ -207,3 +207,57 @@ def test_the_consent_page_refuses_a_document_listing_a_redirect_no_client_owns(h
     assert refused.status_code == 400
     assert "Location" not in refused.headers
     assert b"Doc client" not in refused.content
+
+
+def test_first_fetches_of_new_documents_are_paced_per_address(host, cast, client, settings):
+    """review146: each authorization request naming an unseen https client_id made
+    the server fetch it and store a client, before anyone signed in, with no limit
+    (60 from one address in 30 s), while /oauth/register/ allows ten an hour."""
+    from accounts import ratelimit
+    from oauth.models import Application
+
+    settings.OAUTH_REGISTRATIONS_PER_HOUR = 3
+    ratelimit.reset_rate_limiter()
+    callback = Callback()
+    try:
+        urls = [host.url(f"/c{n}.json") for n in range(5)]
+        for n, url in enumerate(urls):
+            host.serve_document(f"/c{n}.json", {"client_id": url, "redirect_uris": [callback.url]})
+        client.force_login(cast.alice)
+        answers = [authorize(client, url, callback.url).status_code for url in urls]
+
+        assert answers == [200, 200, 200, 400, 400]
+        stored = set(Application.objects.values_list("client_id", flat=True))
+        assert stored >= set(urls[:3]) and not stored & set(urls[3:])
+        # A client already stored is not a first sight: it is not paced.
+        assert authorize(client, urls[0], callback.url).status_code == 200
+    finally:
+        callback.close()
+        ratelimit.reset_rate_limiter()
+
+
+def test_a_document_client_nobody_approved_in_a_day_is_deleted(db):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from oauth import services
+    from oauth.models import Application
+
+    made = timezone.now() - timedelta(days=2)
+    for approved in (None, made):
+        Application.objects.create(
+            client_id=f"https://clients.example/{'kept' if approved else 'gone'}.json",
+            client_type=Application.CLIENT_PUBLIC,
+            authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
+            redirect_uris="http://127.0.0.1:9/cb",
+            registration_source=Application.RegistrationSource.CIMD,
+            approved_at=approved,
+        )
+    Application.objects.update(created=made)
+
+    services.clear_expired()
+
+    assert list(Application.objects.values_list("client_id", flat=True)) == [
+        "https://clients.example/kept.json"
+    ]
