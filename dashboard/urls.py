@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard import views
+from dashboard import imports, views
 
 app_name = "dashboard"
 
@@ -28,8 +28,8 @@ urlpatterns = [
     path("memories/<uuid:memory_id>/history/erase/", views.erase_history, name="erase-history"),
     path("memories/changes/", views.changes, name="changes"),
     path("memories/download/", views.download_memories, name="download-memories"),
-    path("memories/import/", views.upload_import, name="upload-import"),
-    path("memories/imports/", views.import_jobs, name="import-jobs"),
+    path("memories/import/", imports.upload_import, name="upload-import"),
+    path("memories/imports/", imports.import_jobs, name="import-jobs"),
     path("plan/", views.plan, name="plan"),
     path("plan/checkout/", views.start_checkout, name="checkout"),
     path("plan/portal/", views.billing_portal, name="portal"),

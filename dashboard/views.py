@@ -32,29 +32,23 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import cache_control
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
 from accounts import services as accounts_services
 from accounts import tiers
-from accounts.models import User
 from billing import checkout
 from billing import services as billing_services
 from billing.services import figures
 from core import context, csp, once
 from core.errors import Conflict, NotFound, RecallError, ValidationFailed
 from dashboard.charts import stacked_bars
-from dashboard.forms import ImportForm, KeyForm, SignupForm
+from dashboard.forms import KeyForm, SignupForm
+from dashboard.imports import import_context, refused_import
+from dashboard.signed_in import AuthenticatedRequest
 from memories import services as memory_services
 from memories import transfer
 from oauth import resources
 from oauth import services as oauth_services
-
-
-class AuthenticatedRequest(HttpRequest):
-    """A request ``login_required`` let through: its user is signed in, never anonymous."""
-
-    user: User
-
 
 PAGE_SIZE = 20
 # A longer memory is shown in the list as its first this many characters, the
@@ -360,125 +354,11 @@ def _memories_page(request: AuthenticatedRequest) -> HttpResponse:
             "older": offset + PAGE_SIZE if more else None,
             "retention_days": settings.HISTORY_RETENTION_DAYS,
             "preview_chars": PREVIEW_CHARS,
-            **_imports(request),
-            **_refused_import(request),
+            **import_context(request),
+            **refused_import(request),
             **_connect(request),
         },
     )
-
-
-# Imports from other memory servers (memories/importers) ---------------------------
-
-# The session key under which a refused upload's options and reason wait for the page
-# it is sent back to.
-REFUSED_IMPORT = "dashboard.refused_import"
-
-
-def _imports(request: AuthenticatedRequest) -> dict[str, Any]:
-    jobs = memory_services.import_jobs(user_id=request.user.id)
-    return {
-        "import_jobs": jobs,
-        "imports_running": any(job["status"] in ("queued", "running") for job in jobs),
-        "import_max_mb": settings.IMPORT_UPLOAD_MAX_MB,
-    }
-
-
-def _refused_import(request: AuthenticatedRequest) -> dict[str, Any]:
-    """The import form, filled in as it was sent if that upload was just refused, and why."""
-    refused = request.session.pop(REFUSED_IMPORT, None)
-    if not isinstance(refused, dict):
-        return {"import_form": ImportForm(), "import_error": None}
-    return {
-        "import_form": ImportForm(initial=refused.get("data") or {}),
-        "import_error": refused.get("error"),
-    }
-
-
-@login_required
-@require_GET
-def import_jobs(request: AuthenticatedRequest) -> HttpResponse:
-    """The imports table alone: what the memories page fetches while an import is on its way."""
-    response = render(request, "dashboard/_import_jobs.html", _imports(request))
-    response["Cache-Control"] = "no-store"
-    return response
-
-
-def _memories_url(request: AuthenticatedRequest) -> str:
-    """The memories page the import form was on: its query (namespace, filters) is the
-    form's action's, so that a refusal or a queued upload leads back to it."""
-    query = request.GET.urlencode()
-    return reverse("dashboard:memories") + (f"?{query}" if query else "") + "#imports"
-
-
-def _refuse_import(
-    request: AuthenticatedRequest, reason: str, form: ImportForm | None = None
-) -> HttpResponse:
-    """Send the browser back to the memories page with the reason (Post/Redirect/Get: a
-    reload there shows the page again and never sends the file again)."""
-    data: dict[str, Any] = {}
-    if form is not None:
-        data = {
-            name: form.data.get(name, "")
-            for name in ("format", "namespace", "columns", "ids")
-            if isinstance(form.data.get(name, ""), str)
-        }
-        data["dry_run"] = form.data.get("dry_run") in ("on", "true", "1")
-    request.session[REFUSED_IMPORT] = {"data": data, "error": f"Not imported. {reason}"}
-    return HttpResponseRedirect(_memories_url(request))
-
-
-def _form_errors(form: ImportForm) -> str:
-    """A refused form's errors as one sentence or more, each field's named by its label."""
-    said: list[str] = []
-    for name, errors in form.errors.items():
-        label = (form.fields[name].label or name.capitalize()) if name in form.fields else ""
-        text = " ".join(str(error) for error in errors)
-        said.append(f"{label}: {text}" if label else text)
-    return " ".join(said)
-
-
-@login_required
-@require_POST
-def upload_import(request: AuthenticatedRequest) -> HttpResponse:
-    """Queue an uploaded export for import; a worker runs it (memories/importers/job.py)."""
-    from memories.importers.run import Options
-
-    limit = settings.IMPORT_UPLOAD_MAX_MB * 1024 * 1024
-    too_large = (
-        f"That file is larger than the {settings.IMPORT_UPLOAD_MAX_MB} MB an upload may be. "
-        "The operator can import it with `recall import --from` on the server."
-    )
-    # Refused by its declared size before the form parses a byte of it.
-    if int(request.META.get("CONTENT_LENGTH") or 0) > limit + 64 * 1024:
-        return _refuse_import(request, too_large)
-    form = ImportForm(request.POST, request.FILES)
-    if not form.is_valid():
-        return _refuse_import(request, _form_errors(form), form)
-    data = form.cleaned_data
-    if data["file"].size > limit:
-        return _refuse_import(request, too_large, form)
-    filename = Path(data["file"].name).name
-    options = {
-        "format": data["format"],
-        "namespace": data["namespace"] or "default",
-        "ids": data["ids"] or None,
-        "columns": data["columns"] or None,
-        "dry_run": data["dry_run"],
-    }
-    try:
-        Options(**options).check()
-        with context.acting_as("dashboard"):
-            memory_services.enqueue_import(
-                user_id=request.user.id,
-                tier=request.user.tier,
-                filename=filename,
-                options=options,
-                chunks=data["file"].chunks(memory_services.IMPORT_CHUNK_BYTES),
-            )
-    except RecallError as exc:
-        return _refuse_import(request, exc.message, form)
-    messages.success(request, f"Importing {filename} in the background: its progress is below.")
-    return HttpResponseRedirect(_memories_url(request))
 
 
 def _back_to_memories(request: AuthenticatedRequest) -> HttpResponse:
