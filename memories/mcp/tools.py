@@ -339,7 +339,8 @@ def remember(
     becomes a memory with its role and position, all in one thread; read it
     back in order with list_memories(thread_id=...).
 
-    When a fact changes, store the new one; pass replaces with the old
+    When a fact changes, store the new one (do not edit the old one with
+    update_memory, which is for corrections); pass replaces with the old
     memory's id if you know it. Without it, a new note that states a new
     value of the same fact as a recent one (a host migrated, a number
     changed) replaces it too, conservatively; "replaces" in the result lists
@@ -512,13 +513,16 @@ def update_memory(
     ] = None,
     priority: Priority = None,
 ) -> Annotated[CallToolResult, UpdateOutput]:
-    """Correct or refresh a stored memory in place, keeping its id.
+    """Correct a stored memory in place, keeping its id.
 
-    Use this when a remembered fact changes (the user switched from coffee to
-    tea) rather than storing a contradicting memory. Pass content, metadata,
-    priority, or several. Fails with a conflict error if the new content duplicates another
-    memory in the same namespace. Each change is kept as a version: see
-    memory_history. Returns {"success": true}.
+    Use this to fix the memory itself: a typo, clearer wording, a detail that
+    was wrong when it was written, its metadata or priority. When a fact
+    changes (the user switched from coffee to tea), call remember with the
+    new fact and replaces set to this memory's id instead: the old value stays
+    a memory of its own, marked replaced, and restore_memory can undo it.
+    Pass content, metadata, priority, or several. Fails with a conflict error
+    if the new content duplicates another memory in the same namespace. Each
+    change is kept as a version: see memory_history. Returns {"success": true}.
     """
     caller = runtime.caller()
     return success(
