@@ -20,7 +20,7 @@ from django.db.models import QuerySet, Value
 from django.db.models.functions import Lower
 from django.utils import timezone
 
-from accounts import holdings, keycache, tiers
+from accounts import holdings, keycache, keys, tiers
 from accounts.models import Agent, ApiKey, User
 from core import storable, tenancy
 from core.errors import NotFound, QuotaExceeded, ValidationFailed
@@ -310,8 +310,20 @@ def find_live_key(*, raw: str) -> ApiKey | None:
 
 
 def find_keys(*, id_or_prefix: str) -> list[ApiKey]:
-    """Return the keys with this id, or with this display prefix (operator path)."""
+    """Return the keys with this id, this display prefix, or this whole key (operator path).
+
+    A whole key is found as authentication finds it, by its display prefix and
+    then its HMAC under the current secret or a fallback; revoked keys and keys
+    of deactivated users too, so that revoking one twice says it is revoked.
+    """
     with tenancy.operator():
+        if keys.is_well_formed(id_or_prefix):
+            candidates = ApiKey.objects.filter(prefix=keys.display_prefix(id_or_prefix))
+            return [
+                key
+                for key in candidates
+                if keys.matching_secret(id_or_prefix, key.key_hash) is not None
+            ]
         try:
             return list(ApiKey.objects.filter(id=uuid.UUID(id_or_prefix)))
         except ValueError:

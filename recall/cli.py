@@ -17,7 +17,8 @@
     recall link-customer EMAIL CUS
                                  link a Stripe customer to a user, as a checkout would
     recall list-keys [EMAIL]     list keys without their secrets (--all for revoked too)
-    recall revoke-key ID|PREFIX  revoke a key
+    recall revoke-key ID|PREFIX|KEY
+                                 revoke a key by id, display prefix or the whole key
     recall clear-cache [EMAIL]   drop cached query vectors: one user's, or every user's
     recall doctor                check the data directory, database, roles, row-level security,
                                  model files, Redis, webhooks and the running server (its

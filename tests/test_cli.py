@@ -127,6 +127,36 @@ def test_operators_create_users_and_keys_set_tiers_and_revoke_keys(capsys):
 
 
 @pytest.mark.django_db
+def test_a_leaked_key_is_revoked_by_pasting_the_whole_key(capsys):
+    # review145: only the id or the display prefix worked; the whole key, what
+    # someone revoking a leaked key has to hand, was "No API key matches".
+    call_command("create_user", "ivy@example.com")
+    capsys.readouterr()
+    call_command("create_key", "ivy@example.com")
+    raw = capsys.readouterr().out.strip()
+    call_command("create_key", "ivy@example.com")  # another key, left alone
+    other = capsys.readouterr().out.strip()
+
+    call_command("revoke_key", raw)
+    said = capsys.readouterr()
+    assert "Revoked key" in said.out and raw[:20] in said.out
+    assert raw not in said.out + said.err  # the secret is never echoed
+    assert auth.authenticate(raw) is None
+    assert auth.authenticate(other) is not None
+
+    call_command("revoke_key", raw)
+    assert "already revoked" in capsys.readouterr().out
+
+    # A well-formed key of no row: the refusal says what it takes, not the secret.
+    wrong = raw[:20] + ("A" if raw[20] != "A" else "B") + raw[21:]
+    with pytest.raises(CommandError) as refused:
+        call_command("revoke_key", wrong)
+    message = str(refused.value)
+    assert wrong not in message and wrong[20:] not in message
+    assert "the key's id, its display prefix" in message and "or the whole key" in message
+
+
+@pytest.mark.django_db
 def test_a_user_created_without_a_password_is_told_how_to_sign_in(capsys, monkeypatch):
     call_command("create_user", "gil@example.com")
     out = capsys.readouterr().out

@@ -4,25 +4,30 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from accounts import services
+from accounts import keys, services
 
 
 class Command(BaseCommand):
     help = (
-        "Revoke an API key by id or display prefix (recall_live_XXXXXXXX). "
+        "Revoke an API key by id, display prefix (recall_live_XXXXXXXX) or the whole key. "
         "It stops working at once on every server of this database that listens for changes "
         "(all but those behind a transaction pooler without DATABASE_DIRECT_URL), "
         "and within seconds on any sharing Redis."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("key", help="The key's id, or its display prefix as listed.")
+        parser.add_argument(
+            "key", help="The key's id, its display prefix as listed, or the whole key."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         wanted = options["key"].strip().rstrip("…")
         matches = services.find_keys(id_or_prefix=wanted)
         if not matches:
-            raise CommandError(f"No API key matches {wanted}.")
+            raise CommandError(
+                f"No API key matches {_shown(wanted)}. Give the key's id, its display prefix "
+                f"({keys.KEY_PREFIX} and 8 characters, as list-keys shows it), or the whole key."
+            )
         if len(matches) > 1:
             raise CommandError(f"{len(matches)} keys share that prefix; revoke by id instead.")
         revoked = services.revoke_keys([matches[0].id])
@@ -30,3 +35,10 @@ class Command(BaseCommand):
             self.stdout.write(f"Revoked key {matches[0].prefix}… ({matches[0].id}).")
         else:
             self.stdout.write(f"Key {matches[0].prefix}… was already revoked.")
+
+
+def _shown(wanted: str) -> str:
+    """What the refusal repeats of the argument: never more of a key than its display prefix."""
+    if wanted.startswith(keys.KEY_PREFIX) and len(wanted) > keys.DISPLAY_LENGTH:
+        return keys.display_prefix(wanted) + "…"
+    return wanted
