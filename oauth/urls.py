@@ -10,7 +10,7 @@ from django.urls import path
 from oauth2_provider import views as toolkit
 
 from oauth.registration import RegistrationManagementView, RegistrationView
-from oauth.views import ConsentView, JsonTokenView
+from oauth.views import ConsentView, JsonRevokeView, JsonTokenView
 
 app_name = "oauth2_provider"
 
@@ -22,7 +22,7 @@ urlpatterns = [
     ),
     path("oauth/authorize/", ConsentView.as_view(), name="authorize"),
     path("oauth/token/", JsonTokenView.as_view(), name="token"),
-    path("oauth/revoke/", toolkit.RevokeTokenView.as_view(), name="revoke-token"),
+    path("oauth/revoke/", JsonRevokeView.as_view(), name="revoke-token"),
     # Open to anyone unless OAUTH_DYNAMIC_REGISTRATION is off (then 404); checked and
     # limited per client address (oauth/registration.py).
     path("oauth/register/", RegistrationView.as_view(), name="dcr-register"),

@@ -179,6 +179,8 @@ class Validator(OAuth2Validator):
         self, refresh_token: str, client: Any, request: Any, *args: Any, **kwargs: Any
     ) -> bool:
         valid = super().validate_refresh_token(refresh_token, client, request, *args, **kwargs)
+        if not valid:
+            _said_if_replayed(refresh_token)
         if valid and not request.user.is_active:
             return False  # a deactivated user's connections get no new token
         if valid:
@@ -203,6 +205,20 @@ class Validator(OAuth2Validator):
         refresh.agent_id = request.agent_id
         request.token_family = refresh.token_family
         return refresh
+
+
+def _said_if_replayed(refresh_token: str) -> None:
+    """Log a refresh token presented after it was replaced or revoked: the toolkit has
+    revoked its connection, silently, and it is the likeliest sign of a stolen token
+    (a reused code says so already; review146)."""
+    checksum = hashlib.sha256(refresh_token.encode("utf-8")).hexdigest()
+    family = (
+        RefreshToken.objects.filter(token_checksum=checksum, revoked__isnull=False)
+        .values_list("token_family", flat=True)
+        .first()
+    )
+    if family is not None:
+        _revoke(family, "a refresh token was used after it was replaced or revoked")
 
 
 def _revoke(family: Any, why: str) -> None:

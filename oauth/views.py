@@ -32,11 +32,12 @@ from django.contrib.auth.views import LoginView
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
+from django.utils.cache import patch_cache_control
 from oauth2_provider.cimd import is_cimd_client_id
 from oauth2_provider.exceptions import FatalClientError, OAuthToolkitError
 from oauth2_provider.forms import AllowForm
 from oauth2_provider.settings import oauth2_settings
-from oauth2_provider.views import AuthorizationView, TokenView
+from oauth2_provider.views import AuthorizationView, RevokeTokenView, TokenView
 from oauthlib.oauth2.rfc6749 import errors
 
 from accounts import services as accounts_services
@@ -372,6 +373,9 @@ class ConsentView(AuthorizationView):
             # Allow and Cancel are answered with a redirect to the client, which
             # the page's form-action governs too (core/csp.py).
             csp.allow_form_action(response, self._field("redirect_uri", context))
+        # It holds a CSRF token, the account's email and its agents: no cache
+        # keeps it (review146).
+        patch_cache_control(response, no_store=True, private=True)
         return response
 
     def _prompt_none(self) -> bool:
@@ -484,6 +488,16 @@ class JsonTokenView(TokenView):
             response["Content-Type"] = "application/json"
             response["Cache-Control"] = "no-store"
         return response
+
+    def http_method_not_allowed(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        response = _token_error("invalid_request", "Use POST here.", status=405)
+        response["Allow"] = "POST"
+        return response
+
+
+class JsonRevokeView(RevokeTokenView):
+    """The toolkit's RFC 7009 endpoint, whose wrong-method answer is JSON as the token
+    endpoint's is (it was an empty text/html 405: review146)."""
 
     def http_method_not_allowed(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         response = _token_error("invalid_request", "Use POST here.", status=405)

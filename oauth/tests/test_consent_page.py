@@ -328,3 +328,35 @@ def test_a_scope_named_twice_is_granted_once(cast, alice_client):
 
     assert issued.status_code == 200, issued.content
     assert issued.json()["scope"] == "memory"
+
+
+def test_a_replayed_refresh_token_is_logged_with_its_connection_revoked(cast, alice_client, caplog):
+    """review146: a reused code logged "tokens revoked"; a replayed refresh token
+    revoked the connection without a word, the likeliest sign of a stolen one."""
+    import logging
+
+    client_id = register(alice_client)
+    code = code_from(allow(alice_client, open_consent(alice_client, client_id), agent="new"))
+    first = exchange(alice_client, client_id, code).json()["refresh_token"]
+
+    def refresh(token: str):
+        return alice_client.post(
+            "/oauth/token/",
+            {"grant_type": "refresh_token", "refresh_token": token, "client_id": client_id},
+        )
+
+    assert refresh(first).status_code == 200
+    with caplog.at_level(logging.WARNING, logger="oauth"):
+        replayed = refresh(first)
+
+    assert (replayed.status_code, replayed.json()["error"]) == (400, "invalid_grant")
+    said = [r for r in caplog.records if r.getMessage() == "oauth: tokens revoked"]
+    assert said and "used after it was replaced or revoked" in said[-1].reason
+    assert first not in caplog.text
+
+
+def test_the_consent_page_is_never_cached(cast, alice_client):
+    page = open_consent(alice_client, register(alice_client))
+
+    assert page.status_code == 200
+    assert "no-store" in page["Cache-Control"]

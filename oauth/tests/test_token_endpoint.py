@@ -24,7 +24,7 @@ def test_too_many_form_fields_is_a_json_invalid_request_and_no_error_log(db, cli
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-@pytest.mark.parametrize("path", ["/oauth/token/", "/oauth/register/"])
+@pytest.mark.parametrize("path", ["/oauth/token/", "/oauth/register/", "/oauth/revoke/"])
 def test_a_get_is_a_json_405(db, client, path):
     refused = client.get(path)
 
