@@ -325,6 +325,9 @@ JOB_RETENTION_DAYS = env.integer("JOB_RETENTION_DAYS", 7, low=0, high=365)
 # The largest file the dashboard takes for an import (memories/importers); the
 # operator's `recall import --from` has no limit.
 IMPORT_UPLOAD_MAX_MB = env.integer("IMPORT_UPLOAD_MAX_MB", 100, low=1, high=10_240)
+# How many uploaded imports one user may have waiting or running at once: each
+# holds its file in the database until it runs (review140).
+IMPORT_UPLOADS_PENDING = env.integer("IMPORT_UPLOADS_PENDING", 3, low=1, high=100)
 
 # Rate limits ----------------------------------------------------------------
 

@@ -400,3 +400,21 @@ def test_a_delete_all_memories_that_fails_leaves_an_upload_storing_as_before(
     job = the_job(cast.alice)
     assert (job.result["imported"], job.result["withdrawn"]) == (5, 0)
     assert job.payload.get("cleared") == []
+
+
+def test_a_user_may_have_only_so_many_imports_waiting(cast, alice_client, settings):
+    """review140: five uploads of one user were all queued, each file kept in the
+    database until a worker got to it; nothing bounded how many."""
+    settings.IMPORT_UPLOADS_PENDING = 2
+    for _ in range(2):
+        assert upload(alice_client, "mem0.json").status_code == 302
+
+    refused = upload(alice_client, "mem0.json")
+
+    page = alice_client.get(refused["Location"]).content.decode()
+    assert "You have 2 imports waiting or running" in html.unescape(page)
+    assert len(services.import_jobs(user_id=cast.alice.id)) == 2
+    # Once one has run, there is room again.
+    assert services.run_next_job()
+    assert upload(alice_client, "mem0.json").status_code == 302
+    assert len(services.import_jobs(user_id=cast.alice.id)) == 3

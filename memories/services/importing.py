@@ -28,7 +28,7 @@ from django.db.models.functions import Now
 
 from accounts import tiers
 from core import context, tenancy
-from core.errors import RecallError
+from core.errors import Conflict, RecallError
 from memories.models import ImportChunk, Job, JobStatus, Memory
 from memories.services import quota
 from memories.services.queue import CHANNEL, JobLost, retry_in, wake
@@ -243,6 +243,7 @@ def enqueue_import(
     who = context.actor.get()
     payload = {"filename": filename, "options": dict(options), "tier": tier}
     with tenancy.tenant(user_id):
+        _room_for_an_upload(user_id)
         Job.objects.create(
             id=job_id,
             user_id=user_id,
@@ -270,6 +271,25 @@ def enqueue_import(
             cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
     wake()
     return job_id
+
+
+def _room_for_an_upload(user_id: uuid.UUID | str) -> None:
+    """Refuse an upload while the user has ``IMPORT_UPLOADS_PENDING`` imports waiting or
+    running: each keeps its file in the database until a worker gets to it, and
+    nothing bounded how many one user could queue (review140). Two uploads at
+    once are counted one after the other."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 3))", [f"imports:{user_id}"]
+        )
+    pending = Job.objects.filter(
+        user_id=user_id, kind="import", status__in=(JobStatus.QUEUED, JobStatus.RUNNING)
+    ).count()
+    if pending >= settings.IMPORT_UPLOADS_PENDING:
+        raise Conflict(
+            f"You have {pending} imports waiting or running; upload this file once one of"
+            " them has finished."
+        )
 
 
 def import_file(*, user_id: uuid.UUID | str, job_id: uuid.UUID) -> Iterator[bytes]:
