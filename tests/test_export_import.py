@@ -195,7 +195,7 @@ def test_a_round_trip_into_a_fresh_database_keeps_memories_history_and_recall(
     probe = recall_command("-c", PROBE, "alice@example.com", json.dumps(QUERIES), data_dir=fresh)
 
     assert "Imported 7 of 7 memories" in imported.stdout
-    assert "1 replacements linked (0 to memories not imported" in imported.stdout
+    assert "1 replacements linked, 0 already linked (0 to memories not imported" in imported.stdout
     after = json.loads(probe.stdout)
     assert sorted(after["export"], key=lambda r: r["id"]) == sorted(records, key=lambda r: r["id"])
     assert after["recall"] == before
@@ -226,6 +226,21 @@ def test_an_import_skips_what_is_already_there_and_reports_it(cast, tmp_path):
     ]
     # Alice still has hers: the ids were taken, so Charlie's copies got new ones.
     assert services.count_namespace(user_id=cast.alice.id, namespace="travel") == 2
+
+
+def test_an_import_run_again_reports_its_links_as_already_there_not_as_made(cast, tmp_path):
+    # review145: the second run stored nothing and still said "1 replacements
+    # linked", as though it had linked something.
+    alices_memories(cast)
+    file = tmp_path / "alice.jsonl"
+    file.write_text(export("alice@example.com", "--namespace", "default"), encoding="utf-8")
+
+    first = import_file("charlie@example.com", file)
+    second = import_file("charlie@example.com", file)
+
+    assert "0 already there" in first and "1 replacements linked, 0 already linked" in first
+    assert second.startswith("Imported 0 of 4 memories into charlie@example.com: 4 already there")
+    assert "0 replacements linked, 1 already linked" in second
 
 
 def test_what_a_gone_memory_replaced_is_still_replaced_as_of_then_after_a_round_trip(

@@ -183,7 +183,8 @@ class Imported:
     deduplicated: int = 0  # identical content was already in the namespace
     embedded: int = 0  # re-embedded: no vector, or one from another model
     expired: int = 0  # expired since the export: left out
-    linked: int = 0  # replaced by another imported memory, as in the export
+    linked: int = 0  # linked by this import to the imported memory that replaced it
+    already_linked: int = 0  # so linked before this import (the same file imported again)
     unlinked: int = 0  # replaced by a memory not in the import: current here
     refused: int = 0  # not kept: to itself, a loop, across a namespace or task, or replaced already
 
@@ -376,15 +377,17 @@ def _import_links(
                     "SELECT set_config('app.importing', 'on', true),"
                     " set_config('app.supersession', '', true)"
                 )
-            if not done:
-                # Linked so already (the same file imported again) counts as linked.
-                cursor.execute(
-                    "SELECT count(*) FROM memories WHERE id = %s AND superseded_by = %s",
-                    [old, new],
-                )
-                done = cursor.fetchone()[0]
             if done:
                 report.linked += 1
+                continue
+            # Linked so already (the same file imported again): counted apart,
+            # since this import made no link.
+            cursor.execute(
+                "SELECT count(*) FROM memories WHERE id = %s AND superseded_by = %s",
+                [old, new],
+            )
+            if cursor.fetchone()[0]:
+                report.already_linked += 1
             else:
                 report.refused += 1
         cursor.execute("SELECT set_config('app.importing', '', true)")

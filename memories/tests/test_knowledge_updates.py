@@ -539,8 +539,9 @@ def test_an_import_links_a_memory_it_found_here_with_history_and_counts_a_repeat
     again = services.import_memories(user_id=cast.charlie.id, records=records)
 
     assert (first.imported, first.deduplicated, first.linked, first.unlinked) == (1, 1, 1, 0)
-    # The same file again: every memory found, the link already there.
-    assert (again.imported, again.deduplicated, again.linked, again.unlinked) == (0, 2, 1, 0)
+    # The same file again: every memory found, the link already there, none made (review145).
+    assert (again.imported, again.deduplicated, again.linked, again.unlinked) == (0, 2, 0, 0)
+    assert (again.already_linked, again.refused) == (1, 0)
     # Linked silently before: no version, no history row, held true at every moment.
     last = history(here)[-1]
     assert (last.action, last.version) == ("superseded", 2)

@@ -73,7 +73,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Imported {report.imported:,} of {report.read:,} memories into {user.email}: "
             f"{report.deduplicated:,} already there, {report.expired:,} expired, "
-            f"{report.linked:,} replacements linked ({report.unlinked:,} to memories not "
+            f"{report.linked:,} replacements linked, {report.already_linked:,} already linked "
+            f"({report.unlinked:,} to memories not "
             f"imported, left current; {report.refused:,} not kept: a link to itself, in a "
             "loop, across a namespace, writer or task, of a memory named twice, or of one replaced "
             "already), "
