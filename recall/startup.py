@@ -263,11 +263,12 @@ def describe_tier(tier: str) -> str:
     """Say what a tier allows: "Unlimited: no rate limit, no memory quota"."""
     from accounts import services as accounts_services
     from memories import services as memory_services
+    from memories.services.quota import memories_in_words
 
     limit = accounts_services.rate_limit(tier)
     quota = memory_services.memory_limit(tier)
     rate = "no rate limit" if limit.calls is None else f"rate limit {limit.rate}"
-    memories = "no memory quota" if quota is None else f"at most {quota} memories"
+    memories = "no memory quota" if quota is None else f"at most {memories_in_words(quota)}"
     return f"{limit.label}: {rate}, {memories}"
 
 

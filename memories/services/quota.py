@@ -65,9 +65,14 @@ def full(
         else ""
     )
     return QuotaExceeded(
-        f"The free tier holds at most {limit} memories.{would} Forget some memories, "
+        f"The free tier holds at most {memories_in_words(limit)}.{would} Forget some memories, "
         "or upgrade to a paid tier for unlimited storage."
     )
+
+
+def memories_in_words(count: int) -> str:
+    """A count of memories in words: "1 memory", "100 memories"."""
+    return f"{count:,} memory" if count == 1 else f"{count:,} memories"
 
 
 def _used(user_id: uuid.UUID | str, pending: bool) -> int:

@@ -121,6 +121,27 @@ def test_it_obeys_the_free_tier_limit(cast):
     assert count_rows(cast.alice.id) == 3
 
 
+@override_settings(FREE_TIER_MAX_MEMORIES=1)
+def test_a_quota_of_one_says_one_memory(cast):
+    # review145: "The free tier holds at most 1 memories."
+    from recall.startup import describe_tier
+
+    remember(cast, content="the only one")
+    with pytest.raises(QuotaExceeded) as caught:
+        remember(cast, content="one too many")
+    assert caught.value.message.startswith("The free tier holds at most 1 memory. Forget")
+    with pytest.raises(QuotaExceeded) as caught:
+        services.remember(
+            user_id=cast.alice.id,
+            tier=Tier.FREE,
+            messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+        )
+    assert "at most 1 memory. You hold 1 (queued adds included), and this call would add 2." in (
+        caught.value.message
+    )
+    assert describe_tier(Tier.FREE).endswith(", at most 1 memory")
+
+
 @override_settings(FREE_TIER_MAX_MEMORIES=2)
 def test_a_duplicate_at_the_limit_is_deduplicated_not_refused(cast):
     first = remember(cast, content="one")
