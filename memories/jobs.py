@@ -104,7 +104,7 @@ class Workers:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Finish the jobs in hand, then stop. A job still running is left to its lease."""
-        self._stopping.set()
+        self._stopping.set()  # an import running hands itself back after its batch
         queue.waiting.set()
         deadline = time.monotonic() + timeout
         for thread in self._running:
@@ -127,7 +127,7 @@ class Workers:
             ran = False
             try:
                 close_old_connections()
-                ran = queue.run_next_job(imports=imports)
+                ran = queue.run_next_job(imports=imports, stop=self._stopping)
             except Exception as exc:
                 # The job itself is settled by run_next_job; this is the queue
                 # (the database) failing. Back off and try again.

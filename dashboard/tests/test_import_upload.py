@@ -278,9 +278,10 @@ def test_an_uploads_file_goes_with_its_user_and_with_its_job(cast, alice_client,
         assert not ImportChunk.objects.exists()
 
 
-def test_an_import_on_its_way_stays_listed_behind_newer_ones(cast, alice_client):
+def test_an_import_on_its_way_stays_listed_behind_newer_ones(cast, alice_client, settings):
     # The list held the five newest: a sixth upload hid the first while it
     # was still waiting, which the page had said would show its progress.
+    settings.IMPORT_UPLOADS_PENDING = 10
     upload(alice_client, "mem0.json")
     first = the_job(cast.alice)
     for _ in range(6):
@@ -418,3 +419,37 @@ def test_a_user_may_have_only_so_many_imports_waiting(cast, alice_client, settin
     assert services.run_next_job()
     assert upload(alice_client, "mem0.json").status_code == 302
     assert len(services.import_jobs(user_id=cast.alice.id)) == 3
+
+
+def test_an_import_running_as_the_workers_stop_is_handed_back_and_resumes(
+    cast, alice_client, monkeypatch
+):
+    """review140: stopping a server with imports running waited 30 s for them, then
+    exited with their threads still embedding ("terminate called without an active
+    exception"). A run now ends at its next batch and hands the job back, uncounted."""
+    import threading
+
+    monkeypatch.setattr(run, "BATCH", 1)
+    real = services.save_import_progress
+    saved = {"n": 0}
+    stop = threading.Event()
+
+    def then_stop(**kwargs):
+        real(**kwargs)
+        saved["n"] += 1
+        if saved["n"] == 2:
+            stop.set()  # as Workers.stop() does, between two batches
+
+    monkeypatch.setattr(services, "save_import_progress", then_stop)
+    upload(alice_client, "mem0.json")
+    assert services.run_next_job(stop=stop)
+
+    job = the_job(cast.alice)
+    assert (job.status, job.attempts, job.lease_until) == ("queued", 0, None)
+    assert job.result["read"] == 2 and job.run_after <= timezone.now()
+    assert services.run_next_job()
+
+    job = the_job(cast.alice)
+    assert (job.status, job.attempts) == ("done", 1)
+    assert (job.result["read"], job.result["imported"], job.result["duplicates"]) == (5, 3, 0)
+    assert len(contents(cast.alice)) == 3

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -32,6 +33,7 @@ from memories import services
 from memories.importers.run import Options, Report, run_import
 from memories.importers.sources import Source
 from memories.models import Taken
+from memories.services import queue as job_queue
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,11 @@ def run(
 ) -> None:
     try:
         _run(job_id, user_id, payload, attempts, result)
+    except services.Stopping:
+        # The batch in hand rolled back; the next start resumes after the last
+        # one stored, this run not counted against the job.
+        services.hand_back(job_id=job_id, attempts=attempts)
+        logger.info("import handed back as the workers stop", extra={"job_id": str(job_id)})
     except services.JobLost:
         # Ids only: the payload names the user's file.
         logger.warning(
@@ -71,6 +78,8 @@ def _run(
     # Past this the heartbeat lets the job go (queue.extend_leases): a reader
     # that could work without end stops there, and the job fails saying so.
     until = time.monotonic() + settings.JOB_MAX_RUN_SECONDS
+    # Read here, on the worker's thread: the batches are stored from another.
+    stop = job_queue.stop_signal()
     with tempfile.TemporaryDirectory(prefix="recall-import-") as tmp:
         path = Path(tmp) / f"upload{suffix}"
         with path.open("wb") as out:
@@ -85,14 +94,12 @@ def _run(
                     tier=payload.get("tier"),
                     resume=resume,
                     until=until,
-                    checkpoint=lambda r: services.save_import_progress(
-                        job_id=job_id, attempts=attempts, report=r.as_dict()
-                    ),
+                    checkpoint=lambda r: _checkpoint(job_id, attempts, r, stop),
                     cleared=lambda: services.cleared_namespaces(
                         user_id=user_id, job_id=job_id, attempts=attempts
                     ),
                 )
-        except services.JobLost:
+        except (services.JobLost, services.Stopping):
             raise
         except (EmbeddingUnavailable, InternalError) as error:
             _again_or_fail(job_id, user_id, attempts, error)
@@ -113,6 +120,16 @@ def _run(
             services.finish_import(
                 user_id=user_id, job_id=job_id, attempts=attempts, report=report.as_dict()
             )
+
+
+def _checkpoint(
+    job_id: uuid.UUID, attempts: int, report: Report, stop: threading.Event | None
+) -> None:
+    """Save the report in the batch's transaction; or, as the workers stop, end the run
+    there (``Stopping`` rolls the batch back, so it is stored by the next run)."""
+    if stop is not None and stop.is_set():
+        raise services.Stopping
+    services.save_import_progress(job_id=job_id, attempts=attempts, report=report.as_dict())
 
 
 def _again_or_fail(

@@ -269,10 +269,12 @@ def job_status(
     return report
 
 
-def run_next_job(*, imports: bool = True) -> bool:
+def run_next_job(*, imports: bool = True, stop: threading.Event | None = None) -> bool:
     """Take the next due job, run it, and settle it. Return False when none is due.
 
-    ``imports=False``: a worker kept for adds, which takes no import.
+    ``imports=False``: a worker kept for adds, which takes no import. ``stop``:
+    the workers' stop signal, which a long job asks between its batches
+    (``stop_signal()``).
 
     Taking a job is one statement on the operator path (workers serve every
     tenant): the oldest due job, or a running one whose worker's lease ran
@@ -285,6 +287,7 @@ def run_next_job(*, imports: bool = True) -> bool:
     workers' heartbeat extends its lease (``extend_leases``) for up to
     ``JOB_MAX_RUN_SECONDS``.
     """
+    _running_for.stopping = stop
     with context.acting_as("worker"):
         _hand_back_interrupted()
     with context.acting_as("worker"), tenancy.operator():
@@ -398,6 +401,43 @@ class JobLost(Exception):
 
     Raised inside the transaction that writes the run's work, so that it rolls back.
     """
+
+
+# The stop signal of the workers whose thread runs a job: a long job (an
+# import) asks it between batches, and hands itself back once it is set rather
+# than being cut off when the process exits. None outside the workers.
+_running_for = threading.local()
+
+
+def stop_signal() -> threading.Event | None:
+    """The stop signal of the workers running this thread's job (None outside them).
+
+    Read it on the worker's own thread: a job's helper threads do not see it.
+    """
+    signal: threading.Event | None = getattr(_running_for, "stopping", None)
+    return signal
+
+
+class Stopping(Exception):
+    """The process is stopping; raised by a long job between its batches, inside the
+    transaction of the batch it was about to count, so that batch rolls back."""
+
+
+def hand_back(*, job_id: uuid.UUID, attempts: int) -> bool:
+    """Queue a job this run holds again, due at once, as if this run never took it.
+
+    For a run stopped with its process: it is no failure, so neither its attempt
+    nor a lost run is counted. False when the run no longer held the job.
+    """
+    with tenancy.operator():
+        handed = Job.objects.held(job_id, attempts).update(
+            status=JobStatus.QUEUED,
+            attempts=attempts - 1,
+            lease_until=None,
+            started_at=None,
+            run_after=timezone.now(),
+        )
+    return handed == 1
 
 
 # The ids pending adds of this writer, in this namespace, thread and task,
