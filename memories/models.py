@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.db.models.functions import Now
 from pgvector.django import VectorField
 
@@ -370,6 +370,9 @@ _TAKE_NEXT = (
 )
 
 
+_IMPORTS_TAKEN_ONE_AT_A_TIME = "SELECT pg_advisory_xact_lock(hashtextextended('take-import', 5))"
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     """A job's life: queued, running under a lease, then done or failed (or queued again).
 
@@ -394,8 +397,13 @@ class JobQuerySet(models.QuerySet["Job"]):
         LOCKED, so concurrent workers each take another.
         """
         taken = None
-        with connection.cursor() as cursor:
+        with transaction.atomic(), connection.cursor() as cursor:
             for importing in (False, True) if imports else (False,):
+                if importing:
+                    # One worker at a time takes an import, until its take commits:
+                    # another's statement would not see an import taken but not yet
+                    # committed, and would take the same user's next (review148).
+                    cursor.execute(_IMPORTS_TAKEN_ONE_AT_A_TIME)
                 cursor.execute(_TAKE_NEXT, [lease_seconds, lost_runs, importing])
                 taken = cursor.fetchone()
                 if taken is not None:

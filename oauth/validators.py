@@ -208,17 +208,30 @@ class Validator(OAuth2Validator):
 
 
 def _said_if_replayed(refresh_token: str) -> None:
-    """Log a refresh token presented after it was replaced or revoked: the toolkit has
+    """Log a refresh token presented after a newer one replaced it: the toolkit has
     revoked its connection, silently, and it is the likeliest sign of a stolen token
-    (a reused code says so already; review146)."""
+    (a reused code says so already; review146). A token revoked with its connection
+    (disconnected on the dashboard, or by the client) replaced by nothing is no
+    replay, and a client retrying one is not logged each time (review148)."""
     checksum = hashlib.sha256(refresh_token.encode("utf-8")).hexdigest()
-    family = (
+    spent = (
         RefreshToken.objects.filter(token_checksum=checksum, revoked__isnull=False)
-        .values_list("token_family", flat=True)
+        .values("token_family", "created")
         .first()
     )
-    if family is not None:
-        _revoke(family, "a refresh token was used after it was replaced or revoked")
+    if spent is None or spent["token_family"] is None:
+        return
+    replaced = RefreshToken.objects.filter(
+        token_family=spent["token_family"], created__gt=spent["created"]
+    ).exists()
+    if replaced:
+        logger.warning(
+            "oauth: tokens revoked",
+            extra={
+                "reason": "a refresh token was used after a newer one replaced it",
+                "token_family": str(spent["token_family"]),
+            },
+        )
 
 
 def _revoke(family: Any, why: str) -> None:

@@ -184,7 +184,7 @@ def redis_url(name: str) -> str | None:
             why = "(not shown: the URL holds credentials; in a password, / ? # must be %-encoded)"
         message = f"{name} must be {expected}; redis-py cannot read it: {why}"
         raise ImproperlyConfigured(message) from None
-    if not raw.startswith("unix://") and not re.fullmatch(r"/?(\d+)?", urlsplit(raw).path):
+    if not raw.startswith("unix://") and not re.fullmatch(r"/?(\d+/?)?", urlsplit(raw).path):
         # redis-py reads a database number it cannot parse ("/x", "/0/1") as
         # 0, or as other digits, without a word: the wrong database, silently.
         why = "the path after host:port is the database number"

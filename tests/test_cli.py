@@ -154,6 +154,11 @@ def test_a_leaked_key_is_revoked_by_pasting_the_whole_key(capsys):
     message = str(refused.value)
     assert wrong not in message and wrong[20:] not in message
     assert "the key's id, its display prefix" in message and "or the whole key" in message
+    # Pasted with what stood around it, the key was repeated whole (review148).
+    for pasted in (f"Bearer {wrong}", f"RECALL_API_KEY={wrong}", "x" * 60):
+        with pytest.raises(CommandError) as refused:
+            call_command("revoke_key", pasted)
+        assert wrong[20:] not in str(refused.value) and "x" * 30 not in str(refused.value)
 
 
 @pytest.mark.django_db

@@ -280,7 +280,7 @@ def _room_for_an_upload(user_id: uuid.UUID | str) -> None:
     once are counted one after the other."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 3))", [f"imports:{user_id}"]
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 4))", [f"imports:{user_id}"]
         )
     pending = Job.objects.filter(
         user_id=user_id, kind="import", status__in=(JobStatus.QUEUED, JobStatus.RUNNING)

@@ -276,9 +276,10 @@ def run_next_job(*, imports: bool = True, stop: threading.Event | None = None) -
     the workers' stop signal, which a long job asks between its batches
     (``stop_signal()``).
 
-    Taking a job is one statement on the operator path (workers serve every
-    tenant): the oldest due job, or a running one whose worker's lease ran
-    out, locked with SKIP LOCKED so concurrent workers each take another.
+    Taking a job is a statement on the operator path (workers serve every
+    tenant): the oldest due add, else the oldest due import (``take_next``),
+    or a running one whose worker's lease ran out, locked with SKIP LOCKED so
+    concurrent workers each take another.
     The job then runs as its owner (and agent), through ``store``, which settles it in
     the same transaction that writes the memories. A job that fails for a
     reason a retry cannot fix fails at once; one that hits a passing problem
@@ -424,18 +425,16 @@ class Stopping(Exception):
 
 
 def hand_back(*, job_id: uuid.UUID, attempts: int) -> bool:
-    """Queue a job this run holds again, due at once, as if this run never took it.
+    """Queue a job this run holds again, in its place, as if this run never took it.
 
     For a run stopped with its process: it is no failure, so neither its attempt
-    nor a lost run is counted. False when the run no longer held the job.
+    nor a lost run is counted, and it keeps its ``run_after`` (due already, it
+    comes before what was queued after it). False when the run no longer held
+    the job.
     """
     with tenancy.operator():
         handed = Job.objects.held(job_id, attempts).update(
-            status=JobStatus.QUEUED,
-            attempts=attempts - 1,
-            lease_until=None,
-            started_at=None,
-            run_after=timezone.now(),
+            status=JobStatus.QUEUED, attempts=attempts - 1, lease_until=None, started_at=None
         )
     return handed == 1
 

@@ -807,3 +807,41 @@ def test_with_two_workers_an_add_runs_while_an_import_holds_the_other(cast, monk
     finally:
         release.set()
         running.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_taking_at_once_never_run_one_users_imports_together(cast):
+    """review148: each worker's statement could not see the other's take before it
+    committed, and skipped past the locked import to the same user's next one."""
+    for minutes in (10, 9):
+        _queued_import(cast.alice.id, minutes_ago=minutes)
+    taken: dict[str, Any] = {}
+    first_took, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        try:
+            with tenancy.operator():
+                taken["first"] = Job.objects.take_next(60, 3)
+                first_took.set()
+                release.wait(30)  # its take not committed yet
+        finally:
+            connection.close()
+
+    def second() -> None:
+        try:
+            taken["second"] = _take()
+        finally:
+            connection.close()
+
+    one = threading.Thread(target=first)
+    one.start()
+    assert first_took.wait(30)
+    two = threading.Thread(target=second)
+    two.start()
+    two.join(1.0)  # waits for the first take to commit
+    release.set()
+    one.join(30)
+    two.join(30)
+
+    assert taken["first"] is not None and taken["first"].kind == "import"
+    assert taken["second"] is None

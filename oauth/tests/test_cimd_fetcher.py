@@ -213,6 +213,10 @@ def test_first_fetches_of_new_documents_are_paced_per_address(host, cast, client
     """review146: each authorization request naming an unseen https client_id made
     the server fetch it and store a client, before anyone signed in, with no limit
     (60 from one address in 30 s), while /oauth/register/ allows ten an hour."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
     from accounts import ratelimit
     from oauth.models import Application
 
@@ -229,8 +233,18 @@ def test_first_fetches_of_new_documents_are_paced_per_address(host, cast, client
         assert answers == [200, 200, 200, 400, 400]
         stored = set(Application.objects.values_list("client_id", flat=True))
         assert stored >= set(urls[:3]) and not stored & set(urls[3:])
-        # A client already stored is not a first sight: it is not paced.
+        # A client already stored is not a first sight: it is not paced, nor is
+        # the fetch again of its stale document (review148: each one spent the
+        # allowance, and past it the document was not fetched again).
         assert authorize(client, urls[0], callback.url).status_code == 200
+        ratelimit.reset_rate_limiter()
+        for _ in range(3):
+            Application.objects.filter(client_id=urls[0]).update(
+                cimd_expires_at=timezone.now() - timedelta(seconds=1), name="old name"
+            )
+            assert authorize(client, urls[0], callback.url).status_code == 200
+            assert Application.objects.get(client_id=urls[0]).name != "old name"
+        assert authorize(client, urls[3], callback.url).status_code == 200
     finally:
         callback.close()
         ratelimit.reset_rate_limiter()

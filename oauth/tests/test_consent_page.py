@@ -351,8 +351,32 @@ def test_a_replayed_refresh_token_is_logged_with_its_connection_revoked(cast, al
 
     assert (replayed.status_code, replayed.json()["error"]) == (400, "invalid_grant")
     said = [r for r in caplog.records if r.getMessage() == "oauth: tokens revoked"]
-    assert said and "used after it was replaced or revoked" in said[-1].reason
+    assert said and "used after a newer one replaced it" in said[-1].reason
     assert first not in caplog.text
+
+
+def test_a_refresh_token_of_a_disconnected_app_is_refused_without_a_theft_warning(
+    cast, alice_client, caplog
+):
+    """review148: the replay warning fired for any revoked token, a connection the
+    user ended included, at every retry of its client."""
+    import logging
+
+    from oauth.models import RefreshToken
+
+    client_id = register(alice_client)
+    code = code_from(allow(alice_client, open_consent(alice_client, client_id), agent="new"))
+    token = exchange(alice_client, client_id, code).json()["refresh_token"]
+    RefreshToken.revoke_family(RefreshToken.objects.get().token_family)
+
+    with caplog.at_level(logging.WARNING, logger="oauth"):
+        refused = alice_client.post(
+            "/oauth/token/",
+            {"grant_type": "refresh_token", "refresh_token": token, "client_id": client_id},
+        )
+
+    assert (refused.status_code, refused.json()["error"]) == (400, "invalid_grant")
+    assert not [r for r in caplog.records if r.getMessage() == "oauth: tokens revoked"]
 
 
 def test_the_consent_page_is_never_cached(cast, alice_client):

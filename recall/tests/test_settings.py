@@ -80,6 +80,7 @@ def test_a_redis_password_is_never_echoed(url):
     [
         "redis://127.0.0.1:6379",
         "redis://127.0.0.1:6379/",
+        "redis://127.0.0.1:6379/0/",  # redis-py reads it as database 0 (review148)
         "redis://:pw@127.0.0.1:6379/3",
         "rediss://127.0.0.1:6380/0?ssl_cert_reqs=none",
         "unix:///run/redis/redis.sock?db=2",

@@ -38,7 +38,12 @@ class Command(BaseCommand):
 
 
 def _shown(wanted: str) -> str:
-    """What the refusal repeats of the argument: never more of a key than its display prefix."""
-    if wanted.startswith(keys.KEY_PREFIX) and len(wanted) > keys.DISPLAY_LENGTH:
-        return keys.display_prefix(wanted) + "…"
+    """What the refusal repeats of the argument: never more of a key than its display prefix,
+    wherever in it a key stands (``Bearer recall_live_…``, ``RECALL_API_KEY=recall_live_…``:
+    review148), and nothing longer than a display prefix at all."""
+    at = wanted.find(keys.KEY_PREFIX)
+    if at >= 0:
+        return keys.display_prefix(wanted[at:]) + "…"
+    if len(wanted) > keys.DISPLAY_LENGTH:
+        return wanted[: keys.DISPLAY_LENGTH] + "…"
     return wanted
