@@ -111,3 +111,14 @@ def shown(value: Any, autoescape: bool = True) -> SafeString:
 def bare(value: Any) -> str:
     """Stored text for an attribute (an aria-label): its bidirectional controls left out."""
     return _BIDI_CONTROLS.sub("", str(value))
+
+
+@register.filter
+def clipped(value: Any, chars: int) -> str:
+    """The first ``chars`` code points of ``value``, the last an ellipsis when it is longer.
+
+    Counted as ``|length`` counts (Django's ``truncatechars`` leaves combining marks
+    uncounted, so a text of accents came back whole).
+    """
+    text = str(value)
+    return text if len(text) <= chars else text[: max(chars - 1, 0)] + "…"

@@ -562,3 +562,19 @@ def test_a_search_has_no_pager_and_ignores_an_offset(cast, alice_client, setting
         assert 'class="pager"' not in text and "Newer" not in text and "Older" not in text
         assert "data-limited" in text
     assert listed(later) == listed(first)
+
+
+def test_a_long_memory_of_combining_marks_is_previewed_once_not_shown_twice(cast, alice_client):
+    # review149: truncatechars does not count combining marks, so 1,200 code points of
+    # "x" and two accents came back whole: the memory was listed twice over.
+    marked = "x\u0301\u0302" * 400
+    store_memory(cast.alice, marked)
+
+    page = alice_client.get(URL).content.decode()
+
+    [preview] = re.findall(r'<div class="content preview" data-preview>([^<]*)</div>', page)
+    shown = html.unescape(preview)
+    assert len(shown) == 600 and shown.endswith("…")  # views.PREVIEW_CHARS, in code points
+    assert marked.startswith(shown[:-1])
+    assert "Show all 1200 characters" in page
+    assert page.count(marked) == 1  # only behind "Show all"
