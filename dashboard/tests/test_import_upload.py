@@ -455,3 +455,32 @@ def test_an_import_running_as_the_workers_stop_is_handed_back_and_resumes(
     assert (job.status, job.attempts) == ("done", 1)
     assert (job.result["read"], job.result["imported"], job.result["duplicates"]) == (5, 3, 0)
     assert len(contents(cast.alice)) == 3
+
+
+def test_a_dry_run_running_as_the_workers_stop_is_handed_back_too(cast, alice_client, monkeypatch):
+    """review149: a dry run counts its batches without the checkpoint that asked
+    whether the workers were stopping, so it still held stop() to the end."""
+    import threading
+
+    monkeypatch.setattr(run, "BATCH", 1)
+    stop = threading.Event()
+    real = services.new_imports
+    looked = {"n": 0}
+
+    def then_stop(**kwargs):
+        looked["n"] += 1
+        if looked["n"] == 2:
+            stop.set()  # the workers are told to stop during the second batch
+        return real(**kwargs)
+
+    monkeypatch.setattr(services, "new_imports", then_stop)
+    upload(alice_client, "mem0.json", dry_run="on")
+
+    assert services.run_next_job(stop=stop)
+
+    job = the_job(cast.alice)
+    assert (job.status, job.attempts) == ("queued", 0)
+    assert looked["n"] == 2  # no batch after the stop was looked at
+    assert services.run_next_job()
+    assert the_job(cast.alice).status == "done"
+    assert contents(cast.alice) == set()

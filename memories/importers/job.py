@@ -95,6 +95,7 @@ def _run(
                     resume=resume,
                     until=until,
                     checkpoint=lambda r: _checkpoint(job_id, attempts, r, stop),
+                    stopping=stop.is_set if stop is not None else None,
                     cleared=lambda: services.cleared_namespaces(
                         user_id=user_id, job_id=job_id, attempts=attempts
                     ),

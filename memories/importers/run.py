@@ -163,6 +163,7 @@ def run_import(
     writers: int = 1,
     until: float | None = None,
     cleared: Callable[[], Collection[services.Cleared]] | None = None,
+    stopping: Callable[[], bool] | None = None,
 ) -> Report:
     """Import ``source`` for the user; return the report.
 
@@ -174,6 +175,9 @@ def run_import(
     that could otherwise work without end (an SQLite file's) stops.
     ``cleared`` runs at the start of each batch's transaction and names the
     namespaces whose memories it leaves out (``services.store_imports``).
+    ``stopping`` is asked before each batch, a dry run's too: once it says
+    so, the import ends there with ``services.Stopping``, its unstored batch
+    left for the next run (a background worker stopping with its process).
 
     This thread reads, validates, looks up duplicates and embeds; writer
     threads store, a batch behind, so that the model and the database work
@@ -203,6 +207,8 @@ def run_import(
             else:
                 importer.add(item, source.label)
             if read % BATCH == 0:
+                if stopping is not None and stopping():
+                    raise services.Stopping
                 importer.flush(read)
                 report.seconds = spent + time.monotonic() - started
                 if progress is not None:
