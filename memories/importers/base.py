@@ -80,11 +80,16 @@ Stream = Iterator[Item]
 def moment(value: Any, field_name: str) -> datetime | None:
     """Return a source's timestamp as an aware datetime: ISO 8601, or Unix seconds or ms.
 
-    A number of fewer than 9 digits is no Unix time (it would be before
-    March 1973, when no memory server wrote): 8 digits that make a date are
-    that date at midnight UTC (20240101, ISO 8601's basic form), and any
-    other is refused as ambiguous. Read as seconds, 20240101 was dated
-    1970-08-23 and "2024" 1970-01-01T00:33:44Z, silently. Zero stays the epoch.
+    A number goes by its digits as written. 9 to 11 are Unix seconds and 13
+    Unix milliseconds. 8, 12 and 14 are a date and time in UTC, ISO 8601's
+    basic form: YYYYMMDD (at midnight), YYYYMMDDhhmm and YYYYMMDDhhmmss. Read
+    as seconds, 20240101 was dated 1970-08-23, and read as milliseconds,
+    202401011230 was dated 1976-05-31, silently; no memory server wrote such
+    times (any YYYYMMDDhhmm from 1970 to now, as milliseconds, falls in 1976,
+    and 14 digits of milliseconds are past the year 2286). Any other number
+    of fewer than 9 digits, or of 8, 12 or 14 digits that make no such date,
+    or written with a leading zero ("020240101"), is refused as ambiguous,
+    and a negative number as before 1970. Zero stays the epoch.
 
     None and "" stay None. Raises ValueError (a reason to refuse the record)
     for anything else, and for a time outside what an imported memory may
@@ -109,12 +114,16 @@ def _moment(value: Any, field_name: str) -> datetime | None:
         return datetime.combine(value, time(), tzinfo=UTC)
     if isinstance(value, bool):
         raise ValueError(f"{field_name} {value!r} is not a date")
-    if isinstance(value, int | float):
-        return _number(float(value), field_name, value)
+    if isinstance(value, int):
+        return _number(str(value), field_name, value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{field_name} {value!r} is not a date")
+        return _number(f"{value:f}", field_name, value)
     if isinstance(value, str):
         text = value.strip()
         if re.fullmatch(r"-?\d+(\.\d+)?", text):
-            return _number(float(text), field_name, value)
+            return _number(text, field_name, value)
         try:
             parsed = datetime.fromisoformat(text)
         except ValueError:
@@ -123,38 +132,56 @@ def _moment(value: Any, field_name: str) -> datetime | None:
     raise ValueError(f"{field_name} is a {type(value).__name__}, not a date")
 
 
-# The first Unix time of 9 digits (1973-03-03): a smaller number is read as a date.
-UNIX_SHORTEST = 100_000_000
+# The digits of a date and time in ISO 8601's basic form; in UTC.
+COMPACT_DIGITS = (8, 12, 14)
 
 
-def _number(seconds: float, field_name: str, given: Any) -> datetime:
-    """A Unix time in seconds or milliseconds, or a date of 8 digits (see ``moment``)."""
-    if not math.isfinite(seconds):
-        raise ValueError(f"{field_name} {given!r} is not a date")
-    if 0 < seconds < UNIX_SHORTEST:
-        return _compact(seconds, field_name, given)
-    # Past the year 5138 in seconds means milliseconds.
-    if abs(seconds) > 1e11:
-        seconds /= 1000.0
+def _number(text: str, field_name: str, given: Any) -> datetime:
+    """A number as written (``-?DIGITS(.DIGITS)?``), by its count of digits (see ``moment``)."""
+    shown = _short(given) if isinstance(given, str) else given
+    whole, _, fraction = text.lstrip("-").partition(".")
+    value = float(text)
+    if value == 0:
+        return datetime.fromtimestamp(0, tz=UTC)
+    if value < 0:
+        raise ValueError(
+            f"{field_name} {shown!r} is a negative number: a time before 1970, not when a"
+            " memory was written"
+        )
+    digits = len(whole)
+    if whole.startswith("0") or digits < 9 or digits in COMPACT_DIGITS:
+        found = _compact(whole) if not fraction.strip("0") else None
+        if found is None:
+            raise ValueError(
+                f"{field_name} {shown!r} is an ambiguous date: a number is read by its digits,"
+                " 9 to 11 as Unix seconds, 13 as milliseconds, and 8, 12 or 14 as YYYYMMDD,"
+                " YYYYMMDDhhmm or YYYYMMDDhhmmss (UTC); write it in ISO 8601 (2024-01-31)"
+            )
+        return found
+    seconds = value if digits <= 11 else value / 1000.0
     try:
         return datetime.fromtimestamp(seconds, tz=UTC)
     except (OverflowError, OSError, ValueError):
-        raise ValueError(f"{field_name} {given!r} is not a date") from None
+        raise ValueError(f"{field_name} {shown!r} is not a date") from None
 
 
-def _compact(number: float, field_name: str, given: Any) -> datetime:
-    """YYYYMMDD at midnight UTC; any other short number is refused, not guessed at."""
-    digits = f"{int(number)}" if number.is_integer() else ""
-    if len(digits) == 8:
-        try:
-            return datetime(int(digits[:4]), int(digits[4:6]), int(digits[6:]), tzinfo=UTC)
-        except ValueError:
-            pass  # 20241301: no such day
-    shown = _short(given) if isinstance(given, str) else given
-    raise ValueError(
-        f"{field_name} {shown!r} is an ambiguous date: a number of fewer than 9 digits is read"
-        " only as YYYYMMDD; write it in ISO 8601 (2024-01-31) or as Unix seconds"
-    )
+def _compact(digits: str) -> datetime | None:
+    """YYYYMMDD, YYYYMMDDhhmm or YYYYMMDDhhmmss in UTC; None for any other digits."""
+    if digits.startswith("0") or len(digits) not in COMPACT_DIGITS:
+        return None
+    full = digits.ljust(14, "0")  # midnight, or the minute's first second
+    try:
+        return datetime(
+            int(full[:4]),
+            int(full[4:6]),
+            int(full[6:8]),
+            int(full[8:10]),
+            int(full[10:12]),
+            int(full[12:]),
+            tzinfo=UTC,
+        )
+    except ValueError:
+        return None  # 20241301: no such day
 
 
 def tags(value: Any) -> list[str]:

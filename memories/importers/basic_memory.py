@@ -40,6 +40,8 @@ NOTE_MAX_BYTES = 8 * 1024 * 1024
 # A note as found: its path in the folder, when it was last changed, its bytes.
 Found = tuple[str, datetime, bytes]
 OUTSIDE = "a link to outside the folder; not read"
+HIDDEN = "a link into a hidden file or folder; not read"
+NOWHERE = "a link that leads nowhere; not read"
 
 
 def read(source: Source, **_: Any) -> Stream:
@@ -69,9 +71,13 @@ def _folder(root: Path) -> Iterator[Found | Refused]:
 
     A link (to a note or a folder) that leads outside the folder is refused
     by its path in the folder, and nothing of it is read: a received folder's
-    ``notes/x.md -> ~/.ssh/id_rsa`` stored the key as a memory. A note linked
-    from inside is read under the link's path too; a folder linked from
-    inside is not walked, its notes being read where they are.
+    ``notes/x.md -> ~/.ssh/id_rsa`` stored the key as a memory. So is a link
+    into a hidden file or folder (``gitcfg.md -> .git/config``), left out as
+    what it leads to is, and a link that leads nowhere (to a missing file, or
+    round a loop), which was dropped without a word. A note linked from
+    inside is read under the link's path too; a folder linked from inside is
+    not walked, its notes being read where they are. A hard link is a file
+    like any other, not to be told from one, and is read.
     """
     home = root.resolve()
     found: list[tuple[str, Path]] = []
@@ -85,17 +91,26 @@ def _folder(root: Path) -> Iterator[Found | Refused]:
             if not name.startswith(".") and Path(name).suffix.lower() in SUFFIXES
         ]
     for relative, file in sorted((p.relative_to(root).as_posix(), p) for _, p in found):
-        try:
-            real = file.resolve()
-        except (OSError, RuntimeError):  # a loop of links
-            yield Refused(relative, "a link that leads nowhere; not read")
-            continue
-        if not real.is_relative_to(home):
-            yield Refused(relative, OUTSIDE)
-        elif real.is_file() and Path(relative).suffix.lower() in SUFFIXES:
-            facts = real.stat()
-            data = real.read_bytes() if facts.st_size <= NOTE_MAX_BYTES else b""
-            yield relative, _stamp(facts.st_mtime), data
+        followed = _followed(relative, file, home)
+        if followed is not None:
+            yield followed
+
+
+def _followed(relative: str, file: Path, home: Path) -> Found | Refused | None:
+    """The note at ``relative`` (through its link, if it is one), refused, or None: a folder."""
+    try:
+        real = file.resolve(strict=True)
+    except (OSError, RuntimeError):  # a missing target, or a loop of links
+        return Refused(relative, NOWHERE)
+    if not real.is_relative_to(home):
+        return Refused(relative, OUTSIDE)
+    if any(part.startswith(".") for part in real.relative_to(home).parts):
+        return Refused(relative, HIDDEN)
+    if not (real.is_file() and Path(relative).suffix.lower() in SUFFIXES):
+        return None
+    facts = real.stat()
+    data = real.read_bytes() if facts.st_size <= NOTE_MAX_BYTES else b""
+    return relative, _stamp(facts.st_mtime), data
 
 
 def _zipped(source: Source) -> Iterator[Found | Refused]:

@@ -169,13 +169,12 @@ def _record(
         if target not in chosen
         for name in FALLBACKS.get(target, (target,))
     }
-    ident = _field(row, chosen, "id", nested)
     namespace = _field(row, chosen, "namespace", nested)
     try:
         record = Record(
             content=_field(row, chosen, "content", nested),
             where=where,
-            source_id=str(ident) if ident not in (None, "") else None,
+            source_id=_text(_field(row, chosen, "id", nested), "id"),
             created_at=_field(row, chosen, "created_at", nested),
             updated_at=_field(row, chosen, "updated_at", nested),
             metadata=_metadata(row, chosen, nested),

@@ -63,6 +63,55 @@ def test_a_short_number_is_refused_as_an_ambiguous_date(cast, tmp_path, stamp, s
     )
 
 
+@pytest.mark.parametrize(
+    ("stamp", "when"),
+    [
+        ("202401011230", datetime(2024, 1, 1, 12, 30, tzinfo=UTC)),
+        (202401011230, datetime(2024, 1, 1, 12, 30, tzinfo=UTC)),
+        ("20240101123045", datetime(2024, 1, 1, 12, 30, 45, tzinfo=UTC)),
+        (20240229235959, datetime(2024, 2, 29, 23, 59, 59, tzinfo=UTC)),
+        # Unix seconds and milliseconds stay what they were.
+        (1700000000, datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)),
+        ("1700000000000", datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)),
+        (1700000000.5, datetime(2023, 11, 14, 22, 13, 20, 500000, tzinfo=UTC)),
+    ],
+)
+def test_twelve_or_fourteen_digits_are_a_date_and_time_not_unix_milliseconds(
+    cast, tmp_path, stamp, when
+):
+    source = jsonl(tmp_path / "long.jsonl", [{"content": "x", "created_at": stamp}])
+
+    out = imported("alice@example.com", "jsonl", source)
+
+    assert "Imported 1 of 1 records" in out
+    assert by_content(cast.alice)["x"]["created_at"] == when
+
+
+@pytest.mark.parametrize(
+    ("stamp", "reason"),
+    [
+        # Digits as written: nine of them, and no Unix time is written with a leading zero.
+        ("020240101", "'020240101' is an ambiguous date"),
+        ("0202401011230", "'0202401011230' is an ambiguous date"),
+        ("202413011230", "'202413011230' is an ambiguous date"),
+        ("20240101123061", "'20240101123061' is an ambiguous date"),
+        ("-20240101", "'-20240101' is a negative number: a time before 1970"),
+        (-1700000000, "-1700000000 is a negative number: a time before 1970"),
+    ],
+)
+def test_digits_that_are_no_date_as_written_are_refused_saying_why(cast, tmp_path, stamp, reason):
+    source = jsonl(
+        tmp_path / "odd.jsonl",
+        [{"content": "odd", "created_at": stamp}, {"content": "fine", "created_at": "20240101"}],
+    )
+
+    out = imported("alice@example.com", "jsonl", source)
+
+    assert "Imported 1 of 2 records" in out
+    assert f"line 1: created_at {reason}" in out
+    assert set(by_content(cast.alice)) == {"fine"}
+
+
 # identities and tags ------------------------------------------------------------
 
 
@@ -73,6 +122,8 @@ def test_a_short_number_is_refused_as_an_ambiguous_date(cast, tmp_path, stamp, s
         ("thread", [1, 2], "thread must be text, not a list"),
         ("tags", {"x": 1}, "tags must be a list or text, not an object"),
         ("tags", ["fine", {"x": 1}], "tags must be text, not an object"),
+        ("id", {"a": 1}, "id must be text, not an object"),
+        ("id", ["a"], "id must be text, not a list"),
     ],
 )
 def test_an_identity_or_tag_that_is_not_text_refuses_its_record(
@@ -80,7 +131,10 @@ def test_an_identity_or_tag_that_is_not_text_refuses_its_record(
 ):
     source = jsonl(
         tmp_path / "odd.jsonl",
-        [{"content": "odd", field: value}, {"content": "numbered", "agent": 7, "thread": 8}],
+        [
+            {"content": "odd", field: value},
+            {"content": "numbered", "agent": 7, "thread": 8, "id": 9},
+        ],
     )
 
     out = imported("alice@example.com", "jsonl", source)
@@ -90,6 +144,7 @@ def test_an_identity_or_tag_that_is_not_text_refuses_its_record(
     # Numbers are text, as mem0's reader takes them.
     numbered = by_content(cast.alice)["numbered"]
     assert (numbered["agent__name"], numbered["thread_id"]) == ("7", "8")
+    assert numbered["metadata"]["imported_from"]["id"] == "9"
     names = {agent.name for agent in accounts_services.list_agents(user_id=cast.alice.id)}
     assert "{'x': 1}" not in names
 
@@ -176,4 +231,22 @@ def test_a_link_in_a_zipped_notes_folder_is_refused_not_followed(cast, tmp_path)
     out = imported("alice@example.com", "basic-memory", path)
 
     assert "notes/key.md: a symbolic link; not read" in out
+    assert {row["content"] for row in rows(cast.alice)} == {"A fine note."}
+
+
+def test_a_link_that_leads_nowhere_or_into_a_hidden_folder_is_refused(cast, tmp_path):
+    notes = tmp_path / "notes"
+    (notes / ".git").mkdir(parents=True)
+    (notes / ".git" / "config").write_text("[remote] url = https://token@example.com\n")
+    (notes / ".hidden.md").write_text("A hidden note.\n")
+    (notes / "fine.md").write_text("A fine note.\n")
+    (notes / "dangling.md").symlink_to(notes / "missing.md")
+    (notes / "gitcfg.md").symlink_to(notes / ".git" / "config")
+    (notes / "secret.md").symlink_to(notes / ".hidden.md")
+
+    out = imported("alice@example.com", "basic-memory", notes)
+
+    assert "dangling.md: a link that leads nowhere; not read" in out
+    assert "gitcfg.md: a link into a hidden file or folder; not read" in out
+    assert "secret.md: a link into a hidden file or folder; not read" in out
     assert {row["content"] for row in rows(cast.alice)} == {"A fine note."}
