@@ -484,3 +484,18 @@ def test_a_dry_run_running_as_the_workers_stop_is_handed_back_too(cast, alice_cl
     assert services.run_next_job()
     assert the_job(cast.alice).status == "done"
     assert contents(cast.alice) == set()
+
+
+def test_an_upload_without_its_csrf_token_is_refused_and_queues_nothing(cast):
+    # review149: the view runs Django's CSRF check itself (after its declared-size
+    # refusal), so it must still refuse a forged upload.
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(cast.alice)
+    file = SimpleUploadedFile("mem0.json", (FIXTURES / "mem0.json").read_bytes())
+
+    answer = client.post(URL, {"format": "mem0", "file": file})
+
+    assert answer.status_code == 403
+    assert not Job.objects.filter(user_id=cast.alice.id, kind="import").exists()

@@ -164,4 +164,51 @@ def test_an_import_on_its_way_refreshes_its_table_and_not_the_page(alice, server
         page.wait_for_timeout(4000)
         assert len(seen) == settled
         assert page.locator("input[name=q]").input_value() == "half-typed search"
+        # review149: the list above is stale until a reload; the table says so, one click away.
+        finished = page.get_by_role("link", name="Import finished: show the imported memories")
+        assert finished.is_visible()
+        assert page.locator("[data-memory-id]").count() == 0
+        finished.click()
+        page.wait_for_load_state()
+        assert page.evaluate("window.stillThisPage") is None  # a page of its own
+        assert page.locator("[data-memory-id]").count() == 3
+        assert not finished.is_visible()  # on a page loaded afresh, nothing was running
+        assert violations == []
+
+
+def test_an_import_table_signed_out_from_says_it_no_longer_updates(alice, server):
+    # review149: the fetch met the sign-in page and stopped; the table still said "queued".
+    with chromium() as browser:
+        page = signed_in(browser, server)
+        violations = csp_violations(page)
+        page.goto(server.url + "/memories/")
+        page.select_option("#id_format", "mem0")
+        page.set_input_files("#id_file", str(FIXTURES / "mem0.json"))
+        page.click("button:has-text('Import')")
+        page.locator("tr[data-status=queued]:has-text('mem0.json')").wait_for()
+        assert page.get_by_text("No longer updating").count() == 0
+
+        page.context.clear_cookies()  # signed out, as by another tab
+        page.get_by_text("No longer updating").wait_for(timeout=10_000)
+        assert page.locator("[data-refreshing]").count() == 0
+        assert violations == []
+
+
+def test_a_file_over_the_upload_cap_is_refused_on_the_memories_page(alice, transactional_db):
+    # review149: the server hands the view no body past the cap, so Django's CSRF check
+    # found no token (a browser sends it in the form) and answered 403 "Form expired".
+    limited = LiveServer(env={"JOB_WORKERS": "0", "IMPORT_UPLOAD_MAX_MB": "1"})
+    with limited as server, chromium() as browser:
+        page = signed_in(browser, server)
+        violations = csp_violations(page)
+        page.goto(server.url + "/memories/?replaced=1")
+        page.select_option("#id_format", "mem0")
+        big = {"name": "big.json", "mimeType": "application/json", "buffer": b" " * 3_000_000}
+        page.set_input_files("#id_file", big)
+        page.click("button:has-text('Import')")
+        page.wait_for_url(server.url + "/memories/?replaced=1#imports")
+        notice = page.locator("#imports .notice.error").inner_text()
+        assert "larger than the 1 MB an upload may be" in notice
+        assert "recall import --from" in notice
+        assert page.locator("tr[data-import-id]").count() == 0  # nothing queued
         assert violations == []

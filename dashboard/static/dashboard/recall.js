@@ -8,7 +8,11 @@
                                         fetches that URL after that many seconds and puts
                                         its element of the same id in place of this one,
                                         again while the new one says data-refreshing: the
-                                        rest of the page (what is typed, the focus) stays. */
+                                        rest of the page (what is typed, the focus) stays;
+                                        when the new one no longer says it, its
+                                        [data-settled] notice shows (its [data-here] link
+                                        leads to this page afresh); when the sign-in page
+                                        comes back instead, a note says it stopped. */
 "use strict";
 
 document.addEventListener("submit", function (event) {
@@ -58,6 +62,27 @@ document.addEventListener("focusin", function (event) {
   }
 });
 
+// Nothing on its way any more: what the rest of the page shows predates it, so the
+// notice that offers the page afresh shows (no reload of its own: it would wipe what
+// is being typed).
+function settled(element) {
+  element.querySelectorAll("[data-here]").forEach(function (link) {
+    link.href = window.location.pathname + window.location.search;
+  });
+  element.querySelectorAll("[data-settled]").forEach(function (notice) {
+    notice.hidden = false;
+  });
+}
+
+function stopped(element) {
+  element.removeAttribute("data-refreshing");
+  var note = document.createElement("p");
+  note.className = "notice warn";
+  note.textContent = "No longer updating: you are signed out. Sign in again and reload this " +
+    "page to see where it stands.";
+  element.prepend(note);
+}
+
 function refreshLater(element) {
   var seconds = Number(element.getAttribute("data-refreshing"));
   var url = element.getAttribute("data-refresh-url");
@@ -76,7 +101,8 @@ function refreshLater(element) {
         var parsed = new DOMParser().parseFromString(text, "text/html");
         var fresh = parsed.getElementById(element.id);
         if (!fresh) {
-          return; // signed out meanwhile (the sign-in page came back): a reload says so
+          stopped(element); // signed out meanwhile (the sign-in page came back)
+          return;
         }
         fresh = document.importNode(fresh, true);
         // What the user opened stays open (a report's "which" list).
@@ -89,6 +115,8 @@ function refreshLater(element) {
         element.replaceWith(fresh);
         if (fresh.hasAttribute("data-refreshing")) {
           refreshLater(fresh);
+        } else {
+          settled(fresh);
         }
       })
       .catch(function () {
