@@ -178,9 +178,18 @@ class Validator(OAuth2Validator):
     def validate_refresh_token(
         self, refresh_token: str, client: Any, request: Any, *args: Any, **kwargs: Any
     ) -> bool:
+        # Asked before the toolkit's check, which revokes a replayed token's family
+        # and with it the access tokens that show a newer one replaced it.
+        replaced = _replaced_family(refresh_token)
         valid = super().validate_refresh_token(refresh_token, client, request, *args, **kwargs)
-        if not valid:
-            _said_if_replayed(refresh_token)
+        if not valid and replaced is not None:
+            logger.warning(
+                "oauth: tokens revoked",
+                extra={
+                    "reason": "a refresh token was used after a newer one replaced it",
+                    "token_family": str(replaced),
+                },
+            )
         if valid and not request.user.is_active:
             return False  # a deactivated user's connections get no new token
         if valid:
@@ -207,31 +216,28 @@ class Validator(OAuth2Validator):
         return refresh
 
 
-def _said_if_replayed(refresh_token: str) -> None:
-    """Log a refresh token presented after a newer one replaced it: the toolkit has
-    revoked its connection, silently, and it is the likeliest sign of a stolen token
-    (a reused code says so already; review146). A token revoked with its connection
-    (disconnected on the dashboard, or by the client) replaced by nothing is no
-    replay, and a client retrying one is not logged each time (review148)."""
+def _replaced_family(refresh_token: str) -> Any:
+    """The family of a refresh token a newer one replaced (it was spent on an access
+    token, then revoked by the rotation), or None.
+
+    Presented again, it is the likeliest sign of a stolen token, and the toolkit
+    revokes its connection without a word (a reused code is logged already:
+    review146). A token revoked with its connection (disconnected on the
+    dashboard, or by the client) was replaced by nothing: no replay (review148).
+    Told as the toolkit tells them, by the access token it was spent on, not by
+    the servers' clocks (review152).
+    """
     checksum = hashlib.sha256(refresh_token.encode("utf-8")).hexdigest()
     spent = (
         RefreshToken.objects.filter(token_checksum=checksum, revoked__isnull=False)
-        .values("token_family", "created")
+        .values_list("pk", "token_family")
         .first()
     )
-    if spent is None or spent["token_family"] is None:
-        return
-    replaced = RefreshToken.objects.filter(
-        token_family=spent["token_family"], created__gt=spent["created"]
-    ).exists()
-    if replaced:
-        logger.warning(
-            "oauth: tokens revoked",
-            extra={
-                "reason": "a refresh token was used after a newer one replaced it",
-                "token_family": str(spent["token_family"]),
-            },
-        )
+    if spent is None or spent[1] is None:
+        return None
+    if not AccessToken.objects.filter(source_refresh_token_id=spent[0]).exists():
+        return None
+    return spent[1]
 
 
 def _revoke(family: Any, why: str) -> None:

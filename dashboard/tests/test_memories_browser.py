@@ -165,7 +165,7 @@ def test_an_import_on_its_way_refreshes_its_table_and_not_the_page(alice, server
         assert len(seen) == settled
         assert page.locator("input[name=q]").input_value() == "half-typed search"
         # review149: the list above is stale until a reload; the table says so, one click away.
-        finished = page.get_by_role("link", name="Import finished: show the imported memories")
+        finished = page.get_by_role("link", name="Imports done: reload the memories list")
         assert finished.is_visible()
         assert page.locator("[data-memory-id]").count() == 0
         finished.click()

@@ -41,9 +41,12 @@ def _shown(wanted: str) -> str:
     """What the refusal repeats of the argument: never more of a key than its display prefix,
     wherever in it a key stands (``Bearer recall_live_…``, ``RECALL_API_KEY=recall_live_…``:
     review148), and nothing longer than a display prefix at all."""
-    at = wanted.find(keys.KEY_PREFIX)
+    at = wanted.lower().find(keys.KEY_PREFIX.lower())
     if at >= 0:
         return keys.display_prefix(wanted[at:]) + "…"
-    if len(wanted) > keys.DISPLAY_LENGTH:
-        return wanted[: keys.DISPLAY_LENGTH] + "…"
+    # No key's prefix in it: perhaps a key's secret alone, of which a display
+    # prefix shows 8 characters, and so does this (review152).
+    shown = keys.DISPLAY_LENGTH - len(keys.KEY_PREFIX)
+    if len(wanted) > shown:
+        return wanted[:shown] + "…"
     return wanted
