@@ -108,9 +108,40 @@ def _followed(relative: str, file: Path, home: Path) -> Found | Refused | None:
         return Refused(relative, HIDDEN)
     if not (real.is_file() and Path(relative).suffix.lower() in SUFFIXES):
         return None
-    facts = real.stat()
-    data = real.read_bytes() if facts.st_size <= NOTE_MAX_BYTES else b""
-    return relative, _stamp(facts.st_mtime), data
+    try:
+        mtime, data = _read_inside(home, real.relative_to(home).parts)
+    except OSError:
+        # A part of its path became a link, or the file went, between the look
+        # and the read: what it leads to now is not read (review152).
+        return Refused(relative, NOWHERE)
+    return relative, _stamp(mtime), data
+
+
+def _read_inside(home: Path, parts: tuple[str, ...]) -> tuple[float, bytes]:
+    """Read the note at ``parts`` under ``home``, following no link on the way.
+
+    Each folder of its path and the note itself are opened one within the
+    other with ``O_NOFOLLOW``, so a link put in the place of any of them after
+    the path was checked fails the read (``OSError``) rather than leading
+    outside. At most ``NOTE_MAX_BYTES`` and one more are read: a note larger
+    than that (or grown since it was looked at) is read as empty, and refused.
+    """
+    nofollow = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    folder = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, nofollow | os.O_DIRECTORY, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        note = os.open(parts[-1], nofollow, dir_fd=folder)
+    finally:
+        os.close(folder)
+    with os.fdopen(note, "rb") as opened:
+        facts = os.fstat(opened.fileno())
+        if not stat.S_ISREG(facts.st_mode):
+            raise OSError("not a file")
+        data = opened.read(NOTE_MAX_BYTES + 1)
+    return facts.st_mtime, b"" if len(data) > NOTE_MAX_BYTES else data
 
 
 def _zipped(source: Source) -> Iterator[Found | Refused]:

@@ -219,6 +219,37 @@ def test_a_link_out_of_the_notes_folder_is_refused_and_not_read(cast, tmp_path):
     assert {row["path"] for row in rows(cast.alice)} == {"real/fine.md", "again.md"}
 
 
+def test_a_folder_swapped_for_a_link_after_the_check_is_not_read_through(
+    cast, tmp_path, monkeypatch
+):
+    """review152: the path was checked, then read by its name: a folder of it swapped
+    for a link in between (by anyone who may write to the folder as it is imported)
+    led the read outside."""
+    import shutil
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "note.md").write_text("PRIVATE KEY outside the folder\n")
+    notes = tmp_path / "notes"
+    (notes / "sub").mkdir(parents=True)
+    (notes / "sub" / "note.md").write_text("A fine note inside the folder.\n")
+    checked = Path.is_file
+
+    def swapped_after_the_check(path: Path) -> bool:
+        answer = checked(path)
+        if path.name == "note.md" and not (notes / "sub").is_symlink():
+            shutil.rmtree(notes / "sub")
+            (notes / "sub").symlink_to(outside, target_is_directory=True)
+        return answer
+
+    monkeypatch.setattr(Path, "is_file", swapped_after_the_check)
+
+    out = imported("alice@example.com", "basic-memory", notes)
+
+    assert "sub/note.md: a link that leads nowhere; not read" in out
+    assert not any("PRIVATE KEY" in row["content"] for row in rows(cast.alice))
+
+
 def test_a_link_in_a_zipped_notes_folder_is_refused_not_followed(cast, tmp_path):
     path = tmp_path / "notes.zip"
     with zipfile.ZipFile(path, "w") as archive:
