@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import numpy as np
@@ -151,7 +151,10 @@ def _number(text: str, field_name: str, given: Any) -> datetime:
     digits = len(whole)
     if whole.startswith("0") or digits < 9 or digits in COMPACT_DIGITS:
         found = _compact(whole) if not fraction.strip("0") else None
-        if found is None:
+        # Twelve digits past today (978307200000) are more likely Unix
+        # milliseconds of 1973 to 2001 than a date to come: ambiguous, not a
+        # date "no memory was written at" (review152).
+        if found is None or found > datetime.now(UTC) + timedelta(days=1):
             raise ValueError(
                 f"{field_name} {shown!r} is an ambiguous date: a number is read by its digits,"
                 " 9 to 11 as Unix seconds, 13 as milliseconds, and 8, 12 or 14 as YYYYMMDD,"

@@ -96,6 +96,8 @@ def test_twelve_or_fourteen_digits_are_a_date_and_time_not_unix_milliseconds(
         ("202413011230", "'202413011230' is an ambiguous date"),
         ("20240101123061", "'20240101123061' is an ambiguous date"),
         ("-20240101", "'-20240101' is a negative number: a time before 1970"),
+        # Unix milliseconds of 2001 read as a date of the year 9783 (review152).
+        ("978307200000", "'978307200000' is an ambiguous date"),
         (-1700000000, "-1700000000 is a negative number: a time before 1970"),
     ],
 )
